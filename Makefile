@@ -1,0 +1,48 @@
+# Two commands: `make book` and `make test`. Each creates .venv if absent and installs what it needs.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+JB_FLAGS := -W -n --keep-going
+
+.PHONY: book test pytest book-ci gpu-results gpu-tests check-results html-check clean venv
+
+venv: $(STAMP)
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	@touch $(STAMP)
+
+## make book: execute every chapter at the best scale this machine has (full with CUDA, ci without) -> _build/html
+book: $(STAMP)
+	rm -rf _build/html _build/jupyter_execute
+	$(BIN)/jupyter-book build . $(JB_FLAGS)
+	@echo "book: $$(pwd)/_build/html/index.html"
+
+## make test: pytest (CPU: Triton interpreter) + the strict book build at ci scale + the headless-browser check
+test: $(STAMP)
+	TRITON_INTERPRET=1 BOOK_SCALE=ci $(BIN)/python -m pytest -q tests
+	$(MAKE) book-ci
+	$(MAKE) html-check
+
+book-ci: $(STAMP)
+	rm -rf _build/html _build/jupyter_execute
+	TRITON_INTERPRET=1 BOOK_SCALE=ci $(BIN)/jupyter-book build . $(JB_FLAGS)
+
+html-check: $(STAMP)
+	$(BIN)/python -m lib.htmlcheck _build/html
+
+## GPU path (plain Python; the GPU image has no Jupyter). Writes results under $${OUT:-results}/full.
+gpu-results:
+	$(PY) -m lib.experiments all --scale full --out $${OUT:-results}
+
+gpu-tests:
+	$(PY) -m pytest -q -m gpu tests
+
+check-results: $(STAMP)
+	$(BIN)/python -m lib.results check
+
+clean:
+	rm -rf _build .pytest_cache

@@ -1,0 +1,39 @@
+"""Experiments: one module per figure family, each with
+
+    NAME: str                     result name (results/<scale>/<NAME>.json)
+    DEPENDS: list[str]            repo-relative files/globs whose sha256 define the result's freshness
+    run(scale: str) -> dict       {"data": JSON-able, "arrays": {name: ndarray} (optional),
+                                   "config": dict, "seeds": list}
+
+Command line (plain Python, also on the GPU image, which has no Jupyter):
+
+    python -m lib.experiments NAME|all --scale ci|full [--out DIR]
+
+writes `DIR/<scale>/<NAME>.json` (+ `.npz`) with provenance (default DIR: ./results).
+"""
+from __future__ import annotations
+
+import importlib
+import time
+
+# name -> module (relative to this package). Order = order of `all`.
+REGISTRY = {
+    "rounding_exhaustive": "rounding_exhaustive",
+}
+
+
+def get(name: str):
+    if name not in REGISTRY:
+        raise KeyError(f"unknown experiment {name!r}; known: {', '.join(REGISTRY)}")
+    return importlib.import_module(f"lib.experiments.{REGISTRY[name]}")
+
+
+def run_and_save(name: str, scale: str, out=None):
+    """Run experiment `name` at `scale` and save it with provenance; returns the saved path."""
+    from lib import results
+    mod = get(name)
+    t0 = time.perf_counter()
+    res = mod.run(scale)
+    wall = time.perf_counter() - t0
+    return results.save(mod.NAME, scale, res["data"], arrays=res.get("arrays"), depends_on=mod.DEPENDS,
+                        seeds=res.get("seeds", ()), wall_s=round(wall, 3), config=res.get("config"), root=out)

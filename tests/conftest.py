@@ -1,0 +1,21 @@
+"""Test set-up: Triton's CPU interpreter when there is no CUDA (must happen before any kernel import)."""
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import lib.setup  # noqa: E402,F401  (sets TRITON_INTERPRET=1 without CUDA)
+
+import pytest  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    import torch
+    if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run `make gpu-tests` on the device)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
