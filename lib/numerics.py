@@ -1,0 +1,112 @@
+"""Where rounding happens inside flash attention, as data.
+
+One frozen `Numerics` value names every rounding point of the forward and backward pass. The same value drives
+the Triton kernels (as `tl.constexpr` flags), the PyTorch/numpy emulator in `lib/reference.py` (the oracle) and
+the rounding-point table of chapter 2. "Low precision" (lp) means: rounded to `mantissa_bits` mantissa bits with
+`rounding` (7 bits + "rne" = BF16). Everything not listed as rounded is FP32.
+
+Profiles
+--------
+* ``fp32``  — reference: nothing rounded (inputs are still whatever the caller passes).
+* ``fa2``   — production FlashAttention-2: FP32 S, FP32 running max / row sum / O accumulator; P̄ rounded only as the
+              P̄V matmul operand; normalise in FP32, round O once on store; LSE FP32; δ = rowsum(dO∘O) from the saved
+              (rounded) O, in FP32; backward P and dS rounded only as matmul operands.
+* ``paper`` — the authors' pure-PyTorch FA under CUDA BF16 autocast (every op's output rounded). The exact placement
+              is established on the GPU by `lib/experiments/paper_placement.py` and documented in chapter 2.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+
+__all__ = ["Numerics", "PROFILES", "get_profile", "rounding_point_table"]
+
+_DELTA_SOURCES = ("saved_o", "fp32_o", "dp_p")
+_ROUNDINGS = ("rne", "sr")
+
+
+@dataclass(frozen=True)
+class Numerics:
+    # --- forward ------------------------------------------------------------------------------------------------
+    round_s: bool = False          # scores S = scale·QKᵀ rounded (paper code: einsum output is BF16)
+    round_s_minus_m: bool = False  # the exponent argument S − m rounded before exp (BF16 elementwise op)
+    round_p: bool = True           # P̄ = exp(S − m) rounded: as the P̄V matmul operand (fa2) or stored (paper)
+    rowsum_rounded_p: bool = False # ℓ sums the rounded P̄ (paper) instead of the FP32 P̄ (fa2)
+    round_l: bool = False          # row sum ℓ (per tile and running) kept in lp
+    round_pv: bool = False         # each tile's P̄V product rounded before it meets the accumulator
+    round_acc: bool = False        # O accumulator rounded after each tile's rescale-and-add (lp buffer)
+    normalize_then_round: bool = True  # True: O = lp(acc/ℓ) with FP32 acc (fa2); False: O = lp(lp(acc)/lp(ℓ))
+    round_lse: bool = False        # LSE = m + log ℓ stored in lp
+    round_o: bool = True           # O as returned and saved for backward, in lp
+    # --- backward -----------------------------------------------------------------------------------------------
+    delta_source: str = "saved_o"  # δ from the saved O ("saved_o"), an FP32 recompute ("fp32_o"), or rowsum(dP∘P)
+    round_delta: bool = False      # δ itself stored in lp (paper code)
+    round_bwd_p: bool = True       # backward P = exp(S − LSE) rounded (as the dV matmul operand, or stored)
+    round_ds: bool = True          # dS rounded (as the dQ / dK matmul operand, or stored)
+    # --- format ---------------------------------------------------------------------------------------------
+    mantissa_bits: int = 7         # 7 = BF16; fewer = the precision dial (same 8-bit exponent)
+    rounding: str = "rne"          # "rne" (round to nearest even) or "sr" (stochastic)
+
+    def __post_init__(self):
+        if self.delta_source not in _DELTA_SOURCES:
+            raise ValueError(f"delta_source must be one of {_DELTA_SOURCES}, got {self.delta_source!r}")
+        if self.rounding not in _ROUNDINGS:
+            raise ValueError(f"rounding must be one of {_ROUNDINGS}, got {self.rounding!r}")
+        if isinstance(self.mantissa_bits, bool) or not isinstance(self.mantissa_bits, int) \
+                or not 1 <= self.mantissa_bits <= 23:
+            raise ValueError(f"mantissa_bits must be an int in [1, 23], got {self.mantissa_bits!r}")
+        for f in fields(self):
+            if f.type in ("bool", bool) and not isinstance(getattr(self, f.name), bool):
+                raise TypeError(f"{f.name} must be a bool, got {getattr(self, f.name)!r}")
+
+    def replace(self, **kw) -> "Numerics":
+        return replace(self, **kw)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+FP32 = Numerics(round_p=False, round_o=False, round_bwd_p=False, round_ds=False)
+FA2 = Numerics()
+# Provisional until lib/experiments/paper_placement.py has measured it on the GPU (see chapter 2).
+PAPER = Numerics(round_s=True, round_s_minus_m=True, round_p=True, rowsum_rounded_p=True, round_l=True,
+                 round_pv=True, round_acc=True, normalize_then_round=False, round_lse=True, round_o=True,
+                 delta_source="saved_o", round_delta=True, round_bwd_p=True, round_ds=True)
+
+PROFILES = {"fp32": FP32, "fa2": FA2, "paper": PAPER}
+
+# One-line descriptions, used by the chapter-2 table (keep in field order).
+DESCRIPTIONS = {
+    "round_s": "scores S = α·QKᵀ",
+    "round_s_minus_m": "exponent argument S − m",
+    "round_p": "P̄ = exp(S − m) (matmul operand / stored)",
+    "rowsum_rounded_p": "ℓ sums the rounded P̄",
+    "round_l": "row sum ℓ",
+    "round_pv": "per-tile P̄V product",
+    "round_acc": "O accumulator across tiles",
+    "normalize_then_round": "normalise in FP32, then round once",
+    "round_lse": "LSE = m + log ℓ",
+    "round_o": "O returned / saved for backward",
+    "delta_source": "δ source",
+    "round_delta": "δ stored",
+    "round_bwd_p": "backward P",
+    "round_ds": "backward dS",
+    "mantissa_bits": "mantissa bits",
+    "rounding": "rounding mode",
+}
+
+
+def get_profile(numerics) -> Numerics:
+    """A profile name ('fp32', 'fa2', 'paper') or a Numerics value -> Numerics. Raises on anything else."""
+    if isinstance(numerics, Numerics):
+        return numerics
+    if isinstance(numerics, str):
+        if numerics not in PROFILES:
+            raise ValueError(f"unknown numerics profile {numerics!r}; choose one of {sorted(PROFILES)} or pass a Numerics")
+        return PROFILES[numerics]
+    raise TypeError(f"numerics must be a profile name or a Numerics, got {type(numerics).__name__}")
+
+
+def rounding_point_table(profiles=("fp32", "fa2", "paper")):
+    """Rows (field, description, value per profile) for the chapter-2 table."""
+    ps = [get_profile(p) for p in profiles]
+    return [(f.name, DESCRIPTIONS[f.name], *[getattr(p, f.name) for p in ps]) for f in fields(Numerics)]
