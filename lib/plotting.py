@@ -1,9 +1,16 @@
 """One figure style for the whole book (seaborn 'ticks', colour-blind palette, 150 dpi)."""
 from __future__ import annotations
 
+import sys
+
 import matplotlib
 
-matplotlib.use("Agg")  # headless everywhere: CI, the GPU image, and the book's kernel
+# Headless everywhere; but inside a Jupyter kernel keep the inline backend, which is what gives a glued figure its
+# PNG representation (under Agg the book would show "<Figure size ...>" instead of the image).
+if "ipykernel" in sys.modules:
+    matplotlib.use("module://matplotlib_inline.backend_inline")
+else:
+    matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import seaborn as sns  # noqa: E402
 

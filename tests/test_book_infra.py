@@ -1,0 +1,46 @@
+"""Book infrastructure: the claims table, the causal-chain figure, and the headless-browser HTML check itself."""
+import shutil
+
+import matplotlib.pyplot as plt
+import pytest
+
+from lib import claims, results
+from lib.chain import CHAIN, causal_chain_figure
+
+
+def test_chain_figure_draws_every_link():
+    fig = causal_chain_figure()
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    for label, _ in CHAIN:
+        assert label in texts
+    plt.close(fig)
+
+
+def test_claims_status_comes_from_results(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    rows = claims.status_table(root=tmp_path)
+    assert {r["status"] for r in rows} == {"not yet tested"}
+    results.save("x", "ci", {"claims": {"tie_bias": {"status": "partly", "evidence": "ci"}}}, depends_on=[],
+                 root=tmp_path)
+    results.save("x", "full", {"claims": {"tie_bias": {"status": "reproduced", "evidence": "gpu"}}}, depends_on=[],
+                 root=tmp_path)
+    row = {r["id"]: r for r in claims.status_table(root=tmp_path)}["tie_bias"]
+    assert row["status"] == "reproduced" and row["evidence"] == "gpu"   # full scale wins over ci
+
+
+@pytest.mark.skipif(not (shutil.which("chromium") and shutil.which("chromedriver")), reason="needs chromium + chromedriver")
+def test_htmlcheck_detects_broken_pages(tmp_path):
+    from lib import htmlcheck
+    (tmp_path / "ok.html").write_text('<html><body><p id="a">fine</p><a href="#a">x</a></body></html>')
+    (tmp_path / "bad.html").write_text(
+        '<html><body><img src="missing.png"><a href="nowhere.html">y</a><a href="ok.html#zz">z</a>'
+        '<figure id="f1"><pre>&lt;Figure size 640x480 with 1 Axes&gt;</pre></figure>'
+        '<span class="math">\\(x^2\\)</span></body></html>')
+    problems, stats = htmlcheck.check(tmp_path, timeout_s=1.0)
+    joined = "\n".join(problems)
+    assert stats["pages"] == 2
+    assert "image failed to load: missing.png" in joined
+    assert "broken link nowhere.html" in joined and "broken anchor ok.html#zz" in joined
+    assert "figure f1 has no image" in joined and "rendered as text" in joined
+    assert "MathJax did not load" in joined
+    assert not any(p.startswith("ok.html") for p in problems)
