@@ -1,0 +1,238 @@
+"""Public flash attention: `attention(q, k, v, *, causal, scale, numerics, fix, beta, tie_tol, path)`.
+
+q, k, v: (batch, heads, seq, head_dim) tensors, the same shape, dtype and device; head_dim 16..128 (a non-power-of-two
+head dim is zero-padded inside the kernel with masks). Non-contiguous inputs are copied with `.contiguous()`.
+Returns O of the same shape and dtype (a BF16 O is the rounded O). Differentiable: the backward runs the δ pre-kernel
+and the split dK/dV and dQ kernels of `kernels/flash_bwd.py`; gradients have the input dtype (rounded once, RNE).
+
+Paths (`path=`):
+* "emulated": every value in FP32, every rounding by the bit-exact helper of `kernels/rounding.py`, FP32 matmuls
+  (`input_precision="ieee"`). BF16 inputs are widened exactly to FP32; FP32 inputs are used as they are (they are
+  *not* rounded to BF16 first). The only path in the CPU interpreter. Tile sizes: `EMULATED_BLOCK` (fixed, so the
+  numerics do not depend on the device).
+* "native": GPU, BF16 inputs, BF16 tensor-core matmul operands with FP32 accumulation, `.to(tl.bfloat16)` casts.
+  Valid only for numerics with mantissa_bits=7, rounding="rne" and P̄, backward P and dS rounded as operands
+  (round_p, round_bwd_p, round_ds), which `fa2` and `paper` satisfy.
+* None: native on CUDA for BF16 inputs when the numerics allow it, else emulated.
+
+`fix="beta"` is the β-scaled max of Qiu & Yao §4 in the forward (rows whose tile max occurs ≥ 2 times, or within
+`tie_tol` below it, shift by β·max if max > 0 and by 0 if max < 0); the backward is unchanged.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+
+from lib.numerics import FP32, Numerics, get_profile
+from kernels.flash_bwd import attn_bwd_dkdv_kernel, attn_bwd_dq_kernel, attn_delta_kernel
+from kernels.flash_fwd import attn_fwd_kernel
+
+__all__ = ["attention", "attention_fwd", "attention_bwd", "EMULATED_BLOCK", "native_config", "resolve_path"]
+
+EMULATED_BLOCK = (64, 64)        # (BLOCK_M, BLOCK_N) of the emulated path: part of its numerics
+_FIXES = (None, "beta")
+_PATHS = (None, "emulated", "native")
+
+
+def _interpreting() -> bool:
+    import os
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def native_config(head_dim: int, kernel: str) -> dict:
+    """Hand-picked Hopper launch configs of the native path (see benchmarks/bench_attention.py)."""
+    if kernel == "fwd":
+        return dict(BLOCK_M=128, BLOCK_N=64 if head_dim > 64 else 128, num_warps=8, num_stages=3)
+    return dict(BLOCK_M=64, BLOCK_N=64, num_warps=4 if head_dim <= 64 else 8, num_stages=2)
+
+
+def _flags(nm: Numerics) -> dict:
+    return dict(M_BITS=nm.mantissa_bits, SR=nm.rounding == "sr")
+
+
+def _fwd_flags(nm: Numerics) -> dict:
+    return dict(_flags(nm), ROUND_S=nm.round_s, ROUND_S_MINUS_M=nm.round_s_minus_m, ROUND_P=nm.round_p,
+                ROWSUM_ROUNDED_P=nm.rowsum_rounded_p, ROUND_L=nm.round_l, ROUND_PV=nm.round_pv,
+                ROUND_ACC=nm.round_acc, NORMALIZE_THEN_ROUND=nm.normalize_then_round, ROUND_LSE=nm.round_lse,
+                ROUND_O=nm.round_o)
+
+
+def native_allowed(nm: Numerics) -> bool:
+    """True when `nm`'s rounding points can be the native BF16 casts/operands (see module docstring)."""
+    return nm.mantissa_bits == 7 and nm.rounding == "rne" and nm.round_p and nm.round_bwd_p and nm.round_ds
+
+
+def resolve_path(path, nm: Numerics, dtype, device) -> str:
+    if path not in _PATHS:
+        raise ValueError(f"path must be one of {_PATHS}, got {path!r}")
+    if path is None:
+        ok = device.type == "cuda" and dtype == torch.bfloat16 and not _interpreting() and native_allowed(nm)
+        return "native" if ok else "emulated"
+    if path == "native":
+        if device.type != "cuda" or _interpreting():
+            raise ValueError("path='native' needs CUDA tensors and a compiled Triton (not the CPU interpreter)")
+        if dtype != torch.bfloat16:
+            raise TypeError(f"path='native' needs bfloat16 inputs, got {dtype}")
+        if not native_allowed(nm):
+            raise ValueError("path='native' supports only numerics with mantissa_bits=7, rounding='rne' and "
+                             f"round_p, round_bwd_p, round_ds all True; got {nm}")
+    return path
+
+
+def _blocks(path, d, kernel, block):
+    if path == "native":
+        cfg = native_config(d, kernel)
+        if block is not None:
+            cfg.update(BLOCK_M=block[0], BLOCK_N=block[1])
+        return cfg
+    bm, bn = block if block is not None else EMULATED_BLOCK
+    return dict(BLOCK_M=bm, BLOCK_N=bn)
+
+
+def attention_fwd(q, k, v, *, causal, scale, nm: Numerics, fix, beta, tie_tol, path, seed=0, block=None,
+                  store_o32=False):
+    """Launch the forward on contiguous (B, H, N, D) q, k, v (FP32 for emulated, BF16 for native).
+    Returns (o, lse, o32): o (B, H, N, D) in the kernel's storage dtype (FP32 emulated / BF16 native), lse FP32
+    (B, H, N) (natural log), o32 FP32 O before its final rounding (or None)."""
+    B, H, N, D = q.shape
+    DP = max(16, triton.next_power_of_2(D))
+    cfg = _blocks(path, D, "fwd", block)
+    o = torch.empty_like(q)
+    lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
+    o32 = torch.empty(q.shape, device=q.device, dtype=torch.float32) if store_o32 else lse
+    grid = (triton.cdiv(N, cfg["BLOCK_M"]), B * H)
+    attn_fwd_kernel[grid](q, k, v, o, o32, lse, float(scale), float(beta), float(tie_tol), N, seed,
+                          D=D, DP=DP, N_TILES=triton.cdiv(N, cfg["BLOCK_N"]), CAUSAL=causal, FIX=fix == "beta",
+                          NATIVE=path == "native", STATIC_LOOPS=_interpreting(), STORE_O32=store_o32,
+                          **_fwd_flags(nm), **cfg)
+    return o, lse, (o32 if store_o32 else None)
+
+
+def compute_delta(o, do, q, k, v, lse, *, causal, scale, nm: Numerics, path, seed=0, block=None):
+    """δ (B, H, N) FP32 per `nm.delta_source` ("saved_o"/"fp32_o": from the given `o`; "dp_p": rowsum(dP∘P))."""
+    B, H, N, D = q.shape
+    DP = max(16, triton.next_power_of_2(D))
+    delta = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
+    cfg = _blocks(path, D, "bwd", block)
+    if nm.delta_source == "dp_p":
+        attn_bwd_dq_kernel[(triton.cdiv(N, cfg["BLOCK_M"]), B * H)](
+            q, k, v, do, lse, delta, delta, float(scale), N, seed, D=D, DP=DP,
+            N_TILES=triton.cdiv(N, cfg["BLOCK_N"]), CAUSAL=causal, NATIVE=path == "native",
+            STATIC_LOOPS=_interpreting(), ROUND_S=nm.round_s, ROUND_S_MINUS_M=nm.round_s_minus_m,
+            ROUND_DS=nm.round_ds, ROUND_DELTA=nm.round_delta, DELTA_ONLY=True, **_flags(nm), **cfg)
+    else:
+        bm = cfg["BLOCK_M"]
+        attn_delta_kernel[(triton.cdiv(N, bm), B * H)](o, do, delta, N, seed, D=D, DP=DP, BLOCK_M=bm,
+                                                       ROUND_DELTA=nm.round_delta, **_flags(nm))
+    return delta
+
+
+def attention_bwd(do, q, k, v, o_for_delta, lse, *, causal, scale, nm: Numerics, path, seed=0, block=None,
+                  grad_dtype=None):
+    """Backward. Returns (dq, dk, dv, delta): gradients in `grad_dtype` (FP32 emulated / BF16 native by default),
+    δ FP32 (B, H, N)."""
+    B, H, N, D = q.shape
+    DP = max(16, triton.next_power_of_2(D))
+    delta = compute_delta(o_for_delta, do, q, k, v, lse, causal=causal, scale=scale, nm=nm, path=path, seed=seed,
+                          block=block)
+    cfg = _blocks(path, D, "bwd", block)
+    gdt = grad_dtype or q.dtype
+    dq = torch.empty(q.shape, device=q.device, dtype=gdt)
+    dk = torch.empty(q.shape, device=q.device, dtype=gdt)
+    dv = torch.empty(q.shape, device=q.device, dtype=gdt)
+    common = dict(D=D, DP=DP, CAUSAL=causal, NATIVE=path == "native", STATIC_LOOPS=_interpreting(),
+                  ROUND_S=nm.round_s, ROUND_S_MINUS_M=nm.round_s_minus_m, ROUND_DS=nm.round_ds, **_flags(nm), **cfg)
+    attn_bwd_dkdv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), B * H)](
+        q, k, v, do, lse, delta, dk, dv, float(scale), N, seed, M_TILES=triton.cdiv(N, cfg["BLOCK_M"]),
+        ROUND_BWD_P=nm.round_bwd_p, **common)
+    attn_bwd_dq_kernel[(triton.cdiv(N, cfg["BLOCK_M"]), B * H)](
+        q, k, v, do, lse, delta, dq, float(scale), N, seed, N_TILES=triton.cdiv(N, cfg["BLOCK_N"]),
+        ROUND_DELTA=nm.round_delta, DELTA_ONLY=False, **common)
+    return dq, dk, dv, delta
+
+
+class _FlashAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale, nm, fix, beta, tie_tol, path, block):
+        in_dtype = q.dtype
+        if path == "emulated":
+            q, k, v = (t.float().contiguous() for t in (q, k, v))   # BF16 -> FP32 is exact
+        else:
+            q, k, v = (t.contiguous() for t in (q, k, v))
+        o, lse, _ = attention_fwd(q, k, v, causal=causal, scale=scale, nm=nm, fix=fix, beta=beta, tie_tol=tie_tol,
+                                  path=path, block=block)
+        o_delta = o
+        if nm.delta_source == "fp32_o":
+            # The paper's "recompute O in FP32" ablation: O from the same inputs with every rounding off (FP32
+            # matmuls on either path), same fix.
+            o_delta, _, _ = attention_fwd(q.float(), k.float(), v.float(), causal=causal, scale=scale, nm=FP32,
+                                          fix=fix, beta=beta, tie_tol=tie_tol, path="emulated",
+                                          block=block if path == "emulated" else None)
+        ctx.save_for_backward(q, k, v, o_delta, lse)
+        ctx.cfg = (causal, scale, nm, path, block, in_dtype)
+        return o.to(in_dtype)
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o_delta, lse = ctx.saved_tensors
+        causal, scale, nm, path, block, in_dtype = ctx.cfg
+        do = do.float().contiguous() if path == "emulated" else do.to(torch.bfloat16).contiguous()
+        dq, dk, dv, _ = attention_bwd(do, q, k, v, o_delta, lse, causal=causal, scale=scale, nm=nm, path=path,
+                                      block=block)
+        return dq.to(in_dtype), dk.to(in_dtype), dv.to(in_dtype), None, None, None, None, None, None, None, None
+
+
+def _check_inputs(q, k, v):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in (torch.bfloat16, torch.float32):
+            raise TypeError(f"{name} must be bfloat16 or float32, got {t.dtype}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have shape (batch, heads, seq, head_dim), got {tuple(t.shape)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if not (q.shape == k.shape == v.shape):
+        raise ValueError(f"q, k, v must have the same shape, got {tuple(q.shape)}, {tuple(k.shape)}, "
+                         f"{tuple(v.shape)}")
+    B, H, N, D = q.shape
+    if not 16 <= D <= 128:
+        raise ValueError(f"head_dim must be in [16, 128], got {D}")
+    if B == 0 or H == 0 or N == 0:
+        raise ValueError(f"batch, heads and seq must be positive, got {tuple(q.shape)}")
+
+
+def attention(q, k, v, *, causal=True, scale=None, numerics="fa2", fix=None, beta=7.0, tie_tol=0.0, path=None,
+              block=None):
+    """Flash attention O = softmax(scale·QKᵀ (+ causal mask)) V with the rounding placement `numerics`.
+
+    q, k, v: (batch, heads, seq, head_dim), bfloat16 or float32, same device; head_dim in [16, 128].
+    causal: mask keys after the query (top-left aligned). scale: softmax scale, default 1/sqrt(head_dim).
+    numerics: "fp32" | "fa2" | "paper" or a `lib.numerics.Numerics`. fix: None or "beta". beta > 1: the β of the
+    fix. tie_tol >= 0: a row's tile max counts as repeated when another score is >= max − tie_tol (0: exact ties).
+    path: None | "emulated" | "native" (module docstring). block: (BLOCK_M, BLOCK_N) override (powers of two ≥ 16;
+    part of the numerics: the emulator must use the same tiles). Returns O, shape and dtype of q.
+    """
+    _check_inputs(q, k, v)
+    nm = get_profile(numerics)
+    if fix not in _FIXES:
+        raise ValueError(f"fix must be None or 'beta', got {fix!r}")
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta) or beta <= 1:
+        raise ValueError(f"beta must be a finite number > 1, got {beta!r}")
+    if isinstance(tie_tol, bool) or not isinstance(tie_tol, (int, float)) or not math.isfinite(tie_tol) \
+            or tie_tol < 0:
+        raise ValueError(f"tie_tol must be a finite number >= 0, got {tie_tol!r}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
+    if block is not None:
+        if len(block) != 2 or any(not isinstance(b, int) or b < 16 or b & (b - 1) for b in block):
+            raise ValueError(f"block must be (BLOCK_M, BLOCK_N), powers of two >= 16, got {block!r}")
+    path = resolve_path(path, nm, q.dtype, q.device)
+    return _FlashAttention.apply(q, k, v, bool(causal), float(scale), nm, fix, float(beta), float(tie_tol), path,
+                                 tuple(block) if block is not None else None)
