@@ -29,7 +29,8 @@ from lib.numerics import FP32, Numerics, get_profile
 from kernels.flash_bwd import attn_bwd_dkdv_kernel, attn_bwd_dq_kernel, attn_delta_kernel
 from kernels.flash_fwd import attn_fwd_kernel
 
-__all__ = ["attention", "attention_fwd", "attention_bwd", "EMULATED_BLOCK", "native_config", "resolve_path"]
+__all__ = ["attention", "attention_fwd", "attention_bwd", "compute_delta", "EMULATED_BLOCK", "NATIVE_CONFIGS",
+           "native_config", "native_allowed", "resolve_path"]
 
 EMULATED_BLOCK = (64, 64)        # (BLOCK_M, BLOCK_N) of the emulated path: part of its numerics
 _FIXES = (None, "beta")
@@ -41,11 +42,19 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+# Hand-picked Hopper launch configs of the native path, keyed by (kernel, head_dim <= 64). The benchmark
+# (benchmarks/bench_attention.py --tune) times a small list of alternatives and records which one won.
+NATIVE_CONFIGS = {
+    ("fwd", True): dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3),
+    ("fwd", False): dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3),
+    ("bwd", True): dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2),
+    ("bwd", False): dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=2),
+}
+
+
 def native_config(head_dim: int, kernel: str) -> dict:
-    """Hand-picked Hopper launch configs of the native path (see benchmarks/bench_attention.py)."""
-    if kernel == "fwd":
-        return dict(BLOCK_M=128, BLOCK_N=64 if head_dim > 64 else 128, num_warps=8, num_stages=3)
-    return dict(BLOCK_M=64, BLOCK_N=64, num_warps=4 if head_dim <= 64 else 8, num_stages=2)
+    """Launch config of the native path for `kernel` in {"fwd", "bwd"} (a copy of NATIVE_CONFIGS' entry)."""
+    return dict(NATIVE_CONFIGS[(kernel, head_dim <= 64)])
 
 
 def _flags(nm: Numerics) -> dict:
@@ -81,6 +90,11 @@ def resolve_path(path, nm: Numerics, dtype, device) -> str:
     return path
 
 
+def _ntiles(n, block):
+    """Tile count for the interpreter's static loops; 1 on the compiled path so a new N needs no recompile."""
+    return triton.cdiv(n, block) if _interpreting() else 1
+
+
 def _blocks(path, d, kernel, block):
     if path == "native":
         cfg = native_config(d, kernel)
@@ -104,7 +118,7 @@ def attention_fwd(q, k, v, *, causal, scale, nm: Numerics, fix, beta, tie_tol, p
     o32 = torch.empty(q.shape, device=q.device, dtype=torch.float32) if store_o32 else lse
     grid = (triton.cdiv(N, cfg["BLOCK_M"]), B * H)
     attn_fwd_kernel[grid](q, k, v, o, o32, lse, float(scale), float(beta), float(tie_tol), N, seed,
-                          D=D, DP=DP, N_TILES=triton.cdiv(N, cfg["BLOCK_N"]), CAUSAL=causal, FIX=fix == "beta",
+                          D=D, DP=DP, N_TILES=_ntiles(N, cfg["BLOCK_N"]), CAUSAL=causal, FIX=fix == "beta",
                           NATIVE=path == "native", STATIC_LOOPS=_interpreting(), STORE_O32=store_o32,
                           **_fwd_flags(nm), **cfg)
     return o, lse, (o32 if store_o32 else None)
@@ -119,7 +133,7 @@ def compute_delta(o, do, q, k, v, lse, *, causal, scale, nm: Numerics, path, see
     if nm.delta_source == "dp_p":
         attn_bwd_dq_kernel[(triton.cdiv(N, cfg["BLOCK_M"]), B * H)](
             q, k, v, do, lse, delta, delta, float(scale), N, seed, D=D, DP=DP,
-            N_TILES=triton.cdiv(N, cfg["BLOCK_N"]), CAUSAL=causal, NATIVE=path == "native",
+            N_TILES=_ntiles(N, cfg["BLOCK_N"]), CAUSAL=causal, NATIVE=path == "native",
             STATIC_LOOPS=_interpreting(), ROUND_S=nm.round_s, ROUND_S_MINUS_M=nm.round_s_minus_m,
             ROUND_DS=nm.round_ds, ROUND_DELTA=nm.round_delta, DELTA_ONLY=True, **_flags(nm), **cfg)
     else:
@@ -145,10 +159,10 @@ def attention_bwd(do, q, k, v, o_for_delta, lse, *, causal, scale, nm: Numerics,
     common = dict(D=D, DP=DP, CAUSAL=causal, NATIVE=path == "native", STATIC_LOOPS=_interpreting(),
                   ROUND_S=nm.round_s, ROUND_S_MINUS_M=nm.round_s_minus_m, ROUND_DS=nm.round_ds, **_flags(nm), **cfg)
     attn_bwd_dkdv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), B * H)](
-        q, k, v, do, lse, delta, dk, dv, float(scale), N, seed, M_TILES=triton.cdiv(N, cfg["BLOCK_M"]),
+        q, k, v, do, lse, delta, dk, dv, float(scale), N, seed, M_TILES=_ntiles(N, cfg["BLOCK_M"]),
         ROUND_BWD_P=nm.round_bwd_p, **common)
     attn_bwd_dq_kernel[(triton.cdiv(N, cfg["BLOCK_M"]), B * H)](
-        q, k, v, do, lse, delta, dq, float(scale), N, seed, N_TILES=triton.cdiv(N, cfg["BLOCK_N"]),
+        q, k, v, do, lse, delta, dq, float(scale), N, seed, N_TILES=_ntiles(N, cfg["BLOCK_N"]),
         ROUND_DELTA=nm.round_delta, DELTA_ONLY=False, **common)
     return dq, dk, dv, delta
 
