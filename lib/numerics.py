@@ -11,8 +11,11 @@ Profiles
 * ``fa2``   — production FlashAttention-2: FP32 S, FP32 running max / row sum / O accumulator; P̄ rounded only as the
               P̄V matmul operand; normalise in FP32, round O once on store; LSE FP32; δ = rowsum(dO∘O) from the saved
               (rounded) O, in FP32; backward P and dS rounded only as matmul operands.
-* ``paper`` — the authors' pure-PyTorch FA under CUDA BF16 autocast (every op's output rounded). The exact placement
-              is established on the GPU by `lib/experiments/paper_placement.py` and documented in chapter 2.
+* ``paper`` — the authors' pure-PyTorch FA under CUDA BF16 autocast: BF16 wherever an op's output is BF16 under
+              autocast (einsum outputs, BF16 − BF16, in-place updates of BF16 buffers), FP32 where autocast runs the
+              op in FP32 (exp, log, sum). Checked on the GPU by `lib/experiments/paper_placement.py` (chapter 2).
+
+The exact arithmetic order each flag guards is written down in `lib/reference.py` (module docstring).
 """
 from __future__ import annotations
 
@@ -28,10 +31,10 @@ _ROUNDINGS = ("rne", "sr")
 class Numerics:
     # --- forward ------------------------------------------------------------------------------------------------
     round_s: bool = False          # scores S = scale·QKᵀ rounded (paper code: einsum output is BF16)
-    round_s_minus_m: bool = False  # the exponent argument S − m rounded before exp (BF16 elementwise op)
+    round_s_minus_m: bool = False  # forward exponent arguments S − m and m_old − m_new rounded before exp
     round_p: bool = True           # P̄ = exp(S − m) rounded: as the P̄V matmul operand (fa2) or stored (paper)
     rowsum_rounded_p: bool = False # ℓ sums the rounded P̄ (paper) instead of the FP32 P̄ (fa2)
-    round_l: bool = False          # row sum ℓ (per tile and running) kept in lp
+    round_l: bool = False          # running row sum ℓ = lp(α·ℓ + ℓ_tile), one rounding per tile (lp buffer)
     round_pv: bool = False         # each tile's P̄V product rounded before it meets the accumulator
     round_acc: bool = False        # O accumulator rounded after each tile's rescale-and-add (lp buffer)
     normalize_then_round: bool = True  # True: O = lp(acc/ℓ) with FP32 acc (fa2); False: O = lp(lp(acc)/lp(ℓ))
@@ -40,8 +43,12 @@ class Numerics:
     # --- backward -----------------------------------------------------------------------------------------------
     delta_source: str = "saved_o"  # δ from the saved O ("saved_o"), an FP32 recompute ("fp32_o"), or rowsum(dP∘P)
     round_delta: bool = False      # δ itself stored in lp (paper code)
+    round_delta_products: bool = False  # δ's elementwise products dO∘O rounded before the row sum
+    round_bwd_s_minus_lse: bool = False  # backward exponent argument S − LSE rounded before exp
     round_bwd_p: bool = True       # backward P = exp(S − LSE) rounded (as the dV matmul operand, or stored)
     round_ds: bool = True          # dS rounded (as the dQ / dK matmul operand, or stored)
+    round_dp: bool = False         # dP = dO·Vᵀ rounded (and dP − δ too when δ is also lp: round_delta)
+    round_grad_acc: bool = False   # each tile's dQ/dK/dV product rounded; dQ/dK/dV accumulators in lp
     # --- format ---------------------------------------------------------------------------------------------
     mantissa_bits: int = 7         # 7 = BF16; fewer = the precision dial (same 8-bit exponent)
     rounding: str = "rne"          # "rne" (round to nearest even) or "sr" (stochastic)
@@ -67,20 +74,24 @@ class Numerics:
 
 FP32 = Numerics(round_p=False, round_o=False, round_bwd_p=False, round_ds=False)
 FA2 = Numerics()
-# Provisional until lib/experiments/paper_placement.py has measured it on the GPU (see chapter 2).
-PAPER = Numerics(round_s=True, round_s_minus_m=True, round_p=True, rowsum_rounded_p=True, round_l=True,
-                 round_pv=True, round_acc=True, normalize_then_round=False, round_lse=True, round_o=True,
-                 delta_source="saved_o", round_delta=True, round_bwd_p=True, round_ds=True)
+# The authors' pure-PyTorch FA2 under CUDA BF16 autocast, as read from PyTorch's autocast rules: einsum outputs BF16
+# (S, P̄V, dP, dQ/dK/dV tiles), exp/log/sum run in FP32 (P̄, ℓ_tile, LSE, δ's row sum are FP32), BF16 − BF16 is BF16
+# (S − m), in-place updates of BF16 buffers round (ℓ, O accumulator, dQ/dK/dV accumulators). Checked bit-for-bit
+# on the GPU by `lib/experiments/paper_placement.py` (chapter 2 shows the measured agreement).
+PAPER = Numerics(round_s=True, round_s_minus_m=True, round_p=True, rowsum_rounded_p=False, round_l=True,
+                 round_pv=True, round_acc=True, normalize_then_round=False, round_lse=False, round_o=True,
+                 delta_source="saved_o", round_delta=False, round_delta_products=True, round_bwd_s_minus_lse=False,
+                 round_bwd_p=True, round_ds=True, round_dp=True, round_grad_acc=True)
 
 PROFILES = {"fp32": FP32, "fa2": FA2, "paper": PAPER}
 
 # One-line descriptions, used by the chapter-2 table (keep in field order).
 DESCRIPTIONS = {
     "round_s": "scores S = α·QKᵀ",
-    "round_s_minus_m": "exponent argument S − m",
+    "round_s_minus_m": "forward exponent arguments S − m, m_old − m_new",
     "round_p": "P̄ = exp(S − m) (matmul operand / stored)",
     "rowsum_rounded_p": "ℓ sums the rounded P̄",
-    "round_l": "row sum ℓ",
+    "round_l": "running row sum ℓ (once per tile)",
     "round_pv": "per-tile P̄V product",
     "round_acc": "O accumulator across tiles",
     "normalize_then_round": "normalise in FP32, then round once",
@@ -88,8 +99,12 @@ DESCRIPTIONS = {
     "round_o": "O returned / saved for backward",
     "delta_source": "δ source",
     "round_delta": "δ stored",
+    "round_delta_products": "δ's products dO∘O",
+    "round_bwd_s_minus_lse": "backward exponent argument S − LSE",
     "round_bwd_p": "backward P",
     "round_ds": "backward dS",
+    "round_dp": "backward dP (and dP − δ if δ is lp)",
+    "round_grad_acc": "dQ/dK/dV tile products and accumulators",
     "mantissa_bits": "mantissa bits",
     "rounding": "rounding mode",
 }
