@@ -39,7 +39,7 @@ def _round_out(x, offs, seed, M: tl.constexpr, STOCHASTIC: tl.constexpr, NATIVE:
 
 
 @triton.jit
-def row_pv_kernel(S, V, PV, O_RTN, O_NTR, ACC, L, seed, beta, R, N,
+def row_pv_kernel(S, V, P, PV, O_RTN, O_NTR, ACC, L, seed, beta, R, N,
                   stride_sb, stride_sr, stride_vb, stride_vn, stride_ob, stride_or,
                   D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, M: tl.constexpr,
                   USE_BETA: tl.constexpr, STOCHASTIC: tl.constexpr, NATIVE: tl.constexpr):
@@ -70,6 +70,8 @@ def row_pv_kernel(S, V, PV, O_RTN, O_NTR, ACC, L, seed, beta, R, N,
         acc = tl.dot(p_lp, v, input_precision="ieee")
         ell = tl.sum(p_lp, 1)
     ell = tl.where(row_ok, ell, 1.0)
+    p_offs = b * stride_sb + rows[:, None] * stride_sr + keys[None, :]
+    tl.store(P + p_offs, p_lp.to(tl.float32), mask=row_ok[:, None] & key_ok[None, :])
     o_offs = b * stride_ob + rows[:, None] * stride_or + feats[None, :]
     o_mask = row_ok[:, None]
     pv = _round_out(acc, o_offs, seed, M, STOCHASTIC, NATIVE)
@@ -88,7 +90,8 @@ def row_pv(S: torch.Tensor, V: torch.Tensor, m: int = 7, beta: float | None = No
 
     S: (B, R, N) float32 scores. V: (B, N, D) float32 values on the m-bit grid (converted to BF16 for the native
     path; D a power of two >= 16). Returns float32 tensors {"pv", "o_rtn", "o_ntr", "acc"} of shape (B, R, D) and
-    {"ell"} of shape (B, R); "acc" is the FP32 accumulator before rounding.
+    {"ell"} of shape (B, R) and {"p"} (the rounded P̄ operand, as FP32) of shape (B, R, N); "acc" is the FP32
+    accumulator before rounding.
     native=True needs a GPU and m = 7; stochastic rounding uses Philox(seed, element offset)."""
     from lib.setup import INTERPRET
     for name, t in (("S", S), ("V", V)):
@@ -119,9 +122,10 @@ def row_pv(S: torch.Tensor, V: torch.Tensor, m: int = 7, beta: float | None = No
     V = V.contiguous()
     out = {k: torch.empty((B, R, D), dtype=torch.float32, device=S.device) for k in ("pv", "o_rtn", "o_ntr", "acc")}
     out["ell"] = torch.empty((B, R), dtype=torch.float32, device=S.device)
+    out["p"] = torch.empty_like(S)
     block_n = max(16, triton.next_power_of_2(N))
     grid = (B, triton.cdiv(R, block_r))
-    row_pv_kernel[grid](S, V, out["pv"], out["o_rtn"], out["o_ntr"], out["acc"], out["ell"], seed,
+    row_pv_kernel[grid](S, V, out["p"], out["pv"], out["o_rtn"], out["o_ntr"], out["acc"], out["ell"], seed,
                         float(beta) if beta is not None else 1.0, R, N,
                         S.stride(0), S.stride(1), V.stride(0), V.stride(1), out["pv"].stride(0), out["pv"].stride(1),
                         D=D, BLOCK_R=block_r, BLOCK_N=block_n, M=m, USE_BETA=beta is not None,

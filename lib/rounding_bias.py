@@ -192,7 +192,7 @@ def emulate_rows(S: np.ndarray, V: np.ndarray, m: int = 7, beta: float | None = 
       o_rtn      round(round(Ō) / ℓ)                      "round then normalise" (paper code; ℓ kept FP32 here)
       o_ntr      round(Ō / ℓ)                             "normalise then round" (production FA2)
       pv_exact, o_exact (float64)                         the same operands in float64
-      pv_fp32                                             Ō before its final rounding
+      pv_fp32, ell_fp32                                   Ō and ℓ (B, R, 1) before any rounding
       tied_sum (float64)                                  Σ of the P̄ = 1 terms (the "big" part of Ō)
     `stochastic` replaces every output rounding by stochastic rounding (seeded by `rng`).
     `accumulate`: "sequential" (FP32, key by key, like Eq. 5 of the paper) or "exact" (float64 sums rounded once to
@@ -225,7 +225,7 @@ def emulate_rows(S: np.ndarray, V: np.ndarray, m: int = 7, beta: float | None = 
     o_rtn = _round((pv_lp / ell).astype(np.float32), m, stochastic, rng)
     o_ntr = _round((pv / ell).astype(np.float32), m, stochastic, rng)
     return {"pv_lp": pv_lp, "o_rtn": o_rtn, "o_ntr": o_ntr, "pv_exact": pv_exact, "o_exact": pv_exact / ell_exact,
-            "pv_fp32": pv, "tied_sum": tied_sum, "n_tied": tied.sum(axis=-1)}
+            "pv_fp32": pv, "ell_fp32": ell, "tied_sum": tied_sum, "n_tied": tied.sum(axis=-1)}
 
 
 def _ulps(x, exact, m):
@@ -276,6 +276,14 @@ def mc_cell(seed: int, k: int, gap: float, frac_neg: float = 1.0, n_keys: int = 
         rho = np.unique(r_fp32, return_inverse=True)
         pred = -theory.expected_error_float(k, rho[0], m)[rho[1].reshape(r_fp32.shape)]
         out["theory_pv"] = float(pred.mean())
+    out["theory_o_ntr"] = float("nan")
+    if with_theory and frac_neg == 1.0 and k in (1, 2, 4, 8):
+        # normalise-then-round: O = Σ_tied/k + ρ'·q exactly scales the k-term problem by 1/k (k a power of two), so
+        # the theory applies with the *signed* effective remainder k·ρ' (it can oppose the tied terms)
+        o32 = (base["pv_fp32"] / base["ell_fp32"]).astype(np.float32).astype(np.float64)
+        eff = -(o32 - base["tied_sum"] / k) * 2.0 ** m * k              # positive = same sign as the (negative) V
+        rho = np.unique(eff, return_inverse=True)
+        out["theory_o_ntr"] = float(-theory.expected_error_float(k, rho[0], m)[rho[1].reshape(eff.shape)].mean())
     return out
 
 
@@ -292,7 +300,8 @@ def mc_grid(seed: int, ks, gaps, frac_negs=(1.0,), n_keys_list=(256,), m: int = 
     for i, (k, g, f, n) in enumerate(it):
         c = mc_cell(seed + 1000 * i, k, g, f, n, m, **kw)
         rec = {"k": k, "gap": g, "frac_neg": f, "n_keys": n, "m": m, "seed": seed + 1000 * i,
-               "rho_mean": c["rho_mean"], "rho_lost": c["rho_lost"], "theory_pv": c["theory_pv"]}
+               "rho_mean": c["rho_mean"], "rho_lost": c["rho_lost"], "theory_pv": c["theory_pv"],
+               "theory_o_ntr": c["theory_o_ntr"]}
         for meth in METHODS:
             for key, v in c[meth].items():
                 rec[f"{meth}_{key}"] = v

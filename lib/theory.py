@@ -153,15 +153,16 @@ def theory_table(ks=range(1, 9), m: int = 7) -> list[dict]:
 
 
 def expected_error_float(k: int, rho, m: int = 7) -> np.ndarray:
-    """Vectorised float64 version of `expected_error_ulps` for many remainders rho (array, units of q).
+    """Vectorised float64 version of `expected_error_ulps` for many remainders rho (array, units of q; a negative
+    rho is a remainder of the opposite sign to the tied terms).
 
     Exact up to float64 rounding of rho; used to predict the Monte Carlo mean from each row's actual remainder."""
     S0, counts = sum_pmf(k, m)
     S = (S0 + np.arange(len(counts))).astype(np.float64)
     w = np.array([float(c) for c in counts]) / float(2 ** (m * k))
     rho = np.asarray(rho, dtype=np.float64)
-    if np.any(rho < 0):
-        raise ValueError("rho must be >= 0")
+    if np.any(S0 + rho <= 0):
+        raise ValueError("need S + rho > 0 (a negative rho, a remainder of the opposite sign, must not flip the sum)")
     x = S[None, :] + rho.reshape(-1, 1)                 # (n_rho, n_S), in units of q
     e = np.floor(np.log2(x))
     spacing = np.exp2(np.maximum(e - m, 0.0))           # ULP of the result in units of q (>= 1)
