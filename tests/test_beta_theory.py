@@ -57,3 +57,13 @@ def test_lse_error_grows_with_beta():
     assert math.isclose(float(e7), math.expm1(0.25))
     with pytest.raises(ValueError):
         bt.lse_relative_error(1.0, 1.0)
+
+
+def test_beta_window_figure_regions():
+    import matplotlib.pyplot as plt
+    fig = bt.beta_window_figure()
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any("ineffective" in s for s in labels) and any("underflow" in s for s in labels)
+    assert ax.get_xscale() == "log"
+    plt.close(fig)
