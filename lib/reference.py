@@ -1,0 +1,519 @@
+"""The oracle for the flash-attention kernels: an FP64 reference and a numpy emulator of any `Numerics` value.
+
+Two things live here.
+
+1. `attention_fp64(q, k, v, do=None, causal=, scale=)`: softmax attention in float64 on the whole matrix (no
+   tiles), forward O and LSE and, given dO, the gradients dQ, dK, dV. This is the accuracy yardstick.
+
+2. `emulate_forward`, `emulate_delta`, `emulate_backward` (and `emulate_attention` for both): the FlashAttention-2
+   algorithm on BLOCK_M × BLOCK_N tiles with every rounding point of a `lib.numerics.Numerics` value, written so that
+   Triton's CPU interpreter running `kernels/flash_fwd.py` / `kernels/flash_bwd.py` on the emulated path gives
+   **bit-identical** results (round to nearest even; stochastic rounding only agrees in distribution, because the
+   kernel's Philox streams are not replayed here).
+
+Arithmetic (the contract; `.notes/arithmetic-contract.md` holds the same text for the kernel author)
+------------------------------------------------------------------------------------------------------
+Everything is float32 numpy. ``rnd(x)`` is `lib.bf16.round_rne(x, mantissa_bits)` (or `round_stochastic`).
+What the interpreter does, and therefore what this module does, op by op (triton 3.6 ``runtime/interpreter.py``):
+``tl.dot(a, b)`` is ``np.matmul(a, b, dtype=float32) + 0`` on the zero-padded tile shapes (BM, DP) @ (DP, BN) etc.,
+with a transposed *view* where the kernel writes ``tl.trans``; ``tl.sum(x, 1)`` is ``np.sum(x, axis=1)`` on the
+padded tile (numpy's pairwise summation, so the padding is part of the grouping); ``tl.max`` is ``np.nanmax``;
+``tl.exp``/``tl.log`` are ``np.exp``/``np.log``; ``/`` is ``np.divide``. DP = max(16, next power of two ≥ head_dim).
+
+Masking: valid(r, c) = c < N and (not causal or c ≤ r). Masked scores are −inf (set after the optional rounding of
+S). Tiles entirely above the causal diagonal are skipped, as FA2 does; rows are never fully masked in causal
+self-attention, but a row *within a tile* can be, and the padding rows of the last query tile are computed and
+dropped. The scale α multiplies the FP32 product: ``s = dot(q, kᵀ) * α`` (one FP32 multiply), then ``[round_s]``.
+
+Forward, one query tile, key tiles j = 0, 1, … in increasing order (m = −inf, ℓ = 0, acc = 0)::
+
+    s   = dot(q, kᵀ)·α ; [round_s] rnd ; masked → −inf
+    m_t = max(s, 1) ; [fix="beta"] m_t = fixed_row_max(s, m_t, β, tie_tol)
+    m_new = max(m, m_t) ; m_use = 0 where m_new = −inf else m_new
+    e = m − m_use ; [round_s_minus_m] rnd ; α_j = exp(e)
+    x = s − m_use ; [round_s_minus_m] rnd ; p = exp(x) ; p_op = [round_p] rnd(p)
+    ℓ_t = sum(p_op if rowsum_rounded_p else p, 1) ; ℓ = ℓ·α_j + ℓ_t ; [round_l] rnd
+    acc = acc·α_j ; [round_acc] rnd ; pv = dot(p_op, v) ; [round_pv] rnd ; acc = acc + pv ; [round_acc] rnd
+    m = m_new
+  end: ℓ_safe = 1 where ℓ = 0; O = acc/ℓ_safe (normalize_then_round) or rnd(acc)/rnd(ℓ_safe); [round_o] rnd
+       LSE = (0 if m = −inf else m) + log(ℓ_safe) ; [round_lse] rnd
+
+δ: "saved_o"/"fp32_o": t = O∘dO on the (BM, DP) tile ; [round_delta_products] rnd ; δ = sum(t, 1) with O the saved
+O, or the O of an all-FP32 forward (same tiles and fix). "dp_p": δ = Σ_j sum(p∘dp, 1) over the key tiles of the
+dQ loop with FP32 p and FP32 dp. Then [round_delta] rnd.
+
+Backward, per (query tile, key tile), identical in the dQ loop (key tiles in order) and the dK/dV loop (query tiles
+in order); padding query rows have LSE = +inf and δ = 0::
+
+    s as forward ; x = s − LSE ; [round_bwd_s_minus_lse] rnd ; p = exp(x) ; p_op = [round_bwd_p] rnd(p)
+    dp = dot(dO, vᵀ) ; [round_dp] rnd ; t = dp − δ ; [round_dp and round_delta] rnd ; ds = p∘t ; ds_op = [round_ds] rnd
+    dQ: g = dot(ds_op, k) ; dK: g = dot(ds_opᵀ, q) ; dV: g = dot(p_opᵀ, dO) ;
+        each: [round_grad_acc] g = rnd(g) ; acc = acc + g ; [round_grad_acc] rnd
+    end: dQ·α, dK·α (FP32)
+
+The β fix (Qiu & Yao §4, per tile): see `fixed_row_max`. It is the only code that decides the fix, and the property
+tests (`tests/test_fix_property.py`) exercise it directly.
+
+Known differences from production FA2 (documented, not emulated): FA2 writes ``exp2(s·log2e − m·log2e)`` with an FMA,
+which changes the last FP32 bits of P̄; tensor-core accumulation order differs from ``np.matmul``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lib.bf16 import round_rne, round_stochastic
+from lib.numerics import FP32, Numerics, get_profile
+
+__all__ = ["attention_fp64", "fixed_row_max", "check_fix_args", "emulate_forward", "emulate_delta",
+           "emulate_backward", "emulate_attention", "ForwardResult", "padded_head_dim", "FIXES"]
+
+FIXES = (None, "beta")
+_F32 = np.float32
+_NEG_INF = _F32(-np.inf)
+
+
+# ----------------------------------------------------------------------------------------------- input handling
+def _to_numpy(x, name: str, dtype) -> np.ndarray:
+    """torch tensor (any float dtype, CPU or CUDA) or numpy array -> numpy array of `dtype` (exact widening)."""
+    try:
+        import torch
+        if isinstance(x, torch.Tensor):
+            x = x.detach().to("cpu", torch.float64 if dtype == np.float64 else torch.float32).numpy()
+    except ImportError:  # pragma: no cover
+        pass
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy array or a torch tensor, got {type(x).__name__}")
+    if x.dtype.kind != "f":
+        raise TypeError(f"{name} must have a floating dtype, got {x.dtype}")
+    return np.ascontiguousarray(x, dtype=dtype)
+
+
+def _qkv(q, k, v, dtype):
+    """Validate q, k, v (same shape, ≥2-D: (..., N, d)) and return them as (BH, N, d) arrays plus the lead shape."""
+    q, k, v = (_to_numpy(t, n, dtype) for t, n in ((q, "q"), (k, "k"), (v, "v")))
+    if q.ndim < 2:
+        raise ValueError(f"q, k, v must have shape (..., seq, head_dim), got q.shape={q.shape}")
+    if not (q.shape == k.shape == v.shape):
+        raise ValueError(f"q, k, v must have the same shape, got {q.shape}, {k.shape}, {v.shape}")
+    N, d = q.shape[-2:]
+    if N < 1 or d < 1:
+        raise ValueError(f"seq and head_dim must be ≥ 1, got shape {q.shape}")
+    lead = q.shape[:-2]
+    return q.reshape(-1, N, d), k.reshape(-1, N, d), v.reshape(-1, N, d), lead
+
+
+def _scale(scale, d) -> float:
+    if scale is None:
+        return 1.0 / float(np.sqrt(d))
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not np.isfinite(scale) \
+            or scale <= 0:
+        raise ValueError(f"scale must be a positive finite number, got {scale!r}")
+    return float(scale)
+
+
+def _blocks(block_m, block_n):
+    for name, b in (("block_m", block_m), ("block_n", block_n)):
+        if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1 or (b & (b - 1)):
+            raise ValueError(f"{name} must be a positive power of two, got {b!r}")
+    return int(block_m), int(block_n)
+
+
+def check_fix_args(fix, beta, tie_tol):
+    """Validate the fix arguments; returns (fix, beta, tie_tol). β must be > 1 (finite), tie_tol ≥ 0 (finite)."""
+    if fix not in FIXES:
+        raise ValueError(f"fix must be one of {FIXES}, got {fix!r}")
+    for name, val in (("beta", beta), ("tie_tol", tie_tol)):
+        if isinstance(val, bool) or not isinstance(val, (int, float, np.floating, np.integer)):
+            raise TypeError(f"{name} must be a real number, got {type(val).__name__}")
+        if not np.isfinite(val):
+            raise ValueError(f"{name} must be finite, got {val!r}")
+    if not beta > 1:
+        raise ValueError(f"beta must be > 1 (the fix lowers P̄'s maximum below 1 only then), got {beta!r}")
+    if tie_tol < 0:
+        raise ValueError(f"tie_tol must be ≥ 0, got {tie_tol!r}")
+    return fix, float(beta), float(tie_tol)
+
+
+def padded_head_dim(d: int) -> int:
+    """DP: the head dim the kernels compute on (max(16, next power of two ≥ d)); zero padding beyond d."""
+    return max(16, 1 << (int(d) - 1).bit_length())
+
+
+# ------------------------------------------------------------------------------------------------ FP64 reference
+def attention_fp64(q, k, v, do=None, *, causal: bool = True, scale=None) -> dict:
+    """Softmax attention in float64, untiled. q, k, v (and dO): (..., N, d).
+
+    Returns {"o": (..., N, d), "lse": (..., N) natural-log LSE of the scaled scores} and, when `do` is given,
+    {"dq", "dk", "dv"} (..., N, d) and "delta" (..., N) = rowsum(dO∘O). All float64 numpy."""
+    q3, k3, v3, lead = _qkv(q, k, v, np.float64)
+    N, d = q3.shape[1:]
+    a = _scale(scale, d)
+    s = a * np.einsum("bid,bjd->bij", q3, k3)
+    if causal:
+        s = np.where(np.tril(np.ones((N, N), bool)), s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    e = np.exp(s - m)
+    l = e.sum(-1, keepdims=True)
+    p = e / l
+    o = p @ v3
+    out = {"o": o.reshape(*lead, N, d), "lse": (m + np.log(l))[..., 0].reshape(*lead, N)}
+    if do is not None:
+        do3 = _to_numpy(do, "do", np.float64)
+        if do3.shape != (*lead, N, d):
+            raise ValueError(f"do must have the shape of q {(*lead, N, d)}, got {do3.shape}")
+        do3 = do3.reshape(-1, N, d)
+        dv = np.einsum("bij,bid->bjd", p, do3)
+        dp = do3 @ v3.transpose(0, 2, 1)
+        delta = (do3 * o).sum(-1, keepdims=True)
+        ds = p * (dp - delta)
+        out.update(dq=(a * ds @ k3).reshape(*lead, N, d),
+                   dk=(a * np.einsum("bij,bid->bjd", ds, q3)).reshape(*lead, N, d),
+                   dv=dv.reshape(*lead, N, d), delta=delta[..., 0].reshape(*lead, N))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------ the fix
+def fixed_row_max(s, m_t=None, *, beta: float = 7.0, tie_tol: float = 0.0) -> np.ndarray:
+    """The β fix of Qiu & Yao (§4, Alg. 1) for one tile: the adjusted row maxima.
+
+    s: (..., BN) scores of the tile (masked entries −inf), float32 (or float64 for exact-arithmetic checks).
+    m_t: (...,) the rows' maxima (default: ``np.nanmax(s, -1)``). Returns an array like m_t:
+      * a row whose maximum occurs at least twice — ``s ≥ m_t − tie_tol`` counted, so tie_tol = 0 is exact
+        equality — gets β·m_t if m_t > 0 and 0 if m_t < 0;
+      * m_t = 0, a single maximum, or a fully masked row (m_t = −inf) are left unchanged;
+      * where β·m_t overflows to +inf the row is left unchanged (m stays finite).
+    Arithmetic in the dtype of `s` (β converted to it first), exactly as the kernel does it."""
+    s = np.asarray(s)
+    if s.dtype.kind != "f":
+        raise TypeError(f"s must be a floating array, got {s.dtype}")
+    dt = s.dtype.type
+    check_fix_args("beta", beta, tie_tol)
+    m_t = np.nanmax(s, axis=-1) if m_t is None else np.asarray(m_t, dtype=s.dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        ties = np.sum(s >= (m_t - dt(tie_tol))[..., None], axis=-1)
+        repeated = (ties >= 2) & (m_t > dt(-np.inf))
+        scaled = dt(beta) * m_t
+    out = np.where(repeated & (m_t > 0) & np.isfinite(scaled), scaled, m_t)
+    out = np.where(repeated & (out < 0), dt(0), out)
+    return out.astype(s.dtype, copy=False)
+
+
+# --------------------------------------------------------------------------------------------------- emulator
+class _Rounder:
+    """rnd(·) of one Numerics value: RNE to `mantissa_bits`, or stochastic with a seeded generator."""
+
+    def __init__(self, nm: Numerics, seed: int):
+        self.m = nm.mantissa_bits
+        self.sr = nm.rounding == "sr"
+        self.rng = np.random.default_rng(seed) if self.sr else None
+
+    def __call__(self, x):
+        x = np.asarray(x, dtype=_F32)
+        if self.sr:
+            return round_stochastic(x, self.m, rng=self.rng)
+        return round_rne(x, self.m)
+
+
+def _dot(a, b):
+    """`tl.dot(a, b)` of the interpreter: float32 matmul plus a zero accumulator."""
+    return np.matmul(a, b, dtype=_F32) + np.zeros((a.shape[0], b.shape[1]), _F32)
+
+
+def _tile(x3, bh, start, rows, DP):
+    """Zero-padded (rows, DP) float32 tile of x3[bh] starting at row `start`."""
+    N, d = x3.shape[1:]
+    t = np.zeros((rows, DP), _F32)
+    stop = min(N, start + rows)
+    if stop > start:
+        t[:stop - start, :d] = x3[bh, start:stop]
+    return t
+
+
+def _vec(x2, bh, start, rows, fill):
+    N = x2.shape[1]
+    t = np.full(rows, fill, _F32)
+    stop = min(N, start + rows)
+    if stop > start:
+        t[:stop - start] = x2[bh, start:stop]
+    return t
+
+
+def _scores(q_t, k_t, scale, offs_m, offs_n, N, causal, nm, rnd):
+    s = _dot(q_t, k_t.T) * _F32(scale)
+    if nm.round_s:
+        s = rnd(s)
+    valid = offs_n[None, :] < N
+    if causal:
+        valid = valid & (offs_n[None, :] <= offs_m[:, None])
+    return np.where(valid, s, _NEG_INF)
+
+
+@dataclass
+class ForwardResult:
+    """Emulated forward. o: (..., N, d) float32 (on the lp grid if round_o); lse: (..., N) float32 natural log;
+    o32: O before its final rounding; m, l: (..., N) the final running max and row sum of each row."""
+    o: np.ndarray
+    lse: np.ndarray
+    o32: np.ndarray
+    m: np.ndarray
+    l: np.ndarray
+
+
+def _prep(q, k, v, numerics, causal, scale, block_m, block_n, fix, beta, tie_tol):
+    nm = get_profile(numerics)
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {causal!r}")
+    fix, beta, tie_tol = check_fix_args(fix, beta, tie_tol)
+    bm, bn = _blocks(block_m, block_n)
+    q3, k3, v3, lead = _qkv(q, k, v, _F32)
+    return nm, fix, beta, tie_tol, bm, bn, q3, k3, v3, lead, _scale(scale, q3.shape[2])
+
+
+def emulate_forward(q, k, v, numerics="fa2", *, causal: bool = True, scale=None, block_m: int = 64,
+                    block_n: int = 64, fix=None, beta: float = 7.0, tie_tol: float = 0.0,
+                    seed: int = 0) -> ForwardResult:
+    """FA2 forward under `numerics` on BLOCK_M × BLOCK_N tiles (module docstring: the exact order).
+
+    q, k, v: (..., N, d), any float dtype (converted exactly to float32; BF16 values stay BF16 values).
+    `seed` only drives stochastic rounding. Returns a `ForwardResult`."""
+    nm, fix, beta, tie_tol, bm, bn, q3, k3, v3, lead, a = _prep(q, k, v, numerics, causal, scale, block_m,
+                                                                  block_n, fix, beta, tie_tol)
+    rnd = _Rounder(nm, seed)
+    BH, N, d = q3.shape
+    DP = padded_head_dim(d)
+    o = np.zeros((BH, N, d), _F32)
+    o32 = np.zeros((BH, N, d), _F32)
+    lse = np.zeros((BH, N), _F32)
+    m_out = np.zeros((BH, N), _F32)
+    l_out = np.zeros((BH, N), _F32)
+    n_tiles = -(-N // bn)
+    for bh in range(BH):
+        for i in range(-(-N // bm)):
+            offs_m = i * bm + np.arange(bm)
+            q_t = _tile(q3, bh, i * bm, bm, DP)
+            m_i = np.full(bm, _NEG_INF, _F32)
+            l_i = np.zeros(bm, _F32)
+            acc = np.zeros((bm, DP), _F32)
+            hi = min(N, (i + 1) * bm) if causal else N
+            for j in range(n_tiles):
+                if not j * bn < hi:
+                    continue  # entirely above the causal diagonal: FA2 skips it
+                offs_n = j * bn + np.arange(bn)
+                k_t = _tile(k3, bh, j * bn, bn, DP)
+                v_t = _tile(v3, bh, j * bn, bn, DP)
+                s = _scores(q_t, k_t, a, offs_m, offs_n, N, causal, nm, rnd)
+                m_t = np.nanmax(s, axis=1)
+                if fix == "beta":
+                    m_t = fixed_row_max(s, m_t, beta=beta, tie_tol=tie_tol)
+                m_new = np.maximum(m_i, m_t)
+                m_use = np.where(m_new == _NEG_INF, _F32(0), m_new)
+                e = m_i - m_use
+                if nm.round_s_minus_m:
+                    e = rnd(e)
+                alpha = np.exp(e)
+                x = s - m_use[:, None]
+                if nm.round_s_minus_m:
+                    x = rnd(x)
+                p = np.exp(x)
+                p_op = rnd(p) if nm.round_p else p
+                l_t = np.sum(p_op if nm.rowsum_rounded_p else p, axis=1)
+                l_i = l_i * alpha + l_t
+                if nm.round_l:
+                    l_i = rnd(l_i)
+                acc = acc * alpha[:, None]
+                if nm.round_acc:
+                    acc = rnd(acc)
+                pv = _dot(p_op, v_t)
+                if nm.round_pv:
+                    pv = rnd(pv)
+                acc = acc + pv
+                if nm.round_acc:
+                    acc = rnd(acc)
+                m_i = m_new
+            l_safe = np.where(l_i == 0, _F32(1), l_i)
+            if nm.normalize_then_round:
+                o_t = acc / l_safe[:, None]
+            else:
+                o_t = rnd(acc) / rnd(l_safe)[:, None]
+            o_pre = o_t
+            if nm.round_o:
+                o_t = rnd(o_t)
+            lse_t = np.where(m_i == _NEG_INF, _F32(0), m_i) + np.log(l_safe)
+            if nm.round_lse:
+                lse_t = rnd(lse_t)
+            rows = slice(i * bm, min(N, (i + 1) * bm))
+            nr = rows.stop - rows.start
+            o[bh, rows] = o_t[:nr, :d]
+            o32[bh, rows] = o_pre[:nr, :d]
+            lse[bh, rows] = lse_t[:nr]
+            m_out[bh, rows] = m_i[:nr]
+            l_out[bh, rows] = l_i[:nr]
+    shp = lambda x: x.reshape(*lead, *x.shape[1:])  # noqa: E731
+    return ForwardResult(shp(o), shp(lse), shp(o32), shp(m_out), shp(l_out))
+
+
+def _bwd_tile(q_t, k_t, v_t, do_t, lse_t, delta_t, a, offs_m, offs_n, N, causal, nm, rnd):
+    """(p, p_op, ds_op, dp_fp32) of one (query tile, key tile), per the contract."""
+    s = _scores(q_t, k_t, a, offs_m, offs_n, N, causal, nm, rnd)
+    x = s - lse_t[:, None]
+    if nm.round_bwd_s_minus_lse:
+        x = rnd(x)
+    p = np.exp(x)
+    p_op = rnd(p) if nm.round_bwd_p else p
+    dp32 = _dot(do_t, v_t.T)
+    dp = rnd(dp32) if nm.round_dp else dp32
+    t = dp - delta_t[:, None]
+    if nm.round_dp and nm.round_delta:
+        t = rnd(t)
+    ds = p * t
+    ds_op = rnd(ds) if nm.round_ds else ds
+    return p, p_op, ds_op, dp32
+
+
+def _acc_add(acc, g, nm, rnd):
+    if nm.round_grad_acc:
+        return rnd(acc + rnd(g))
+    return acc + g
+
+
+def emulate_delta(o, do, numerics="fa2", *, q=None, k=None, v=None, lse=None, causal: bool = True, scale=None,
+                  block_m: int = 64, block_n: int = 64, fix=None, beta: float = 7.0, tie_tol: float = 0.0,
+                  seed: int = 0) -> np.ndarray:
+    """δ (..., N) float32 per `numerics.delta_source` (module docstring). `o` is the saved O for "saved_o"; "fp32_o"
+    needs q, k, v (it reruns an all-FP32 forward with the same tiles and fix); "dp_p" needs q, k, v and lse."""
+    nm = get_profile(numerics)
+    rnd = _Rounder(nm, seed + 1)
+    do_a = _to_numpy(do, "do", _F32)
+    N, d = do_a.shape[-2:]
+    lead = do_a.shape[:-2]
+    do3 = do_a.reshape(-1, N, d)
+    DP = padded_head_dim(d)
+    if nm.delta_source in ("saved_o", "fp32_o"):
+        if nm.delta_source == "fp32_o":
+            if q is None or k is None or v is None:
+                raise ValueError("delta_source='fp32_o' needs q, k, v")
+            o = emulate_forward(q, k, v, FP32, causal=causal, scale=scale, block_m=block_m, block_n=block_n,
+                                fix=fix, beta=beta, tie_tol=tie_tol).o
+        o3 = _to_numpy(o, "o", _F32)
+        if o3.shape != do_a.shape:
+            raise ValueError(f"o and do must have the same shape, got {o3.shape} and {do_a.shape}")
+        o3 = o3.reshape(-1, N, d)
+        delta = np.zeros(o3.shape[:2], _F32)
+        bm = _blocks(block_m, block_n)[0]
+        for bh in range(o3.shape[0]):
+            for i in range(-(-N // bm)):
+                t = _tile(o3, bh, i * bm, bm, DP) * _tile(do3, bh, i * bm, bm, DP)
+                if nm.round_delta_products:
+                    t = rnd(t)
+                dl = np.sum(t, axis=1)
+                if nm.round_delta:
+                    dl = rnd(dl)
+                rows = slice(i * bm, min(N, (i + 1) * bm))
+                delta[bh, rows] = dl[:rows.stop - rows.start]
+        return delta.reshape(*lead, N)
+    # dp_p: rowsum(dP ∘ P) over the key tiles of the dQ loop, FP32 P and dP
+    if q is None or k is None or v is None or lse is None:
+        raise ValueError("delta_source='dp_p' needs q, k, v and lse")
+    _, _, _, _, bm, bn, q3, k3, v3, _, a = _prep(q, k, v, nm, causal, scale, block_m, block_n, fix, beta, tie_tol)
+    lse2 = _to_numpy(lse, "lse", _F32).reshape(-1, N)
+    delta = np.zeros((q3.shape[0], N), _F32)
+    for bh in range(q3.shape[0]):
+        for i in range(-(-N // bm)):
+            offs_m = i * bm + np.arange(bm)
+            q_t, do_t = _tile(q3, bh, i * bm, bm, DP), _tile(do3, bh, i * bm, bm, DP)
+            lse_t = _vec(lse2, bh, i * bm, bm, np.inf)
+            dsum = np.zeros(bm, _F32)
+            hi = min(N, (i + 1) * bm) if causal else N
+            for j in range(-(-N // bn)):
+                if not j * bn < hi:
+                    continue
+                offs_n = j * bn + np.arange(bn)
+                k_t, v_t = _tile(k3, bh, j * bn, bn, DP), _tile(v3, bh, j * bn, bn, DP)
+                p, _, _, dp32 = _bwd_tile(q_t, k_t, v_t, do_t, lse_t, np.zeros(bm, _F32), a, offs_m, offs_n, N,
+                                          causal, nm, rnd)
+                dsum = dsum + np.sum(p * dp32, axis=1)
+            if nm.round_delta:
+                dsum = rnd(dsum)
+            rows = slice(i * bm, min(N, (i + 1) * bm))
+            delta[bh, rows] = dsum[:rows.stop - rows.start]
+    return delta.reshape(*lead, N)
+
+
+def emulate_backward(q, k, v, o, lse, do, numerics="fa2", *, causal: bool = True, scale=None, block_m: int = 64,
+                     block_n: int = 64, fix=None, beta: float = 7.0, tie_tol: float = 0.0, seed: int = 0,
+                     delta=None) -> dict:
+    """FA2 backward under `numerics`: {"delta": (..., N), "dq", "dk", "dv": (..., N, d)} float32.
+
+    o, lse: the (emulated) forward's outputs; do: dL/dO (..., N, d). `delta` overrides the δ pre-kernel. The fix
+    arguments only matter for delta_source="fp32_o" (the backward itself is unchanged by the fix)."""
+    nm, fix, beta, tie_tol, bm, bn, q3, k3, v3, lead, a = _prep(q, k, v, numerics, causal, scale, block_m,
+                                                                  block_n, fix, beta, tie_tol)
+    BH, N, d = q3.shape
+    DP = padded_head_dim(d)
+    do3 = _to_numpy(do, "do", _F32)
+    if do3.shape != (*lead, N, d):
+        raise ValueError(f"do must have the shape of q {(*lead, N, d)}, got {do3.shape}")
+    do3 = do3.reshape(BH, N, d)
+    lse2 = _to_numpy(lse, "lse", _F32).reshape(BH, N)
+    if delta is None:
+        delta = emulate_delta(o, do, nm, q=q, k=k, v=v, lse=lse, causal=causal, scale=scale, block_m=bm,
+                              block_n=bn, fix=fix, beta=beta, tie_tol=tie_tol, seed=seed)
+    delta2 = _to_numpy(delta, "delta", _F32).reshape(BH, N)
+    rnd = _Rounder(nm, seed + 2)
+    dq = np.zeros((BH, N, d), _F32)
+    dk = np.zeros((BH, N, d), _F32)
+    dv = np.zeros((BH, N, d), _F32)
+    n_m, n_n = -(-N // bm), -(-N // bn)
+    for bh in range(BH):
+        qs = [_tile(q3, bh, i * bm, bm, DP) for i in range(n_m)]
+        dos = [_tile(do3, bh, i * bm, bm, DP) for i in range(n_m)]
+        lses = [_vec(lse2, bh, i * bm, bm, np.inf) for i in range(n_m)]
+        dls = [_vec(delta2, bh, i * bm, bm, 0.0) for i in range(n_m)]
+        ks = [_tile(k3, bh, j * bn, bn, DP) for j in range(n_n)]
+        vs = [_tile(v3, bh, j * bn, bn, DP) for j in range(n_n)]
+
+        def tile(i, j):
+            return _bwd_tile(qs[i], ks[j], vs[j], dos[i], lses[i], dls[i], a, i * bm + np.arange(bm),
+                             j * bn + np.arange(bn), N, causal, nm, rnd)
+
+        # dK/dV kernel: one key tile, query tiles in increasing order (causal: from the first that reaches it)
+        for j in range(n_n):
+            lo = (j * bn) // bm * bm if causal else 0
+            dk_t = np.zeros((bn, DP), _F32)
+            dv_t = np.zeros((bn, DP), _F32)
+            for i in range(n_m):
+                if not i * bm >= lo:
+                    continue
+                _, p_op, ds_op, _ = tile(i, j)
+                dv_t = _acc_add(dv_t, _dot(p_op.T, dos[i]), nm, rnd)
+                dk_t = _acc_add(dk_t, _dot(ds_op.T, qs[i]), nm, rnd)
+            dk_t = dk_t * _F32(a)
+            rows = slice(j * bn, min(N, (j + 1) * bn))
+            dk[bh, rows] = dk_t[:rows.stop - rows.start, :d]
+            dv[bh, rows] = dv_t[:rows.stop - rows.start, :d]
+        # dQ kernel: one query tile, key tiles in increasing order (causal: up to the diagonal)
+        for i in range(n_m):
+            hi = min(N, (i + 1) * bm) if causal else N
+            dq_t = np.zeros((bm, DP), _F32)
+            for j in range(n_n):
+                if not j * bn < hi:
+                    continue
+                _, _, ds_op, _ = tile(i, j)
+                dq_t = _acc_add(dq_t, _dot(ds_op, ks[j]), nm, rnd)
+            dq_t = dq_t * _F32(a)
+            rows = slice(i * bm, min(N, (i + 1) * bm))
+            dq[bh, rows] = dq_t[:rows.stop - rows.start, :d]
+    shp = lambda x: x.reshape(*lead, *x.shape[1:])  # noqa: E731
+    return {"delta": delta2.reshape(*lead, N), "dq": shp(dq), "dk": shp(dk), "dv": shp(dv)}
+
+
+def emulate_attention(q, k, v, do=None, numerics="fa2", **kw) -> dict:
+    """Forward (and backward when `do` is given) of the emulator. Keyword arguments as `emulate_forward`.
+    Returns {"o", "lse", "o32", "m", "l"} plus {"delta", "dq", "dk", "dv"} with `do`."""
+    fwd = emulate_forward(q, k, v, numerics, **kw)
+    out = {"o": fwd.o, "lse": fwd.lse, "o32": fwd.o32, "m": fwd.m, "l": fwd.l}
+    if do is not None:
+        out.update(emulate_backward(q, k, v, fwd.o, fwd.lse, do, numerics, **kw))
+    return out
