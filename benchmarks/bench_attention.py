@@ -96,19 +96,42 @@ def path_agreement(D=64, N=1000):
     """Native vs emulated forward on random BF16 inputs with the same tiles: bitwise-equal fraction, max |ΔO|."""
     g = torch.Generator(device="cuda").manual_seed(1)
     q, k, v = (torch.randn((2, 4, N, D), device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
-    cfg = NATIVE_CONFIGS[("fwd", D <= 64)]
     res = {}
     for fix in (None, "beta"):
-        o_n = attention(q, k, v, causal=True, fix=fix, path="native").float()
-        o_e = attention(q, k, v, causal=True, fix=fix, path="emulated", block=(cfg["BLOCK_M"], cfg["BLOCK_N"])).float()
+        o_n = attention(q, k, v, causal=True, fix=fix, path="native", block=(64, 64)).float()
+        o_e = attention(q, k, v, causal=True, fix=fix, path="emulated", block=(64, 64)).float()
         ref = torch.softmax((q.double() @ k.double().transpose(-1, -2) / D ** 0.5).masked_fill(
             torch.ones(N, N, dtype=torch.bool, device="cuda").triu(1), float("-inf")), -1) @ v.double()
         res[str(fix)] = {"bitwise_equal_fraction": (o_n == o_e).float().mean().item(),
                          "max_abs_diff": (o_n - o_e).abs().max().item(),
                          "max_abs_err_native_vs_fp64": (o_n.double() - ref).abs().max().item(),
                          "max_abs_err_emulated_vs_fp64": (o_e.double() - ref).abs().max().item(),
-                         "shape": [2, 4, N, D], "causal": True}
+                         "shape": [2, 4, N, D], "causal": True, "block": [64, 64]}
     return res
+
+
+def _save(rows, tuned, agree, seqs, t0, out):
+    fb = [r for r in rows if r["mode"] == "fwd+bwd"]
+    summary = {"fwd+bwd_ratio_vs_sdpa_min": min(r["ratio_ours_vs_sdpa"] for r in fb),
+               "fwd+bwd_ratio_vs_sdpa_median": sorted(r["ratio_ours_vs_sdpa"] for r in fb)[len(fb) // 2],
+               "fix_overhead_fwd+bwd_max": max(r["fix_overhead"] for r in fb),
+               "fix_overhead_fwd+bwd_median": sorted(r["fix_overhead"] for r in fb)[len(fb) // 2],
+               "complete": agree is not None}
+    print(f"summary: {summary}", flush=True)
+    from lib import results
+    return results.save("attention_bench", "full",
+                        {"rows": rows, "summary": summary, "tuned": {str(d): t for d, t in tuned.items()},
+                         "configs_used": {f"{k[0]}_{'d<=64' if k[1] else 'd>64'}": v
+                                          for k, v in NATIVE_CONFIGS.items()},
+                         "path_agreement": agree},
+                        depends_on=["kernels/flash_fwd.py", "kernels/flash_bwd.py", "kernels/attention.py",
+                                    "benchmarks/bench_attention.py"],
+                        seeds=[0, 1], wall_s=round(time.perf_counter() - t0, 1),
+                        config={"seqs": seqs, "head_dims": [64, 128], "causal": True, "dtype": "bfloat16",
+                                "tokens_per_batch": 16384, "heads_x_dim": 2048,
+                                "timer": "triton.testing.do_bench median", "torch": torch.__version__,
+                                "triton": triton.__version__},
+                        root=out)
 
 
 def main(argv=None):
@@ -148,27 +171,10 @@ def main(argv=None):
                 rows.append(row)
             del q, k, v
             torch.cuda.empty_cache()
+        _save(rows, tuned, None, seqs, t0, args.out)      # partial result, in case the run is cut short
     agree = path_agreement()
     log(f"path agreement: {agree}")
-    fb = [r for r in rows if r["mode"] == "fwd+bwd"]
-    summary = {"fwd+bwd_ratio_vs_sdpa_min": min(r["ratio_ours_vs_sdpa"] for r in fb),
-               "fwd+bwd_ratio_vs_sdpa_median": sorted(r["ratio_ours_vs_sdpa"] for r in fb)[len(fb) // 2],
-               "fix_overhead_fwd+bwd_max": max(r["fix_overhead"] for r in fb),
-               "fix_overhead_fwd+bwd_median": sorted(r["fix_overhead"] for r in fb)[len(fb) // 2]}
-    log(f"summary: {summary}")
-    from lib import results
-    path = results.save("attention_bench", "full",
-                        {"rows": rows, "summary": summary, "tuned": {str(d): t for d, t in tuned.items()},
-                         "configs_used": {f"{k[0]}_{'d<=64' if k[1] else 'd>64'}": v
-                                          for k, v in NATIVE_CONFIGS.items()},
-                         "path_agreement": agree},
-                        depends_on=["kernels/flash_fwd.py", "kernels/flash_bwd.py", "kernels/attention.py",
-                                    "benchmarks/bench_attention.py"],
-                        seeds=[0, 1], wall_s=round(time.perf_counter() - t0, 1),
-                        config={"seqs": seqs, "head_dims": [64, 128], "causal": True, "dtype": "bfloat16",
-                                "tokens_per_batch": 16384, "heads_x_dim": 2048, "timer": "triton.testing.do_bench median",
-                                "torch": torch.__version__, "triton": triton.__version__},
-                        root=args.out)
+    path = _save(rows, tuned, agree, seqs, t0, args.out)
     log(f"wrote {path}")
 
 

@@ -30,7 +30,8 @@ from kernels.rounding import rne_mantissa, sr_mantissa
 __all__ = ["attn_fwd_kernel", "round_point", "load_rows", "score_tile"]
 
 # Salts that give each rounding point its own random stream under stochastic rounding.
-SALT_S, SALT_SM, SALT_P, SALT_L, SALT_PV, SALT_ACC, SALT_O, SALT_LSE, SALT_DELTA, SALT_BP, SALT_DS = range(1, 12)
+(SALT_S, SALT_SM, SALT_P, SALT_L, SALT_PV, SALT_ACC, SALT_O, SALT_LSE, SALT_DELTA, SALT_BP,
+ SALT_DS) = (tl.constexpr(i) for i in range(1, 12))
 
 
 @triton.jit
