@@ -19,6 +19,7 @@ import time
 # name -> module (relative to this package). Order = order of `all`.
 REGISTRY = {
     "rounding_exhaustive": "rounding_exhaustive",
+    "paper_placement": "paper_placement",  # chapter 2
     "bias_montecarlo": "bias_montecarlo", "bias_kernel": "bias_kernel",  # chapter 1
 }
 

@@ -1,0 +1,326 @@
+"""Where does the authors' pure-PyTorch flash attention round? Established bit-for-bit against the emulator.
+
+`AuthorsFA2` below is our PyTorch implementation of the algorithm the authors' `attention.py` runs, written from
+its description in the reference notes (paper dossier §8 and §5.4; their code is not copied): FA2 forward and
+backward over q- and k-tiles (512 × 512 in their model), scores `einsum(q, k)·α`, masked with −finfo(dtype).max in
+the forward and −inf in the backward, the running max / row sum / output kept in buffers of the input dtype and
+updated in place, δ = rowsum(dO∘O) recomputed per tile, dQ/dK/dV accumulated in place; the optional β fix
+(`stable=True`: repeated tile max within 1e-3, β = 2 in their current code).
+
+It is called with BF16 q, k, v under `torch.autocast(device, dtype=torch.bfloat16)`, as their model calls it (the
+attention inputs are the BF16 outputs of `c_attn` under autocast). Three ways of running the backward:
+
+* ``eager``          — backward outside autocast, as their `train.py` calls `loss.backward()`;
+* ``eager_bwd_autocast`` — backward inside autocast (what a backward traced under the forward's autocast sees);
+* ``compiled``       — `torch.compile` of the forward call (their default `compile=True`), backward outside.
+
+For each run that completes, O, LSE, δ and dQ/dK/dV are compared bit-for-bit with `lib.reference` emulating
+candidate `Numerics` values on the same inputs and tiles: the predicted placement (`lib.numerics.PAPER`), each
+one-flag flip of it, the older "everything BF16" reading, and fa2 / fp32 for scale. The candidate that matches is
+the placement; a flip that lowers the match proves that its rounding point is really there (or really absent).
+The dtype of every intermediate is recorded too (`trace`), which is the direct evidence.
+
+At ``ci`` scale the same code runs on the CPU with small shapes; CPU autocast has different op lists (e.g. `exp`
+stays BF16), so its finding is labelled CPU and is not the paper's placement.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import torch
+
+from lib import scale as scale_mod
+from lib.numerics import FA2, FP32, PAPER, Numerics
+from lib.reference import emulate_attention
+
+NAME = "paper_placement"
+DEPENDS = ["lib/experiments/paper_placement.py", "lib/reference.py", "lib/numerics.py", "lib/bf16.py"]
+
+_NEG_MAX_NOTE = "forward masks with -finfo(dtype).max, backward with -inf (as described for the authors' code)"
+
+
+# ------------------------------------------------------------------------------------ the authors' algorithm
+class AuthorsFA2(torch.autograd.Function):
+    """FA2 in plain PyTorch ops, as the authors' model runs it. q, k, v: (B, H, N, d). Returns O (dtype of q).
+
+    `trace` (a dict or None) receives the dtype of each named intermediate and, as tensors, δ and LSE."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, q_tile, k_tile, stable, beta, tie_tol, trace):
+        dt, dev = q.dtype, q.device
+        N, d = q.shape[-2:]
+        alpha_scale = d ** -0.5
+        neg = -torch.finfo(dt).max
+        out = torch.zeros_like(q)
+        row_sum = torch.zeros((*q.shape[:-1], 1), dtype=dt, device=dev)
+        row_max = torch.full((*q.shape[:-1], 1), neg, dtype=dt, device=dev)
+
+        def note(name, t):
+            if trace is not None and name not in trace:
+                trace[name] = str(t.dtype).replace("torch.", "")
+
+        for i0 in range(0, N, q_tile):
+            qi = q[..., i0:i0 + q_tile, :]
+            oi, li, mi = out[..., i0:i0 + q_tile, :], row_sum[..., i0:i0 + q_tile, :], row_max[..., i0:i0 + q_tile, :]
+            for j0 in range(0, N, k_tile):
+                kj, vj = k[..., j0:j0 + k_tile, :], v[..., j0:j0 + k_tile, :]
+                s = torch.einsum("...id,...jd->...ij", qi, kj) * alpha_scale
+                note("S", s)
+                if causal and i0 < j0 + k_tile - 1:
+                    above = torch.ones(qi.shape[-2], kj.shape[-2], dtype=torch.bool, device=dev).triu(i0 - j0 + 1)
+                    s.masked_fill_(above, neg)
+                m_tile = s.amax(dim=-1, keepdim=True)
+                if stable:
+                    near = (s >= (m_tile - tie_tol)).sum(dim=-1, keepdim=True) > 1
+                    m_tile = torch.where(near & (m_tile > 0), beta * m_tile, m_tile)
+                    m_tile = torch.where(near & (m_tile < 0), 0, m_tile)
+                note("m_tile", m_tile)
+                m_new = torch.maximum(m_tile, mi)
+                s_minus_m = s - m_new
+                note("S_minus_m", s_minus_m)
+                p = torch.exp(s_minus_m)
+                note("P", p)
+                l_tile = p.sum(dim=-1, keepdim=True).clamp(min=1e-10)
+                note("l_tile", l_tile)
+                pv = torch.einsum("...ij,...jd->...id", p, vj)
+                note("PV", pv)
+                rescale = torch.exp(mi - m_new)
+                note("rescale", rescale)
+                l_new = rescale * li + l_tile
+                note("l_update", l_new)
+                oi.mul_(rescale).add_(pv)
+                note("O_acc", oi)
+                mi.copy_(m_new)
+                li.copy_(l_new)
+                note("l_running", li)
+            oi.div_(li)
+        lse = row_sum.log() + row_max
+        note("LSE", lse)
+        note("O", out)
+        if trace is not None:
+            trace["_lse"] = lse.detach().float().squeeze(-1).cpu()
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.cfg = (causal, q_tile, k_tile, alpha_scale, trace)
+        return out
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, out, lse = ctx.saved_tensors
+        causal, q_tile, k_tile, alpha_scale, trace = ctx.cfg
+        dev = q.device
+        N = q.shape[-2]
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        deltas = []
+
+        def note(name, t):
+            if trace is not None and name not in trace:
+                trace[name] = str(t.dtype).replace("torch.", "")
+
+        note("dO", do)
+        for i0 in range(0, N, q_tile):
+            qi, oi, doi, lsei = (t[..., i0:i0 + q_tile, :] for t in (q, out, do, lse))
+            dqi = dq[..., i0:i0 + q_tile, :]
+            for j0 in range(0, N, k_tile):
+                kj, vj = k[..., j0:j0 + k_tile, :], v[..., j0:j0 + k_tile, :]
+                dkj, dvj = dk[..., j0:j0 + k_tile, :], dv[..., j0:j0 + k_tile, :]
+                s = torch.einsum("...id,...jd->...ij", qi, kj) * alpha_scale
+                if causal and i0 < j0 + k_tile - 1:
+                    above = torch.ones(qi.shape[-2], kj.shape[-2], dtype=torch.bool, device=dev).triu(i0 - j0 + 1)
+                    s.masked_fill_(above, float("-inf"))
+                x = s - lsei
+                note("bwd_S_minus_LSE", x)
+                p = torch.exp(x)
+                note("bwd_P", p)
+                dv_tile = torch.einsum("...ij,...id->...jd", p, doi)
+                note("dV_tile", dv_tile)
+                dp = torch.einsum("...id,...jd->...ij", doi, vj)
+                note("dP", dp)
+                prod = doi * oi
+                note("dO*O", prod)
+                delta = prod.sum(dim=-1, keepdim=True)
+                note("delta", delta)
+                if j0 == 0:
+                    deltas.append(delta.detach().float().squeeze(-1))
+                t = dp - delta
+                note("dP_minus_delta", t)
+                ds = p * alpha_scale * t
+                note("dS", ds)
+                dq_tile = torch.einsum("...ij,...jd->...id", ds, kj)
+                dk_tile = torch.einsum("...ij,...id->...jd", ds, qi)
+                dqi.add_(dq_tile)
+                dkj.add_(dk_tile)
+                dvj.add_(dv_tile)
+                note("dQ_acc", dqi)
+        if trace is not None:
+            trace["_delta"] = torch.cat(deltas, dim=-1).cpu()
+        return dq, dk, dv, None, None, None, None, None, None, None
+
+
+def authors_attention(q, k, v, *, causal=True, q_tile=512, k_tile=512, stable=False, beta=2.0, tie_tol=1e-3,
+                      trace=None):
+    """Call `AuthorsFA2` (q, k, v: (B, H, N, d), any float dtype)."""
+    return AuthorsFA2.apply(q, k, v, causal, q_tile, k_tile, stable, beta, tie_tol, trace)
+
+
+# ------------------------------------------------------------------------------------------------- inputs
+def make_inputs(kind: str, B: int, H: int, N: int, d: int, seed: int):
+    """BF16 (q, k, v, dO) of shape (B, H, N, d) on the CPU.
+
+    * "random": N(0, 1) entries.
+    * "attention": concentrated rows with exactly tied maxima, as in the paper's failing layer: a few "sink" keys
+      are the same vector u (so their scores tie bit-for-bit), queries are aligned with u (scores ≈ 10–20 on the
+      sinks, O(1) elsewhere), V is mostly negative (N(−2, 0.3)), dO mostly negative (sign-correlated with O)."""
+    g = torch.Generator().manual_seed(seed)
+    if kind == "random":
+        q, k, v, do = (torch.randn(B, H, N, d, generator=g) for _ in range(4))
+    elif kind == "attention":
+        u = torch.randn(B, H, 1, d, generator=g)
+        u = u / u.norm(dim=-1, keepdim=True)
+        k = 0.5 * torch.randn(B, H, N, d, generator=g)
+        sinks = torch.tensor([0, 1, 2]) if N > 3 else torch.tensor([0])
+        sinks = torch.unique(torch.cat([sinks, torch.randint(0, N, (max(1, N // 128),), generator=g)]))
+        k[:, :, sinks, :] = u * 4.0
+        gain = 2.5 + 2.5 * torch.rand(B, H, N, 1, generator=g)          # |q·u|·α·4 ≈ 10..20 on the sinks
+        q = gain * u * math.sqrt(d) + 0.5 * torch.randn(B, H, N, d, generator=g)
+        v = -2.0 + 0.3 * torch.randn(B, H, N, d, generator=g)
+        do = -1.0 + 0.5 * torch.randn(B, H, N, d, generator=g)
+    else:
+        raise ValueError(f"unknown input kind {kind!r}")
+    return tuple(t.to(torch.bfloat16) for t in (q, k, v, do))
+
+
+# ------------------------------------------------------------------------------------------------ candidates
+_FLIP_FIELDS = ("round_s", "round_s_minus_m", "rowsum_rounded_p", "round_l", "round_pv", "round_acc",
+                "normalize_then_round", "round_lse", "round_delta", "round_delta_products", "round_bwd_s_minus_lse",
+                "round_dp", "round_grad_acc")
+ALL_BF16 = PAPER.replace(rowsum_rounded_p=True, round_lse=True, round_delta=True, round_bwd_s_minus_lse=True)
+
+
+def candidates() -> dict:
+    """name -> Numerics: the predicted placement, each one-flag flip of it, 'all BF16', fa2 and fp32."""
+    out = {"paper (predicted)": PAPER}
+    for f in _FLIP_FIELDS:
+        out[f"paper, {f}={not getattr(PAPER, f)}"] = PAPER.replace(**{f: not getattr(PAPER, f)})
+    out["all BF16 (provisional reading)"] = ALL_BF16
+    out["fa2"] = FA2
+    out["fp32"] = FP32
+    return out
+
+
+def _ulp_lp(x):
+    """Spacing of the BF16 grid at |x| (float64), with the subnormal floor."""
+    a = np.abs(x.astype(np.float64))
+    e = np.floor(np.log2(np.where(a > 0, a, 1.0)))
+    return np.ldexp(1.0, (np.maximum(e, -126) - 7).astype(int))
+
+
+def agreement(run: np.ndarray, emu: np.ndarray) -> dict:
+    """Fractions of elements that are bit-identical and within one BF16 ulp; both float32 arrays."""
+    run, emu = np.asarray(run, np.float32), np.asarray(emu, np.float32)
+    same = (run.view(np.uint32) == emu.view(np.uint32)) | ((run == 0) & (emu == 0))
+    both_nan = np.isnan(run) & np.isnan(emu)
+    close = np.abs(run.astype(np.float64) - emu) <= _ulp_lp(np.maximum(np.abs(run), np.abs(emu)))
+    return {"bit_identical": float(np.mean(same | both_nan)), "within_1ulp_bf16": float(np.mean(close | both_nan))}
+
+
+# ------------------------------------------------------------------------------------------------ running it
+def _run_mode(mode, q, k, v, do, device, tile, causal, stable, beta, tie_tol):
+    """Run the authors' algorithm one way. Returns (outputs as float32 numpy or None, trace, error or None)."""
+    trace = {} if mode != "compiled" else None
+    qd, kd, vd = (t.to(device).requires_grad_(True) for t in (q, k, v))
+    dod = do.to(device)
+    ac = torch.autocast(device_type=device, dtype=torch.bfloat16)
+
+    def fwd(a, b, c):
+        return authors_attention(a, b, c, causal=causal, q_tile=tile, k_tile=tile, stable=stable, beta=beta,
+                                 tie_tol=tie_tol, trace=trace)
+
+    outputs = {}
+    try:
+        f = torch.compile(fwd) if mode == "compiled" else fwd
+        with ac:
+            o = f(qd, kd, vd)
+        outputs["o"] = o.detach().float().cpu().numpy()
+        if mode == "eager_bwd_autocast":
+            with ac:
+                o.backward(dod)
+        else:
+            o.backward(dod)
+        outputs.update(dq=qd.grad.float().cpu().numpy(), dk=kd.grad.float().cpu().numpy(),
+                       dv=vd.grad.float().cpu().numpy())
+        err = None
+    except Exception as e:  # recorded: e.g. a dtype mismatch in the eager backward is itself a finding
+        err = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+    if trace is not None:
+        for key in ("_lse", "_delta"):
+            if key in trace:
+                outputs[key[1:]] = trace.pop(key).numpy()
+    return (outputs or None), trace, err
+
+
+def run(scale: str) -> dict:
+    device = "cuda" if scale == "full" else "cpu"
+    cfg = scale_mod.pick(scale,
+                         ci=dict(B=1, H=1, N=96, d=16, tiles=[32], kinds=["random", "attention"],
+                                 modes=["eager", "eager_bwd_autocast"]),
+                         full=dict(B=1, H=2, N=1024, d=64, tiles=[512, 128], kinds=["random", "attention"],
+                                   modes=["eager", "eager_bwd_autocast", "compiled"]))
+    seed = 1234
+    causal = True
+    cands = candidates()
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False   # as the authors' train.py
+        torch.backends.cudnn.allow_tf32 = False
+    records = []
+    traces = {}
+    t_all = time.perf_counter()
+    for kind in cfg["kinds"]:
+        q, k, v, do = make_inputs(kind, cfg["B"], cfg["H"], cfg["N"], cfg["d"], seed)
+        for tile in cfg["tiles"]:
+            emu = {}
+            # every candidate at the authors' tile; at other tiles only the predicted placement and its rivals
+            keep = cands if tile == cfg["tiles"][0] else {c: cands[c] for c in
+                                                           ("paper (predicted)", "all BF16 (provisional reading)", "fa2")}
+            for cname, nm in keep.items():
+                emu[cname] = emulate_attention(q, k, v, do, nm, causal=True, block_m=tile, block_n=tile)
+            for stable in (False, True):
+                if stable:
+                    emu_fix = emulate_attention(q, k, v, None, PAPER, causal=True, block_m=tile, block_n=tile,
+                                                fix="beta", beta=2.0, tie_tol=1e-3)
+                for mode in cfg["modes"]:
+                    if stable and mode != "eager_bwd_autocast":
+                        continue  # the fix is forward-only: one run suffices
+                    if mode == "compiled" and tile != cfg["tiles"][0]:
+                        continue
+                    t0 = time.perf_counter()
+                    outs, trace, err = _run_mode(mode, q, k, v, do, device, tile, causal, stable, 2.0, 1e-3)
+                    rec = {"kind": kind, "tile": tile, "mode": mode, "stable": stable, "error": err,
+                           "seconds": round(time.perf_counter() - t0, 2), "agreement": {}}
+                    if trace is not None:
+                        traces[f"{kind}/{tile}/{mode}/{'stable' if stable else 'plain'}"] = trace
+                    if outs is not None:
+                        if stable:
+                            rec["agreement"]["paper (predicted) + fix beta=2, tol=1e-3"] = {
+                                "o": agreement(outs["o"], emu_fix["o"])}
+                        else:
+                            for cname, e in emu.items():
+                                rec["agreement"][cname] = {key: agreement(outs[key], e[key])
+                                                           for key in ("o", "lse", "delta", "dq", "dk", "dv")
+                                                           if key in outs}
+                    records.append(rec)
+                    print(f"[{NAME}] {kind} tile={tile} {mode} stable={stable} err={err}", flush=True)
+    best = {}
+    for rec in records:
+        if rec["stable"] or not rec["agreement"]:
+            continue
+        score = {c: float(np.mean([v["bit_identical"] for v in a.values()])) for c, a in rec["agreement"].items()}
+        best[f"{rec['kind']}/{rec['tile']}/{rec['mode']}"] = max(score, key=score.get)
+    data = {
+        "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+        "autocast_device": device, "torch": torch.__version__, "records": records, "traces": traces,
+        "best_candidate": best, "candidates": {c: nm.as_dict() for c, nm in cands.items()},
+        "predicted": PAPER.as_dict(), "note": _NEG_MAX_NOTE, "wall_s": round(time.perf_counter() - t_all, 1),
+    }
+    return {"data": data, "config": dict(cfg, causal=causal, beta=2.0, tie_tol=1e-3), "seeds": [seed]}
