@@ -1,0 +1,280 @@
+"""A small GPT in the style of nanoGPT, with a pluggable attention backend per layer.
+
+Pre-LayerNorm blocks, no biases (Linear or LayerNorm), GELU MLP 4×, byte vocabulary (256) with the token embedding
+tied to the output head, learned positions, init N(0, 0.02) and residual projections (`c_proj`) N(0, 0.02/√(2·L)).
+
+Attention backends (`AttnSpec.backend`):
+* ``"ours"``  — `kernels.attention.attention` with any numerics / fix / β / tie tolerance (imported lazily, so this
+  module works before or without the kernel). BF16 q/k/v under CUDA autocast take the kernel's native path;
+  FP32 q/k/v (CPU) take its emulated path.
+* ``"sdpa"``  — `torch.nn.functional.scaled_dot_product_attention`, pinned to the FlashAttention backend on CUDA
+  (`sdpa_kernel(SDPBackend.FLASH_ATTENTION)`); plain SDPA (whichever CPU kernel PyTorch picks) on the CPU.
+* ``"naive"`` — softmax(scale·QKᵀ + mask)·V written out in FP32 with autocast off; output cast back to q's dtype.
+
+A spec is written as a string: ``"sdpa"``, ``"naive"``, ``"<numerics>"`` or ``"<numerics>+fix"`` for our kernel
+(numerics one of "fp32", "fa2", "paper"; "+fix" = β fix with the spec's β and tie tolerance), e.g.
+``GPTConfig(attn=["paper", "sdpa", "sdpa"])`` puts the paper kernel in layer 0 only.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+BACKENDS = ("ours", "sdpa", "naive")
+NUMERICS_NAMES = ("fp32", "fa2", "paper")
+
+
+@dataclass(frozen=True)
+class AttnSpec:
+    """One layer's attention: backend, and for "ours" the kernel's numerics, fix, β, tie tolerance and path."""
+    backend: str = "sdpa"
+    numerics: object = "fa2"      # a profile name or a lib.numerics.Numerics (only for backend "ours")
+    fix: str | None = None        # None | "beta"
+    beta: float = 7.0
+    tie_tol: float = 0.0
+    path: str | None = None       # kernel path: None (auto) | "emulated" | "native"
+
+    def __post_init__(self):
+        if self.backend not in BACKENDS:
+            raise ValueError(f"attention backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.fix not in (None, "beta"):
+            raise ValueError(f"fix must be None or 'beta', got {self.fix!r}")
+        if self.backend != "ours" and self.fix is not None:
+            raise ValueError(f"fix={self.fix!r} needs backend 'ours', got {self.backend!r}")
+
+    @classmethod
+    def parse(cls, spec, **kw) -> "AttnSpec":
+        """An AttnSpec from a string ("sdpa", "naive", "paper", "paper+fix", "fa2", "fp32") or an AttnSpec."""
+        if isinstance(spec, AttnSpec):
+            return replace(spec, **kw) if kw else spec
+        if not isinstance(spec, str):
+            raise TypeError(f"attention spec must be a str or AttnSpec, got {type(spec).__name__}")
+        s = spec.strip()
+        if s in ("sdpa", "naive"):
+            return cls(backend=s, **kw)
+        base, _, suffix = s.partition("+")
+        if base not in NUMERICS_NAMES or suffix not in ("", "fix"):
+            raise ValueError(f"unknown attention spec {spec!r}; use 'sdpa', 'naive', or one of "
+                             f"{NUMERICS_NAMES} optionally followed by '+fix'")
+        return cls(backend="ours", numerics=base, fix="beta" if suffix else None, **kw)
+
+    @property
+    def label(self) -> str:
+        if self.backend != "ours":
+            return self.backend
+        name = self.numerics if isinstance(self.numerics, str) else "custom"
+        return name + ("+fix" if self.fix else "")
+
+
+@dataclass
+class GPTConfig:
+    """Model shape and attention backends. `attn`: one spec for every layer, or a list of n_layer specs."""
+    n_layer: int = 6
+    n_head: int = 6
+    n_embd: int = 384
+    block_size: int = 512
+    vocab_size: int = 256
+    attn: object = "sdpa"
+    beta: float = 7.0          # β of "+fix" string specs
+    tie_tol: float = 0.0       # tie tolerance of "+fix" string specs
+    ln_eps: float = 1e-5
+
+    def __post_init__(self):
+        for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd {self.n_embd} is not divisible by n_head {self.n_head}")
+        self.layer_specs()  # validate
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    def layer_specs(self) -> list[AttnSpec]:
+        specs = self.attn
+        if isinstance(specs, str) and "," in specs:
+            specs = specs.split(",")
+        if isinstance(specs, (list, tuple)):
+            if len(specs) != self.n_layer:
+                raise ValueError(f"attn lists {len(specs)} specs for {self.n_layer} layers")
+        else:
+            specs = [specs] * self.n_layer
+        out = []
+        for s in specs:
+            kw = {} if isinstance(s, AttnSpec) else dict(beta=self.beta, tie_tol=self.tie_tol)
+            out.append(AttnSpec.parse(s, **kw))
+        return out
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["attn"] = [asdict(s) for s in self.layer_specs()]  # a Numerics value becomes a dict of its fields
+        return d
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# attention backends: (B, H, T, D) -> (B, H, T, D)
+# ----------------------------------------------------------------------------------------------------------------
+def naive_attention(q, k, v, *, causal=True, scale=None):
+    """softmax(scale·QKᵀ + causal mask)·V in FP32 with autocast off; q, k, v (B, H, T, D); returns q's dtype."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        qf, kf, vf = q.float(), k.float(), v.float()
+        s = torch.matmul(qf, kf.transpose(-2, -1)) * scale
+        if causal:
+            T, S = s.shape[-2:]
+            mask = torch.ones(T, S, dtype=torch.bool, device=s.device).tril()
+            s = s.masked_fill(~mask, float("-inf"))
+        o = torch.matmul(torch.softmax(s, dim=-1), vf)
+    return o.to(q.dtype)
+
+
+def sdpa_attention(q, k, v, *, causal=True, scale=None):
+    """PyTorch SDPA; pinned to the FlashAttention backend on CUDA (errors if that backend cannot run)."""
+    if q.device.type == "cuda":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+
+def ours_attention(q, k, v, *, spec: AttnSpec, causal=True, scale=None):
+    """Our Triton flash attention (`kernels.attention.attention`), imported on first use."""
+    try:
+        from kernels.attention import attention
+    except ImportError as e:  # the kernel is written in parallel; say clearly what is missing
+        raise ImportError(f"attention backend 'ours' needs kernels.attention: {e}") from e
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        return attention(q, k, v, causal=causal, scale=scale, numerics=spec.numerics, fix=spec.fix,
+                         beta=spec.beta, tie_tol=spec.tie_tol, path=spec.path)
+
+
+def run_backend(spec: AttnSpec, q, k, v, *, causal=True, scale=None):
+    if spec.backend == "sdpa":
+        return sdpa_attention(q, k, v, causal=causal, scale=scale)
+    if spec.backend == "naive":
+        return naive_attention(q, k, v, causal=causal, scale=scale)
+    return ours_attention(q, k, v, spec=spec, causal=causal, scale=scale)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the model
+# ----------------------------------------------------------------------------------------------------------------
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: GPTConfig, spec: AttnSpec):
+        super().__init__()
+        self.n_head, self.n_embd = cfg.n_head, cfg.n_embd
+        self.spec = spec
+        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)
+        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
+        # Telemetry capture: when `capture` is True the next forward keeps q, k, v, the attention output o
+        # (all (B, H, T, D), detached) and, through a tensor hook, dO (the gradient reaching o) in `captured`.
+        self.capture = False
+        self.captured: dict = {}
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        hd = C // self.n_head
+        q, k, v = (t.view(B, T, self.n_head, hd).transpose(1, 2) for t in (q, k, v))
+        y = run_backend(self.spec, q, k, v, causal=True)
+        if self.capture:
+            self.captured = dict(q=q.detach(), k=k.detach(), v=v.detach(), o=y.detach())
+            if y.requires_grad:
+                y.register_hook(self._save_do)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+    def _save_do(self, grad):
+        self.captured["do"] = grad.detach()
+        return grad
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=False)
+        self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=False)
+
+    def forward(self, x):
+        return self.c_proj(F.gelu(self.c_fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig, spec: AttnSpec):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, eps=cfg.ln_eps, bias=False)
+        self.attn = CausalSelfAttention(cfg, spec)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.ln_eps, bias=False)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    """Byte-level GPT. forward(idx (B, T) int64, targets (B, T) int64 | None) -> (logits (B, T, 256), loss | None);
+    the loss is the mean cross-entropy in nats per byte, computed in FP32."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.config = cfg
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
+            wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
+            h=nn.ModuleList([Block(cfg, s) for s in cfg.layer_specs()]),
+            ln_f=nn.LayerNorm(cfg.n_embd, eps=cfg.ln_eps, bias=False),
+        ))
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # tied
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(m):
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            torch.nn.init.normal_(m.weight, mean=0.0, std=0.02)
+
+    def forward(self, idx, targets=None):
+        B, T = idx.shape
+        if T > self.config.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
+        pos = torch.arange(T, device=idx.device)
+        x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+        for block in self.transformer.h:
+            x = block(x)
+        logits = self.lm_head(self.transformer.ln_f(x))
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+        return logits, loss
+
+    # -- hooks for telemetry -----------------------------------------------------------------------------------
+    @property
+    def attn_layers(self) -> list[CausalSelfAttention]:
+        return [b.attn for b in self.transformer.h]
+
+    def qk_weights(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-head W_Q and W_K of `layer`: two views of shape (n_head, head_dim, n_embd) into c_attn.weight
+        (q_h = x · W_Q[h]ᵀ)."""
+        cfg = self.config
+        w = self.transformer.h[layer].attn.c_attn.weight  # (3C, C): rows [0, C) Q, [C, 2C) K, [2C, 3C) V
+        C, hd = cfg.n_embd, cfg.head_dim
+        return w[:C].view(cfg.n_head, hd, C), w[C:2 * C].view(cfg.n_head, hd, C)
+
+    def set_capture(self, on: bool) -> None:
+        for a in self.attn_layers:
+            a.capture = bool(on)
+            if not on:
+                a.captured = {}
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())

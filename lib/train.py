@@ -1,0 +1,489 @@
+"""Training harness for the small byte-level GPT (`lib.model`) on the pinned corpus (`lib.data`).
+
+`train(TrainConfig(...)) -> dict` runs AdamW (β = (0.9, 0.95), ε = 1e-8, weight decay 0 by default) with a linear
+warm-up then a constant (or cosine) learning rate, global grad-norm clipping (1.0), BF16 autocast on CUDA with FP32
+master weights (FP32 throughout on the CPU unless `autocast="bf16"`), optional checkpoints, a tqdm bar, and
+telemetry every `telemetry_every` steps (see `collect_telemetry`). Under `torchrun` (WORLD_SIZE > 1) it runs
+DistributedDataParallel (gloo on CPU, nccl on CUDA); each rank takes its slice of the recorded global batch order.
+
+Reproducibility: `seed` seeds the model init (torch), `data_seed` the batch order (numpy), which is a recorded
+array (`starts`, saved as `starts.npy` with a run and replayable via `starts_path`). Both seeds and the versions are
+in the returned dict. On the CPU the same config gives a bit-identical loss curve. On CUDA `deterministic=True` sets
+`torch.use_deterministic_algorithms(True, warn_only=True)`, cuDNN deterministic and `CUBLAS_WORKSPACE_CONFIG`; ops
+without a deterministic CUDA implementation warn instead of failing, and every such warning is recorded in
+`result["nondeterminism_warnings"]` (known candidates: SDPA's flash backward, which accumulates dQ with atomics
+unless determinism is enforced, and index/scatter-add style backward kernels). Our Triton backward writes dQ and
+dK/dV from separate kernels without atomics.
+
+Command line: ``python -m lib.train --help`` (every TrainConfig field is a flag).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import platform
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+# cuBLAS reads this when its first handle is made; it must be set before any CUDA matmul for deterministic GEMMs.
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from lib import data as data_mod  # noqa: E402
+from lib.model import GPT, GPTConfig, naive_attention  # noqa: E402
+
+_SCHEDULES = ("constant", "cosine")
+_AUTOCAST = ("auto", "bf16", "none")
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a run. Batch size is global (split across DDP ranks); lengths in bytes (= tokens)."""
+    # model
+    n_layer: int = 6
+    n_head: int = 6
+    n_embd: int = 384
+    seq_len: int = 512
+    attn: str = "sdpa"              # one spec for all layers, or comma-separated per layer (see lib.model)
+    beta: float = 7.0               # β of "+fix" specs
+    tie_tol: float = 0.0            # tie tolerance of "+fix" specs
+    # optimisation
+    steps: int = 2000
+    batch_size: int = 32
+    lr: float = 5e-3
+    warmup: int = 200               # linear warm-up steps: lr·(step+1)/warmup for step < warmup
+    schedule: str = "constant"      # "constant" after warm-up, or "cosine" down to min_lr at `steps`
+    min_lr: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.95
+    adam_eps: float = 1e-8
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0          # global grad-norm clip; 0 disables
+    # precision / device
+    device: str = "auto"            # "auto" (cuda if available), "cpu", "cuda"
+    autocast: str = "auto"          # "auto" (BF16 on CUDA, none on CPU), "bf16", "none"
+    deterministic: bool = True
+    # seeds and data
+    seed: int = 0                   # torch seed: model init
+    data_seed: int = 0              # numpy seed: batch order
+    val_fraction: float = 0.05
+    starts_path: str = ""           # replay a saved batch order (.npy, (steps, batch)) instead of drawing one
+    # telemetry, evaluation
+    telemetry_every: int = 50       # 0 disables; step 0 and the last step are always included when enabled
+    eval_every: int = 0             # validation loss every N steps (0: only at the end if eval_batches > 0)
+    eval_batches: int = 4
+    # output
+    out_dir: str = ""               # save telemetry.json, starts.npy, checkpoints here ("" = nowhere)
+    ckpt_every: int = 0             # 0: checkpoint only at the end (when out_dir is set)
+    resume: str = ""                # checkpoint to resume from
+    progress: bool = True
+    stop_on_nonfinite: bool = True  # stop at the first telemetry step that sees a non-finite loss
+    label: str = ""
+
+    def __post_init__(self):
+        if self.schedule not in _SCHEDULES:
+            raise ValueError(f"schedule must be one of {_SCHEDULES}, got {self.schedule!r}")
+        if self.autocast not in _AUTOCAST:
+            raise ValueError(f"autocast must be one of {_AUTOCAST}, got {self.autocast!r}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
+        for name in ("steps", "batch_size", "seq_len"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+        for name in ("lr", "warmup", "telemetry_every", "eval_every", "eval_batches", "ckpt_every", "grad_clip",
+                     "weight_decay", "min_lr"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        self.model_config()  # validates the model fields and the attention specs
+
+    def model_config(self) -> GPTConfig:
+        return GPTConfig(n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd, block_size=self.seq_len,
+                         attn=self.attn, beta=self.beta, tie_tol=self.tie_tol)
+
+
+def lr_at(cfg: TrainConfig, step: int) -> float:
+    """Learning rate of optimiser step `step` (0-based)."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    if cfg.schedule == "constant":
+        return cfg.lr
+    span = max(1, cfg.steps - cfg.warmup)
+    frac = min(1.0, (step - cfg.warmup) / span)
+    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * frac)) * (cfg.lr - cfg.min_lr)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# telemetry
+# ----------------------------------------------------------------------------------------------------------------
+def versions() -> dict:
+    v = dict(python=platform.python_version(), torch=torch.__version__, numpy=np.__version__,
+             cuda=torch.version.cuda, device=(torch.cuda.get_device_name(0) if torch.cuda.is_available()
+                                              else f"cpu ({platform.machine()})"))
+    try:
+        import triton
+        v["triton"] = triton.__version__
+    except ImportError:  # pragma: no cover
+        pass
+    return v
+
+
+def score_stats(q: torch.Tensor, k: torch.Tensor, scale: float, chunk_elems: int = 1 << 26) -> dict:
+    """Max causal attention logit and BF16 tie statistics from q, k of shape (B, H, T, D).
+
+    S = scale·QKᵀ is formed in FP32 from the given q, k (the values the backend saw), causally masked; a query row
+    "ties" when the maximum of its BF16-rounded scores occurs ≥ 2 times. Returns {"max_logit": float (max over
+    B, H and valid (i, j)), "tie_rate": float (fraction of the B·H·T rows), "tie_rate_head": (H,) tensor}.
+    The batch is processed in chunks of at most `chunk_elems` scores to bound memory."""
+    B, H, T, _ = q.shape
+    mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    per = max(1, chunk_elems // (H * T * T))
+    max_logit = -math.inf
+    ties = torch.zeros(H, dtype=torch.float64, device=q.device)
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        for b0 in range(0, B, per):
+            s = torch.matmul(q[b0:b0 + per].float(), k[b0:b0 + per].float().transpose(-2, -1)) * scale
+            s = s.masked_fill(~mask, float("-inf"))
+            max_logit = max(max_logit, s.max().item())
+            sb = s.to(torch.bfloat16)
+            rmax = sb.amax(dim=-1, keepdim=True)
+            n_at_max = (sb == rmax).sum(dim=-1)                 # (b, H, T)
+            ties += (n_at_max >= 2).double().sum(dim=(0, 2))
+    tie_head = ties / (B * T)
+    return dict(max_logit=max_logit, tie_rate=tie_head.mean().item(), tie_rate_head=tie_head.cpu())
+
+
+def delta_error(q, k, v, o_lp, do, scale: float) -> torch.Tensor:
+    """Σ over batch rows and positions of δ_lp − δ_hp = rowsum(dO∘(O_lp − O_hp)) per head, shape (H,), FP64.
+
+    O_lp: the backend's output; O_hp: FP32 attention of the same q, k, v; dO: the gradient reaching the output."""
+    o_hp = naive_attention(q.float(), k.float(), v.float(), causal=True, scale=scale)
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        dd = (do.float() * (o_lp.float() - o_hp)).sum(dim=-1)   # (B, H, T)
+    return dd.double().sum(dim=(0, 2)).cpu()
+
+
+@torch.no_grad()
+def collect_telemetry(model: GPT) -> dict:
+    """Per-layer / per-head telemetry of the step whose forward and backward just ran with capture on.
+
+    Returns lists over layers: "wq_norm", "wk_norm" (per head ‖W_Q^h‖₂, ‖W_K^h‖₂, exact spectral norms of the
+    (head_dim, n_embd) slices), "wq_norm_layer", "wk_norm_layer" (‖W_Q‖₂, ‖W_K‖₂ of the full (n_embd, n_embd)
+    blocks), "max_logit", "tie_rate", "tie_rate_head", and "delta_err_sum" (Σ Δδ per head; NaN where dO was not
+    captured)."""
+    cfg = model.config
+    out = {k: [] for k in ("wq_norm", "wk_norm", "wq_norm_layer", "wk_norm_layer", "max_logit", "tie_rate",
+                           "tie_rate_head", "delta_err_sum")}
+    scale = 1.0 / math.sqrt(cfg.head_dim)
+    for i, attn in enumerate(model.attn_layers):
+        wq, wk = (w.detach().float() for w in model.qk_weights(i))
+        out["wq_norm"].append(torch.linalg.matrix_norm(wq, ord=2).tolist())
+        out["wk_norm"].append(torch.linalg.matrix_norm(wk, ord=2).tolist())
+        out["wq_norm_layer"].append(torch.linalg.matrix_norm(wq.reshape(-1, cfg.n_embd), ord=2).item())
+        out["wk_norm_layer"].append(torch.linalg.matrix_norm(wk.reshape(-1, cfg.n_embd), ord=2).item())
+        c = attn.captured
+        if not c:
+            raise RuntimeError("collect_telemetry needs a forward with model.set_capture(True)")
+        st = score_stats(c["q"], c["k"], scale)
+        out["max_logit"].append(st["max_logit"])
+        out["tie_rate"].append(st["tie_rate"])
+        out["tie_rate_head"].append(st["tie_rate_head"].tolist())
+        if "do" in c:
+            out["delta_err_sum"].append(delta_error(c["q"], c["k"], c["v"], c["o"], c["do"], scale).tolist())
+        else:
+            out["delta_err_sum"].append([float("nan")] * cfg.n_head)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# set-up helpers
+# ----------------------------------------------------------------------------------------------------------------
+def _dist_info():
+    """(rank, world_size, local_rank), initialising the process group from torchrun's environment if needed."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", dist.get_rank()))
+    ws = int(os.environ.get("WORLD_SIZE", "1"))
+    if ws > 1:
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend=backend)
+        return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", dist.get_rank()))
+    return 0, 1, 0
+
+
+def _device(cfg: TrainConfig, local_rank: int) -> torch.device:
+    if cfg.device == "cpu" or (cfg.device == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError("device='cuda' but CUDA is not available")
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
+
+
+def _autocast_dtype(cfg: TrainConfig, device: torch.device):
+    if cfg.autocast == "bf16" or (cfg.autocast == "auto" and device.type == "cuda"):
+        return torch.bfloat16
+    return None
+
+
+def _set_determinism(cfg: TrainConfig):
+    if cfg.deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+    # TF32 off, as in the paper's code: FP32 matmuls (naive attention, telemetry) stay FP32.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    # foreach=False: one deterministic elementwise kernel path, identical on CPU and CUDA code paths.
+    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps,
+                             weight_decay=cfg.weight_decay, foreach=False)
+
+
+def _evaluate(model: GPT, val: np.ndarray, cfg: TrainConfig, device, amp_dtype) -> float:
+    starts = data_mod.batch_starts(len(val), cfg.seq_len, cfg.batch_size, cfg.eval_batches, cfg.data_seed + 1)
+    was = model.training
+    model.eval()
+    tot = 0.0
+    with torch.no_grad():
+        for row in starts:
+            x, y = data_mod.get_batch(val, row, cfg.seq_len, device)
+            with torch.autocast(device_type=device.type, dtype=amp_dtype or torch.float32,
+                                enabled=amp_dtype is not None):
+                _, loss = model(x, y)
+            tot += loss.item()
+    model.train(was)
+    return tot / len(starts)
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _jsonable(x.tolist())
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if isinstance(x, (np.floating, np.integer)):
+        return _jsonable(x.item())
+    return x
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the loop
+# ----------------------------------------------------------------------------------------------------------------
+def train(cfg: TrainConfig) -> dict:
+    """Run one training run; returns a dict:
+
+    "config" (the TrainConfig as a dict), "model_config", "seeds" {"torch", "data"}, "versions", "world_size",
+    "loss" (per-step training loss, nats/byte, float list; global mean under DDP), "grad_norm" (per-step global
+    grad norm before clipping), "lr" (per step), "telemetry" (dict of lists, one entry per telemetry step: "step",
+    "loss", "grad_norm", and the per-layer / per-head lists of `collect_telemetry`), "val" {"step", "loss"},
+    "stopped_at" (step of a non-finite loss, or None), "starts_sha256", "n_params", "wall_s", "steps_per_s",
+    "nondeterminism_warnings".
+    """
+    rank, world, local_rank = _dist_info()
+    device = _device(cfg, local_rank)
+    _set_determinism(cfg)
+    amp_dtype = _autocast_dtype(cfg, device)
+
+    corpus = data_mod.load_corpus()
+    train_bytes, val_bytes = data_mod.split(corpus, cfg.val_fraction)
+    if cfg.starts_path:
+        starts = data_mod.load_starts(cfg.starts_path)
+        if starts.shape[0] < cfg.steps or starts.shape[1] != cfg.batch_size:
+            raise ValueError(f"{cfg.starts_path}: batch order {starts.shape} does not cover {cfg.steps} steps of "
+                             f"batch {cfg.batch_size}")
+    else:
+        starts = data_mod.batch_starts(len(train_bytes), cfg.seq_len, cfg.batch_size, cfg.steps, cfg.data_seed)
+    import hashlib
+    starts_sha = hashlib.sha256(np.ascontiguousarray(starts[:cfg.steps]).tobytes()).hexdigest()
+    my_starts = data_mod.rank_slice(starts[:cfg.steps], rank, world)
+
+    torch.manual_seed(cfg.seed)
+    model = GPT(cfg.model_config()).to(device)
+    opt = make_optimizer(model, cfg)
+    result = dict(loss=[], grad_norm=[], lr=[], telemetry={}, val=dict(step=[], loss=[]), stopped_at=None)
+    step0 = 0
+    if cfg.resume:
+        ck = torch.load(cfg.resume, map_location=device, weights_only=False)
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["optimizer"])
+        step0 = ck["step"]
+        for key in ("loss", "grad_norm", "lr", "telemetry", "val"):
+            result[key] = ck["result"][key]
+    ddp = model
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        ddp = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+
+    out_dir = Path(cfg.out_dir) if cfg.out_dir else None
+    if out_dir is not None and rank == 0:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        data_mod.save_starts(out_dir / "starts.npy", starts[:cfg.steps])
+
+    tele = result["telemetry"]
+    pending_loss, pending_gn = [], []
+
+    def flush():
+        if pending_loss:
+            ls = torch.stack(pending_loss).float()
+            gs = torch.stack(pending_gn).float()
+            if world > 1:
+                import torch.distributed as dist
+                dist.all_reduce(ls)
+                ls /= world
+            result["loss"].extend(ls.cpu().tolist())
+            result["grad_norm"].extend(gs.cpu().tolist())
+            pending_loss.clear()
+            pending_gn.clear()
+
+    def save_ckpt(step, name="ckpt.pt"):
+        if out_dir is None or rank != 0:
+            return
+        torch.save(dict(model=model.state_dict(), optimizer=opt.state_dict(), step=step, config=asdict(cfg),
+                        result=result), out_dir / name)
+
+    from tqdm.auto import tqdm
+    bar = tqdm(total=cfg.steps, initial=step0, disable=not cfg.progress or rank != 0, mininterval=1.0,
+               desc=cfg.label or cfg.attn, dynamic_ncols=True)
+    t0 = time.perf_counter()
+    caught = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.train()
+        for step in range(step0, cfg.steps):
+            is_tele = cfg.telemetry_every > 0 and (step % cfg.telemetry_every == 0 or step == cfg.steps - 1)
+            lr = lr_at(cfg, step)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            x, y = data_mod.get_batch(train_bytes, my_starts[step], cfg.seq_len, device)
+            model.set_capture(is_tele and rank == 0)
+            with torch.autocast(device_type=device.type, dtype=amp_dtype or torch.float32,
+                                enabled=amp_dtype is not None):
+                _, loss = ddp(x, y)
+            loss.backward()
+            if cfg.grad_clip > 0:
+                gn = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            else:
+                gn = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))
+            pending_loss.append(loss.detach())
+            pending_gn.append(gn.detach())
+            result["lr"].append(lr)
+            if is_tele and rank == 0:
+                t = collect_telemetry(model)  # weights as used in this step's forward (before the update)
+                model.set_capture(False)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            if is_tele:
+                flush()
+                if rank == 0:
+                    tele.setdefault("step", []).append(step)
+                    tele.setdefault("loss", []).append(result["loss"][-1])
+                    tele.setdefault("grad_norm", []).append(result["grad_norm"][-1])
+                    for k_, v_ in t.items():
+                        tele.setdefault(k_, []).append(v_)
+                    bar.set_postfix(loss=f"{result['loss'][-1]:.3f}", gn=f"{result['grad_norm'][-1]:.2g}",
+                                    tie=f"{max(t['tie_rate']):.3f}", refresh=False)
+                if not math.isfinite(result["loss"][-1]) and cfg.stop_on_nonfinite:
+                    result["stopped_at"] = step
+                    bar.update(1)
+                    break
+            if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and cfg.eval_batches:
+                result["val"]["step"].append(step + 1)
+                result["val"]["loss"].append(_evaluate(model, val_bytes, cfg, device, amp_dtype))
+            if cfg.ckpt_every and (step + 1) % cfg.ckpt_every == 0:
+                flush()
+                save_ckpt(step + 1)
+            bar.update(1)
+        flush()
+        if result["stopped_at"] is None:
+            nonfinite = [i for i, v in enumerate(result["loss"]) if not math.isfinite(v)]
+            if nonfinite and cfg.stop_on_nonfinite:
+                result["stopped_at"] = nonfinite[0]
+        if cfg.eval_batches and (not result["val"]["step"] or result["val"]["step"][-1] != len(result["loss"])):
+            result["val"]["step"].append(len(result["loss"]))
+            result["val"]["loss"].append(_evaluate(model, val_bytes, cfg, device, amp_dtype))
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    bar.close()
+    model.set_capture(False)
+    result.update(
+        config=asdict(cfg), model_config=cfg.model_config().to_dict(), seeds=dict(torch=cfg.seed, data=cfg.data_seed),
+        versions=versions(), world_size=world, starts_sha256=starts_sha, n_params=model.num_params(),
+        wall_s=wall, steps_per_s=(len(result["loss"]) - step0) / wall if wall > 0 else float("nan"),
+        nondeterminism_warnings=sorted({str(w.message) for w in caught if "determinis" in str(w.message)}),
+        device=str(device), autocast=str(amp_dtype) if amp_dtype else "none")
+    if out_dir is not None and rank == 0:
+        save_ckpt(len(result["loss"]))
+        (out_dir / "telemetry.json").write_text(json.dumps(_jsonable(result)))
+    result["model"] = model
+    return result
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# several runs (sequential in this process, or concurrent processes sharing one GPU)
+# ----------------------------------------------------------------------------------------------------------------
+def _worker(cfg: TrainConfig) -> dict:
+    import lib.setup  # noqa: F401  (interpreter mode for the kernel on CPU-only machines)
+    res = train(cfg)
+    res.pop("model", None)
+    return res
+
+
+def run_many(cfgs: list[TrainConfig], workers: int = 1) -> list[dict]:
+    """Run `cfgs` and return their results (without the model objects), in order.
+
+    workers == 1: one after another in this process. workers > 1: that many concurrent processes (spawned; on one
+    GPU they share it, which is what keeps a many-arm experiment within minutes for a small model)."""
+    if workers <= 1 or len(cfgs) <= 1:
+        return [_worker(c) for c in cfgs]
+    import multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(processes=min(workers, len(cfgs))) as pool:
+        return pool.map(_worker, cfgs, chunksize=1)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# command line
+# ----------------------------------------------------------------------------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m lib.train", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    for f in dataclasses.fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type in ("bool", bool):
+            ap.add_argument(flag, default=f.default, action=argparse.BooleanOptionalAction)
+        else:
+            typ = {"int": int, "float": float, "str": str}[f.type]
+            ap.add_argument(flag, type=typ, default=f.default, help=" ")
+    return ap
+
+
+def main(argv=None) -> int:
+    a = _parser().parse_args(argv)
+    import lib.setup  # noqa: F401
+    cfg = TrainConfig(**vars(a))
+    res = train(cfg)
+    if res["world_size"] == 1 or int(os.environ.get("RANK", "0")) == 0:
+        last = res["loss"][-1] if res["loss"] else float("nan")
+        print(json.dumps(dict(final_loss=last, val=res["val"], stopped_at=res["stopped_at"],
+                              steps_per_s=round(res["steps_per_s"], 3), out_dir=cfg.out_dir or None)))
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
