@@ -66,7 +66,7 @@ import numpy as np
 from lib.bf16 import round_rne, round_stochastic
 from lib.numerics import FP32, Numerics, get_profile
 
-__all__ = ["attention_fp64", "fixed_row_max", "check_fix_args", "emulate_forward", "emulate_delta",
+__all__ = ["attention_fp64", "fixed_row_max", "check_fix_args", "online_softmax_rows", "emulate_forward", "emulate_delta",
            "emulate_backward", "emulate_attention", "ForwardResult", "padded_head_dim", "FIXES"]
 
 FIXES = (None, "beta")
@@ -198,6 +198,38 @@ def fixed_row_max(s, m_t=None, *, beta: float = 7.0, tie_tol: float = 0.0) -> np
     out = np.where(repeated & (m_t > 0) & np.isfinite(scaled), scaled, m_t)
     out = np.where(repeated & (out < 0), dt(0), out)
     return out.astype(s.dtype, copy=False)
+
+
+def online_softmax_rows(s, *, block_n: int, fix=None, beta: float = 7.0, tie_tol: float = 0.0):
+    """Softmax weights of many independent rows by the FA2 online recurrence, vectorised over rows.
+
+    s: (R, N) scores (masked entries −inf), float32 or float64; the arithmetic stays in that dtype (no rounding to
+    lp: this is the exact-arithmetic side of the fix, used by the property tests). Key tiles of `block_n` columns
+    are visited left to right with the forward's recurrence (m_use for rows masked so far, ℓ_safe at the end), the
+    tile max going through `fixed_row_max` when fix="beta". Returns (w (R, N), m (R,), l (R,)) with
+    w = exp(s − m)/ℓ_safe, i.e. what O = w·V would weight V with."""
+    s = np.asarray(s)
+    if s.ndim != 2 or s.dtype.kind != "f":
+        raise ValueError(f"s must be a 2-D float array (rows, keys), got shape {s.shape} dtype {s.dtype}")
+    fix, beta, tie_tol = check_fix_args(fix, beta, tie_tol)
+    dt = s.dtype.type
+    R, N = s.shape
+    m = np.full(R, -np.inf, s.dtype)
+    l = np.zeros(R, s.dtype)
+    with np.errstate(over="ignore", invalid="raise"):
+        for j in range(0, N, block_n):
+            st = s[:, j:j + block_n]
+            m_t = np.max(st, axis=1)
+            if fix == "beta":
+                m_t = fixed_row_max(st, m_t, beta=beta, tie_tol=tie_tol)
+            m_new = np.maximum(m, m_t)
+            m_use = np.where(m_new == -np.inf, dt(0), m_new)
+            l = l * np.exp(m - m_use) + np.sum(np.exp(st - m_use[:, None]), axis=1)
+            m = m_new
+        m_fin = np.where(m == -np.inf, dt(0), m)
+        l_safe = np.where(l == 0, dt(1), l)
+        w = np.exp(s - m_fin[:, None]) / l_safe[:, None]
+    return w, m, l
 
 
 # --------------------------------------------------------------------------------------------------- emulator
