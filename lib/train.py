@@ -80,8 +80,8 @@ class TrainConfig:
     eval_every: int = 0             # validation loss every N steps (0: only at the end if eval_batches > 0)
     eval_batches: int = 4
     # output
-    out_dir: str = ""               # save telemetry.json, starts.npy, checkpoints here ("" = nowhere)
-    ckpt_every: int = 0             # 0: checkpoint only at the end (when out_dir is set)
+    out_dir: str = ""               # save telemetry.json, starts.npy, ckpt.pt (final) here ("" = nowhere)
+    ckpt_every: int = 0             # also save ckpt_step<N>.pt every N steps (0: only the final ckpt.pt)
     resume: str = ""                # checkpoint to resume from
     progress: bool = True
     stop_on_nonfinite: bool = True  # stop at the first telemetry step that sees a non-finite loss
@@ -403,7 +403,7 @@ def train(cfg: TrainConfig) -> dict:
                 result["val"]["loss"].append(_evaluate(model, val_bytes, cfg, device, amp_dtype))
             if cfg.ckpt_every and (step + 1) % cfg.ckpt_every == 0:
                 flush()
-                save_ckpt(step + 1)
+                save_ckpt(step + 1, f"ckpt_step{step + 1}.pt")
             bar.update(1)
         flush()
         if result["stopped_at"] is None:
