@@ -11,7 +11,7 @@ Contents
 * figures:     `fig_theory`, `fig_heatmaps`, `fig_precision_dial`, `fig_kernel_compare`.
 
 Error convention: signed error = computed − exact (float64 of the same rounded operands), in ULPs of the exact
-value's binade (m-bit ULP). Confidence intervals are 95 % normal intervals over independent *problems* (the rows
+value's binade (m-bit ULP). Confidence intervals are 95 % Student-t intervals over independent *problems* (the rows
 of one problem share V, so problems, not outputs, are the independent units).
 """
 from __future__ import annotations
@@ -28,7 +28,6 @@ __all__ = ["bit_table", "rounding_anatomy", "worked_example", "enumerate_bias", 
 
 ORDERS = ("round_then_normalise", "normalise_then_round")
 METHODS = ("rne", "beta", "sr")  # plain RNE, RNE with the paper's β shift, stochastic rounding of the outputs
-Z95 = 1.959963984540054
 
 
 # ------------------------------------------------------------------------------------------------------- bits
@@ -216,7 +215,16 @@ def emulate_rows(S: np.ndarray, V: np.ndarray, m: int = 7, beta: float | None = 
         prod = p[..., :, None] * V[:, None, :, :]                            # (B, R, N, d), exact in FP32
         pv = np.add.accumulate(prod, axis=2, dtype=np.float32)[:, :, -1, :]  # sequential FP32 accumulation
     elif accumulate == "matmul":
-        ell, pv = p.sum(axis=-1, keepdims=True, dtype=np.float32), np.matmul(p, V)
+        # the kernel's tiles: keys padded to a power of two, rows in blocks of 16, one (16 × N) @ (N × d) per block
+        B, R, N = p.shape
+        n_tile, r_tile = max(16, 1 << (N - 1).bit_length()), -(-R // 16) * 16
+        p_pad = np.zeros((B, r_tile, n_tile), np.float32)
+        p_pad[:, :R, :N] = p
+        v_pad = np.zeros((B, n_tile, V.shape[2]), np.float32)
+        v_pad[:, :N] = V
+        ell = p_pad.sum(axis=-1, keepdims=True, dtype=np.float32)[:, :R]
+        blocks = p_pad.reshape(B, r_tile // 16, 16, n_tile)
+        pv = np.matmul(blocks, v_pad[:, None]).reshape(B, r_tile, -1)[:, :R]
     else:
         ell, pv = ell_exact.astype(np.float32), pv_exact.astype(np.float32)
     tied = (p == 1.0).astype(np.float64)
@@ -236,7 +244,8 @@ def cluster_ci(per_output: np.ndarray) -> tuple[float, float]:
     """Mean and 95 % half-width over independent problems: per_output (n_problems, ...) -> (mean, half_width)."""
     per_problem = per_output.reshape(per_output.shape[0], -1).mean(axis=1)
     n = per_problem.size
-    hw = Z95 * per_problem.std(ddof=1) / np.sqrt(n) if n > 1 else float("nan")
+    from scipy.stats import t as student_t
+    hw = student_t.ppf(0.975, n - 1) * per_problem.std(ddof=1) / np.sqrt(n) if n > 1 else float("nan")
     return float(per_problem.mean()), float(hw)
 
 
@@ -275,7 +284,10 @@ def mc_cell(seed: int, k: int, gap: float, frac_neg: float = 1.0, n_keys: int = 
         # all V negative: the error is −(theory for positive terms) evaluated at each output's FP32 remainder
         rho = np.unique(r_fp32, return_inverse=True)
         pred = -theory.expected_error_float(k, rho[0], m)[rho[1].reshape(r_fp32.shape)]
-        out["theory_pv"] = float(pred.mean())
+        # + the FP32 accumulation error itself (exact decomposition: measured − exact = rounding of the FP32 value
+        #   + (FP32 value − exact)); it is tiny except where FP32 swamps the remainder
+        acc_err = _ulps(base["pv_fp32"], base["pv_exact"], m)
+        out["theory_pv"] = float(pred.mean() + acc_err.mean())
     out["theory_o_ntr"] = float("nan")
     if with_theory and frac_neg == 1.0 and k in (1, 2, 4, 8):
         # normalise-then-round: O = Σ_tied/k + ρ'·q exactly scales the k-term problem by 1/k (k a power of two), so
@@ -283,7 +295,8 @@ def mc_cell(seed: int, k: int, gap: float, frac_neg: float = 1.0, n_keys: int = 
         o32 = (base["pv_fp32"] / base["ell_fp32"]).astype(np.float32).astype(np.float64)
         eff = -(o32 - base["tied_sum"] / k) * 2.0 ** m * k              # positive = same sign as the (negative) V
         rho = np.unique(eff, return_inverse=True)
-        out["theory_o_ntr"] = float(-theory.expected_error_float(k, rho[0], m)[rho[1].reshape(eff.shape)].mean())
+        out["theory_o_ntr"] = float(-theory.expected_error_float(k, rho[0], m)[rho[1].reshape(eff.shape)].mean()
+                                    + _ulps(o32, base["o_exact"], m).mean())
     return out
 
 

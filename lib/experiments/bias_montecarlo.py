@@ -47,14 +47,14 @@ def _accum_diag(seed, n_problems, gaps):
 
 def run(scale: str) -> dict:
     from lib.rounding_bias import mc_grid
-    P = _scale.pick(scale, ci=24, full=256)                 # independent problems per cell (16 rows × 16 features each)
-    ks = _scale.pick(scale, ci=[1, 2, 3, 4, 8], full=[1, 2, 3, 4, 5, 6, 8, 16])
+    P = _scale.pick(scale, ci=24, full=192)                 # independent problems per cell (16 rows × 16 features each)
+    ks = _scale.pick(scale, ci=[1, 2, 3, 4, 8], full=[1, 2, 3, 4, 5, 6, 8])
     gaps = _scale.pick(scale, ci=[0, 4, 8, 10, 12, 14, 16, 18, 20], full=[0, 2, 4, 6, 8, 10, 11, 12, 13, 14, 15, 16, 17,
-                                                                      18, 19, 20, 22])
+                                                                      18, 20, 22])
     kw = dict(n_problems=P, spread=SPREAD)
     grid = mc_grid(SEED, ks, gaps, **kw)
     frac = mc_grid(SEED + 1, [2], [14.0], frac_negs=[0.5, 0.6, 0.75, 0.9, 1.0], **kw)
-    nk = mc_grid(SEED + 2, [2], [14.0], n_keys_list=_scale.pick(scale, ci=[32, 256, 1024], full=[16, 64, 256, 1024, 4096]),
+    nk = mc_grid(SEED + 2, [2], [14.0], n_keys_list=_scale.pick(scale, ci=[32, 256, 1024], full=[16, 64, 256, 1024, 2048]),
                  **kw)
     dial = []
     for m in range(3, 11):

@@ -1,0 +1,107 @@
+"""lib/rounding_bias.py: bit tables, the worked example, the enumeration, the Monte Carlo and the figures."""
+from fractions import Fraction
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+from lib import rounding_bias as rb
+from lib import theory
+
+
+def test_worked_example_reproduces_the_paper():
+    w = rb.worked_example()
+    assert w["sum_fp32"] == pytest.approx(-4.703990459442139, abs=0)  # the FP32 value printed in the paper
+    assert w["sum_bf16"] == -4.71875 and w["no_residual_bf16"] == -4.6875
+    assert w["error"] == pytest.approx(-0.014759540557861328, abs=0)
+    assert w["sum_exact_equals_fp32"]
+    assert w["anatomy"]["sticky"] == 1 and w["anatomy_no_residual"]["sticky"] == 0
+    assert w["anatomy"]["direction"] == "away from zero" and w["anatomy_no_residual"]["case"].startswith("exact tie")
+    row = w["table"][3]
+    assert row["bits"].replace(" ", "").replace("|", "") == format(int(np.float32(w["sum_fp32"]).view(np.uint32)), "032b")
+
+
+def test_bit_table_and_anatomy():
+    t = rb.bit_table([("one", 1.0), ("x", -3.0078125)])
+    assert t[0]["exponent"] == "01111111" and t[0]["fraction"] == "0000000" and t[1]["sign"] == "1"
+    a = rb.rounding_anatomy(np.float32(1.0 + 2 ** -8))          # exact half ULP above 1, even LSB -> down
+    assert (a["guard"], a["sticky"], a["rounded"]) == (1, 0, 1.0)
+    a = rb.rounding_anatomy(np.float32(1.0 + 2 ** -8 + 2 ** -20))
+    assert a["sticky"] == 1 and a["rounded"] == 1.0 + 2 ** -7
+    with pytest.raises(ValueError):
+        rb.rounding_anatomy(1.0, 23)
+
+
+@pytest.mark.parametrize("k,m", [(2, 7), (3, 5), (4, 4)])
+def test_enumeration_equals_theory_exactly(k, m):
+    for rho in (Fraction(0), Fraction(1, 1024), Fraction(3, 4)):
+        e = rb.enumerate_bias(k, m, rho)
+        assert e["mean_ulps"] == theory.expected_error_ulps(k, rho, m)
+        assert e["p_tie"] == theory.tie_probability(k, m)
+    neg = rb.enumerate_bias(2, 7, Fraction(1, 1024), sign=-1)
+    assert neg["mean_ulps"] == -theory.expected_error_ulps(2, Fraction(1, 1024))
+
+
+def test_enumeration_rejects_bad_input():
+    with pytest.raises(ValueError):
+        rb.enumerate_bias(2, 7, Fraction(1, 3))
+    with pytest.raises(ValueError):
+        rb.enumerate_bias(4, 7)          # 2**28 tuples
+    with pytest.raises(ValueError):
+        rb.enumerate_bias(2, 7, sign=2)
+
+
+def test_make_rows_shapes_ties_and_grid():
+    S, V = rb.make_rows(np.random.default_rng(0), 3, 4, 64, 16, 2, 10.0, frac_neg=1.0, m=5)
+    assert S.shape == (3, 4, 64) and V.shape == (3, 64, 16) and S.dtype == V.dtype == np.float32
+    assert ((S == S.max(-1, keepdims=True)).sum(-1) == 2).all()
+    assert (V < 0).all() and np.array_equal(rb.round_rne(V, 5), V) and np.array_equal(rb.round_rne(S, 5), S)
+    with pytest.raises(ValueError):
+        rb.make_rows(np.random.default_rng(0), 1, 1, 8, 16, 9, 1.0)
+
+
+def test_emulation_orders_and_bad_input():
+    S, V = rb.make_rows(np.random.default_rng(1), 4, 4, 64, 16, 2, 14.0)
+    out = rb.emulate_rows(S, V)
+    assert np.array_equal(rb.round_rne(out["pv_lp"]), out["pv_lp"])
+    for acc in ("exact", "matmul"):
+        alt = rb.emulate_rows(S, V, accumulate=acc)
+        assert np.allclose(alt["pv_fp32"], out["pv_fp32"], rtol=1e-6)
+    beta = rb.emulate_rows(S, V, beta=2.0)
+    assert beta["n_tied"].max() == 0                       # the shift leaves no P̄ exactly 1
+    with pytest.raises(ValueError):
+        rb.emulate_rows(S, V, stochastic=True)             # needs an rng
+    with pytest.raises(ValueError):
+        rb.emulate_rows(S, V[:, :10])
+    with pytest.raises(ValueError):
+        rb.emulate_rows(S, V, accumulate="kahan")
+    with pytest.raises(ValueError):
+        rb.shifted_max(S, 1.0)
+
+
+def test_monte_carlo_cell_agrees_with_theory_and_fixes_remove_bias():
+    c = rb.mc_cell(0, 2, 14.0, n_problems=24)
+    r = c["rne"]
+    assert abs(r["pv"] - c["theory_pv"]) <= r["pv_ci"]
+    assert abs(r["o_ntr"] - c["theory_o_ntr"]) <= r["o_ntr_ci"] + 0.01
+    assert r["pv"] < -0.15 and r["o_rtn"] < -0.15           # the paper's bias, in ULPs
+    for meth in ("beta", "sr"):
+        assert abs(c[meth]["pv"]) <= 3 * c[meth]["pv_ci"] + 0.01
+    diffuse = rb.mc_cell(1, 2, 4.0, n_problems=24)["rne"]
+    assert abs(diffuse["pv"]) <= 3 * diffuse["pv_ci"] + 0.01
+
+
+def test_grid_and_figures():
+    recs = rb.mc_grid(3, [1, 2], [8.0, 14.0], n_problems=4)
+    assert len(recs) == 4 and {"rne_pv", "beta_o_rtn", "sr_o_ntr_ci", "theory_pv"} <= set(recs[0])
+    figs = [rb.fig_heatmaps(recs, meta={"scale": "ci"}),
+            rb.fig_theory(theory.theory_table(range(1, 4)), [{"k": 2, "mean_ulps": Fraction(1, 4)}],
+                          [(0.1, 0.2, 0.01)], k_saw=(2,)),
+            rb.fig_precision_dial([dict(recs[0], m=3), dict(recs[1], m=4)])]
+    for rec in recs:
+        rec.update({"pv": rec["rne_pv"], "pv_ci": rec["rne_pv_ci"], "o_rtn": rec["rne_o_rtn"],
+                    "o_rtn_ci": rec["rne_o_rtn_ci"], "o_ntr": rec["rne_o_ntr"], "o_ntr_ci": rec["rne_o_ntr_ci"]})
+    figs.append(rb.fig_kernel_compare([dict(r, label=str(i)) for i, r in enumerate(recs)]))
+    for f in figs:
+        assert f.axes
+        plt.close(f)
