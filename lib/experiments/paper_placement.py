@@ -48,7 +48,7 @@ class AuthorsFA2(torch.autograd.Function):
     `trace` (a dict or None) receives the dtype of each named intermediate and, as tensors, δ and LSE."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, q_tile, k_tile, stable, beta, tie_tol, trace):
+    def forward(ctx, q, k, v, causal, q_tile, k_tile, stable, beta, tie_tol, trace, row_sum_floor=1e-10):
         dt, dev = q.dtype, q.device
         N, d = q.shape[-2:]
         alpha_scale = d ** -0.5
@@ -82,7 +82,9 @@ class AuthorsFA2(torch.autograd.Function):
                 note("S_minus_m", s_minus_m)
                 p = torch.exp(s_minus_m)
                 note("P", p)
-                l_tile = p.sum(dim=-1, keepdim=True).clamp(min=1e-10)
+                l_tile = p.sum(dim=-1, keepdim=True)
+                if row_sum_floor:
+                    l_tile = l_tile.clamp(min=row_sum_floor)       # the authors' EPSILON = 1e-10
                 note("l_tile", l_tile)
                 pv = torch.einsum("...ij,...jd->...id", p, vj)
                 note("PV", pv)
@@ -155,13 +157,14 @@ class AuthorsFA2(torch.autograd.Function):
                 note("dQ_acc", dqi)
         if trace is not None:
             trace["_delta"] = torch.cat(deltas, dim=-1).cpu()
-        return dq, dk, dv, None, None, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None, None, None
 
 
 def authors_attention(q, k, v, *, causal=True, q_tile=512, k_tile=512, stable=False, beta=2.0, tie_tol=1e-3,
-                      trace=None):
-    """Call `AuthorsFA2` (q, k, v: (B, H, N, d), any float dtype)."""
-    return AuthorsFA2.apply(q, k, v, causal, q_tile, k_tile, stable, beta, tie_tol, trace)
+                      trace=None, row_sum_floor=1e-10):
+    """Call `AuthorsFA2` (q, k, v: (B, H, N, d), any float dtype). `row_sum_floor`: the clamp of each tile's row
+    sum (1e-10 in the authors' code; 0 disables it)."""
+    return AuthorsFA2.apply(q, k, v, causal, q_tile, k_tile, stable, beta, tie_tol, trace, row_sum_floor)
 
 
 # ------------------------------------------------------------------------------------------------- inputs
@@ -204,6 +207,10 @@ def candidates() -> dict:
     for f in _FLIP_FIELDS:
         out[f"paper, {f}={not getattr(PAPER, f)}"] = PAPER.replace(**{f: not getattr(PAPER, f)})
     out["all BF16 (provisional reading)"] = ALL_BF16
+    # hypotheses for torch.compile (Inductor fuses element-wise chains and skips their intermediate roundings)
+    out["compile? S−m, P̄V FP32"] = PAPER.replace(round_s_minus_m=False, round_pv=False)
+    out["compile? S−m FP32, acc FP32"] = PAPER.replace(round_s_minus_m=False, round_acc=False)
+    out["compile? S−m, P̄V, acc FP32"] = PAPER.replace(round_s_minus_m=False, round_pv=False, round_acc=False)
     out["fa2"] = FA2
     out["fp32"] = FP32
     return out
@@ -226,7 +233,7 @@ def agreement(run: np.ndarray, emu: np.ndarray) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ running it
-def _run_mode(mode, q, k, v, do, device, tile, causal, stable, beta, tie_tol):
+def _run_mode(mode, q, k, v, do, device, tile, causal, stable, beta, tie_tol, row_sum_floor=1e-10):
     """Run the authors' algorithm one way. Returns (outputs as float32 numpy or None, trace, error or None)."""
     trace = {} if mode != "compiled" else None
     qd, kd, vd = (t.to(device).requires_grad_(True) for t in (q, k, v))
@@ -235,7 +242,7 @@ def _run_mode(mode, q, k, v, do, device, tile, causal, stable, beta, tie_tol):
 
     def fwd(a, b, c):
         return authors_attention(a, b, c, causal=causal, q_tile=tile, k_tile=tile, stable=stable, beta=beta,
-                                 tie_tol=tie_tol, trace=trace)
+                                 tie_tol=tie_tol, trace=trace, row_sum_floor=row_sum_floor)
 
     outputs = {}
     try:
@@ -295,22 +302,24 @@ def run(scale: str) -> dict:
                     if mode == "compiled" and (tile != cfg["tiles"][0] or
                                                time.perf_counter() - t_all > cfg.get("compile_after_s", 1e9)):
                         continue  # compile is slow: once, at the authors' tile, and only if time is left
-                    t0 = time.perf_counter()
-                    outs, trace, err = _run_mode(mode, q, k, v, do, device, tile, causal, stable, 2.0, 1e-3)
-                    rec = {"kind": kind, "tile": tile, "mode": mode, "stable": stable, "error": err,
-                           "seconds": round(time.perf_counter() - t0, 2), "agreement": {}}
-                    if trace is not None:
-                        traces[f"{kind}/{tile}/{mode}/{'stable' if stable else 'plain'}"] = trace
-                    if outs is not None:
-                        if stable:
-                            rec["agreement"]["paper (predicted) + fix beta=2, tol=1e-3"] = {
-                                "o": agreement(outs["o"], emu_fix["o"])}
-                        else:
-                            for cname, e in emu.items():
-                                rec["agreement"][cname] = {key: agreement(outs[key], e[key])
-                                                           for key in ("o", "lse", "delta", "dq", "dk", "dv")
-                                                           if key in outs}
-                    records.append(rec)
+                    for floor in ((1e-10, 0.0) if stable else (1e-10,)):
+                        t0 = time.perf_counter()
+                        outs, trace, err = _run_mode(mode, q, k, v, do, device, tile, causal, stable, 2.0, 1e-3,
+                                                     row_sum_floor=floor)
+                        rec = {"kind": kind, "tile": tile, "mode": mode, "stable": stable, "row_sum_floor": floor,
+                               "error": err, "seconds": round(time.perf_counter() - t0, 2), "agreement": {}}
+                        if trace is not None and floor:
+                            traces[f"{kind}/{tile}/{mode}/{'stable' if stable else 'plain'}"] = trace
+                        if outs is not None:
+                            if stable:
+                                rec["agreement"]["paper (predicted) + fix beta=2, tol=1e-3"] = {
+                                    "o": agreement(outs["o"], emu_fix["o"])}
+                            else:
+                                for cname, e in emu.items():
+                                    rec["agreement"][cname] = {key: agreement(outs[key], e[key])
+                                                               for key in ("o", "lse", "delta", "dq", "dk", "dv")
+                                                               if key in outs}
+                        records.append(rec)
                     print(f"[{NAME}] {kind} tile={tile} {mode} stable={stable} err={err}", flush=True)
     best = {}
     for rec in records:
