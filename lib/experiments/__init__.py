@@ -21,6 +21,7 @@ REGISTRY = {
     "rounding_exhaustive": "rounding_exhaustive",
     "paper_placement": "paper_placement",  # chapter 2
     "bias_montecarlo": "bias_montecarlo", "bias_kernel": "bias_kernel",  # chapter 1
+    "lr_sweep": "lr_sweep", "headline": "headline",  # chapter 6 (run lr_sweep before headline)
 }
 
 

@@ -1,0 +1,106 @@
+"""The headline: the paper placement explodes and the β fix does not, at the same seeds and data order.
+
+Arms: paper and paper+fix at seeds $HEADLINE_SEEDS (default 0, 1, 2); contrast arms fa2, sdpa and fp32 (FP32
+attention) at seeds $HEADLINE_CONTRAST_SEEDS (default 0); one repeat of paper at the first seed to show that the
+same seed gives a bit-identical loss curve on this device. All runs use data seed 0 (one recorded batch order) and
+the proxy config of `lib.explosion.proxy_config`.
+
+LR: $HEADLINE_LR if set; else the LR chosen by the committed full LR sweep (`lr_sweep.choose_lr`) if that result
+exists; else 5e-3 (the explosion recipe's lower window edge). The source is recorded in the result.
+
+* ``full`` (one H100): $HEADLINE_STEPS steps (default 1500), runs as concurrent processes sharing the GPU.
+* ``ci`` (CPU): a tiny model, 5 steps, LR 1e-2; kernel arms only when `kernels.attention` imports.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from lib import explosion
+
+NAME = "headline"
+_SWEEP = "results/full/lr_sweep.json"
+DEPENDS = ["lib/experiments/headline.py", "lib/experiments/lr_sweep.py", "lib/explosion.py", "lib/train.py",
+           "lib/model.py", "lib/data.py", "data/corpus/pystdlib.txt.xz", "kernels/*.py", "lib/numerics.py"] \
+    + ([_SWEEP] if (Path(__file__).resolve().parents[2] / _SWEEP).exists() else [])
+DEFAULT_LR = 5e-3
+
+
+def pick_lr(scale: str) -> tuple[float, str]:
+    if scale != "full":
+        return 1e-2, "ci default"
+    if os.environ.get("HEADLINE_LR"):
+        return float(os.environ["HEADLINE_LR"]), "$HEADLINE_LR"
+    try:
+        from lib import results
+        from lib.experiments.lr_sweep import choose_lr
+        res = results.load("lr_sweep", "full")
+        lr, why = choose_lr(res.data)
+        if lr is not None:
+            return lr, f"lr_sweep (full): {why}"
+    except FileNotFoundError:
+        pass
+    return DEFAULT_LR, "default (no full lr_sweep result)"
+
+
+def plan(scale: str) -> dict:
+    if scale == "full":
+        seeds = explosion.env_ints("HEADLINE_SEEDS", (0, 1, 2))
+        cseeds = explosion.env_ints("HEADLINE_CONTRAST_SEEDS", (0,))
+        steps = int(os.environ.get("HEADLINE_STEPS", "1500"))
+    else:
+        seeds, cseeds, steps = (0, 1, 2), (0,), 5
+    lr, lr_source = pick_lr(scale)
+    missing = explosion.kernel_available()
+    runs = []
+    if missing is None:
+        runs += [dict(arm=a, seed=s, lr=lr) for a in ("paper", "paper+fix") for s in seeds]
+        runs += [dict(arm="fa2", seed=s, lr=lr) for s in cseeds]
+        runs += [dict(arm="paper", seed=seeds[0], lr=lr, tag="repeat")]
+    elif scale == "full":
+        raise RuntimeError(f"the headline needs kernels.attention: {missing}")
+    runs += [dict(arm=a, seed=s, lr=lr) for a in ("sdpa", "fp32") for s in cseeds]
+    return dict(lr=lr, lr_source=lr_source, seeds=list(seeds), contrast_seeds=list(cseeds), steps=steps,
+                runs=runs, kernel_missing=missing)
+
+
+def repeat_check(arrays: dict, summaries: list[dict]) -> dict | None:
+    """Compare the repeat run with its original: bit-identical loss and grad-norm curves?"""
+    rep = [s for s in summaries if s["tag"] == "repeat"]
+    if not rep:
+        return None
+    r = rep[0]
+    orig = next(s for s in summaries if s["arm"] == r["arm"] and s["seed"] == r["seed"] and not s["tag"])
+    a, b = arrays[f"{orig['id']}__loss"], arrays[f"{r['id']}__loss"]
+    ga, gb = arrays[f"{orig['id']}__grad_norm"], arrays[f"{r['id']}__grad_norm"]
+    n = min(len(a), len(b))
+    diff = np.abs(a[:n] - b[:n])
+    first = np.nonzero(a[:n].view(np.int64) != b[:n].view(np.int64))[0]
+    return dict(original=orig["id"], repeat=r["id"], same_length=len(a) == len(b),
+                loss_bit_identical=bool(len(a) == len(b) and np.array_equal(a.view(np.int64), b.view(np.int64))),
+                grad_norm_bit_identical=bool(len(ga) == len(gb) and np.array_equal(ga.view(np.int64),
+                                                                                   gb.view(np.int64))),
+                first_differing_step=int(first[0]) if len(first) else None,
+                max_abs_loss_diff=float(np.nanmax(diff)) if n else float("nan"))
+
+
+def run(scale: str) -> dict:
+    p = plan(scale)
+    workers = explosion.default_workers(scale, len(p["runs"]))
+    summaries, arrays, meta = explosion.run_arms(scale, p["runs"], workers, steps=p["steps"])
+    outcomes: dict[str, dict[str, int]] = {}
+    for s in summaries:
+        if not s["tag"]:
+            outcomes.setdefault(s["arm"], {}).setdefault(s["outcome"], 0)
+            outcomes[s["arm"]][s["outcome"]] += 1
+    data = dict(runs=summaries, lr=p["lr"], lr_source=p["lr_source"], steps=p["steps"], seeds=p["seeds"],
+                contrast_seeds=p["contrast_seeds"], outcomes=outcomes, repeat=repeat_check(arrays, summaries),
+                kernel_missing=p["kernel_missing"], wall_s_all_runs=meta["wall_s"],
+                thresholds=dict(smooth=explosion.SMOOTH, rise_exploded=explosion.RISE_EXPLODED,
+                                rise_degraded=explosion.RISE_DEGRADED, gn_spike=explosion.GN_SPIKE,
+                                onset_rise=explosion.ONSET_RISE))
+    return dict(data=data, arrays=arrays, config=dict(meta["base_config"], workers=workers, lr=p["lr"],
+                                                      lr_source=p["lr_source"], steps=p["steps"]),
+                seeds=dict(torch=sorted(set(p["seeds"]) | set(p["contrast_seeds"])), data=[0]))

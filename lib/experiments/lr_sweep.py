@@ -1,0 +1,67 @@
+"""LR sweep of the proxy GPT: where do the paper placement, the fix and the contrast arms train stably?
+
+Arms (`lib.explosion.ARMS`): paper, paper+fix, fa2, sdpa, fp32 — one seed (0), the same recorded batch order
+(data seed 0), each LR. Outcome per run by `lib.explosion.classify` (fixed thresholds on the smoothed loss rise and
+the pre-clip grad norm). `headline` picks its LR from this result (`choose_lr`): the largest swept LR at which every
+contrast arm is stable and the paper arm is not; failing that, the largest LR at which every contrast arm is stable.
+
+* ``full`` (one H100): LRs $LR_SWEEP_LRS (default 2e-3, 5e-3, 8e-3), $LR_SWEEP_STEPS steps (default 1200), all
+  runs as concurrent processes ($EXPLOSION_WORKERS caps them, default 12).
+* ``ci`` (CPU): a tiny model, 5 steps, LRs 1e-3 and 1e-2; the kernel arms only when `kernels.attention` imports.
+"""
+from __future__ import annotations
+
+import os
+
+from lib import explosion
+
+NAME = "lr_sweep"
+DEPENDS = ["lib/experiments/lr_sweep.py", "lib/explosion.py", "lib/train.py", "lib/model.py", "lib/data.py",
+           "data/corpus/pystdlib.txt.xz", "kernels/*.py", "lib/numerics.py"]
+
+
+def plan(scale: str) -> dict:
+    if scale == "full":
+        lrs = explosion.env_floats("LR_SWEEP_LRS", (2e-3, 5e-3, 8e-3))
+        steps = int(os.environ.get("LR_SWEEP_STEPS", "1200"))
+    else:
+        lrs, steps = (1e-3, 1e-2), 5
+    arms = list(explosion.ARMS)
+    missing = explosion.kernel_available()
+    if missing is not None:
+        if scale == "full":
+            raise RuntimeError(f"the full LR sweep needs kernels.attention: {missing}")
+        arms = [a for a in arms if a not in explosion.KERNEL_ARMS]
+    return dict(lrs=list(lrs), steps=steps, arms=arms, seeds=[0], kernel_missing=missing)
+
+
+def choose_lr(data: dict) -> tuple[float | None, str]:
+    """(lr, reason) from a sweep's data: see the module docstring. (None, reason) when no LR qualifies."""
+    by_lr: dict[float, dict[str, list[str]]] = {}
+    for r in data["runs"]:
+        by_lr.setdefault(r["lr"], {}).setdefault(r["arm"], []).append(r["outcome"])
+    contrast_ok = [lr for lr, arms in by_lr.items()
+                   if all(a in arms and all(o == "stable" for o in arms[a]) for a in explosion.CONTRAST_ARMS)]
+    window = [lr for lr in contrast_ok if any(o != "stable" for o in by_lr[lr].get("paper", ["stable"]))]
+    if window:
+        return max(window), "largest LR with every contrast arm stable and the paper arm not"
+    if contrast_ok:
+        return max(contrast_ok), "no LR where paper failed with stable contrasts; largest LR with stable contrasts"
+    return None, "no swept LR had every contrast arm stable"
+
+
+def run(scale: str) -> dict:
+    p = plan(scale)
+    runs = [dict(arm=a, seed=s, lr=lr) for lr in p["lrs"] for a in p["arms"] for s in p["seeds"]]
+    workers = explosion.default_workers(scale, len(runs))
+    summaries, arrays, meta = explosion.run_arms(scale, runs, workers, steps=p["steps"])
+    data = dict(runs=summaries, lrs=p["lrs"], arms=p["arms"], steps=p["steps"],
+                kernel_missing=p["kernel_missing"],
+                thresholds=dict(smooth=explosion.SMOOTH, rise_exploded=explosion.RISE_EXPLODED,
+                                rise_degraded=explosion.RISE_DEGRADED, gn_spike=explosion.GN_SPIKE,
+                                onset_rise=explosion.ONSET_RISE))
+    lr, why = choose_lr(data)
+    data["chosen_lr"], data["chosen_lr_reason"] = lr, why
+    data["wall_s_all_runs"] = meta["wall_s"]
+    return dict(data=data, arrays=arrays, config=dict(meta["base_config"], workers=workers, plan=p),
+                seeds=dict(torch=p["seeds"], data=[0]))

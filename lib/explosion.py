@@ -1,0 +1,162 @@
+"""Shared pieces of the loss-explosion experiments (`lib/experiments/lr_sweep.py`, `headline.py`).
+
+* `proxy_config(scale, **overrides)`: the proxy run of `/work/shared/reference/explosion-recipe.md` at full scale
+  (6 layers, width 384, 6 heads, batch 32 × 512 bytes, AdamW (0.9, 0.95), wd 0, clip 1.0, warm-up 200 then
+  constant LR, BF16 autocast) and a tiny CPU version at ci scale.
+* `ARMS`: arm name -> attention spec string (`lib.model`): the paper placement, the same with the β fix, the
+  production FA2 placement of our kernel, PyTorch SDPA (flash backend on CUDA) and FP32 attention ("naive").
+* `classify(loss, warmup)`: stable / degraded / exploded / nonfinite, by fixed thresholds defined below.
+* `run_arms(...)`: run a list of (arm, seed, lr) and pack per-run summaries and telemetry arrays for `lib.results`.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import numpy as np
+
+from lib.train import TrainConfig, run_many
+
+ARMS = {
+    "paper": "paper",            # our kernel, the authors' rounding placement (BF16 S, P̄, ℓ, P̄V, O, δ from BF16 O)
+    "paper+fix": "paper+fix",    # the same plus the β-scaled max (β = 7) on rows with a repeated max
+    "fa2": "fa2",                # our kernel, production FlashAttention-2 placement (FP32 accumulators, one O cast)
+    "sdpa": "sdpa",              # torch SDPA pinned to its flash backend (CUDA)
+    "fp32": "naive",             # FP32 softmax attention, autocast off inside attention
+}
+KERNEL_ARMS = ("paper", "paper+fix", "fa2")
+CONTRAST_ARMS = ("fa2", "sdpa", "fp32")
+
+# Outcome thresholds (definitions, in nats/byte of the training loss smoothed over SMOOTH steps).
+SMOOTH = 50                 # steps in the moving average (shortened for short runs)
+RISE_EXPLODED = 0.5         # final smoothed loss − best smoothed loss ≥ this: "exploded"
+RISE_DEGRADED = 0.1         # ≥ this (or a post-warm-up grad-norm spike > GN_SPIKE): "degraded"
+GN_SPIKE = 10.0             # pre-clip global grad norm (clipping is at 1.0)
+ONSET_RISE = 0.25           # onset: first step whose smoothed loss exceeds the running best by this
+
+
+def kernel_available() -> str | None:
+    """None if `kernels.attention` imports, else the reason it does not."""
+    try:
+        import kernels.attention  # noqa: F401
+    except Exception as e:  # noqa: BLE001
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def proxy_config(scale: str, **overrides) -> TrainConfig:
+    """The proxy TrainConfig at `scale` ("ci" | "full"), with field overrides."""
+    if scale == "full":
+        base = dict(n_layer=6, n_head=6, n_embd=384, seq_len=512, batch_size=32, steps=1500, warmup=200,
+                    schedule="constant", telemetry_every=50, eval_batches=8, progress=False)
+    elif scale == "ci":
+        # One layer and one head of 16 dims keep the Triton interpreter (our kernel on the CPU) at ~0.3 s a step.
+        base = dict(n_layer=1, n_head=1, n_embd=16, seq_len=16, batch_size=2, steps=5, warmup=2,
+                    schedule="constant", telemetry_every=2, eval_batches=1, progress=False)
+    else:
+        raise ValueError(f"unknown scale {scale!r}")
+    return TrainConfig(**(base | overrides))
+
+
+def smooth(x: np.ndarray, window: int) -> np.ndarray:
+    """Trailing moving average (NaN-propagating), same length as x."""
+    x = np.asarray(x, dtype=np.float64)
+    if len(x) == 0:
+        return x
+    w = max(1, min(window, len(x)))
+    c = np.cumsum(np.insert(x, 0, 0.0))
+    out = np.empty_like(x)
+    for i in range(len(x)):
+        lo = max(0, i + 1 - w)
+        out[i] = (c[i + 1] - c[lo]) / (i + 1 - lo)
+    return out
+
+
+def classify(loss, grad_norm, warmup: int) -> dict:
+    """Outcome of one run from its per-step loss and pre-clip grad norm.
+
+    Returns {"outcome": "nonfinite" | "exploded" | "degraded" | "stable", "best": min smoothed loss, "final": last
+    smoothed loss, "rise": final − best, "max_grad_norm": max pre-clip grad norm after warm-up, "onset": first
+    step whose smoothed loss exceeds the running best by ONSET_RISE (None if never)}."""
+    loss = np.asarray(loss, dtype=np.float64)
+    gn = np.asarray(grad_norm, dtype=np.float64)
+    if len(loss) == 0:
+        raise ValueError("empty loss curve")
+    if not np.isfinite(loss).all():
+        first = int(np.argmax(~np.isfinite(loss)))
+        return dict(outcome="nonfinite", best=float(np.nanmin(loss)), final=float("nan"), rise=float("nan"),
+                    max_grad_norm=float(np.nanmax(gn)) if len(gn) else float("nan"), onset=first)
+    sm = smooth(loss, min(SMOOTH, max(1, len(loss) // 10)))
+    run_best = np.minimum.accumulate(sm)
+    above = np.nonzero(sm - run_best > ONSET_RISE)[0]
+    best, final = float(sm.min()), float(sm[-1])
+    rise = final - best
+    post = gn[warmup:] if len(gn) > warmup else gn
+    max_gn = float(post.max()) if len(post) else float("nan")
+    if rise >= RISE_EXPLODED:
+        outcome = "exploded"
+    elif rise >= RISE_DEGRADED or (math.isfinite(max_gn) and max_gn > GN_SPIKE):
+        outcome = "degraded"
+    else:
+        outcome = "stable"
+    return dict(outcome=outcome, best=best, final=final, rise=rise, max_grad_norm=max_gn,
+                onset=int(above[0]) if len(above) else None)
+
+
+def run_id(arm: str, seed: int, lr: float, tag: str = "") -> str:
+    return f"{arm}_s{seed}_lr{lr:g}" + (f"_{tag}" if tag else "")
+
+
+TELEMETRY_ARRAYS = ("step", "wq_norm", "wk_norm", "wq_norm_layer", "wk_norm_layer", "max_logit", "tie_rate",
+                    "tie_rate_head", "delta_err_sum")
+
+
+def run_arms(scale: str, runs: list[dict], workers: int, **overrides) -> tuple[list[dict], dict, dict]:
+    """Run `runs` (dicts with "arm", "seed", "lr", optional "tag") on the proxy config at `scale`; all share
+    `data_seed` 0 (the same recorded batch order). Returns (summaries, arrays, meta): one JSON-able summary per
+    run, the per-run arrays under keys "<run id>__<quantity>", and {"wall_s", "workers", "versions",
+    "base_config"}."""
+    cfgs = []
+    for r in runs:
+        cfgs.append(proxy_config(scale, attn=ARMS[r["arm"]], seed=r["seed"], data_seed=0, lr=r["lr"],
+                                 label=run_id(r["arm"], r["seed"], r["lr"], r.get("tag", "")), **overrides))
+    t0 = time.perf_counter()
+    results = run_many(cfgs, workers=workers)
+    wall = time.perf_counter() - t0
+    summaries, arrays = [], {}
+    for r, cfg, res in zip(runs, cfgs, results):
+        rid = cfg.label
+        cl = classify(res["loss"], res["grad_norm"], cfg.warmup)
+        summaries.append(dict(id=rid, arm=r["arm"], attn=cfg.attn, seed=r["seed"], data_seed=cfg.data_seed,
+                              lr=r["lr"], tag=r.get("tag", ""), steps=len(res["loss"]), **cl,
+                              val_loss=res["val"]["loss"][-1] if res["val"]["loss"] else None,
+                              stopped_at=res["stopped_at"], steps_per_s=res["steps_per_s"], wall_s=res["wall_s"],
+                              starts_sha256=res["starts_sha256"],
+                              nondeterminism_warnings=res["nondeterminism_warnings"]))
+        arrays[f"{rid}__loss"] = np.asarray(res["loss"], dtype=np.float64)
+        arrays[f"{rid}__grad_norm"] = np.asarray(res["grad_norm"], dtype=np.float64)
+        for key in TELEMETRY_ARRAYS:
+            if key in res["telemetry"]:
+                arrays[f"{rid}__{key}"] = np.asarray(res["telemetry"][key], dtype=np.float64)
+    meta = dict(wall_s=wall, workers=workers, versions=results[0]["versions"] if results else {},
+                base_config=proxy_config(scale).__dict__ | overrides)
+    return summaries, arrays, meta
+
+
+def default_workers(scale: str, n_runs: int) -> int:
+    """Concurrent processes: all runs at once on the GPU (small models leave it mostly idle), capped by
+    $EXPLOSION_WORKERS; one at a time on the CPU."""
+    if scale != "full":
+        return 1
+    return max(1, min(n_runs, int(os.environ.get("EXPLOSION_WORKERS", "12"))))
+
+
+def env_floats(name: str, default):
+    v = os.environ.get(name)
+    return tuple(float(x) for x in v.split(",")) if v else tuple(default)
+
+
+def env_ints(name: str, default):
+    v = os.environ.get(name)
+    return tuple(int(x) for x in v.split(",")) if v else tuple(default)

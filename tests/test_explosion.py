@@ -1,0 +1,63 @@
+"""Outcome classification, LR choice and the repeat check of the explosion experiments (lib/explosion.py)."""
+import numpy as np
+import pytest
+
+from lib import explosion
+from lib.experiments import headline, lr_sweep
+
+
+def _curve(n=400, rise_at=None, rise=0.0, noise=0.01, seed=0):
+    rng = np.random.default_rng(seed)
+    x = 5.5 * np.exp(-np.arange(n) / 40) + 1.2 + noise * rng.standard_normal(n)
+    if rise_at is not None:
+        x[rise_at:] += np.linspace(0, rise, n - rise_at)
+    return x
+
+
+def test_classify_thresholds():
+    gn = np.full(400, 0.3)
+    assert explosion.classify(_curve(), gn, 50)["outcome"] == "stable"
+    c = explosion.classify(_curve(rise_at=200, rise=2.0), gn, 50)
+    assert c["outcome"] == "exploded" and 200 <= c["onset"] <= 300 and c["rise"] > 1.5
+    assert explosion.classify(_curve(rise_at=200, rise=0.3), gn, 50)["outcome"] == "degraded"
+    spiky = gn.copy()
+    spiky[300] = 50.0
+    assert explosion.classify(_curve(), spiky, 50)["outcome"] == "degraded"
+    spiky_warm = gn.copy()
+    spiky_warm[10] = 50.0          # a spike inside warm-up does not count
+    assert explosion.classify(_curve(), spiky_warm, 50)["outcome"] == "stable"
+    bad = _curve()
+    bad[123] = np.nan
+    c = explosion.classify(bad, gn, 50)
+    assert c["outcome"] == "nonfinite" and c["onset"] == 123
+    with pytest.raises(ValueError):
+        explosion.classify([], [], 0)
+
+
+def test_choose_lr():
+    def runs(table):
+        return dict(runs=[dict(lr=lr, arm=a, outcome=o) for lr, arms in table.items() for a, o in arms.items()])
+    ok = dict(fa2="stable", sdpa="stable", fp32="stable")
+    table = {2e-3: ok | dict(paper="stable"), 5e-3: ok | dict(paper="exploded"),
+             8e-3: dict(ok, sdpa="degraded", paper="exploded")}
+    assert lr_sweep.choose_lr(runs(table))[0] == 5e-3
+    table[5e-3]["paper"] = "stable"
+    lr, why = lr_sweep.choose_lr(runs(table))
+    assert lr == 5e-3 and why.startswith("no LR where paper failed")
+    assert lr_sweep.choose_lr(runs({8e-3: dict(ok, fp32="exploded")}))[0] is None
+
+
+def test_run_arms_and_repeat_check():
+    runs = [dict(arm="sdpa", seed=0, lr=1e-2), dict(arm="fp32", seed=0, lr=1e-2),
+            dict(arm="sdpa", seed=0, lr=1e-2, tag="repeat")]
+    summ, arrays, meta = explosion.run_arms("ci", runs, workers=1, steps=4)
+    assert [s["id"] for s in summ] == ["sdpa_s0_lr0.01", "fp32_s0_lr0.01", "sdpa_s0_lr0.01_repeat"]
+    assert len({s["starts_sha256"] for s in summ}) == 1          # one recorded batch order for every arm
+    assert arrays["sdpa_s0_lr0.01__loss"].shape == (4,)
+    assert arrays["fp32_s0_lr0.01__wq_norm"].shape == (3, 1, 1)  # telemetry at steps 0, 2, 3
+    rc = headline.repeat_check(arrays, summ)
+    assert rc["loss_bit_identical"] and rc["first_differing_step"] is None
+    arrays["sdpa_s0_lr0.01_repeat__loss"] = arrays["sdpa_s0_lr0.01_repeat__loss"].copy()
+    arrays["sdpa_s0_lr0.01_repeat__loss"][2] = np.nextafter(arrays["sdpa_s0_lr0.01_repeat__loss"][2], 10)
+    rc = headline.repeat_check(arrays, summ)
+    assert not rc["loss_bit_identical"] and rc["first_differing_step"] == 2 and rc["max_abs_loss_diff"] > 0
