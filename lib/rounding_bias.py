@@ -344,7 +344,7 @@ def fig_theory(table, enum_rows=None, mc_points=None, k_saw=(2, 3, 4)):
                     color="k", ms=3, label="Monte Carlo (−P̄V error, 95 % CI)")
     a2.axhline(0, color="0.6", lw=0.8)
     a2.set(xlabel="remainder ρ = r / ULP(tied terms)", ylabel="mean error (ULP)", title="exact mean vs remainder")
-    a2.legend(fontsize=7)
+    a2.legend(fontsize=7, loc="lower left")
     return fig
 
 

@@ -47,8 +47,13 @@ def test_bad_inputs():
         row_pv(St, Vt, native=True)            # no GPU here (and the interpreter's bf16 is wrong)
 
 
-def test_kernel_experiment_ci():
-    r = bias_kernel.run("ci")
+@pytest.fixture(scope="module")
+def kernel_ci():
+    return bias_kernel.run("ci")
+
+
+def test_kernel_experiment_ci(kernel_ci):
+    r = kernel_ci
     cells = r["data"]["cells"]
     assert not r["data"]["native_measured"]
     by = {(c["k"], c["gap"], c["method"], c["path"]): c for c in cells}
@@ -65,3 +70,16 @@ def test_montecarlo_experiment_ci():
     for rec in d["dial"]:
         assert abs(rec["rne_pv"] - rec["theory_pv"]) <= rec["rne_pv_ci"] + 0.005
     assert bias_montecarlo.dial_gap(10) > bias_montecarlo.dial_gap(3)
+
+
+def test_gpu_summary_formats_a_full_result_layout(kernel_ci):
+    # The layout of a `full` result, built from the CI run: the emulated cells stand in for the native ones, so
+    # only the formatting code path is tested here (the GPU run supplies the real native numbers).
+    d = kernel_ci["data"]
+    cells = d["cells"] + [dict(c, path="native") for c in d["cells"] if c["path"] == "emulated"]
+    agreement = [{"k": 2, "gap": 14.0, "method": "rne", "pv_lp_equal": 1.0, "o_rtn_equal": 1.0, "o_ntr_equal": 1.0,
+                  "acc_equal": 0.5, "p_equal": 1.0}]
+    md = bias_kernel.gpu_summary_md({"cells": cells, "agreement": agreement}, "full · test")
+    assert "full · test" in md and "native tensor-core path gives" in md and "nan" not in md
+    with pytest.raises(KeyError):
+        bias_kernel.gpu_summary_md(d, "x")

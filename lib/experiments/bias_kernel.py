@@ -97,3 +97,25 @@ def run(scale: str) -> dict:
             "config": {"ks": ks, "gaps": gaps, "n_problems": P, "rows": 16, "n_keys": 256, "features": 16,
                        "beta": BETA, "frac_neg": 1.0},
             "seeds": [SEED]}
+
+
+def gpu_summary_md(data: dict, label: str, k: int = 2, gap: float = 14.0) -> str:
+    """One Markdown paragraph comparing the native and emulated paths of a ``full`` result (for chapter 1)."""
+    by = {(c["k"], c["gap"], c["method"], c["path"]): c for c in data["cells"]}
+    if (k, gap, "rne", "native") not in by:
+        raise KeyError(f"no native cell for k={k}, gap={gap} in this result")
+    nat, emu = by[(k, gap, "rne", "native")], by[(k, gap, "rne", "emulated")]
+    nat_b, nat_s = by[(k, gap, "beta", "native")], by[(k, gap, "sr", "native")]
+    agr = [a for a in data["agreement"] if a["method"] == "rne"]
+    return (f"On the GPU ({label}), for $k={k}$, $g={gap:g}$: the native tensor-core path gives "
+            f"{nat['pv']:+.3f} ± {nat['pv_ci']:.3f} ULP for $\\bar PV$, the emulated path {emu['pv']:+.3f} ± "
+            f"{emu['pv_ci']:.3f}, and the theory fed with the native accumulator {nat['theory_pv']:+.3f}. "
+            f"Round-then-normalise $O$: native {nat['o_rtn']:+.3f} ± {nat['o_rtn_ci']:.3f}; normalise-then-round $O$: "
+            f"native {nat['o_ntr']:+.3f} ± {nat['o_ntr_ci']:.3f} (theory from its accumulator "
+            f"{nat.get('theory_o_ntr', float('nan')):+.3f}), emulated {emu['o_ntr']:+.3f} ± {emu['o_ntr_ci']:.3f}. "
+            f"With the β shift the native $\\bar PV$ error is {nat_b['pv']:+.3f} ± {nat_b['pv_ci']:.3f}, with stochastic "
+            f"rounding {nat_s['pv']:+.3f} ± {nat_s['pv_ci']:.3f}. Native and emulated $\\bar PV$ outputs agree bit for "
+            f"bit in {min(a['pv_lp_equal'] for a in agr):.1%} to {max(a['pv_lp_equal'] for a in agr):.1%} of outputs "
+            f"per cell (FP32 accumulators: {min(a['acc_equal'] for a in agr):.1%} to "
+            f"{max(a['acc_equal'] for a in agr):.1%}); the native accumulator lost the whole remainder in "
+            f"{nat['rho_lost']:.1%} of outputs (emulated: {emu['rho_lost']:.1%}).")
