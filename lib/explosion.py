@@ -49,7 +49,8 @@ def proxy_config(scale: str, **overrides) -> TrainConfig:
     """The proxy TrainConfig at `scale` ("ci" | "full"), with field overrides."""
     if scale == "full":
         base = dict(n_layer=6, n_head=6, n_embd=384, seq_len=512, batch_size=32, steps=1500, warmup=200,
-                    schedule="constant", telemetry_every=50, eval_batches=8, progress=False)
+                    schedule="constant", telemetry_every=50, eval_batches=8, progress=False,
+                    deterministic=os.environ.get("EXPLOSION_DETERMINISM", "warn"))
     elif scale == "ci":
         # One layer and one head of 16 dims keep the Triton interpreter (our kernel on the CPU) at ~0.3 s a step.
         base = dict(n_layer=1, n_head=1, n_embd=16, seq_len=16, batch_size=2, steps=5, warmup=2,

@@ -19,7 +19,7 @@ def test_lr_schedule():
     cc = TrainConfig(**(TINY | dict(schedule="cosine", min_lr=1e-4)), steps=23)
     assert lr_at(cc, 3) == pytest.approx(3e-3) and lr_at(cc, 23) == pytest.approx(1e-4)
     assert lr_at(cc, 13) == pytest.approx(0.5 * (3e-3 + 1e-4))
-    for bad in (dict(schedule="linear"), dict(autocast="fp16"), dict(steps=0), dict(lr=-1.0), dict(attn="x")):
+    for bad in (dict(schedule="linear"), dict(autocast="fp16"), dict(deterministic="yes"), dict(steps=0), dict(lr=-1.0), dict(attn="x")):
         with pytest.raises(ValueError):
             TrainConfig(**(TINY | bad))
 
@@ -115,7 +115,7 @@ def test_cli_help_lists_every_field(capsys):
     with pytest.raises(SystemExit):
         _parser().parse_args(["--help"])
     out = capsys.readouterr().out
-    for flag in ("--attn", "--lr", "--data-seed", "--telemetry-every", "--no-deterministic"):
+    for flag in ("--attn", "--lr", "--data-seed", "--telemetry-every", "--deterministic", "--no-progress"):
         assert flag in out
 
 
