@@ -16,7 +16,8 @@ Paths (`path=`):
 * None: native on CUDA for BF16 inputs when the numerics allow it, else emulated.
 
 `fix="beta"` is the β-scaled max of Qiu & Yao §4 in the forward (rows whose tile max occurs ≥ 2 times, or within
-`tie_tol` below it, shift by β·max if max > 0 and by 0 if max < 0); the backward is unchanged.
+`tie_tol` below it, use β·max as their max if max > 0 and 0 if max < 0; the shift is capped at `max_shift`, the
+lead's underflow guard, unless max_shift=None); the backward is unchanged.
 """
 from __future__ import annotations
 
@@ -68,6 +69,11 @@ def _fwd_flags(nm: Numerics) -> dict:
                 ROUND_O=nm.round_o)
 
 
+def _bwd_flags(nm: Numerics) -> dict:
+    return dict(_flags(nm), ROUND_S=nm.round_s, ROUND_BWD_S_MINUS_LSE=nm.round_bwd_s_minus_lse, ROUND_DS=nm.round_ds,
+                ROUND_DP=nm.round_dp, ROUND_DELTA=nm.round_delta, ROUND_GRAD_ACC=nm.round_grad_acc)
+
+
 def native_allowed(nm: Numerics) -> bool:
     """True when `nm`'s rounding points can be the native BF16 casts/operands (see module docstring)."""
     return nm.mantissa_bits == 7 and nm.rounding == "rne" and nm.round_p and nm.round_bwd_p and nm.round_ds
@@ -105,8 +111,8 @@ def _blocks(path, d, kernel, block):
     return dict(BLOCK_M=bm, BLOCK_N=bn)
 
 
-def attention_fwd(q, k, v, *, causal, scale, nm: Numerics, fix, beta, tie_tol, path, seed=0, block=None,
-                  store_o32=False):
+def attention_fwd(q, k, v, *, causal, scale, nm: Numerics, fix, beta, tie_tol, path, max_shift=64.0, seed=0,
+                  block=None, store_o32=False):
     """Launch the forward on contiguous (B, H, N, D) q, k, v (FP32 for emulated, BF16 for native).
     Returns (o, lse, o32): o (B, H, N, D) in the kernel's storage dtype (FP32 emulated / BF16 native), lse FP32
     (B, H, N) (natural log), o32 FP32 O before its final rounding (or None)."""
@@ -117,8 +123,9 @@ def attention_fwd(q, k, v, *, causal, scale, nm: Numerics, fix, beta, tie_tol, p
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
     o32 = torch.empty(q.shape, device=q.device, dtype=torch.float32) if store_o32 else lse
     grid = (triton.cdiv(N, cfg["BLOCK_M"]), B * H)
-    attn_fwd_kernel[grid](q, k, v, o, o32, lse, float(scale), float(beta), float(tie_tol), N, seed,
-                          D=D, DP=DP, N_TILES=_ntiles(N, cfg["BLOCK_N"]), CAUSAL=causal, FIX=fix == "beta",
+    attn_fwd_kernel[grid](q, k, v, o, o32, lse, float(scale), float(beta), float(tie_tol),
+                          float(max_shift) if max_shift is not None else 0.0, N, seed,
+                          CLAMP_SHIFT=max_shift is not None, D=D, DP=DP, N_TILES=_ntiles(N, cfg["BLOCK_N"]), CAUSAL=causal, FIX=fix == "beta",
                           NATIVE=path == "native", STATIC_LOOPS=_interpreting(), STORE_O32=store_o32,
                           **_fwd_flags(nm), **cfg)
     return o, lse, (o32 if store_o32 else None)
@@ -134,12 +141,12 @@ def compute_delta(o, do, q, k, v, lse, *, causal, scale, nm: Numerics, path, see
         attn_bwd_dq_kernel[(triton.cdiv(N, cfg["BLOCK_M"]), B * H)](
             q, k, v, do, lse, delta, delta, float(scale), N, seed, D=D, DP=DP,
             N_TILES=_ntiles(N, cfg["BLOCK_N"]), CAUSAL=causal, NATIVE=path == "native",
-            STATIC_LOOPS=_interpreting(), ROUND_S=nm.round_s, ROUND_S_MINUS_M=nm.round_s_minus_m,
-            ROUND_DS=nm.round_ds, ROUND_DELTA=nm.round_delta, DELTA_ONLY=True, **_flags(nm), **cfg)
+            STATIC_LOOPS=_interpreting(), DELTA_ONLY=True, **_bwd_flags(nm), **cfg)
     else:
         bm = cfg["BLOCK_M"]
         attn_delta_kernel[(triton.cdiv(N, bm), B * H)](o, do, delta, N, seed, D=D, DP=DP, BLOCK_M=bm,
-                                                       ROUND_DELTA=nm.round_delta, **_flags(nm))
+                                                       ROUND_DELTA=nm.round_delta,
+                                                       ROUND_DELTA_PRODUCTS=nm.round_delta_products, **_flags(nm))
     return delta
 
 
@@ -156,33 +163,33 @@ def attention_bwd(do, q, k, v, o_for_delta, lse, *, causal, scale, nm: Numerics,
     dq = torch.empty(q.shape, device=q.device, dtype=gdt)
     dk = torch.empty(q.shape, device=q.device, dtype=gdt)
     dv = torch.empty(q.shape, device=q.device, dtype=gdt)
-    common = dict(D=D, DP=DP, CAUSAL=causal, NATIVE=path == "native", STATIC_LOOPS=_interpreting(),
-                  ROUND_S=nm.round_s, ROUND_S_MINUS_M=nm.round_s_minus_m, ROUND_DS=nm.round_ds, **_flags(nm), **cfg)
+    common = dict(D=D, DP=DP, CAUSAL=causal, NATIVE=path == "native", STATIC_LOOPS=_interpreting(), **_bwd_flags(nm),
+                  **cfg)
     attn_bwd_dkdv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), B * H)](
         q, k, v, do, lse, delta, dk, dv, float(scale), N, seed, M_TILES=_ntiles(N, cfg["BLOCK_M"]),
         ROUND_BWD_P=nm.round_bwd_p, **common)
     attn_bwd_dq_kernel[(triton.cdiv(N, cfg["BLOCK_M"]), B * H)](
         q, k, v, do, lse, delta, dq, float(scale), N, seed, N_TILES=_ntiles(N, cfg["BLOCK_N"]),
-        ROUND_DELTA=nm.round_delta, DELTA_ONLY=False, **common)
+        DELTA_ONLY=False, **common)
     return dq, dk, dv, delta
 
 
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, nm, fix, beta, tie_tol, path, block):
+    def forward(ctx, q, k, v, causal, scale, nm, fix, beta, tie_tol, max_shift, path, block):
         in_dtype = q.dtype
         if path == "emulated":
             q, k, v = (t.float().contiguous() for t in (q, k, v))   # BF16 -> FP32 is exact
         else:
             q, k, v = (t.contiguous() for t in (q, k, v))
         o, lse, _ = attention_fwd(q, k, v, causal=causal, scale=scale, nm=nm, fix=fix, beta=beta, tie_tol=tie_tol,
-                                  path=path, block=block)
+                                  max_shift=max_shift, path=path, block=block)
         o_delta = o
         if nm.delta_source == "fp32_o":
             # The paper's "recompute O in FP32" ablation: O from the same inputs with every rounding off (FP32
             # matmuls on either path), same fix.
             o_delta, _, _ = attention_fwd(q.float(), k.float(), v.float(), causal=causal, scale=scale, nm=FP32,
-                                          fix=fix, beta=beta, tie_tol=tie_tol, path="emulated",
+                                          fix=fix, beta=beta, tie_tol=tie_tol, max_shift=max_shift, path="emulated",
                                           block=block if path == "emulated" else None)
         ctx.save_for_backward(q, k, v, o_delta, lse)
         ctx.cfg = (causal, scale, nm, path, block, in_dtype)
@@ -195,7 +202,7 @@ class _FlashAttention(torch.autograd.Function):
         do = do.float().contiguous() if path == "emulated" else do.to(torch.bfloat16).contiguous()
         dq, dk, dv, _ = attention_bwd(do, q, k, v, o_delta, lse, causal=causal, scale=scale, nm=nm, path=path,
                                       block=block)
-        return dq.to(in_dtype), dk.to(in_dtype), dv.to(in_dtype), None, None, None, None, None, None, None, None
+        return (dq.to(in_dtype), dk.to(in_dtype), dv.to(in_dtype)) + (None,) * 9
 
 
 def _check_inputs(q, k, v):
@@ -220,14 +227,16 @@ def _check_inputs(q, k, v):
         raise ValueError(f"batch, heads and seq must be positive, got {tuple(q.shape)}")
 
 
-def attention(q, k, v, *, causal=True, scale=None, numerics="fa2", fix=None, beta=7.0, tie_tol=0.0, path=None,
-              block=None):
+def attention(q, k, v, *, causal=True, scale=None, numerics="fa2", fix=None, beta=7.0, tie_tol=0.0, max_shift=64.0,
+              path=None, block=None):
     """Flash attention O = softmax(scale·QKᵀ (+ causal mask)) V with the rounding placement `numerics`.
 
     q, k, v: (batch, heads, seq, head_dim), bfloat16 or float32, same device; head_dim in [16, 128].
     causal: mask keys after the query (top-left aligned). scale: softmax scale, default 1/sqrt(head_dim).
     numerics: "fp32" | "fa2" | "paper" or a `lib.numerics.Numerics`. fix: None or "beta". beta > 1: the β of the
     fix. tie_tol >= 0: a row's tile max counts as repeated when another score is >= max − tie_tol (0: exact ties).
+    max_shift > 0 or None: underflow guard of the fix — a repeated max is never shifted by more than max_shift
+    (None: the paper's exact rule, which underflows whole rows once (β−1)·max ≳ 88).
     path: None | "emulated" | "native" (module docstring). block: (BLOCK_M, BLOCK_N) override (powers of two ≥ 16;
     part of the numerics: the emulator must use the same tiles). Returns O, shape and dtype of q.
     """
@@ -240,6 +249,9 @@ def attention(q, k, v, *, causal=True, scale=None, numerics="fa2", fix=None, bet
     if isinstance(tie_tol, bool) or not isinstance(tie_tol, (int, float)) or not math.isfinite(tie_tol) \
             or tie_tol < 0:
         raise ValueError(f"tie_tol must be a finite number >= 0, got {tie_tol!r}")
+    if max_shift is not None and (isinstance(max_shift, bool) or not isinstance(max_shift, (int, float))
+                                  or not math.isfinite(max_shift) or max_shift <= 0):
+        raise ValueError(f"max_shift must be a finite number > 0 or None, got {max_shift!r}")
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
@@ -248,5 +260,6 @@ def attention(q, k, v, *, causal=True, scale=None, numerics="fa2", fix=None, bet
         if len(block) != 2 or any(not isinstance(b, int) or b < 16 or b & (b - 1) for b in block):
             raise ValueError(f"block must be (BLOCK_M, BLOCK_N), powers of two >= 16, got {block!r}")
     path = resolve_path(path, nm, q.dtype, q.device)
-    return _FlashAttention.apply(q, k, v, bool(causal), float(scale), nm, fix, float(beta), float(tie_tol), path,
+    return _FlashAttention.apply(q, k, v, bool(causal), float(scale), nm, fix, float(beta), float(tie_tol),
+                                 None if max_shift is None else float(max_shift), path,
                                  tuple(block) if block is not None else None)

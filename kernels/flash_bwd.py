@@ -4,29 +4,33 @@ Layout as in `kernels/flash_fwd.py`: q, k, v, o, dO, dQ, dK, dV are contiguous (
 δ are FP32 (batch·heads, seq).
 
 δ (the paper's channel, Qiu & Yao §3.2), `delta_source`:
-* "saved_o" / "fp32_o": `attn_delta_kernel`, δ = rowsum(dO ∘ O) in FP32 from the O saved by the forward (rounded
-  per the profile) or from an FP32 O (a second forward with every rounding off); [round_delta] rnd(δ).
+* "saved_o" / "fp32_o": `attn_delta_kernel`, δ = rowsum(dO ∘ O [round_delta_products]) in FP32 from the O saved
+  by the forward (rounded per the profile) or from an FP32 O (a second forward with every rounding off);
+  [round_delta] rnd(δ).
 * "dp_p": `attn_bwd_dq_kernel` with DELTA_ONLY=True, δ = Σ_tiles rowsum(dP ∘ P) with FP32 P = exp(S − LSE) and
   FP32 dP = dO Vᵀ, accumulated over key tiles left to right; [round_delta] rnd(δ).
 
-Per (query tile, key tile) both kernels recompute, bit-identically:
-    s = (q @ kᵀ)·scale [round_s], masked -inf ; x = s − lse [round_s_minus_m] ; p = exp(x) ; p_op = [round_bwd_p] rnd(p)
-    dp = dO @ vᵀ ; ds = p ∘ (dp − δ) ; ds_op = [round_ds] rnd(ds)
+Per (query tile, key tile) both kernels recompute, bit-identically (`.notes/arithmetic-contract.md`):
+    s = (q @ kᵀ)·scale [round_s], masked -inf ; x = s − lse [round_bwd_s_minus_lse] ; p = exp(x)
+    p_op = [round_bwd_p] rnd(p) ; dp = dO @ vᵀ [round_dp] ; t = dp − δ [round_dp and round_delta] ; ds = p ∘ t
+    ds_op = [round_ds] rnd(ds)
 dK/dV kernel (one key tile, query tiles in order): dv += p_opᵀ @ dO ; dk += ds_opᵀ @ q ; finally dk *= scale.
 dQ kernel (one query tile, key tiles in order):   dq += ds_op @ k ; finally dq *= scale.
+[round_grad_acc]: each tile's product and the accumulator after the add are rounded (`grad_acc`).
 Native path: the matmul operands are BF16 (`.to(tl.bfloat16)` casts of p and ds), FP32 accumulation.
 """
 import triton
 import triton.language as tl
 
-from kernels.flash_fwd import SALT_BP, SALT_DELTA, SALT_DS, SALT_SM, load_rows, round_point, score_tile
+from kernels.flash_fwd import SALT_BP, SALT_DELTA, SALT_DS, SALT_GRAD, SALT_SM, load_rows, round_point, score_tile
 
 __all__ = ["attn_delta_kernel", "attn_bwd_dq_kernel", "attn_bwd_dkdv_kernel"]
 
 
 @triton.jit
 def attn_delta_kernel(O, DO, DELTA, N, seed, D: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr,
-                      M_BITS: tl.constexpr, SR: tl.constexpr, ROUND_DELTA: tl.constexpr):
+                      M_BITS: tl.constexpr, SR: tl.constexpr, ROUND_DELTA: tl.constexpr,
+                      ROUND_DELTA_PRODUCTS: tl.constexpr):
     """δ = rowsum(dO ∘ O) in FP32 for one (query tile, batch·head); O and dO may be FP32 or BF16."""
     start_m = tl.program_id(0)
     bh = tl.program_id(1)
@@ -35,7 +39,11 @@ def attn_delta_kernel(O, DO, DELTA, N, seed, D: tl.constexpr, DP: tl.constexpr, 
     offs_d = tl.arange(0, DP)
     o = load_rows(O + base, offs_m, offs_d, N, D, True, DP != D).to(tl.float32)
     do = load_rows(DO + base, offs_m, offs_d, N, D, True, DP != D).to(tl.float32)
-    delta = tl.sum(o * do, 1)
+    t = o * do
+    if ROUND_DELTA_PRODUCTS:
+        t = round_point(t, M_BITS, SR, seed, SALT_DELTA, bh * 131 + start_m + 7919,
+                        tl.arange(0, BLOCK_M)[:, None] * DP + offs_d[None, :])
+    delta = tl.sum(t, 1)
     if ROUND_DELTA:
         delta = round_point(delta, M_BITS, SR, seed, SALT_DELTA, bh * 131 + start_m, tl.arange(0, BLOCK_M))
     tl.store(DELTA + bh.to(tl.int64) * N + offs_m, delta, mask=offs_m < N)
@@ -44,16 +52,16 @@ def attn_delta_kernel(O, DO, DELTA, N, seed, D: tl.constexpr, DP: tl.constexpr, 
 @triton.jit
 def _bwd_tile(q, k, v, do, lse, delta, scale, offs_m, offs_n, N, seed, tile_id,
               BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr, NATIVE: tl.constexpr,
-              M_BITS: tl.constexpr, SR: tl.constexpr, ROUND_S: tl.constexpr, ROUND_S_MINUS_M: tl.constexpr,
-              ROUND_BWD_P: tl.constexpr, ROUND_DS: tl.constexpr, NEED_P_OP: tl.constexpr,
-              DELTA_ONLY: tl.constexpr):
+              M_BITS: tl.constexpr, SR: tl.constexpr, ROUND_S: tl.constexpr, ROUND_BWD_S_MINUS_LSE: tl.constexpr,
+              ROUND_BWD_P: tl.constexpr, ROUND_DS: tl.constexpr, ROUND_DP: tl.constexpr, ROUND_DELTA: tl.constexpr,
+              NEED_P_OP: tl.constexpr, DELTA_ONLY: tl.constexpr):
     """Recompute P and dS of one (query tile, key tile). Returns (p_op, ds_op, p∘dp): the matmul operands (BF16 in
-    the native path) and, for the dP∘P δ, the FP32 elementwise product."""
+    the native path) and, for the dP∘P δ, the FP32 elementwise product (FP32 p and dp, never rounded)."""
     s = score_tile(q, k, scale, offs_m, offs_n, N, seed, tile_id, CAUSAL, MASK, ROUND_S, M_BITS, SR, NATIVE,
                    BLOCK_N)
     offs_el = (offs_m % 4096)[:, None] * BLOCK_N + (offs_n % BLOCK_N)[None, :]
     x = s - lse[:, None]
-    if ROUND_S_MINUS_M:
+    if ROUND_BWD_S_MINUS_LSE:
         x = round_point(x, M_BITS, SR, seed, SALT_SM, tile_id, offs_el)
     p = tl.exp(x)
     if NATIVE:
@@ -70,7 +78,13 @@ def _bwd_tile(q, k, v, do, lse, delta, scale, offs_m, offs_n, N, seed, tile_id,
             else:
                 if ROUND_BWD_P:
                     p_op = round_point(p, M_BITS, SR, seed, SALT_BP, tile_id, offs_el)
-        ds = p * (dp - delta[:, None])
+        if ROUND_DP:
+            dp = round_point(dp, M_BITS, SR, seed, SALT_DS, tile_id + 7919, offs_el)
+        t = dp - delta[:, None]
+        if ROUND_DP:
+            if ROUND_DELTA:      # lp − lp is lp (PyTorch BF16 tensors)
+                t = round_point(t, M_BITS, SR, seed, SALT_DS, tile_id + 15485863, offs_el)
+        ds = p * t
         if NATIVE:
             ds_op = ds.to(tl.bfloat16)
         else:
@@ -82,24 +96,38 @@ def _bwd_tile(q, k, v, do, lse, delta, scale, offs_m, offs_n, N, seed, tile_id,
 
 
 @triton.jit
+def grad_acc(acc, g, M_BITS: tl.constexpr, SR: tl.constexpr, seed, tile_id, offs,
+             ROUND_GRAD_ACC: tl.constexpr):
+    """acc + g, or rnd(acc + rnd(g)) when the gradient accumulators are kept in lp (round_grad_acc)."""
+    if ROUND_GRAD_ACC:
+        g = round_point(g, M_BITS, SR, seed, SALT_GRAD, tile_id, offs)
+        return round_point(acc + g, M_BITS, SR, seed, SALT_GRAD, tile_id + 7919, offs)
+    else:
+        return acc + g
+
+
+@triton.jit
 def _dq_step(dq, dsum, q, do, lse, delta, K_base, V_base, start_n, offs_m, offs_d, scale, N, seed, tile_id,
              D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr,
              CHECK_D: tl.constexpr, NATIVE: tl.constexpr, M_BITS: tl.constexpr, SR: tl.constexpr,
-             ROUND_S: tl.constexpr, ROUND_S_MINUS_M: tl.constexpr, ROUND_DS: tl.constexpr,
+             ROUND_S: tl.constexpr, ROUND_BWD_S_MINUS_LSE: tl.constexpr, ROUND_DS: tl.constexpr,
+             ROUND_DP: tl.constexpr, ROUND_DELTA: tl.constexpr, ROUND_GRAD_ACC: tl.constexpr,
              DELTA_ONLY: tl.constexpr):
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k = load_rows(K_base, offs_n, offs_d, N, D, MASK, CHECK_D)
     v = load_rows(V_base, offs_n, offs_d, N, D, MASK, CHECK_D)
     p_op, ds_op, pdp = _bwd_tile(q, k, v, do, lse, delta, scale, offs_m, offs_n, N, seed, tile_id, BLOCK_N,
-                                 CAUSAL, MASK, NATIVE, M_BITS, SR, ROUND_S, ROUND_S_MINUS_M, False, ROUND_DS,
-                                 False, DELTA_ONLY)
+                                 CAUSAL, MASK, NATIVE, M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE, False, ROUND_DS,
+                                 ROUND_DP, ROUND_DELTA, False, DELTA_ONLY)
     if DELTA_ONLY:
         dsum = dsum + tl.sum(pdp, 1)
     else:
         if NATIVE:
-            dq = dq + tl.dot(ds_op, k)
+            g = tl.dot(ds_op, k)
         else:
-            dq = dq + tl.dot(ds_op, k, input_precision="ieee")
+            g = tl.dot(ds_op, k, input_precision="ieee")
+        dq = grad_acc(dq, g, M_BITS, SR, seed, tile_id, (offs_m % 4096)[:, None] * 128 + offs_d[None, :],
+                      ROUND_GRAD_ACC)
     return dq, dsum
 
 
@@ -108,8 +136,9 @@ def attn_bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, scale, N, seed,
                        D: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                        N_TILES: tl.constexpr, CAUSAL: tl.constexpr, NATIVE: tl.constexpr,
                        STATIC_LOOPS: tl.constexpr, M_BITS: tl.constexpr, SR: tl.constexpr,
-                       ROUND_S: tl.constexpr, ROUND_S_MINUS_M: tl.constexpr, ROUND_DS: tl.constexpr,
-                       ROUND_DELTA: tl.constexpr, DELTA_ONLY: tl.constexpr):
+                       ROUND_S: tl.constexpr, ROUND_BWD_S_MINUS_LSE: tl.constexpr, ROUND_DS: tl.constexpr,
+                       ROUND_DP: tl.constexpr, ROUND_DELTA: tl.constexpr, ROUND_GRAD_ACC: tl.constexpr,
+                       DELTA_ONLY: tl.constexpr):
     """dQ for one (query tile, batch·head), looping over key tiles; with DELTA_ONLY it instead writes
     δ = Σ rowsum(dP ∘ P) into DELTA. Loop structure as in `attn_fwd_kernel`."""
     start_m = tl.program_id(0)
@@ -139,16 +168,19 @@ def attn_bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, scale, N, seed,
             if j * BLOCK_N < hi:
                 dq, dsum = _dq_step(dq, dsum, q, do, lse, delta, K + base, V + base, j * BLOCK_N, offs_m, offs_d,
                                     scale, N, seed, tile0 + j, D, BLOCK_N, CAUSAL, True, CHECK_D, NATIVE, M_BITS,
-                                    SR, ROUND_S, ROUND_S_MINUS_M, ROUND_DS, DELTA_ONLY)
+                                    SR, ROUND_S, ROUND_BWD_S_MINUS_LSE, ROUND_DS, ROUND_DP, ROUND_DELTA,
+                                    ROUND_GRAD_ACC, DELTA_ONLY)
     else:
         for start_n in range(0, lo, BLOCK_N):
             dq, dsum = _dq_step(dq, dsum, q, do, lse, delta, K + base, V + base, start_n, offs_m, offs_d, scale,
                                 N, seed, tile0 + start_n // BLOCK_N, D, BLOCK_N, CAUSAL, False, CHECK_D, NATIVE,
-                                M_BITS, SR, ROUND_S, ROUND_S_MINUS_M, ROUND_DS, DELTA_ONLY)
+                                M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE, ROUND_DS, ROUND_DP, ROUND_DELTA,
+                                ROUND_GRAD_ACC, DELTA_ONLY)
         for start_n in range(lo, hi, BLOCK_N):
             dq, dsum = _dq_step(dq, dsum, q, do, lse, delta, K + base, V + base, start_n, offs_m, offs_d, scale,
                                 N, seed, tile0 + start_n // BLOCK_N, D, BLOCK_N, CAUSAL, True, CHECK_D, NATIVE,
-                                M_BITS, SR, ROUND_S, ROUND_S_MINUS_M, ROUND_DS, DELTA_ONLY)
+                                M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE, ROUND_DS, ROUND_DP, ROUND_DELTA,
+                                ROUND_GRAD_ACC, DELTA_ONLY)
     if DELTA_ONLY:
         if ROUND_DELTA:
             dsum = round_point(dsum, M_BITS, SR, seed, SALT_DELTA, bh * 131 + start_m, tl.arange(0, BLOCK_M))
@@ -163,22 +195,26 @@ def attn_bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, scale, N, seed,
 def _dkdv_step(dk, dv, k, v, Q_base, DO_base, LSE_base, DELTA_base, start_m, offs_n, offs_d, scale, N, seed,
                tile_id, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                MASK: tl.constexpr, CHECK_D: tl.constexpr, NATIVE: tl.constexpr, M_BITS: tl.constexpr,
-               SR: tl.constexpr, ROUND_S: tl.constexpr, ROUND_S_MINUS_M: tl.constexpr, ROUND_BWD_P: tl.constexpr,
-               ROUND_DS: tl.constexpr):
+               SR: tl.constexpr, ROUND_S: tl.constexpr, ROUND_BWD_S_MINUS_LSE: tl.constexpr,
+               ROUND_BWD_P: tl.constexpr, ROUND_DS: tl.constexpr, ROUND_DP: tl.constexpr, ROUND_DELTA: tl.constexpr,
+               ROUND_GRAD_ACC: tl.constexpr):
     offs_m = start_m + tl.arange(0, BLOCK_M)
     q = load_rows(Q_base, offs_m, offs_d, N, D, True, CHECK_D)
     do = load_rows(DO_base, offs_m, offs_d, N, D, True, CHECK_D)
     lse = tl.load(LSE_base + offs_m, mask=offs_m < N, other=float("inf"))
     delta = tl.load(DELTA_base + offs_m, mask=offs_m < N, other=0.0)
     p_op, ds_op, pdp = _bwd_tile(q, k, v, do, lse, delta, scale, offs_m, offs_n, N, seed, tile_id, BLOCK_N,
-                                 CAUSAL, MASK, NATIVE, M_BITS, SR, ROUND_S, ROUND_S_MINUS_M, ROUND_BWD_P, ROUND_DS,
-                                 True, False)
+                                 CAUSAL, MASK, NATIVE, M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE, ROUND_BWD_P,
+                                 ROUND_DS, ROUND_DP, ROUND_DELTA, True, False)
     if NATIVE:
-        dv = dv + tl.dot(tl.trans(p_op), do)
-        dk = dk + tl.dot(tl.trans(ds_op), q)
+        gv = tl.dot(tl.trans(p_op), do)
+        gk = tl.dot(tl.trans(ds_op), q)
     else:
-        dv = dv + tl.dot(tl.trans(p_op), do, input_precision="ieee")
-        dk = dk + tl.dot(tl.trans(ds_op), q, input_precision="ieee")
+        gv = tl.dot(tl.trans(p_op), do, input_precision="ieee")
+        gk = tl.dot(tl.trans(ds_op), q, input_precision="ieee")
+    offs = (offs_n % 4096)[:, None] * 128 + offs_d[None, :]
+    dv = grad_acc(dv, gv, M_BITS, SR, seed, tile_id, offs, ROUND_GRAD_ACC)
+    dk = grad_acc(dk, gk, M_BITS, SR, seed, tile_id + 104729, offs, ROUND_GRAD_ACC)
     return dk, dv
 
 
@@ -187,8 +223,9 @@ def attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, scale, N, seed,
                          D: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          M_TILES: tl.constexpr, CAUSAL: tl.constexpr, NATIVE: tl.constexpr,
                          STATIC_LOOPS: tl.constexpr, M_BITS: tl.constexpr, SR: tl.constexpr,
-                         ROUND_S: tl.constexpr, ROUND_S_MINUS_M: tl.constexpr, ROUND_BWD_P: tl.constexpr,
-                         ROUND_DS: tl.constexpr):
+                         ROUND_S: tl.constexpr, ROUND_BWD_S_MINUS_LSE: tl.constexpr, ROUND_BWD_P: tl.constexpr,
+                         ROUND_DS: tl.constexpr, ROUND_DP: tl.constexpr, ROUND_DELTA: tl.constexpr,
+                         ROUND_GRAD_ACC: tl.constexpr):
     """dK, dV for one (key tile, batch·head), looping over query tiles top to bottom (causal: from the diagonal).
     Grid: (cdiv(N, BLOCK_N), batch·heads). The score tile is computed as (q @ kᵀ), in the same orientation as the
     forward and the dQ kernel, so P and dS are bit-identical across the three kernels."""
@@ -216,20 +253,20 @@ def attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, scale, N, seed,
             if i * BLOCK_M >= lo:
                 dk, dv = _dkdv_step(dk, dv, k, v, Q + base, DO + base, lse_base, delta_base, i * BLOCK_M, offs_n,
                                     offs_d, scale, N, seed, (bh * 131 + i) * 1031 + pid_n, D, BLOCK_M, BLOCK_N,
-                                    CAUSAL, True, CHECK_D, NATIVE, M_BITS, SR, ROUND_S, ROUND_S_MINUS_M,
-                                    ROUND_BWD_P, ROUND_DS)
+                                    CAUSAL, True, CHECK_D, NATIVE, M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE,
+                                    ROUND_BWD_P, ROUND_DS, ROUND_DP, ROUND_DELTA, ROUND_GRAD_ACC)
     else:
         for start_m in range(lo, mid, BLOCK_M):
             dk, dv = _dkdv_step(dk, dv, k, v, Q + base, DO + base, lse_base, delta_base, start_m, offs_n, offs_d,
                                 scale, N, seed, (bh * 131 + start_m // BLOCK_M) * 1031 + pid_n, D, BLOCK_M,
-                                BLOCK_N, CAUSAL, True, CHECK_D, NATIVE, M_BITS, SR, ROUND_S, ROUND_S_MINUS_M,
-                                ROUND_BWD_P, ROUND_DS)
+                                BLOCK_N, CAUSAL, True, CHECK_D, NATIVE, M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE,
+                                ROUND_BWD_P, ROUND_DS, ROUND_DP, ROUND_DELTA, ROUND_GRAD_ACC)
         # Below the diagonal every score is visible; padded key columns only feed dk/dv rows that are not stored.
         for start_m in range(mid, N, BLOCK_M):
             dk, dv = _dkdv_step(dk, dv, k, v, Q + base, DO + base, lse_base, delta_base, start_m, offs_n, offs_d,
                                 scale, N, seed, (bh * 131 + start_m // BLOCK_M) * 1031 + pid_n, D, BLOCK_M,
-                                BLOCK_N, CAUSAL, False, CHECK_D, NATIVE, M_BITS, SR, ROUND_S, ROUND_S_MINUS_M,
-                                ROUND_BWD_P, ROUND_DS)
+                                BLOCK_N, CAUSAL, False, CHECK_D, NATIVE, M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE,
+                                ROUND_BWD_P, ROUND_DS, ROUND_DP, ROUND_DELTA, ROUND_GRAD_ACC)
     dk = dk * scale
     out = base + offs_n[:, None] * D + offs_d[None, :]
     mask = (offs_n[:, None] < N) & (offs_d[None, :] < D)

@@ -12,13 +12,15 @@ Two paths through the same code (the `NATIVE` constexpr):
 * native (NATIVE=True, GPU only, BF16 + RNE only): q, k, v are BF16; the P̄V operand is cast with `.to(tl.bfloat16)`
   and QKᵀ / P̄V run on BF16 tensor cores with FP32 accumulation. The elementwise steps are the same code.
 
-The arithmetic, per key tile j (rnd = round to `M` mantissa bits; bracketed steps are Numerics switches):
+The arithmetic (`.notes/arithmetic-contract.md`), per key tile j (rnd = round to `M` mantissa bits; bracketed
+steps are Numerics switches):
     s = (q @ kᵀ) * scale ; [round_s] rnd ; masked -> -inf
     m_t = rowmax(s) ; [fix "beta"] rows whose max appears >= 2 times (s >= m_t - tie_tol) get m_t = beta*m_t if
-          m_t > 0, 0 if m_t < 0
-    m_new = max(m_i, m_t) ; alpha = exp(m_i - m_new) ; x = s - m_new ; [round_s_minus_m] rnd ; p = exp(x)
-    p_op = [round_p] rnd(p) ; l_t = rowsum([rowsum_rounded_p] p_op : p) ; [round_l] rnd
-    l_i = l_i * alpha [round_l: rnd] + l_t [round_l: rnd]
+          m_t > 0 (unless beta*m_t overflows), 0 if m_t < 0; with max_shift, a shift (beta-1)*m_t or -m_t larger
+          than max_shift becomes m_t + max_shift (underflow guard)
+    m_new = max(m_i, m_t) ; e = m_i - m_new [round_s_minus_m] ; alpha = exp(e)
+    x = s - m_new [round_s_minus_m] ; p = exp(x) ; p_op = [round_p] rnd(p)
+    l_i = l_i * alpha + rowsum([rowsum_rounded_p] p_op : p) [round_l: one rnd]
     acc = acc * alpha [round_acc: rnd] + (p_op @ v) [round_pv: rnd first] [round_acc: rnd]
 finally o = acc / l_i  (normalize_then_round) or rnd(acc) / rnd(l_i), [round_o] rnd(o); lse = m_i + log(l_i) [round_lse].
 """
@@ -30,8 +32,8 @@ from kernels.rounding import rne_mantissa, sr_mantissa
 __all__ = ["attn_fwd_kernel", "round_point", "load_rows", "score_tile"]
 
 # Salts that give each rounding point its own random stream under stochastic rounding.
-(SALT_S, SALT_SM, SALT_P, SALT_L, SALT_PV, SALT_ACC, SALT_O, SALT_LSE, SALT_DELTA, SALT_BP,
- SALT_DS) = (tl.constexpr(i) for i in range(1, 12))
+(SALT_S, SALT_SM, SALT_P, SALT_L, SALT_PV, SALT_ACC, SALT_O, SALT_LSE, SALT_DELTA, SALT_BP, SALT_DS,
+ SALT_GRAD) = (tl.constexpr(i) for i in range(1, 13))
 
 
 @triton.jit
@@ -83,9 +85,9 @@ def score_tile(q, k, scale, offs_m, offs_n, N, seed, tile_id,
 
 
 @triton.jit
-def _fwd_step(acc, l_i, m_i, q, K_base, V_base, start_n, offs_m, offs_d, scale, beta, tie_tol, N, seed, tile_id,
-              D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr,
-              CHECK_D: tl.constexpr, FIX: tl.constexpr, NATIVE: tl.constexpr, M_BITS: tl.constexpr,
+def _fwd_step(acc, l_i, m_i, q, K_base, V_base, start_n, offs_m, offs_d, scale, beta, tie_tol, max_shift, N, seed,
+              tile_id, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CLAMP_SHIFT: tl.constexpr,
+              CAUSAL: tl.constexpr, MASK: tl.constexpr, CHECK_D: tl.constexpr, FIX: tl.constexpr, NATIVE: tl.constexpr, M_BITS: tl.constexpr,
               SR: tl.constexpr, ROUND_S: tl.constexpr, ROUND_S_MINUS_M: tl.constexpr, ROUND_P: tl.constexpr,
               ROWSUM_ROUNDED_P: tl.constexpr, ROUND_L: tl.constexpr, ROUND_PV: tl.constexpr,
               ROUND_ACC: tl.constexpr):
@@ -103,12 +105,21 @@ def _fwd_step(acc, l_i, m_i, q, K_base, V_base, start_n, offs_m, offs_d, scale, 
         # are left alone: they are not ties, and must not pull the running max up to 0.
         ties = tl.sum((s >= (m_t - tie_tol)[:, None]).to(tl.int32), 1)
         repeated = (ties >= 2) & (m_t > float("-inf"))
-        m_t = tl.where(repeated & (m_t > 0), beta * m_t, m_t)
-        m_t = tl.where(repeated & (m_t < 0), 0.0, m_t)
+        scaled = beta * m_t
+        m_fix = tl.where(repeated & (m_t > 0) & (scaled < float("inf")), scaled, m_t)
+        m_fix = tl.where(repeated & (m_fix < 0), 0.0, m_fix)
+        if CLAMP_SHIFT:
+            # Underflow guard (LEAD-DECISIONS 1): never shift a repeated max by more than max_shift.
+            d = tl.where(m_t > 0, (beta - 1.0) * m_t, -m_t)
+            m_fix = tl.where(repeated & (m_t != 0) & (d > max_shift), m_t + max_shift, m_fix)
+        m_t = m_fix
     m_new = tl.maximum(m_i, m_t)
     # Rows with every score masked so far keep m = -inf; shift them by 0 so that exp gives 0, not NaN.
     m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = tl.exp(m_i - m_use)
+    e = m_i - m_use
+    if ROUND_S_MINUS_M:
+        e = round_point(e, M_BITS, SR, seed, SALT_SM, tile_id + 7919, tl.arange(0, BLOCK_M))
+    alpha = tl.exp(e)
     x = s - m_use[:, None]
     if ROUND_S_MINUS_M:
         x = round_point(x, M_BITS, SR, seed, SALT_SM, tile_id, offs_el)
@@ -126,13 +137,9 @@ def _fwd_step(acc, l_i, m_i, q, K_base, V_base, start_n, offs_m, offs_d, scale, 
         l_t = tl.sum(p_val, 1)
     else:
         l_t = tl.sum(p, 1)
-    row_el = offs_m % 4096
+    l_i = l_i * alpha + l_t
     if ROUND_L:
-        l_t = round_point(l_t, M_BITS, SR, seed, SALT_L, tile_id, row_el)
-        l_i = round_point(l_i * alpha, M_BITS, SR, seed, SALT_L, tile_id, row_el + 4096)
-        l_i = round_point(l_i + l_t, M_BITS, SR, seed, SALT_L, tile_id, row_el + 8192)
-    else:
-        l_i = l_i * alpha + l_t
+        l_i = round_point(l_i, M_BITS, SR, seed, SALT_L, tile_id, tl.arange(0, BLOCK_M))
     acc = acc * alpha[:, None]
     if ROUND_ACC:
         acc = round_point(acc, M_BITS, SR, seed, SALT_ACC, tile_id, offs_el)
@@ -149,8 +156,8 @@ def _fwd_step(acc, l_i, m_i, q, K_base, V_base, start_n, offs_m, offs_d, scale, 
 
 
 @triton.jit
-def attn_fwd_kernel(Q, K, V, O, O32, LSE, scale, beta, tie_tol, N, seed,
-                    D: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def attn_fwd_kernel(Q, K, V, O, O32, LSE, scale, beta, tie_tol, max_shift, N, seed,
+                    D: tl.constexpr, CLAMP_SHIFT: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     N_TILES: tl.constexpr, CAUSAL: tl.constexpr, FIX: tl.constexpr, NATIVE: tl.constexpr,
                     STATIC_LOOPS: tl.constexpr, STORE_O32: tl.constexpr, M_BITS: tl.constexpr,
                     SR: tl.constexpr, ROUND_S: tl.constexpr, ROUND_S_MINUS_M: tl.constexpr, ROUND_P: tl.constexpr,
@@ -182,18 +189,21 @@ def attn_fwd_kernel(Q, K, V, O, O32, LSE, scale, beta, tie_tol, N, seed,
         for j in range(0, N_TILES):
             if j * BLOCK_N < hi:
                 acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, K + base, V + base, j * BLOCK_N, offs_m, offs_d, scale,
-                                          beta, tie_tol, N, seed, tile0 + j, D, BLOCK_N, CAUSAL, True, CHECK_D,
+                                          beta, tie_tol, max_shift, N, seed, tile0 + j, D, BLOCK_M, BLOCK_N,
+                                          CLAMP_SHIFT, CAUSAL, True, CHECK_D,
                                           FIX, NATIVE, M_BITS, SR, ROUND_S, ROUND_S_MINUS_M, ROUND_P,
                                           ROWSUM_ROUNDED_P, ROUND_L, ROUND_PV, ROUND_ACC)
     else:
         for start_n in range(0, lo, BLOCK_N):
             acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, K + base, V + base, start_n, offs_m, offs_d, scale,
-                                      beta, tie_tol, N, seed, tile0 + start_n // BLOCK_N, D, BLOCK_N, CAUSAL,
+                                      beta, tie_tol, max_shift, N, seed, tile0 + start_n // BLOCK_N, D, BLOCK_M,
+                                      BLOCK_N, CLAMP_SHIFT, CAUSAL,
                                       False, CHECK_D, FIX, NATIVE, M_BITS, SR, ROUND_S, ROUND_S_MINUS_M, ROUND_P,
                                       ROWSUM_ROUNDED_P, ROUND_L, ROUND_PV, ROUND_ACC)
         for start_n in range(lo, hi, BLOCK_N):
             acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, K + base, V + base, start_n, offs_m, offs_d, scale,
-                                      beta, tie_tol, N, seed, tile0 + start_n // BLOCK_N, D, BLOCK_N, CAUSAL,
+                                      beta, tie_tol, max_shift, N, seed, tile0 + start_n // BLOCK_N, D, BLOCK_M,
+                                      BLOCK_N, CLAMP_SHIFT, CAUSAL,
                                       True, CHECK_D, FIX, NATIVE, M_BITS, SR, ROUND_S, ROUND_S_MINUS_M, ROUND_P,
                                       ROWSUM_ROUNDED_P, ROUND_L, ROUND_PV, ROUND_ACC)
     # Padding rows (offs_m >= N) are never stored; keep their arithmetic finite anyway.

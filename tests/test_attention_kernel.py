@@ -1,0 +1,179 @@
+"""kernels/attention.py in the CPU interpreter: bit-exact against the oracle `lib/reference.py`, error vs fp64,
+autograd wiring, and bad-input errors. Small shapes (the interpreter costs ~0.1 ms per tl op)."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import lib.setup  # noqa: F401  (interpreter before kernels)
+from kernels import attention
+from kernels.attention import attention_bwd, attention_fwd
+from lib.numerics import FP32, get_profile
+from lib.reference import attention_fp64, emulate_backward, emulate_delta, emulate_forward
+
+BLOCK = (32, 32)
+
+
+def _inputs(seed, N, D, ties=False):
+    """BF16-valued FP32 q, k, v, dO of shape (1, 2, N, D). With `ties`, every other pair of keys is duplicated
+    (exact score ties inside a tile) and half the query rows get a large negative score offset, so that repeated
+    maxima occur with both signs and the fix's two branches run."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v, do = (torch.randn((1, 2, N, D), generator=g).bfloat16().float() for _ in range(4))
+    if ties:
+        q = q * 2
+        k[:, :, 1::4] = k[:, :, 0::4][:, :, : k[:, :, 1::4].shape[2]]
+        k[..., 0] = 3.0
+        q[:, :, ::2, 0] = -8.0
+    return q, k, v, do
+
+
+def _kernel(q, k, v, do, nm, causal, fix, beta=7.0, tie_tol=0.0):
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    kw = dict(causal=causal, scale=scale, path="emulated", block=BLOCK)
+    o, lse, _ = attention_fwd(q, k, v, nm=nm, fix=fix, beta=beta, tie_tol=tie_tol, **kw)
+    o_delta = o
+    if nm.delta_source == "fp32_o":
+        o_delta = attention_fwd(q, k, v, nm=FP32, fix=fix, beta=beta, tie_tol=tie_tol, **kw)[0]
+    dq, dk, dv, delta = attention_bwd(do, q, k, v, o_delta, lse, nm=nm, **kw)
+    return {"o": o, "lse": lse, "delta": delta, "dq": dq, "dk": dk, "dv": dv}
+
+
+def _oracle(q, k, v, do, nm, causal, fix, beta=7.0, tie_tol=0.0):
+    kw = dict(causal=causal, block_m=BLOCK[0], block_n=BLOCK[1], fix=fix, beta=beta, tie_tol=tie_tol)
+    f = emulate_forward(q, k, v, nm, **kw)
+    b = emulate_backward(q, k, v, f.o, f.lse, do, nm, **kw)
+    return {"o": f.o, "lse": f.lse, **b}
+
+
+def _assert_bitwise(ours, ref, names=("o", "lse", "delta", "dq", "dk", "dv")):
+    for name in names:
+        a = ours[name].numpy()
+        b = np.asarray(ref[name], dtype=np.float32).reshape(a.shape)
+        same = (a.view(np.uint32) == b.view(np.uint32))
+        assert same.all(), f"{name}: {int((~same).sum())} of {same.size} values differ, max |diff| " \
+                           f"{np.nanmax(np.abs(a - b)):.3e}"
+
+
+# profile x fix, each with its own seed / shape / causal flag so that odd lengths, both maskings and a padded head
+# dim are all covered without a full cross product.
+CASES = [("fp32", None, 0, 45, 16, True), ("fp32", "beta", 1, 70, 32, False),
+         ("fa2", None, 2, 70, 48, True), ("fa2", "beta", 3, 45, 16, True),
+         ("paper", None, 4, 45, 32, False), ("paper", "beta", 5, 67, 16, True),
+         ("fp32", None, 11, 64, 16, True), ("fa2", "beta", 12, 33, 32, False), ("paper", "beta", 13, 70, 48, False)]
+
+
+@pytest.mark.parametrize("profile,fix,seed,N,D,causal", CASES)
+def test_bit_exact_against_oracle(profile, fix, seed, N, D, causal):
+    q, k, v, do = _inputs(seed, N, D, ties=fix is not None)
+    nm = get_profile(profile)
+    _assert_bitwise(_kernel(q, k, v, do, nm, causal, fix), _oracle(q, k, v, do, nm, causal, fix))
+
+
+@pytest.mark.parametrize("variant", ["dp_p", "fp32_o", "m3", "tie_tol"])
+def test_bit_exact_variants(variant):
+    """δ sources, the precision dial (3 mantissa bits) and a tie tolerance, on one small causal shape."""
+    q, k, v, do = _inputs(10, 40, 16, ties=True)
+    nm, fix, tol = get_profile("fa2"), "beta", 0.0
+    if variant in ("dp_p", "fp32_o"):
+        nm = nm.replace(delta_source=variant)
+    elif variant == "m3":
+        nm = get_profile("paper").replace(mantissa_bits=3)
+    else:
+        tol = 0.05
+    _assert_bitwise(_kernel(q, k, v, do, nm, True, fix, tie_tol=tol),
+                    _oracle(q, k, v, do, nm, True, fix, tie_tol=tol))
+
+
+def test_fix_triggers_and_changes_only_rounding():
+    """The tie inputs do trigger the fix (the forward differs from fa2 without it) while both stay within BF16
+    rounding of the fp64 attention (softmax shift invariance)."""
+    q, k, v, do = _inputs(3, 45, 16, ties=True)
+    nm = get_profile("fa2")
+    plain = attention_fwd(q, k, v, causal=True, scale=0.25, nm=nm, fix=None, beta=7.0, tie_tol=0.0,
+                          path="emulated", block=BLOCK)[0]
+    fixed = attention_fwd(q, k, v, causal=True, scale=0.25, nm=nm, fix="beta", beta=7.0, tie_tol=0.0,
+                          path="emulated", block=BLOCK)[0]
+    ref = torch.from_numpy(np.asarray(attention_fp64(q, k, v, causal=True, scale=0.25)["o"]))
+    assert not torch.equal(plain, fixed)
+    for o in (plain, fixed):
+        assert (o.double() - ref).abs().max().item() <= 2 ** -7 * ref.abs().max().item()
+
+
+def test_error_vs_fp64_and_autograd():
+    """fp32 profile ≈ fp64 to FP32 accuracy; fa2 O within one BF16 rounding of fp64 (plus FP32 noise); autograd
+    gradients equal the low-level backward; BF16 inputs give BF16 outputs."""
+    q, k, v, do = _inputs(7, 50, 16)
+    ref = attention_fp64(q, k, v, do, causal=True)
+    qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+    o32 = attention(qg, kg, vg, causal=True, numerics="fp32", block=BLOCK)
+    o32.backward(do)
+    for name, ours in (("o", o32), ("dq", qg.grad), ("dk", kg.grad), ("dv", vg.grad)):
+        err = (ours.detach().double() - torch.as_tensor(np.asarray(ref[name]))).abs().max().item()
+        assert err < 2e-5, (name, err)
+    o_fa2 = attention(q, k, v, causal=True, numerics="fa2", block=BLOCK)
+    r = torch.as_tensor(np.asarray(ref["o"]))
+    bf16_err = (r.bfloat16().double() - r).abs().max().item()
+    assert (o_fa2.double() - r).abs().max().item() <= 2 * bf16_err + 1e-6
+    lo = _kernel(q, k, v, do, FP32, True, None)
+    assert torch.equal(o32.detach(), lo["o"]) and torch.equal(qg.grad, lo["dq"]) and torch.equal(vg.grad, lo["dv"])
+    ob = attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=True, block=BLOCK)
+    assert ob.dtype == torch.bfloat16 and torch.equal(ob.float(), o_fa2)
+
+
+def test_delta_oracle_roundtrip():
+    """δ from the kernel's saved O equals the oracle's δ of the same O (saved_o, paper rounding of products)."""
+    q, k, v, do = _inputs(8, 33, 16)
+    nm = get_profile("paper")
+    ours = _kernel(q, k, v, do, nm, False, None)
+    ref = emulate_delta(ours["o"].numpy(), do, nm, block_m=BLOCK[0], block_n=BLOCK[1])
+    assert np.array_equal(ours["delta"].numpy().view(np.uint32), np.asarray(ref, np.float32).view(np.uint32))
+
+
+def test_stochastic_rounding_runs_deterministically():
+    """SR has no bit-exact oracle (Philox streams are not replayed); check it is deterministic, differs from RNE,
+    and stays within a few 3-bit ulps of the fp64 result."""
+    q, k, v, _ = _inputs(9, 40, 16)
+    sr = get_profile("fa2").replace(rounding="sr", mantissa_bits=3)
+    a, b = (attention(q, k, v, numerics=sr, block=BLOCK) for _ in range(2))
+    rne = attention(q, k, v, numerics=sr.replace(rounding="rne"), block=BLOCK)
+    ref = torch.as_tensor(np.asarray(attention_fp64(q, k, v, causal=True)["o"]))
+    assert torch.equal(a, b) and not torch.equal(a, rne)
+    assert (a.double() - ref).abs().max().item() <= 4 * 2 ** -3 * ref.abs().max().item()
+
+
+def _qkv(shape=(1, 2, 8, 16), dtype=torch.float32):
+    return [torch.randn(shape, dtype=dtype) for _ in range(3)]
+
+
+@pytest.mark.parametrize("kwargs,exc", [
+    (dict(beta=1.0), ValueError), (dict(beta=0.5), ValueError), (dict(tie_tol=-1e-3), ValueError),
+    (dict(numerics="bf16"), ValueError), (dict(numerics=7), TypeError), (dict(fix="gamma"), ValueError),
+    (dict(path="native"), ValueError), (dict(path="cuda"), ValueError), (dict(max_shift=0.0), ValueError),
+    (dict(scale=-1.0), ValueError), (dict(block=(24, 32)), ValueError)])
+def test_bad_arguments(kwargs, exc):
+    with pytest.raises(exc):
+        attention(*_qkv(), **kwargs)
+
+
+def test_bad_tensors():
+    q, k, v = _qkv()
+    with pytest.raises(TypeError):
+        attention(q.half(), k.half(), v.half())
+    with pytest.raises(TypeError):
+        attention(q, k.bfloat16(), v)
+    with pytest.raises(ValueError):
+        attention(q[0], k[0], v[0])
+    with pytest.raises(ValueError):
+        attention(q, k[:, :, :5], v)
+    with pytest.raises(ValueError):
+        attention(*_qkv((1, 1, 8, 8)))
+    with pytest.raises(ValueError):
+        attention(*_qkv((1, 1, 8, 256)))
+    with pytest.raises(TypeError):
+        attention(q.numpy(), k, v)
+    # non-contiguous inputs are made contiguous (documented), with the same result as contiguous ones
+    qt = q.transpose(2, 3).contiguous().transpose(2, 3)
+    assert not qt.is_contiguous()
+    assert torch.equal(attention(qt, k, v, block=BLOCK), attention(q, k, v, block=BLOCK))
