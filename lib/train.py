@@ -39,6 +39,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from lib import data as data_mod  # noqa: E402
+from lib.metrics import bf16_row_ties, spectral_norm  # noqa: E402
 from lib.model import GPT, GPTConfig, naive_attention  # noqa: E402
 
 _SCHEDULES = ("constant", "cosine")
@@ -158,10 +159,7 @@ def score_stats(q: torch.Tensor, k: torch.Tensor, scale: float, chunk_elems: int
             s = torch.matmul(q[b0:b0 + per].float(), k[b0:b0 + per].float().transpose(-2, -1)) * scale
             s = s.masked_fill(~mask, float("-inf"))
             max_logit = max(max_logit, s.max().item())
-            sb = s.to(torch.bfloat16)
-            rmax = sb.amax(dim=-1, keepdim=True)
-            n_at_max = (sb == rmax).sum(dim=-1)                 # (b, H, T)
-            ties += (n_at_max >= 2).double().sum(dim=(0, 2))
+            ties += bf16_row_ties(s).double().sum(dim=(0, 2))   # rows (b, H, T) -> per head
     tie_head = ties / (B * T)
     return dict(max_logit=max_logit, tie_rate=tie_head.mean().item(), tie_rate_head=tie_head.cpu())
 
@@ -190,10 +188,10 @@ def collect_telemetry(model: GPT) -> dict:
     scale = 1.0 / math.sqrt(cfg.head_dim)
     for i, attn in enumerate(model.attn_layers):
         wq, wk = (w.detach().float() for w in model.qk_weights(i))
-        out["wq_norm"].append(torch.linalg.matrix_norm(wq, ord=2).tolist())
-        out["wk_norm"].append(torch.linalg.matrix_norm(wk, ord=2).tolist())
-        out["wq_norm_layer"].append(torch.linalg.matrix_norm(wq.reshape(-1, cfg.n_embd), ord=2).item())
-        out["wk_norm_layer"].append(torch.linalg.matrix_norm(wk.reshape(-1, cfg.n_embd), ord=2).item())
+        out["wq_norm"].append(spectral_norm(wq).tolist())
+        out["wk_norm"].append(spectral_norm(wk).tolist())
+        out["wq_norm_layer"].append(spectral_norm(wq.reshape(-1, cfg.n_embd)).item())
+        out["wk_norm_layer"].append(spectral_norm(wk.reshape(-1, cfg.n_embd)).item())
         c = attn.captured
         if not c:
             raise RuntimeError("collect_telemetry needs a forward with model.set_capture(True)")
