@@ -17,7 +17,8 @@ from lib.numerics import PROFILES, get_profile, rounding_point_table
 from lib.reference import attention_fp64, emulate_attention
 
 __all__ = ["rounding_table", "make_inputs", "error_vs_fp64", "error_figure", "kernel_vs_oracle",
-           "placement_table", "placement_summary", "bench_table", "load_kernel"]
+           "placement_table", "placement_summary", "bench_table", "load_kernel", "dtype_table",
+           "stable_clamp_effect"]
 
 ROOT = Path(__file__).resolve().parent.parent
 QUANTITIES = ("o", "dq", "dk", "dv")
@@ -179,9 +180,35 @@ def placement_table(data: dict) -> pd.DataFrame:
             best = max(score, key=score.get)
             o_frac = r["agreement"][best]["o"]["bit_identical"]
             dq_frac = r["agreement"][best].get("dq", {}).get("bit_identical", np.nan)
-        rows.append({"inputs": r["kind"], "tile": r["tile"], "run": r["mode"], "fix": "β=2" if r["stable"] else "–",
+        fix = "–"
+        if r["stable"]:
+            fix = "β=2" + (", ℓ-tile clamp 1e-10" if r.get("row_sum_floor", 1e-10) else ", no clamp")
+        rows.append({"inputs": r["kind"], "tile": r["tile"], "run": r["mode"], "fix": fix,
                      "error": (r["error"] or "")[:80], "best candidate": best, "O identical": o_frac,
                      "dQ identical": dq_frac})
+    return pd.DataFrame(rows)
+
+
+def dtype_table(data: dict, runs=("random/512/eager_bwd_autocast/plain",)) -> pd.DataFrame:
+    """The dtype of every named intermediate of the authors' algorithm, as recorded by `paper_placement`
+    (one column per recorded run; first key of `runs` that exists is used when a run is missing)."""
+    traces = data.get("traces", {})
+    cols = {r: traces[r] for r in runs if r in traces}
+    if not cols and traces:
+        first = sorted(traces)[0]
+        cols = {first: traces[first]}
+    return pd.DataFrame(cols).fillna("–")
+
+
+def stable_clamp_effect(data: dict) -> pd.DataFrame:
+    """Bit-identical fraction of O between the authors' stabilised forward (β = 2, tol 1e-3) and the emulator with
+    the same fix, with and without the authors' 1e-10 floor on each tile's row sum."""
+    rows = []
+    for r in data["records"]:
+        if r["stable"] and r["agreement"]:
+            (agr,) = r["agreement"].values()
+            rows.append({"inputs": r["kind"], "tile": r["tile"], "row-sum floor": r.get("row_sum_floor", 1e-10),
+                         "O identical": agr["o"]["bit_identical"]})
     return pd.DataFrame(rows)
 
 
