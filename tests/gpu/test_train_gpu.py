@@ -55,8 +55,6 @@ def test_sdpa_flash_matches_fp32_attention():
     ref = naive_attention(q, k, v).float()   # FP32 math on the same BF16 inputs, rounded to BF16 at the end
     # flash rounds P to BF16 before P·V (relative 2⁻⁹ per weight) and O once: |error| ≤ 2⁻⁸·max|v| with margin 2
     assert (o - ref).abs().max().item() <= 2 ** -7 * v.float().abs().max().item()
-    # and it is causal: a wrong mask would move early rows by O(1)
-    assert (o[..., :8, :] - ref[..., :8, :]).abs().max().item() <= 2 ** -7 * v.float().abs().max().item()
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
