@@ -1,0 +1,86 @@
+"""CI-scale tests of the chapter-2 helpers (`lib/attention_checks.py`) and of the `paper_placement` experiment code
+on the CPU (CPU autocast; the GPU result is what the chapter shows)."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lib import attention_checks as ac
+from lib.experiments import paper_placement as pp
+from lib.numerics import PROFILES
+
+
+def test_rounding_table_marks_follow_the_profiles():
+    t = ac.rounding_table()
+    assert list(t.columns) == ["field", "what", "fp32", "fa2", "paper"]
+    for prof in ("fp32", "fa2", "paper"):
+        nm = PROFILES[prof]
+        for _, row in t.iterrows():
+            val = getattr(nm, row["field"].strip("`"))
+            if isinstance(val, bool):
+                assert row[prof] == ("✓" if val else "–")
+    rounds = t["field"].str.startswith("`round")
+    assert (t.loc[rounds, "fp32"] == "–").all()          # fp32 rounds nothing
+
+
+def test_error_vs_fp64_orders_the_profiles_and_plots():
+    df = ac.error_vs_fp64(seqs=(33,), d=16, seeds=(0,), causal=(True,), block=16)
+    med = df.groupby("profile").rel_err.median()
+    assert med["fp32"] < 1e-5 < med["fa2"] < med["paper"]
+    fig = ac.error_figure(df, title="t")
+    assert fig.axes and fig.axes[0].get_yscale() == "log"
+
+
+@pytest.fixture(scope="module")
+def ci_placement():
+    return pp.run("ci")["data"]
+
+
+def test_paper_placement_ci_records_and_tables(ci_placement):
+    d = ci_placement
+    assert d["autocast_device"] == "cpu" and d["records"]
+    tr = ac.dtype_table(d, runs=("random/32/eager_bwd_autocast/plain",))
+    assert {"S", "P", "LSE", "O"} <= set(tr.index)
+    summ = ac.placement_summary(d, kind="random", mode="eager_bwd_autocast")
+    assert "paper (predicted)" in summ.index and summ.values.max() <= 1.0
+    assert (summ.mean(axis=1).diff().dropna() <= 1e-12).all()        # sorted best first
+    tab = ac.placement_table(d)
+    assert len(tab) == len(d["records"]) and tab["O identical"].between(0, 1).all()
+    clamp = ac.stable_clamp_effect(d)
+    assert set(clamp["row-sum floor"]) == {0.0, 1e-10}
+
+
+def test_agreement_counts_bits():
+    a = np.array([1.0, 2.0, -0.0, np.nan], np.float32)
+    b = np.array([1.0, np.nextafter(np.float32(2), np.float32(3)), 0.0, np.nan], np.float32)
+    r = pp.agreement(a, b)
+    assert r["bit_identical"] == 0.75 and r["within_1ulp_bf16"] == 1.0
+
+
+def test_authors_algorithm_matches_fp64_in_fp32():
+    """Without autocast and in FP32, our implementation of the authors' algorithm is plain attention."""
+    import torch
+    from lib.reference import attention_fp64
+    q, k, v, do = (x.float() for x in pp.make_inputs("random", 1, 2, 40, 16, 0))
+    qs = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    o = pp.authors_attention(*qs, q_tile=16, k_tile=16)
+    o.backward(do)
+    ref = attention_fp64(q, k, v, do, causal=True)
+    np.testing.assert_allclose(o.detach().numpy(), ref["o"], atol=2e-6)
+    for t, key in zip(qs, ("dq", "dk", "dv")):
+        np.testing.assert_allclose(t.grad.numpy(), ref[key], atol=5e-6)
+
+
+def test_bench_table(tmp_path):
+    assert ac.bench_table(tmp_path / "missing.json") is None
+    p = tmp_path / "b.json"
+    p.write_text(json.dumps({"meta": {}, "data": {"rows": [{"N": 1024, "tflops": 1.0}]}}))
+    assert isinstance(ac.bench_table(p), pd.DataFrame) and len(ac.bench_table(p)) == 1
+
+
+def test_kernel_vs_oracle_small():
+    kv = ac.kernel_vs_oracle(profiles=("fa2",), cases=((20, 16, True),), block=16, fixes=(None,))
+    if not kv["available"]:
+        pytest.skip(kv["note"])
+    assert (kv["table"].fraction_identical == 1.0).all()
