@@ -47,7 +47,7 @@ def _accum_diag(seed, n_problems, gaps):
 
 def run(scale: str) -> dict:
     from lib.rounding_bias import mc_grid
-    P = _scale.pick(scale, ci=24, full=128)                 # independent problems per cell (16 rows × 16 features each)
+    P = _scale.pick(scale, ci=24, full=96)                 # independent problems per cell (16 rows × 16 features each)
     ks = _scale.pick(scale, ci=[1, 2, 3, 4, 8], full=[1, 2, 3, 4, 5, 6, 8])
     gaps = _scale.pick(scale, ci=[0, 4, 8, 10, 12, 14, 16, 18, 20], full=[0, 2, 4, 6, 8, 10, 11, 12, 13, 14, 15, 16, 17,
                                                                       18, 20, 22])
