@@ -45,11 +45,12 @@ def _interpreting() -> bool:
 
 # Hand-picked Hopper launch configs of the native path, keyed by (kernel, head_dim <= 64). The benchmark
 # (benchmarks/bench_attention.py --tune) times a small list of alternatives and records which one won.
+# Winners on the H100 (results/full/attention_bench.json, "tuned"): 64×64 tiles, 4 warps for every kernel.
 NATIVE_CONFIGS = {
-    ("fwd", True): dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3),
-    ("fwd", False): dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3),
+    ("fwd", True): dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
+    ("fwd", False): dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
     ("bwd", True): dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2),
-    ("bwd", False): dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=2),
+    ("bwd", False): dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2),
 }
 
 
