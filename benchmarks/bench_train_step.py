@@ -1,0 +1,88 @@
+"""Benchmark (a script, not a test): time of one training step of the proxy GPT per attention arm, GPU only.
+
+The step is what `lib.train.train` does per step without telemetry: forward under BF16 autocast, backward, global
+grad-norm clip, fused AdamW step, zero_grad. Proxy model of `lib.explosion.proxy_config("full")` (6 layers, width
+384, 6 heads, batch 32 × 512 bytes). Times are `triton.testing.do_bench` medians (ms) of the same fixed batch, all
+arms in one process on one GPU, so the ratios compare like with like. Reported: ms per arm, each arm / sdpa, and the
+cost of the fix (paper+fix / paper). The issue's target: paper placement ≤ 1.3 × the SDPA step.
+
+    python benchmarks/bench_train_step.py [--out DIR] [--quick]
+
+writes DIR/full/train_step_bench.json (default DIR: ./results) through `lib.results.save`.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import lib.setup  # noqa: E402,F401
+import torch  # noqa: E402
+
+from lib import data as data_mod  # noqa: E402
+from lib.explosion import ARMS, proxy_config  # noqa: E402
+from lib.model import GPT  # noqa: E402
+from lib.train import make_optimizer  # noqa: E402
+
+ORDER = ("sdpa", "fa2", "paper", "paper+fix", "fp32")
+
+
+def step_fn(arm: str, batch_size: int, seq_len: int):
+    """A closure running one training step of the proxy model with attention `arm` on a fixed batch."""
+    cfg = proxy_config("full", attn=ARMS[arm], lr=1e-4, warmup=0, batch_size=batch_size, seq_len=seq_len)
+    torch.manual_seed(0)
+    model = GPT(cfg.model_config()).cuda()
+    opt = make_optimizer(model, cfg)
+    corpus = data_mod.load_corpus()
+    starts = data_mod.batch_starts(len(corpus), cfg.seq_len, cfg.batch_size, 1, seed=0)[0]
+    x, y = data_mod.get_batch(corpus, starts, cfg.seq_len, "cuda")
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            _, loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step, cfg
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=None, help="results root (default ./results)")
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions (rep=200 ms instead of 1000 ms)")
+    a = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench_train_step needs a CUDA GPU", file=sys.stderr)
+        return 2
+    import triton
+    from lib import results
+    rep = 200 if a.quick else 1000
+    ms = {}
+    t0 = time.perf_counter()
+    for arm in ORDER:
+        step, cfg = step_fn(arm, 32, 512)
+        for _ in range(3):          # compile the Triton kernels and warm the allocator
+            step()
+        torch.cuda.synchronize()
+        ms[arm] = triton.testing.do_bench(step, warmup=100, rep=rep, return_mode="median")
+        print(f"{arm:10s} {ms[arm]:8.3f} ms/step", flush=True)
+    ratios = {arm: ms[arm] / ms["sdpa"] for arm in ORDER}
+    data = dict(ms_per_step=ms, ratio_to_sdpa=ratios, fix_cost=ms["paper+fix"] / ms["paper"],
+                paper_within_1p3_of_sdpa=bool(ratios["paper"] <= 1.3),
+                tokens_per_step=32 * 512, method="triton.testing.do_bench median, one process, one GPU")
+    print({k: round(v, 3) for k, v in ratios.items()}, "fix cost", round(data["fix_cost"], 3))
+    p = results.save("train_step_bench", "full", data,
+                     depends_on=["benchmarks/bench_train_step.py", "lib/train.py", "lib/model.py", "kernels/*.py",
+                                 "lib/explosion.py"],
+                     seeds=[0], wall_s=round(time.perf_counter() - t0, 3),
+                     config=dict(proxy_config("full").__dict__, rep_ms=rep), root=Path(a.out) if a.out else None)
+    print(p)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
