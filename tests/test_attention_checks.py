@@ -20,7 +20,7 @@ def test_rounding_table_marks_follow_the_profiles():
             val = getattr(nm, row["field"].strip("`"))
             if isinstance(val, bool):
                 assert row[prof] == ("✓" if val else "–")
-    rounds = t["field"].str.startswith("`round")
+    rounds = t["field"].str.startswith("`round_")
     assert (t.loc[rounds, "fp32"] == "–").all()          # fp32 rounds nothing
 
 
