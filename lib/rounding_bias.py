@@ -24,7 +24,7 @@ from lib.bf16 import (bit_fields, bit_string, bits_f32, check_mantissa_bits, rou
 
 __all__ = ["bit_table", "rounding_anatomy", "worked_example", "enumerate_bias", "make_rows", "emulate_rows",
            "mc_cell", "mc_grid", "fig_theory", "fig_heatmaps", "fig_precision_dial", "fig_kernel_compare",
-           "ORDERS", "METHODS"]
+           "restore_nonfinite", "ORDERS", "METHODS"]
 
 ORDERS = ("round_then_normalise", "normalise_then_round")
 METHODS = ("rne", "beta", "sr")  # plain RNE, RNE with the paper's β shift, stochastic rounding of the outputs
@@ -320,6 +320,17 @@ def mc_grid(seed: int, ks, gaps, frac_negs=(1.0,), n_keys_list=(256,), m: int = 
                 rec[f"{meth}_{key}"] = v
         recs.append(rec)
     return recs
+
+
+def restore_nonfinite(obj):
+    """Undo `lib.results`' JSON encoding of non-finite floats ('nan', 'inf', '-inf' strings) in nested data."""
+    if isinstance(obj, dict):
+        return {k: restore_nonfinite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [restore_nonfinite(v) for v in obj]
+    if isinstance(obj, str) and obj in ("nan", "inf", "-inf"):
+        return float(obj)
+    return obj
 
 
 # ---------------------------------------------------------------------------------------------------- figures
