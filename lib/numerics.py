@@ -76,9 +76,8 @@ FP32 = Numerics(round_p=False, round_o=False, round_bwd_p=False, round_ds=False)
 FA2 = Numerics()
 # The authors' pure-PyTorch FA2 under CUDA BF16 autocast, as read from PyTorch's autocast rules: einsum outputs BF16
 # (S, P̄V, dP, dQ/dK/dV tiles), exp/log/sum run in FP32 (P̄, ℓ_tile, LSE, δ's row sum are FP32), BF16 − BF16 is BF16
-# (S − m), in-place updates of BF16 buffers round (ℓ, O accumulator, dQ/dK/dV accumulators). Confirmed bit-for-bit
-# on the H100 by `lib/experiments/paper_placement.py` (results/full/paper_placement.json; every one-flag change
-# matches worse). This is the *eager* placement; under torch.compile it differs (chapter 2).
+# (S − m), in-place updates of BF16 buffers round (ℓ, O accumulator, dQ/dK/dV accumulators). Checked bit-for-bit
+# on the GPU by `lib/experiments/paper_placement.py` (chapter 2 shows the measured agreement).
 PAPER = Numerics(round_s=True, round_s_minus_m=True, round_p=True, rowsum_rounded_p=False, round_l=True,
                  round_pv=True, round_acc=True, normalize_then_round=False, round_lse=False, round_o=True,
                  delta_source="saved_o", round_delta=False, round_delta_products=True, round_bwd_s_minus_lse=False,
