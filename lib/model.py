@@ -11,9 +11,12 @@ Attention backends (`AttnSpec.backend`):
   (`sdpa_kernel(SDPBackend.FLASH_ATTENTION)`); plain SDPA (whichever CPU kernel PyTorch picks) on the CPU.
 * ``"naive"`` — softmax(scale·QKᵀ + mask)·V written out in FP32 with autocast off; output cast back to q's dtype.
 
-A spec is written as a string: ``"sdpa"``, ``"naive"``, ``"<numerics>"`` or ``"<numerics>+fix"`` for our kernel
-(numerics one of "fp32", "fa2", "paper"; "+fix" = β fix with the spec's β and tie tolerance), e.g.
-``GPTConfig(attn=["paper", "sdpa", "sdpa"])`` puts the paper kernel in layer 0 only.
+A spec is written as a string: ``"sdpa"``, ``"naive"``, or ``"<profile>[/<field>=<value>...][+fix]"`` for our
+kernel: profile one of "fp32", "fa2", "paper"; each ``/field=value`` overrides one `lib.numerics.Numerics` field
+(values: true/false, integers, or names), e.g. ``"paper/delta_source=dp_p"`` (δ = rowsum(dP∘P)); "+fix" = β fix
+with the config's β and tie tolerance. ``GPTConfig(attn=["sdpa", "paper", "sdpa"])`` puts the paper kernel in
+layer 1 only. Per-head overrides (Python only): ``AttnSpec.parse("paper", heads=((1, 7), "naive"))`` runs heads
+1 and 7 of that layer with FP32 attention and the others with the paper kernel.
 """
 from __future__ import annotations
 
@@ -37,8 +40,19 @@ class AttnSpec:
     beta: float = 7.0
     tie_tol: float = 0.0
     path: str | None = None       # kernel path: None (auto) | "emulated" | "native"
+    heads: tuple | None = None    # ((head indices), spec): those heads use another spec (string or AttnSpec)
+    text: str | None = None       # the string this spec was parsed from (its label)
 
     def __post_init__(self):
+        if self.heads is not None:
+            idx, other = self.heads
+            idx = tuple(int(i) for i in idx)
+            if not idx or len(set(idx)) != len(idx) or min(idx) < 0:
+                raise ValueError(f"heads must name distinct non-negative head indices, got {self.heads!r}")
+            other = AttnSpec.parse(other, beta=self.beta, tie_tol=self.tie_tol) if isinstance(other, str) else other
+            if not isinstance(other, AttnSpec) or other.heads is not None:
+                raise ValueError("a per-head override must be a plain spec (no nested heads)")
+            object.__setattr__(self, "heads", (idx, other))
         if self.backend not in BACKENDS:
             raise ValueError(f"attention backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.fix not in (None, "beta"):
@@ -55,19 +69,40 @@ class AttnSpec:
             raise TypeError(f"attention spec must be a str or AttnSpec, got {type(spec).__name__}")
         s = spec.strip()
         if s in ("sdpa", "naive"):
-            return cls(backend=s, **kw)
-        base, _, suffix = s.partition("+")
+            return cls(backend=s, text=s, **kw)
+        body, _, suffix = s.partition("+")
+        base, *overrides = body.split("/")
         if base not in NUMERICS_NAMES or suffix not in ("", "fix"):
             raise ValueError(f"unknown attention spec {spec!r}; use 'sdpa', 'naive', or one of "
-                             f"{NUMERICS_NAMES} optionally followed by '+fix'")
-        return cls(backend="ours", numerics=base, fix="beta" if suffix else None, **kw)
+                             f"{NUMERICS_NAMES} with optional '/field=value' overrides and '+fix'")
+        numerics = base
+        if overrides:
+            from lib.numerics import get_profile
+            changes = {}
+            for ov in overrides:
+                key, eq, val = ov.partition("=")
+                if not eq or not key:
+                    raise ValueError(f"bad numerics override {ov!r} in {spec!r}; write field=value")
+                low = val.lower()
+                changes[key] = True if low == "true" else False if low == "false" else \
+                    int(val) if val.lstrip("-").isdigit() else val
+            try:
+                numerics = replace(get_profile(base), **changes)
+            except TypeError as e:
+                raise ValueError(f"bad numerics override in {spec!r}: {e}") from e
+        return cls(backend="ours", numerics=numerics, fix="beta" if suffix else None, text=s, **kw)
 
     @property
     def label(self) -> str:
-        if self.backend != "ours":
-            return self.backend
-        name = self.numerics if isinstance(self.numerics, str) else "custom"
-        return name + ("+fix" if self.fix else "")
+        if self.text is not None:
+            name = self.text
+        elif self.backend != "ours":
+            name = self.backend
+        else:
+            name = (self.numerics if isinstance(self.numerics, str) else "custom") + ("+fix" if self.fix else "")
+        if self.heads is not None:
+            name += f"[heads {','.join(map(str, self.heads[0]))}: {self.heads[1].label}]"
+        return name
 
 
 @dataclass
@@ -162,6 +197,25 @@ def run_backend(spec: AttnSpec, q, k, v, *, causal=True, scale=None):
     return ours_attention(q, k, v, spec=spec, causal=causal, scale=scale)
 
 
+def attend(spec: AttnSpec, q, k, v):
+    """Causal attention of q, k, v (B, H, T, D) with `spec`, honouring its per-head override."""
+    if spec.heads is None:
+        return run_backend(spec, q, k, v, causal=True)
+    idx, other = spec.heads
+    H = q.shape[1]
+    if max(idx) >= H:
+        raise ValueError(f"per-head override names head {max(idx)} but the layer has {H} heads")
+    sel = torch.zeros(H, dtype=torch.bool)
+    sel[list(idx)] = True
+    a = torch.nonzero(~sel).flatten().tolist()
+    b = torch.nonzero(sel).flatten().tolist()
+    parts = {}
+    if a:
+        parts.update(zip(a, run_backend(spec, q[:, a], k[:, a], v[:, a], causal=True).unbind(1)))
+    parts.update(zip(b, run_backend(other, q[:, b], k[:, b], v[:, b], causal=True).unbind(1)))
+    return torch.stack([parts[h] for h in range(H)], dim=1)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # the model
 # ----------------------------------------------------------------------------------------------------------------
@@ -182,7 +236,7 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
         hd = C // self.n_head
         q, k, v = (t.view(B, T, self.n_head, hd).transpose(1, 2) for t in (q, k, v))
-        y = run_backend(self.spec, q, k, v, causal=True)
+        y = attend(self.spec, q, k, v)
         if self.capture:
             self.captured = dict(q=q.detach(), k=k.detach(), v=v.detach(), o=y.detach())
             if y.requires_grad:

@@ -116,3 +116,50 @@ def test_ours_backend_matches_naive_with_fp32_numerics():
     lossb.backward()
     torch.testing.assert_close(a.transformer.h[0].attn.c_attn.weight.grad,
                                b.transformer.h[0].attn.c_attn.weight.grad, rtol=1e-3, atol=1e-6)
+
+
+def test_numerics_overrides_in_spec_strings():
+    s = AttnSpec.parse("paper/delta_source=dp_p/round_o=false+fix")
+    assert s.backend == "ours" and s.fix == "beta" and s.label == "paper/delta_source=dp_p/round_o=false+fix"
+    assert s.numerics.delta_source == "dp_p" and s.numerics.round_o is False
+    assert s.numerics.round_s is True                      # the rest stays the paper profile
+    assert AttnSpec.parse("fa2/mantissa_bits=5").numerics.mantissa_bits == 5
+    for bad in ("paper/round_o", "paper/nonexistent=1", "paper/delta_source=bogus", "sdpa/round_o=false"):
+        with pytest.raises(ValueError):
+            AttnSpec.parse(bad)
+    cfg = GPTConfig(**TINY, attn="sdpa,paper/delta_source=fp32_o")
+    assert cfg.layer_specs()[1].numerics.delta_source == "fp32_o"
+
+
+def test_per_head_override_routes_heads(monkeypatch):
+    import lib.model as model_mod
+    calls = []
+
+    def fake(spec, q, k, v, *, causal=True, scale=None):  # marks each output with its backend
+        calls.append((spec.backend, q.shape[1]))
+        return torch.full_like(q, 1.0 if spec.backend == "naive" else 2.0)
+    monkeypatch.setattr(model_mod, "run_backend", fake)
+    spec = AttnSpec.parse("sdpa", heads=((1, 3), "naive"))
+    q = torch.randn(2, 4, 8, 16)
+    y = model_mod.attend(spec, q, q, q)
+    assert sorted(calls) == [("naive", 2), ("sdpa", 2)]
+    assert y[:, [1, 3]].eq(1.0).all() and y[:, [0, 2]].eq(2.0).all()
+    assert spec.label == "sdpa[heads 1,3: naive]"
+    with pytest.raises(ValueError, match="has 4 heads"):
+        model_mod.attend(AttnSpec.parse("sdpa", heads=((4,), "naive")), q, q, q)
+    for bad in (((), "naive"), ((1, 1), "naive"), ((-1,), "naive")):
+        with pytest.raises(ValueError):
+            AttnSpec.parse("sdpa", heads=bad)
+
+
+def test_per_head_override_is_differentiable_and_matches_full_naive():
+    torch.manual_seed(5)
+    a = GPT(GPTConfig(**TINY, attn=[AttnSpec.parse("sdpa", heads=((1,), "naive")), "naive"]))
+    b = GPT(GPTConfig(**TINY, attn="naive"))
+    b.load_state_dict(a.state_dict())
+    x = torch.randint(0, 256, (2, 32))
+    la, lb = a(x, x)[1], b(x, x)[1]
+    torch.testing.assert_close(la, lb)
+    la.backward()
+    lb.backward()
+    torch.testing.assert_close(a.transformer.h[0].attn.c_attn.weight.grad, b.transformer.h[0].attn.c_attn.weight.grad)
