@@ -114,14 +114,16 @@ TELEMETRY_ARRAYS = ("step", "wq_norm", "wk_norm", "wq_norm_layer", "wk_norm_laye
 
 
 def run_arms(scale: str, runs: list[dict], workers: int, **overrides) -> tuple[list[dict], dict, dict]:
-    """Run `runs` (dicts with "arm", "seed", "lr", optional "tag") on the proxy config at `scale`; all share
-    `data_seed` 0 (the same recorded batch order). Returns (summaries, arrays, meta): one JSON-able summary per
-    run, the per-run arrays under keys "<run id>__<quantity>", and {"wall_s", "workers", "versions",
-    "base_config"}."""
+    """Run `runs` (dicts with "arm", "seed", "lr", optional "tag", optional "attn" — a spec string used instead of
+    ARMS[arm], for ablation arms — and optional "config" — per-run TrainConfig overrides such as beta) on the proxy
+    config at `scale`; all share `data_seed` 0 (the same recorded batch order). Returns (summaries, arrays, meta):
+    one JSON-able summary per run, the per-run arrays under keys "<run id>__<quantity>", and {"wall_s", "workers",
+    "versions", "base_config"}."""
     cfgs = []
     for r in runs:
-        cfgs.append(proxy_config(scale, attn=ARMS[r["arm"]], seed=r["seed"], data_seed=0, lr=r["lr"],
-                                 label=run_id(r["arm"], r["seed"], r["lr"], r.get("tag", "")), **overrides))
+        cfgs.append(proxy_config(scale, attn=r.get("attn") or ARMS[r["arm"]], seed=r["seed"], data_seed=0,
+                                 lr=r["lr"], label=run_id(r["arm"], r["seed"], r["lr"], r.get("tag", "")),
+                                 **(overrides | r.get("config", {}))))
     t0 = time.perf_counter()
     results = run_many(cfgs, workers=workers)
     wall = time.perf_counter() - t0
