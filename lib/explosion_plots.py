@@ -1,0 +1,135 @@
+"""Figures of the loss-explosion results (`lr_sweep`, `headline`): each takes a `lib.results.Result` and returns
+a matplotlib Figure in the book style, stamped with the result's provenance.
+
+* `loss_curves(res)`: training loss (smoothed) and pre-clip grad norm per run, colour = arm, line style = seed
+  (the paper's Fig. 2 at our scale).
+* `lr_sweep_figure(res)`: per arm, the loss rise (final − best smoothed loss) against the LR, marker = outcome.
+* `qk_norm_figure(res, run_ids, layer)`: ‖W_Q‖₂ per layer over steps, and per head of `layer` (Fig. 3).
+* `tie_rate_figure(res, run_ids)`: per-layer tie rate over steps (Fig. 9).
+* `delta_error_figure(res, run_ids, layer)`: cumulative Σ Δδ per head of `layer` over telemetry steps.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from lib import plotting
+from lib.explosion import ARMS, SMOOTH, smooth
+
+_STYLES = ("-", "--", ":", "-.")
+_OUTCOME_MARKERS = {"stable": "o", "degraded": "s", "exploded": "X", "nonfinite": "v"}
+
+
+def _colors():
+    import seaborn as sns
+    return dict(zip(ARMS, sns.color_palette(plotting.PALETTE, len(ARMS))))
+
+
+def _runs(res, run_ids=None):
+    runs = [r for r in res.data["runs"] if run_ids is None or r["id"] in run_ids]
+    if not runs:
+        raise ValueError(f"no runs selected from {res.name} (asked for {run_ids!r})")
+    return runs
+
+
+def _seed_style(res):
+    seeds = sorted({r["seed"] for r in res.data["runs"]})
+    return {s: _STYLES[i % len(_STYLES)] for i, s in enumerate(seeds)}
+
+
+def loss_curves(res, run_ids=None, window: int = SMOOTH):
+    """Two panels over optimiser steps: smoothed training loss (nats/byte) and pre-clip grad norm (log)."""
+    col, sty = _colors(), _seed_style(res)
+    fig, (a0, a1) = plotting.figure(1, 2, width=10, height=3.6)
+    for r in _runs(res, run_ids):
+        loss = res.arrays[f"{r['id']}__loss"]
+        gn = res.arrays[f"{r['id']}__grad_norm"]
+        w = max(1, min(window, len(loss) // 10 or 1))
+        kw = dict(color=col[r["arm"]], ls=sty[r["seed"]], lw=1.2)
+        a0.plot(np.arange(len(loss)), smooth(loss, w), label=f"{r['arm']} s{r['seed']}" + (" (repeat)" if r.get("tag") else ""), **kw)
+        a1.plot(np.arange(len(gn)), gn, alpha=0.8, **kw)
+    a0.set(xlabel="step", ylabel=f"train loss (nats/byte, {window}-step mean)")
+    a1.set(xlabel="step", ylabel="grad norm before clipping", yscale="log")
+    a1.axhline(1.0, color="0.5", lw=0.8, ls=":")
+    a0.legend(fontsize=7, ncol=2)
+    plotting.label_provenance(fig, res.meta)
+    return fig
+
+
+def lr_sweep_figure(res):
+    """Loss rise (final − best smoothed loss) against LR per arm; marker shape = outcome."""
+    col = _colors()
+    fig, ax = plotting.figure(width=6.4, height=3.8)
+    for arm in res.data["arms"]:
+        rs = sorted((r for r in res.data["runs"] if r["arm"] == arm), key=lambda r: r["lr"])
+        lrs = [r["lr"] for r in rs]
+        rise = [r["rise"] if isinstance(r["rise"], (int, float)) and np.isfinite(r["rise"]) else np.nan for r in rs]
+        ax.plot(lrs, rise, color=col[arm], lw=1, label=arm)
+        for r, y in zip(rs, rise):
+            ax.scatter([r["lr"]], [y if np.isfinite(y) else np.nanmax(rise + [0.0])], color=col[arm],
+                       marker=_OUTCOME_MARKERS[r["outcome"]], s=40, zorder=3)
+    th = res.data["thresholds"]
+    ax.axhline(th["rise_exploded"], color="0.4", ls="--", lw=0.8)
+    ax.axhline(th["rise_degraded"], color="0.6", ls=":", lw=0.8)
+    ax.set(xscale="log", xlabel="peak learning rate", ylabel="loss rise: final − best (nats/byte)")
+    ax.legend(fontsize=8, title="arm (markers: o stable, s degraded, X exploded, v non-finite)", title_fontsize=7)
+    plotting.label_provenance(fig, res.meta)
+    return fig
+
+
+def qk_norm_figure(res, run_ids, layer: int):
+    """Left: per-layer ‖W_Q‖₂ over steps (colour = layer, style = run); right: per-head ‖W_Q^h‖₂ of `layer`."""
+    runs = _runs(res, run_ids)
+    fig, (a0, a1) = plotting.figure(1, 2, width=10, height=3.6)
+    for i, r in enumerate(runs):
+        st = res.arrays[f"{r['id']}__step"]
+        wl = res.arrays[f"{r['id']}__wq_norm_layer"]          # (n_tele, L)
+        wh = res.arrays[f"{r['id']}__wq_norm"][:, layer]       # (n_tele, H)
+        ls = _STYLES[i % len(_STYLES)]
+        for l in range(wl.shape[1]):
+            a0.plot(st, wl[:, l], color=f"C{l}", ls=ls, label=f"layer {l}" if i == 0 else None)
+        for h in range(wh.shape[1]):
+            a1.plot(st, wh[:, h], color=f"C{h}", ls=ls, label=f"head {h}" if i == 0 else None)
+    a0.set(xlabel="step", ylabel="‖W_Q‖₂ (whole layer)", title=" / ".join(f"{_STYLES[i % 4]} {r['id']}"
+                                                                        for i, r in enumerate(runs)))
+    a1.set(xlabel="step", ylabel=f"‖W_Q^h‖₂, layer {layer}")
+    a0.title.set_fontsize(7)
+    a0.legend(fontsize=7)
+    a1.legend(fontsize=7, ncol=2)
+    plotting.label_provenance(fig, res.meta)
+    return fig
+
+
+def tie_rate_figure(res, run_ids):
+    """Per-layer fraction of query rows whose BF16 row max repeats, over telemetry steps, one panel per run."""
+    runs = _runs(res, run_ids)
+    fig, axes = plotting.figure(1, len(runs), width=3.6 * len(runs), height=3.4, sharey=True, squeeze=False)
+    for ax, r in zip(axes[0], runs):
+        st = res.arrays[f"{r['id']}__step"]
+        tr = res.arrays[f"{r['id']}__tie_rate"]
+        for l in range(tr.shape[1]):
+            ax.plot(st, tr[:, l], color=f"C{l}", label=f"layer {l}")
+        ax.set(xlabel="step", title=r["id"])
+        ax.title.set_fontsize(8)
+    axes[0][0].set_ylabel("tie rate (rows with a repeated BF16 max)")
+    axes[0][0].legend(fontsize=7)
+    plotting.label_provenance(fig, res.meta)
+    return fig
+
+
+def delta_error_figure(res, run_ids, layer: int):
+    """Cumulative Σ Δδ = Σ rowsum(dO∘(O_lp − O_hp)) per head of `layer`, summed over telemetry steps only."""
+    runs = _runs(res, run_ids)
+    fig, axes = plotting.figure(1, len(runs), width=3.6 * len(runs), height=3.4, squeeze=False)
+    for ax, r in zip(axes[0], runs):
+        st = res.arrays[f"{r['id']}__step"]
+        d = np.nan_to_num(res.arrays[f"{r['id']}__delta_err_sum"][:, layer])   # (n_tele, H)
+        cum = np.cumsum(d, axis=0)
+        for h in range(cum.shape[1]):
+            ax.plot(st, cum[:, h], color=f"C{h}", label=f"head {h}")
+        ax.axhline(0, color="0.5", lw=0.8)
+        ax.set(xlabel="step", title=r["id"])
+        ax.title.set_fontsize(8)
+    axes[0][0].set_ylabel(f"cumulative Σ Δδ, layer {layer}")
+    axes[0][0].legend(fontsize=7, ncol=2)
+    plotting.label_provenance(fig, res.meta)
+    return fig

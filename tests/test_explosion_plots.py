@@ -1,0 +1,51 @@
+"""The explosion figures build from a CI-scale result and draw what they say they draw."""
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+from lib import explosion, explosion_plots
+from lib.experiments import lr_sweep
+from lib.results import Result
+
+
+@pytest.fixture(scope="module")
+def res():
+    runs = [dict(arm=a, seed=s, lr=lr) for lr in (1e-3, 1e-2) for a in ("sdpa", "fp32") for s in (0,)]
+    summ, arrays, meta = explosion.run_arms("ci", runs, workers=1, steps=4, n_layer=2, n_head=2, n_embd=32)
+    data = dict(runs=summ, arms=["sdpa", "fp32"], thresholds=dict(rise_exploded=explosion.RISE_EXPLODED,
+                                                                  rise_degraded=explosion.RISE_DEGRADED))
+    data["chosen_lr"] = lr_sweep.choose_lr(data)[0]
+    return Result("test", "ci", dict(scale="ci", device="cpu", git_commit="0" * 40), data, arrays)
+
+
+def test_loss_curves(res):
+    fig = explosion_plots.loss_curves(res)
+    a0, a1 = fig.axes[:2]
+    assert len(a0.lines) == len(res.data["runs"]) and len(a1.lines) == len(res.data["runs"]) + 1  # + clip line
+    first = res.data["runs"][0]["id"]
+    np.testing.assert_allclose(a1.lines[0].get_ydata(), res.arrays[f"{first}__grad_norm"])
+    plt.close(fig)
+
+
+def test_lr_sweep_figure(res):
+    fig = explosion_plots.lr_sweep_figure(res)
+    ax = fig.axes[0]
+    assert len(ax.collections) == len(res.data["runs"])        # one marker per run
+    assert ax.get_xscale() == "log"
+    plt.close(fig)
+
+
+def test_telemetry_figures(res):
+    ids = [r["id"] for r in res.data["runs"][:2]]
+    fig = explosion_plots.qk_norm_figure(res, ids, layer=1)
+    assert len(fig.axes[0].lines) == 2 * 2 and len(fig.axes[1].lines) == 2 * 2   # 2 runs × (2 layers | 2 heads)
+    plt.close(fig)
+    fig = explosion_plots.tie_rate_figure(res, ids)
+    np.testing.assert_allclose(fig.axes[0].lines[1].get_ydata(), res.arrays[f"{ids[0]}__tie_rate"][:, 1])
+    plt.close(fig)
+    fig = explosion_plots.delta_error_figure(res, ids, layer=0)
+    d = res.arrays[f"{ids[0]}__delta_err_sum"][:, 0, 1]
+    np.testing.assert_allclose(fig.axes[0].lines[1].get_ydata(), np.cumsum(d))
+    plt.close(fig)
+    with pytest.raises(ValueError):
+        explosion_plots.tie_rate_figure(res, ["nope"])
