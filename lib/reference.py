@@ -51,7 +51,7 @@ in order); padding query rows have LSE = +inf and δ = 0::
         each: [round_grad_acc] g = rnd(g) ; acc = acc + g ; [round_grad_acc] rnd
     end: dQ·α, dK·α (FP32)
 
-The β fix (Qiu & Yao §4, per tile): see `fixed_row_max`. It is the only code that decides the fix, and the property
+The β fix (Qiu & Yao §4, per tile): see `fixed_row_max` (with the underflow guard `max_shift`, default 64). It is the only code that decides the fix, and the property
 tests (`tests/test_fix_property.py`) exercise it directly.
 
 Known differences from production FA2 (documented, not emulated): FA2 writes ``exp2(s·log2e − m·log2e)`` with an FMA,
@@ -66,7 +66,7 @@ import numpy as np
 from lib.bf16 import round_rne, round_stochastic
 from lib.numerics import FP32, Numerics, get_profile
 
-__all__ = ["attention_fp64", "fixed_row_max", "check_fix_args", "online_softmax_rows", "emulate_forward", "emulate_delta",
+__all__ = ["attention_fp64", "fixed_row_max", "check_fix_args", "check_max_shift", "online_softmax_rows", "emulate_forward", "emulate_delta",
            "emulate_backward", "emulate_attention", "ForwardResult", "padded_head_dim", "FIXES"]
 
 FIXES = (None, "beta")
@@ -175,7 +175,18 @@ def attention_fp64(q, k, v, do=None, *, causal: bool = True, scale=None) -> dict
 
 
 # ------------------------------------------------------------------------------------------------------ the fix
-def fixed_row_max(s, m_t=None, *, beta: float = 7.0, tie_tol: float = 0.0) -> np.ndarray:
+def check_max_shift(max_shift):
+    """Validate the fix's underflow guard: None (the paper's exact rule) or a finite number > 0. Returns it."""
+    if max_shift is None:
+        return None
+    if isinstance(max_shift, bool) or not isinstance(max_shift, (int, float, np.floating, np.integer)):
+        raise TypeError(f"max_shift must be a positive number or None, got {type(max_shift).__name__}")
+    if not np.isfinite(max_shift) or max_shift <= 0:
+        raise ValueError(f"max_shift must be finite and > 0 (or None), got {max_shift!r}")
+    return float(max_shift)
+
+
+def fixed_row_max(s, m_t=None, *, beta: float = 7.0, tie_tol: float = 0.0, max_shift=64.0) -> np.ndarray:
     """The β fix of Qiu & Yao (§4, Alg. 1) for one tile: the adjusted row maxima.
 
     s: (..., BN) scores of the tile (masked entries −inf), float32 (or float64 for exact-arithmetic checks).
@@ -183,13 +194,17 @@ def fixed_row_max(s, m_t=None, *, beta: float = 7.0, tie_tol: float = 0.0) -> np
       * a row whose maximum occurs at least twice — ``s ≥ m_t − tie_tol`` counted, so tie_tol = 0 is exact
         equality — gets β·m_t if m_t > 0 and 0 if m_t < 0;
       * m_t = 0, a single maximum, or a fully masked row (m_t = −inf) are left unchanged;
-      * where β·m_t overflows to +inf the row is left unchanged (m stays finite).
-    Arithmetic in the dtype of `s` (β converted to it first), exactly as the kernel does it."""
+      * where β·m_t overflows to +inf the row is left unchanged (m stays finite);
+      * underflow guard (the lead's decision; `max_shift=None` gives the paper's exact rule): the shift
+        d = (β−1)·m_t (m_t > 0) or −m_t (m_t < 0) of a repeated max is capped: where d > max_shift the max becomes
+        m_t + max_shift, so the row's largest weight stays ≥ e^−max_shift (a normal FP32/BF16 number for 64).
+    Arithmetic in the dtype of `s` (β, tie_tol, max_shift converted to it first), in exactly the kernel's order."""
     s = np.asarray(s)
     if s.dtype.kind != "f":
         raise TypeError(f"s must be a floating array, got {s.dtype}")
     dt = s.dtype.type
     check_fix_args("beta", beta, tie_tol)
+    max_shift = check_max_shift(max_shift)
     m_t = np.nanmax(s, axis=-1) if m_t is None else np.asarray(m_t, dtype=s.dtype)
     with np.errstate(invalid="ignore", over="ignore"):
         ties = np.sum(s >= (m_t - dt(tie_tol))[..., None], axis=-1)
@@ -197,10 +212,14 @@ def fixed_row_max(s, m_t=None, *, beta: float = 7.0, tie_tol: float = 0.0) -> np
         scaled = dt(beta) * m_t
     out = np.where(repeated & (m_t > 0) & np.isfinite(scaled), scaled, m_t)
     out = np.where(repeated & (out < 0), dt(0), out)
+    if max_shift is not None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            d = np.where(m_t > 0, (dt(beta) - dt(1.0)) * m_t, -m_t)
+            out = np.where(repeated & (m_t != 0) & (d > dt(max_shift)), m_t + dt(max_shift), out)
     return out.astype(s.dtype, copy=False)
 
 
-def online_softmax_rows(s, *, block_n: int, fix=None, beta: float = 7.0, tie_tol: float = 0.0):
+def online_softmax_rows(s, *, block_n: int, fix=None, beta: float = 7.0, tie_tol: float = 0.0, max_shift=64.0):
     """Softmax weights of many independent rows by the FA2 online recurrence, vectorised over rows.
 
     s: (R, N) scores (masked entries −inf), float32 or float64; the arithmetic stays in that dtype (no rounding to
@@ -221,7 +240,7 @@ def online_softmax_rows(s, *, block_n: int, fix=None, beta: float = 7.0, tie_tol
             st = s[:, j:j + block_n]
             m_t = np.max(st, axis=1)
             if fix == "beta":
-                m_t = fixed_row_max(st, m_t, beta=beta, tie_tol=tie_tol)
+                m_t = fixed_row_max(st, m_t, beta=beta, tie_tol=tie_tol, max_shift=max_shift)
             m_new = np.maximum(m, m_t)
             m_use = np.where(m_new == -np.inf, dt(0), m_new)
             l = l * np.exp(m - m_use) + np.sum(np.exp(st - m_use[:, None]), axis=1)
@@ -293,8 +312,9 @@ class ForwardResult:
     l: np.ndarray
 
 
-def _prep(q, k, v, numerics, causal, scale, block_m, block_n, fix, beta, tie_tol):
+def _prep(q, k, v, numerics, causal, scale, block_m, block_n, fix, beta, tie_tol, max_shift=64.0):
     nm = get_profile(numerics)
+    check_max_shift(max_shift)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {causal!r}")
     fix, beta, tie_tol = check_fix_args(fix, beta, tie_tol)
@@ -304,14 +324,15 @@ def _prep(q, k, v, numerics, causal, scale, block_m, block_n, fix, beta, tie_tol
 
 
 def emulate_forward(q, k, v, numerics="fa2", *, causal: bool = True, scale=None, block_m: int = 64,
-                    block_n: int = 64, fix=None, beta: float = 7.0, tie_tol: float = 0.0,
+                    block_n: int = 64, fix=None, beta: float = 7.0, tie_tol: float = 0.0, max_shift=64.0,
                     seed: int = 0) -> ForwardResult:
     """FA2 forward under `numerics` on BLOCK_M × BLOCK_N tiles (module docstring: the exact order).
 
     q, k, v: (..., N, d), any float dtype (converted exactly to float32; BF16 values stay BF16 values).
-    `seed` only drives stochastic rounding. Returns a `ForwardResult`."""
+    `seed` only drives stochastic rounding; `max_shift` is the fix's underflow guard (None: the paper's rule).
+    Returns a `ForwardResult`."""
     nm, fix, beta, tie_tol, bm, bn, q3, k3, v3, lead, a = _prep(q, k, v, numerics, causal, scale, block_m,
-                                                                  block_n, fix, beta, tie_tol)
+                                                                  block_n, fix, beta, tie_tol, max_shift)
     rnd = _Rounder(nm, seed)
     BH, N, d = q3.shape
     DP = padded_head_dim(d)
@@ -338,7 +359,7 @@ def emulate_forward(q, k, v, numerics="fa2", *, causal: bool = True, scale=None,
                 s = _scores(q_t, k_t, a, offs_m, offs_n, N, causal, nm, rnd)
                 m_t = np.nanmax(s, axis=1)
                 if fix == "beta":
-                    m_t = fixed_row_max(s, m_t, beta=beta, tie_tol=tie_tol)
+                    m_t = fixed_row_max(s, m_t, beta=beta, tie_tol=tie_tol, max_shift=max_shift)
                 m_new = np.maximum(m_i, m_t)
                 m_use = np.where(m_new == _NEG_INF, _F32(0), m_new)
                 e = m_i - m_use
@@ -412,7 +433,7 @@ def _acc_add(acc, g, nm, rnd):
 
 def emulate_delta(o, do, numerics="fa2", *, q=None, k=None, v=None, lse=None, causal: bool = True, scale=None,
                   block_m: int = 64, block_n: int = 64, fix=None, beta: float = 7.0, tie_tol: float = 0.0,
-                  seed: int = 0) -> np.ndarray:
+                  max_shift=64.0, seed: int = 0) -> np.ndarray:
     """δ (..., N) float32 per `numerics.delta_source` (module docstring). `o` is the saved O for "saved_o"; "fp32_o"
     needs q, k, v (it reruns an all-FP32 forward with the same tiles and fix); "dp_p" needs q, k, v and lse."""
     nm = get_profile(numerics)
@@ -427,7 +448,7 @@ def emulate_delta(o, do, numerics="fa2", *, q=None, k=None, v=None, lse=None, ca
             if q is None or k is None or v is None:
                 raise ValueError("delta_source='fp32_o' needs q, k, v")
             o = emulate_forward(q, k, v, FP32, causal=causal, scale=scale, block_m=block_m, block_n=block_n,
-                                fix=fix, beta=beta, tie_tol=tie_tol).o
+                                fix=fix, beta=beta, tie_tol=tie_tol, max_shift=max_shift).o
         o3 = _to_numpy(o, "o", _F32)
         if o3.shape != do_a.shape:
             raise ValueError(f"o and do must have the same shape, got {o3.shape} and {do_a.shape}")
@@ -474,14 +495,14 @@ def emulate_delta(o, do, numerics="fa2", *, q=None, k=None, v=None, lse=None, ca
 
 
 def emulate_backward(q, k, v, o, lse, do, numerics="fa2", *, causal: bool = True, scale=None, block_m: int = 64,
-                     block_n: int = 64, fix=None, beta: float = 7.0, tie_tol: float = 0.0, seed: int = 0,
-                     delta=None) -> dict:
+                     block_n: int = 64, fix=None, beta: float = 7.0, tie_tol: float = 0.0, max_shift=64.0,
+                     seed: int = 0, delta=None) -> dict:
     """FA2 backward under `numerics`: {"delta": (..., N), "dq", "dk", "dv": (..., N, d)} float32.
 
     o, lse: the (emulated) forward's outputs; do: dL/dO (..., N, d). `delta` overrides the δ pre-kernel. The fix
     arguments only matter for delta_source="fp32_o" (the backward itself is unchanged by the fix)."""
     nm, fix, beta, tie_tol, bm, bn, q3, k3, v3, lead, a = _prep(q, k, v, numerics, causal, scale, block_m,
-                                                                  block_n, fix, beta, tie_tol)
+                                                                  block_n, fix, beta, tie_tol, max_shift)
     BH, N, d = q3.shape
     DP = padded_head_dim(d)
     do3 = _to_numpy(do, "do", _F32)
@@ -491,7 +512,7 @@ def emulate_backward(q, k, v, o, lse, do, numerics="fa2", *, causal: bool = True
     lse2 = _to_numpy(lse, "lse", _F32).reshape(BH, N)
     if delta is None:
         delta = emulate_delta(o, do, nm, q=q, k=k, v=v, lse=lse, causal=causal, scale=scale, block_m=bm,
-                              block_n=bn, fix=fix, beta=beta, tie_tol=tie_tol, seed=seed)
+                              block_n=bn, fix=fix, beta=beta, tie_tol=tie_tol, max_shift=max_shift, seed=seed)
     delta2 = _to_numpy(delta, "delta", _F32).reshape(BH, N)
     rnd = _Rounder(nm, seed + 2)
     dq = np.zeros((BH, N, d), _F32)

@@ -31,6 +31,7 @@ families = st.fixed_dictionaries({
     "masked_frac": st.floats(0, 1),
     "beta": st.sampled_from([1.0000001, 1.5, 2.0, 7.0, 8.0, 1e6]),
     "tie_tol": st.sampled_from([0.0, 1e-3, 0.5]),
+    "max_shift": st.sampled_from([64.0, 64.0, 10.0, None]),   # None: the paper's exact rule (no guard)
 })
 
 
@@ -60,7 +61,7 @@ def test_fixed_row_max_is_the_rule_and_never_nan(f):
     s = make_rows(f)
     m = np.max(s, axis=1)
     with np.errstate(over="ignore"):
-        out = fixed_row_max(s, m, beta=f["beta"], tie_tol=f["tie_tol"])
+        out = fixed_row_max(s, m, beta=f["beta"], tie_tol=f["tie_tol"], max_shift=f["max_shift"])
     _seen["rows"] += s.shape[0]
     assert out.dtype == s.dtype and out.shape == m.shape
     assert not np.isnan(out).any()
@@ -74,6 +75,14 @@ def test_fixed_row_max_is_the_rule_and_never_nan(f):
         scaled = np.float32(f["beta"]) * m.astype(np.float32)
     expect = np.where(repeated & (m64 > 0) & np.isfinite(scaled), scaled, m)
     expect = np.where(repeated & (m64 < 0), 0.0, expect).astype(np.float32)
+    if f["max_shift"] is not None:      # the guard: a shift larger than max_shift becomes max_shift
+        with np.errstate(over="ignore", invalid="ignore"):
+            d = np.where(m > 0, (np.float32(f["beta"]) - np.float32(1)) * m, -m)
+            expect = np.where(repeated & (m != 0) & (d > np.float32(f["max_shift"])),
+                              m + np.float32(f["max_shift"]), expect).astype(np.float32)
+        fin = np.isfinite(m64)
+        slack = np.spacing(np.abs(m[fin]) + np.float32(f["max_shift"])).astype(np.float64)
+        assert np.all(out[fin].astype(np.float64) - m64[fin] <= f["max_shift"] + slack)   # shift ≤ max_shift
     assert np.array_equal(out, expect)
     # the fix only ever lowers the peak weight below 1 (or leaves the row alone)
     assert np.all((out >= m) | np.isneginf(m))
@@ -85,8 +94,12 @@ def test_fixed_row_max_is_the_rule_and_never_nan(f):
 def test_online_softmax_with_fix_never_nan_or_inf(f):
     for dtype in (np.float32, np.float64):
         s = make_rows(f, dtype)
-        w, m, l = online_softmax_rows(s, block_n=f["block_n"], fix="beta", beta=f["beta"], tie_tol=f["tie_tol"])
+        w, m, l = online_softmax_rows(s, block_n=f["block_n"], fix="beta", beta=f["beta"], tie_tol=f["tie_tol"],
+                                      max_shift=f["max_shift"])
         assert np.isfinite(w).all() and np.isfinite(l).all()
+        if f["max_shift"] is not None:
+            # with the guard, every row with a finite entry keeps a non-zero row sum (its max weight ≥ e^−64)
+            assert (l[np.isfinite(s).any(axis=1)] > 0).all()
         assert not np.isnan(m).any() and not np.isposinf(m).any()
         assert (w >= 0).all() and (w <= 1).all()
         _seen["rows"] += s.shape[0] if dtype == np.float32 else 0
@@ -105,7 +118,8 @@ def test_fix_does_not_change_softmax_in_exact_arithmetic(f):
     if not len(s):
         return
     w0, _, _ = online_softmax_rows(s, block_n=f["block_n"])
-    w1, _, _ = online_softmax_rows(s, block_n=f["block_n"], fix="beta", beta=f["beta"], tie_tol=f["tie_tol"])
+    w1, _, _ = online_softmax_rows(s, block_n=f["block_n"], fix="beta", beta=f["beta"], tie_tol=f["tie_tol"],
+                                   max_shift=f["max_shift"])
     shift = (f["beta"] - 1) * np.abs(np.max(s, axis=1, keepdims=True)) + 200
     assert np.all(np.abs(w1 - w0) <= 1e-15 * shift * np.maximum(w0, 1e-300) * 8 + 1e-300)
     assert np.allclose(w1.sum(1), 1.0, rtol=1e-12)
@@ -143,15 +157,25 @@ def test_fully_masked_rows_and_tiles():
     np.testing.assert_allclose(w[1:].sum(1), 1.0, rtol=1e-6)
 
 
-def test_too_large_beta_underflows_the_whole_row():
-    """The paper's App. C warning, pinned down: with β = 7 a repeated max of 20 shifts every exponent below −120,
-    so in FP32 the row sum underflows to 0 and the row's weights are all 0 (finite, but not a softmax); β = 2 keeps
-    the row intact. (Chapter 7 studies this range.)"""
+def test_too_large_beta_underflows_the_whole_row_without_the_guard():
+    """The paper's App. C warning, pinned down: with the paper's exact rule (max_shift=None) and β = 7, a repeated
+    max of 20 shifts every exponent below −120, so in FP32 the row sum underflows to 0 and the row's weights are all
+    0 (finite here only because of ℓ_safe; a kernel dividing by ℓ gives NaN). β = 2, or the default guard
+    max_shift = 64, keeps the row a softmax. (Chapter 7 studies this range.)"""
     s = np.array([[20.0, 20.0, 19.0, 0.0]], np.float32)
-    w7, _, l7 = online_softmax_rows(s, block_n=4, fix="beta", beta=7.0)
-    w2, _, l2 = online_softmax_rows(s, block_n=4, fix="beta", beta=2.0)
+    w7, _, l7 = online_softmax_rows(s, block_n=4, fix="beta", beta=7.0, max_shift=None)
+    w2, _, l2 = online_softmax_rows(s, block_n=4, fix="beta", beta=2.0, max_shift=None)
+    wg, mg, lg = online_softmax_rows(s, block_n=4, fix="beta", beta=7.0)
     assert l7[0] == 0 and (w7 == 0).all()
     assert l2[0] > 0 and abs(w2.sum() - 1) < 1e-6
+    assert mg[0] == np.float32(20.0 + 64.0) and lg[0] > 0 and abs(wg.sum() - 1) < 1e-6
+
+
+@pytest.mark.parametrize("bad,err", [(0.0, ValueError), (-1.0, ValueError), (float("inf"), ValueError),
+                                     ("64", TypeError)])
+def test_bad_max_shift_raises(bad, err):
+    with pytest.raises(err):
+        fixed_row_max(np.zeros((1, 4), np.float32), beta=2.0, max_shift=bad)
 
 
 def test_beta_overflow_keeps_the_max_finite():
