@@ -1,0 +1,32 @@
+"""lib/experiments/ablations.py: layer/head selection, verdict logic, and one tiny CI run through the real harness."""
+import numpy as np
+
+from lib.experiments import ablations
+
+
+def test_outlier_selection_from_headline_telemetry():
+    wq = np.ones((5, 3, 4))
+    wq[-1, 2] = [1.0, 6.0, 1.2, 5.0]          # layer 2 grows most; heads 1 and 3 are outliers
+    data = {"runs": [{"arm": "paper", "tag": "", "id": "paper_s0"}, {"arm": "sdpa", "tag": "", "id": "x"}]}
+    layer, heads, why = ablations.outlier_layer_and_heads(data, {"paper_s0__wq_norm": wq}, 3)
+    assert layer == 2 and heads == (1, 3) and "paper_s0" in why
+    assert ablations.outlier_layer_and_heads(None, None, 6)[:2] == (1, (0,))
+
+
+def test_verdicts_and_claim():
+    s = [dict(arm="paper", outcome="exploded"), dict(arm="paper", outcome="nonfinite"),
+         dict(arm="fp32_o", outcome="stable"), dict(arm="fp32_o", outcome="exploded")]
+    v = ablations.verdicts(s)
+    assert v["paper"]["ours"] == "fails" and v["paper"]["agrees"]
+    assert v["fp32_o"]["ours"] == "mixed" and not v["fp32_o"]["agrees"]
+    assert ablations.claims_from(v)["fp32_o_stabilises"]["status"] == "partly"
+    v2 = ablations.verdicts([dict(arm="paper", outcome="exploded"), dict(arm="fp32_o", outcome="exploded")])
+    assert ablations.claims_from(v2)["fp32_o_stabilises"]["status"] == "not reproduced"
+
+
+def test_ci_run_covers_kernel_and_layer_arms():
+    r = ablations.run("ci")
+    d = r["data"]
+    assert {x["arm"] for x in d["runs"]} == {"paper", "delta_dp_p", "fp32_o", "paper_layer_only"}
+    assert all(np.isfinite(r["arrays"][f"{x['id']}__loss"]).all() for x in d["runs"])
+    assert d["claims"] == {}                   # no verdict on the paper's claims from a 3-step CPU run
