@@ -14,8 +14,8 @@ All arms use the headline's LR, steps, seeds and recorded batch order (data seed
 * ``fp32_o_heads``     — P everywhere, but FP32-O for the outlier heads of layer L (paper: stable).
 
 L and the outlier heads come from the committed full `headline` result: the layer whose largest per-head ‖W_Q‖₂ grew
-most in the paper arm of the first seed, and the heads of that layer whose final ‖W_Q‖₂ exceeds the layer's median
-by more than one MAD (at least one head). Without that result (ci, or no headline yet): L = 1 (the paper's layer 2)
+most in the paper arm of the first seed, and the heads of that layer whose ‖W_Q‖₂ grew by more than half the largest
+head's growth (at least one head). Without that result (ci, or no headline yet): L = 1 (the paper's layer 2)
 and heads (0,). Each arm's outcome uses the classification of `lib.explosion.classify`.
 
 * ``full``: seeds $ABLATION_SEEDS (default 0, 1), all runs as concurrent processes on one GPU.
@@ -57,10 +57,9 @@ def outlier_layer_and_heads(headline_data: dict | None, arrays: dict | None, n_l
     wq = arrays[f"{runs[0]['id']}__wq_norm"]          # (telemetry steps, layers, heads)
     growth = wq[-1].max(axis=1) - wq[0].max(axis=1)
     layer = int(np.argmax(growth))
-    final = wq[-1, layer]
-    med = np.median(final)
-    mad = np.median(np.abs(final - med)) or 1e-12
-    heads = tuple(int(h) for h in np.nonzero(final > med + mad)[0]) or (int(np.argmax(final)),)
+    head_growth = wq[-1, layer] - wq[0, layer]
+    heads = tuple(int(h) for h in np.nonzero(head_growth > 0.5 * head_growth.max())[0]) \
+        or (int(np.argmax(wq[-1, layer])),)
     return layer, heads, f"from headline run {runs[0]['id']}: layer {layer} grew most (Δ max ‖W_Q‖₂ = {growth[layer]:.3g})"
 
 
