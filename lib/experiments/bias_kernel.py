@@ -67,7 +67,7 @@ def run(scale: str) -> dict:
     native_ok = scale == "full" and not INTERPRET and DEVICE == "cuda"
     ks = _scale.pick(scale, ci=[1, 2], full=[1, 2, 3, 4])
     gaps = _scale.pick(scale, ci=[8.0, 14.0, 16.0], full=[0.0, 8.0, 10.0, 12.0, 14.0, 16.0, 18.0, 20.0])
-    P = _scale.pick(scale, ci=8, full=128)
+    P = _scale.pick(scale, ci=8, full=64)
     cells, agree = [], []
     for i, (k, g) in enumerate((k, g) for k in ks for g in gaps):
         seed = SEED + 100 * i
