@@ -29,19 +29,21 @@ def _inputs(seed, N, D, ties=False):
     return q, k, v, do
 
 
-def _kernel(q, k, v, do, nm, causal, fix, beta=7.0, tie_tol=0.0):
+def _kernel(q, k, v, do, nm, causal, fix, beta=7.0, tie_tol=0.0, max_shift=64.0):
     scale = 1.0 / math.sqrt(q.shape[-1])
     kw = dict(causal=causal, scale=scale, path="emulated", block=BLOCK)
-    o, lse, _ = attention_fwd(q, k, v, nm=nm, fix=fix, beta=beta, tie_tol=tie_tol, **kw)
+    fx = dict(fix=fix, beta=beta, tie_tol=tie_tol, max_shift=max_shift)
+    o, lse, _ = attention_fwd(q, k, v, nm=nm, **fx, **kw)
     o_delta = o
     if nm.delta_source == "fp32_o":
-        o_delta = attention_fwd(q, k, v, nm=FP32, fix=fix, beta=beta, tie_tol=tie_tol, **kw)[0]
+        o_delta = attention_fwd(q, k, v, nm=FP32, **fx, **kw)[0]
     dq, dk, dv, delta = attention_bwd(do, q, k, v, o_delta, lse, nm=nm, **kw)
     return {"o": o, "lse": lse, "delta": delta, "dq": dq, "dk": dk, "dv": dv}
 
 
-def _oracle(q, k, v, do, nm, causal, fix, beta=7.0, tie_tol=0.0):
-    kw = dict(causal=causal, block_m=BLOCK[0], block_n=BLOCK[1], fix=fix, beta=beta, tie_tol=tie_tol)
+def _oracle(q, k, v, do, nm, causal, fix, beta=7.0, tie_tol=0.0, max_shift=64.0):
+    kw = dict(causal=causal, block_m=BLOCK[0], block_n=BLOCK[1], fix=fix, beta=beta, tie_tol=tie_tol,
+              max_shift=max_shift)
     f = emulate_forward(q, k, v, nm, **kw)
     b = emulate_backward(q, k, v, f.o, f.lse, do, nm, **kw)
     return {"o": f.o, "lse": f.lse, **b}
@@ -71,19 +73,23 @@ def test_bit_exact_against_oracle(profile, fix, seed, N, D, causal):
     _assert_bitwise(_kernel(q, k, v, do, nm, causal, fix), _oracle(q, k, v, do, nm, causal, fix))
 
 
-@pytest.mark.parametrize("variant", ["dp_p", "fp32_o", "m3", "tie_tol"])
+@pytest.mark.parametrize("variant", ["dp_p", "fp32_o", "m3", "tie_tol", "clamp", "paper_rule"])
 def test_bit_exact_variants(variant):
-    """δ sources, the precision dial (3 mantissa bits) and a tie tolerance, on one small causal shape."""
+    """δ sources, the precision dial (3 mantissa bits), a tie tolerance, and large repeated maxima with the
+    underflow guard (max_shift = 64: the shift is capped) and without it (the paper's rule: rows underflow), on
+    one small causal shape."""
     q, k, v, do = _inputs(10, 40, 16, ties=True)
-    nm, fix, tol = get_profile("fa2"), "beta", 0.0
+    nm, fix, fx = get_profile("fa2"), "beta", {}
     if variant in ("dp_p", "fp32_o"):
         nm = nm.replace(delta_source=variant)
     elif variant == "m3":
         nm = get_profile("paper").replace(mantissa_bits=3)
+    elif variant == "tie_tol":
+        fx = dict(tie_tol=0.05)
     else:
-        tol = 0.05
-    _assert_bitwise(_kernel(q, k, v, do, nm, True, fix, tie_tol=tol),
-                    _oracle(q, k, v, do, nm, True, fix, tie_tol=tol))
+        q = q * 6          # tied maxima of ~10-40: (beta - 1)·max > 64
+        fx = dict(max_shift=64.0 if variant == "clamp" else None)
+    _assert_bitwise(_kernel(q, k, v, do, nm, True, fix, **fx), _oracle(q, k, v, do, nm, True, fix, **fx))
 
 
 def test_fix_triggers_and_changes_only_rounding():
@@ -99,6 +105,20 @@ def test_fix_triggers_and_changes_only_rounding():
     assert not torch.equal(plain, fixed)
     for o in (plain, fixed):
         assert (o.double() - ref).abs().max().item() <= 2 ** -7 * ref.abs().max().item()
+
+
+def test_underflow_guard():
+    """Large tied maxima: the paper's rule (max_shift=None) underflows whole rows (O = 0); the guard keeps every row
+    within BF16 rounding of fp64."""
+    q, k, v, _ = _inputs(10, 40, 16, ties=True)
+    q = q * 6
+    ref = torch.as_tensor(np.asarray(attention_fp64(q, k, v, causal=True, scale=0.25)["o"]))
+    kw = dict(causal=True, scale=0.25, nm=get_profile("fa2"), fix="beta", beta=7.0, tie_tol=0.0, path="emulated",
+              block=BLOCK)
+    paper = attention_fwd(q, k, v, max_shift=None, **kw)[0]
+    guarded = attention_fwd(q, k, v, max_shift=64.0, **kw)[0]
+    assert (paper == 0).all(-1).any() and not (ref == 0).all(-1).any()
+    assert (guarded.double() - ref).abs().max().item() <= 2 ** -7 * ref.abs().max().item()
 
 
 def test_error_vs_fp64_and_autograd():
