@@ -84,3 +84,16 @@ def test_kernel_vs_oracle_small():
     if not kv["available"]:
         pytest.skip(kv["note"])
     assert (kv["table"].fraction_identical == 1.0).all()
+
+
+def test_claim_verdict_follows_the_best_candidate():
+    cands = pp.candidates()
+    rec = {"kind": "random", "tile": 512, "mode": "eager_bwd_autocast", "stable": False, "error": None,
+           "agreement": {c: {"o": {"bit_identical": 0.5}} for c in cands}}
+    err = dict(rec, mode="eager", error="RuntimeError: x", agreement={})
+    best = {"random/512/eager_bwd_autocast": "paper (predicted)"}
+    v = pp._claims([err, rec], best, cands, "cuda")["paper_placement"]
+    assert v["status"] == "partly" and "FP32 LSE, δ" in v["evidence"] and "raises" in v["evidence"]
+    best = {"random/512/eager_bwd_autocast": "all BF16 (provisional reading)"}
+    assert pp._claims([rec], best, cands, "cuda")["paper_placement"]["status"] == "reproduced"
+    assert pp._claims([rec], best, cands, "cpu") == {}
