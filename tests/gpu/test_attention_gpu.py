@@ -84,9 +84,8 @@ def test_delta_kernel_native_equals_emulated(profile):
     assert ((d_nat - d_emu).abs() <= bound).all()
 
 
-@pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("profile", ["fa2", "paper"])
-def test_exact_matmul_inputs_native_equals_emulated_bitwise(causal, profile):
+@pytest.mark.parametrize("profile,causal", [("fa2", True), ("paper", False)])   # ~40 s each (compiles)
+def test_exact_matmul_inputs_native_equals_emulated_bitwise(profile, causal):
     """Tied rows (every key equal within a head: P̄ = 1 everywhere, the paper's ties) and small-integer values:
     every matmul of both paths is exact (for dV: BF16 P̄ ≥ 1/100 times small integers, sums within 24 bits), so O
     and dV must agree bit for bit; only the shared elementwise code and the BF16 roundings remain. (With the fix
