@@ -2,7 +2,9 @@
 
 * `proxy_config(scale, **overrides)`: the proxy run of `/work/shared/reference/explosion-recipe.md` at full scale
   (6 layers, width 384, 6 heads, batch 32 × 512 bytes, AdamW (0.9, 0.95), wd 0, clip 1.0, warm-up 200 then
-  constant LR, BF16 autocast) and a tiny CPU version at ci scale.
+  constant LR, BF16 autocast) and a tiny CPU version at ci scale. At full scale each run's training loop stops
+  after $EXPLOSION_BUDGET_S seconds (default 420; recorded as "truncated_at") so that an experiment always saves
+  its results within the device's 10-minute command limit.
 * `ARMS`: arm name -> attention spec string (`lib.model`): the paper placement, the same with the β fix, the
   production FA2 placement of our kernel, PyTorch SDPA (flash backend on CUDA) and FP32 attention ("naive").
 * `classify(loss, warmup)`: stable / degraded / exploded / nonfinite, by fixed thresholds defined below.
@@ -50,7 +52,8 @@ def proxy_config(scale: str, **overrides) -> TrainConfig:
     if scale == "full":
         base = dict(n_layer=6, n_head=6, n_embd=384, seq_len=512, batch_size=32, steps=1500, warmup=200,
                     schedule="constant", telemetry_every=50, eval_batches=8, progress=False,
-                    deterministic=os.environ.get("EXPLOSION_DETERMINISM", "warn"))
+                    deterministic=os.environ.get("EXPLOSION_DETERMINISM", "warn"),
+                    max_wall_s=float(os.environ.get("EXPLOSION_BUDGET_S", "420")))
     elif scale == "ci":
         # One layer and one head of 16 dims keep the Triton interpreter (our kernel on the CPU) at ~0.3 s a step.
         base = dict(n_layer=1, n_head=1, n_embd=16, seq_len=16, batch_size=2, steps=5, warmup=2,
@@ -134,7 +137,8 @@ def run_arms(scale: str, runs: list[dict], workers: int, **overrides) -> tuple[l
         summaries.append(dict(id=rid, arm=r["arm"], attn=cfg.attn, seed=r["seed"], data_seed=cfg.data_seed,
                               lr=r["lr"], tag=r.get("tag", ""), steps=len(res["loss"]), **cl,
                               val_loss=res["val"]["loss"][-1] if res["val"]["loss"] else None,
-                              stopped_at=res["stopped_at"], steps_per_s=res["steps_per_s"], wall_s=res["wall_s"],
+                              stopped_at=res["stopped_at"], truncated_at=res["truncated_at"],
+                              steps_per_s=res["steps_per_s"], wall_s=res["wall_s"],
                               starts_sha256=res["starts_sha256"],
                               nondeterminism_warnings=res["nondeterminism_warnings"]))
         arrays[f"{rid}__loss"] = np.asarray(res["loss"], dtype=np.float64)
@@ -142,9 +146,22 @@ def run_arms(scale: str, runs: list[dict], workers: int, **overrides) -> tuple[l
         for key in TELEMETRY_ARRAYS:
             if key in res["telemetry"]:
                 arrays[f"{rid}__{key}"] = np.asarray(res["telemetry"][key], dtype=np.float64)
+    print(summary_table(summaries), flush=True)
     meta = dict(wall_s=wall, workers=workers, versions=results[0]["versions"] if results else {},
                 base_config=proxy_config(scale).__dict__ | overrides)
     return summaries, arrays, meta
+
+
+def summary_table(summaries: list[dict]) -> str:
+    """A plain-text table of run summaries (for logs)."""
+    head = f"{'run':34s} {'outcome':9s} {'steps':>6s} {'best':>7s} {'final':>7s} {'rise':>7s} {'maxgn':>8s} " \
+           f"{'onset':>6s} {'steps/s':>8s}"
+    rows = [head]
+    for r in summaries:
+        trunc = "*" if r.get("truncated_at") else ""
+        rows.append(f"{r['id']:34s} {r['outcome']:9s} {r['steps']:>5d}{trunc:1s} {r['best']:7.3f} {r['final']:7.3f} "
+                    f"{r['rise']:7.3f} {r['max_grad_norm']:8.3g} {str(r['onset']):>6s} {r['steps_per_s']:8.2f}")
+    return "\n".join(rows) + "\n(* = stopped by the wall-clock budget)"
 
 
 def default_workers(scale: str, n_runs: int) -> int:

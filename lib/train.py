@@ -91,6 +91,7 @@ class TrainConfig:
     resume: str = ""                # checkpoint to resume from
     progress: bool = True
     stop_on_nonfinite: bool = True  # stop at the first telemetry step that sees a non-finite loss
+    max_wall_s: float = 0.0         # stop (at a telemetry step) once the loop has run this long; 0 = no limit
     label: str = ""
 
     def __post_init__(self):
@@ -222,6 +223,16 @@ def _dist_info():
     return 0, 1, 0
 
 
+def _agree(flag: bool, world: int, device) -> bool:
+    """Rank 0's `flag` on every rank (so all ranks stop at the same step)."""
+    if world == 1:
+        return bool(flag)
+    import torch.distributed as dist
+    t = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.broadcast(t, src=0)
+    return bool(t.item())
+
+
 def _device(cfg: TrainConfig, local_rank: int) -> torch.device:
     if cfg.device == "cpu" or (cfg.device == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
@@ -295,7 +306,8 @@ def train(cfg: TrainConfig) -> dict:
     "loss" (per-step training loss, nats/byte, float list; global mean under DDP), "grad_norm" (per-step global
     grad norm before clipping), "lr" (per step), "telemetry" (dict of lists, one entry per telemetry step: "step",
     "loss", "grad_norm", and the per-layer / per-head lists of `collect_telemetry`), "val" {"step", "loss"},
-    "stopped_at" (step of a non-finite loss, or None), "starts_sha256", "n_params", "wall_s", "steps_per_s",
+    "stopped_at" (step of a non-finite loss, or None), "truncated_at" (steps done when `max_wall_s` ran out, or
+    None), "starts_sha256", "n_params", "wall_s", "steps_per_s",
     "nondeterminism_warnings".
     """
     rank, world, local_rank = _dist_info()
@@ -319,7 +331,8 @@ def train(cfg: TrainConfig) -> dict:
     torch.manual_seed(cfg.seed)
     model = GPT(cfg.model_config()).to(device)
     opt = make_optimizer(model, cfg)
-    result = dict(loss=[], grad_norm=[], lr=[], telemetry={}, val=dict(step=[], loss=[]), stopped_at=None)
+    result = dict(loss=[], grad_norm=[], lr=[], telemetry={}, val=dict(step=[], loss=[]), stopped_at=None,
+                  truncated_at=None)
     step0 = 0
     if cfg.resume:
         ck = torch.load(cfg.resume, map_location=device, weights_only=False)
@@ -403,6 +416,10 @@ def train(cfg: TrainConfig) -> dict:
                                     tie=f"{max(t['tie_rate']):.3f}", refresh=False)
                 if not math.isfinite(result["loss"][-1]) and cfg.stop_on_nonfinite:
                     result["stopped_at"] = step
+                    bar.update(1)
+                    break
+                if cfg.max_wall_s and _agree(time.perf_counter() - t0 > cfg.max_wall_s, world, device):
+                    result["truncated_at"] = step + 1
                     bar.update(1)
                     break
             if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and cfg.eval_batches:
