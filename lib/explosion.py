@@ -165,11 +165,12 @@ def summary_table(summaries: list[dict]) -> str:
 
 
 def default_workers(scale: str, n_runs: int) -> int:
-    """Concurrent processes: all runs at once on the GPU (small models leave it mostly idle), capped by
-    $EXPLOSION_WORKERS; one at a time on the CPU."""
+    """Concurrent processes: all runs at once on the GPU (small models leave it mostly idle; one CPU core each, and
+    the GPU machine has 16), capped by $EXPLOSION_WORKERS (default 16); one at a time on the CPU. With fewer
+    workers than runs, runs queue and the experiment's wall time is a multiple of the per-run budget."""
     if scale != "full":
         return 1
-    return max(1, min(n_runs, int(os.environ.get("EXPLOSION_WORKERS", "12"))))
+    return max(1, min(n_runs, int(os.environ.get("EXPLOSION_WORKERS", "16"))))
 
 
 def env_floats(name: str, default):

@@ -6,7 +6,7 @@ the pre-clip grad norm). `headline` picks its LR from this result (`choose_lr`):
 contrast arm is stable and the paper arm is not; failing that, the largest LR at which every contrast arm is stable.
 
 * ``full`` (one H100): LRs $LR_SWEEP_LRS (default 2e-3, 5e-3, 8e-3), $LR_SWEEP_STEPS steps (default 1200), all
-  runs as concurrent processes ($EXPLOSION_WORKERS caps them, default 12).
+  runs as concurrent processes ($EXPLOSION_WORKERS caps them, default 16).
 * ``ci`` (CPU): a tiny model, 5 steps, LRs 1e-3 and 1e-2; the kernel arms only when `kernels.attention` imports.
 """
 from __future__ import annotations
