@@ -8,7 +8,8 @@
 * `ARMS`: arm name -> attention spec string (`lib.model`): the paper placement, the same with the β fix, the
   production FA2 placement of our kernel, PyTorch SDPA (flash backend on CUDA) and FP32 attention ("naive").
 * `classify(loss, warmup)`: stable / degraded / exploded / nonfinite, by fixed thresholds defined below.
-* `run_arms(...)`: run a list of (arm, seed, lr) and pack per-run summaries and telemetry arrays for `lib.results`.
+* `run_arms(...)`: run a list of (arm, seed, lr) and pack per-run summaries and telemetry arrays for `lib.results`;
+  a run that raises is kept as outcome "error" with its message, so the other runs are still saved.
 """
 from __future__ import annotations
 
@@ -133,6 +134,12 @@ def run_arms(scale: str, runs: list[dict], workers: int, **overrides) -> tuple[l
     summaries, arrays = [], {}
     for r, cfg, res in zip(runs, cfgs, results):
         rid = cfg.label
+        if "error" in res:
+            summaries.append(dict(id=rid, arm=r["arm"], attn=cfg.attn, seed=r["seed"], data_seed=cfg.data_seed,
+                                  lr=r["lr"], tag=r.get("tag", ""), steps=0, outcome="error", error=res["error"],
+                                  best=float("nan"), final=float("nan"), rise=float("nan"),
+                                  max_grad_norm=float("nan"), onset=None, steps_per_s=float("nan")))
+            continue
         cl = classify(res["loss"], res["grad_norm"], cfg.warmup)
         summaries.append(dict(id=rid, arm=r["arm"], attn=cfg.attn, seed=r["seed"], data_seed=cfg.data_seed,
                               lr=r["lr"], tag=r.get("tag", ""), steps=len(res["loss"]), **cl,
@@ -147,7 +154,8 @@ def run_arms(scale: str, runs: list[dict], workers: int, **overrides) -> tuple[l
             if key in res["telemetry"]:
                 arrays[f"{rid}__{key}"] = np.asarray(res["telemetry"][key], dtype=np.float64)
     print(summary_table(summaries), flush=True)
-    meta = dict(wall_s=wall, workers=workers, versions=results[0]["versions"] if results else {},
+    ok = [res for res in results if "error" not in res]
+    meta = dict(wall_s=wall, workers=workers, versions=ok[0]["versions"] if ok else {},
                 base_config=proxy_config(scale).__dict__ | overrides)
     return summaries, arrays, meta
 

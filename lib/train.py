@@ -459,8 +459,13 @@ def train(cfg: TrainConfig) -> dict:
 # several runs (sequential in this process, or concurrent processes sharing one GPU)
 # ----------------------------------------------------------------------------------------------------------------
 def _worker(cfg: TrainConfig) -> dict:
+    import traceback
     import lib.setup  # noqa: F401  (interpreter mode for the kernel on CPU-only machines)
-    res = train(cfg)
+    try:
+        res = train(cfg)
+    except Exception as e:  # noqa: BLE001  (one failing run must not lose the others' results)
+        print(f"[run_many] {cfg.label or cfg.attn}: FAILED {type(e).__name__}: {e}", flush=True)
+        return dict(error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc(), config=asdict(cfg))
     res.pop("model", None)
     last = res["loss"][-1] if res["loss"] else float("nan")
     print(f"[run_many] {cfg.label or cfg.attn}: {len(res['loss'])} steps, final loss {last:.4f}, "
@@ -469,7 +474,8 @@ def _worker(cfg: TrainConfig) -> dict:
 
 
 def run_many(cfgs: list[TrainConfig], workers: int = 1) -> list[dict]:
-    """Run `cfgs` and return their results (without the model objects), in order.
+    """Run `cfgs` and return their results (without the model objects), in order. A run that raises gives
+    {"error", "traceback", "config"} instead of a result.
 
     workers == 1: one after another in this process. workers > 1: that many concurrent processes (spawned; on one
     GPU they share it, which is what keeps a many-arm experiment within minutes for a small model)."""

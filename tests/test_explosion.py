@@ -61,3 +61,21 @@ def test_run_arms_and_repeat_check():
     arrays["sdpa_s0_lr0.01_repeat__loss"][2] = np.nextafter(arrays["sdpa_s0_lr0.01_repeat__loss"][2], 10)
     rc = headline.repeat_check(arrays, summ)
     assert not rc["loss_bit_identical"] and rc["first_differing_step"] == 2 and rc["max_abs_loss_diff"] > 0
+
+
+def test_a_failing_run_is_recorded_not_fatal(monkeypatch):
+    import lib.train as train_mod
+
+    real = train_mod.train
+
+    def flaky(cfg):
+        if cfg.attn == "naive":
+            raise RuntimeError("CUDA out of memory (simulated)")
+        return real(cfg)
+    monkeypatch.setattr(train_mod, "train", flaky)
+    runs = [dict(arm="sdpa", seed=0, lr=1e-2), dict(arm="fp32", seed=0, lr=1e-2)]
+    summ, arrays, meta = explosion.run_arms("ci", runs, workers=1, steps=3)
+    assert summ[0]["outcome"] != "error" and "sdpa_s0_lr0.01__loss" in arrays
+    assert summ[1]["outcome"] == "error" and "out of memory" in summ[1]["error"]
+    assert not any(k.startswith("fp32_") for k in arrays)
+    assert "fp32_s0_lr0.01                     error" in explosion.summary_table(summ)

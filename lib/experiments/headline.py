@@ -73,6 +73,8 @@ def repeat_check(arrays: dict, summaries: list[dict]) -> dict | None:
         return None
     r = rep[0]
     orig = next(s for s in summaries if s["arm"] == r["arm"] and s["seed"] == r["seed"] and not s["tag"])
+    if "error" in r or "error" in orig:
+        return dict(original=orig["id"], repeat=r["id"], error=r.get("error") or orig.get("error"))
     a, b = arrays[f"{orig['id']}__loss"], arrays[f"{r['id']}__loss"]
     ga, gb = arrays[f"{orig['id']}__grad_norm"], arrays[f"{r['id']}__grad_norm"]
     n = min(len(a), len(b))
