@@ -154,6 +154,13 @@ def run_arms(scale: str, runs: list[dict], workers: int, **overrides) -> tuple[l
             if key in res["telemetry"]:
                 arrays[f"{rid}__{key}"] = np.asarray(res["telemetry"][key], dtype=np.float64)
     print(summary_table(summaries), flush=True)
+    # The one recorded batch order every run used (int64 (steps, batch) window starts into the train split):
+    # replay it with TrainConfig(starts_path=...) after np.save.
+    from lib import data as data_mod
+    if cfgs:
+        c0 = cfgs[0]
+        train_bytes, _ = data_mod.split(data_mod.load_corpus(), c0.val_fraction)
+        arrays["starts"] = data_mod.batch_starts(len(train_bytes), c0.seq_len, c0.batch_size, c0.steps, c0.data_seed)
     ok = [res for res in results if "error" not in res]
     meta = dict(wall_s=wall, workers=workers, versions=ok[0]["versions"] if ok else {},
                 base_config=proxy_config(scale).__dict__ | overrides)

@@ -53,6 +53,8 @@ def test_run_arms_and_repeat_check():
     summ, arrays, meta = explosion.run_arms("ci", runs, workers=1, steps=4)
     assert [s["id"] for s in summ] == ["sdpa_s0_lr0.01", "fp32_s0_lr0.01", "sdpa_s0_lr0.01_repeat"]
     assert len({s["starts_sha256"] for s in summ}) == 1          # one recorded batch order for every arm
+    import hashlib
+    assert hashlib.sha256(arrays["starts"].tobytes()).hexdigest() == summ[0]["starts_sha256"]
     assert arrays["sdpa_s0_lr0.01__loss"].shape == (4,)
     assert arrays["fp32_s0_lr0.01__wq_norm"].shape == (3, 1, 1)  # telemetry at steps 0, 2, 3
     rc = headline.repeat_check(arrays, summ)
