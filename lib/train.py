@@ -490,6 +490,23 @@ def run_many(cfgs: list[TrainConfig], workers: int = 1) -> list[dict]:
 # ----------------------------------------------------------------------------------------------------------------
 # command line
 # ----------------------------------------------------------------------------------------------------------------
+_HELP = {
+    "attn": "attention per layer: one spec or a comma-separated list of n_layer specs; a spec is 'sdpa', 'naive' "
+            "(FP32), or '<fp32|fa2|paper>[/<Numerics field>=<value>...][+fix]' for our kernel",
+    "batch_size": "global batch (windows per step), split evenly across DDP ranks",
+    "seq_len": "window length in bytes (= tokens; also the model's block size)",
+    "warmup": "linear warm-up steps",
+    "schedule": "'constant' after warm-up, or 'cosine' to --min-lr at --steps",
+    "autocast": "'auto' (BF16 on CUDA, none on CPU), 'bf16' or 'none'",
+    "deterministic": "'warn' (record nondeterministic ops), 'strict' (raise on them) or 'off'",
+    "seed": "torch seed of the model init", "data_seed": "numpy seed of the batch order",
+    "starts_path": "replay a saved batch order (.npy of window starts, (steps, batch))",
+    "telemetry_every": "telemetry every N steps (0: off)",
+    "out_dir": "write telemetry.json, starts.npy and checkpoints here",
+    "max_wall_s": "stop at the first telemetry step after this many seconds (0: no limit)",
+}
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m lib.train", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -499,7 +516,7 @@ def _parser() -> argparse.ArgumentParser:
             ap.add_argument(flag, default=f.default, action=argparse.BooleanOptionalAction)
         else:
             typ = {"int": int, "float": float, "str": str}[f.type]
-            ap.add_argument(flag, type=typ, default=f.default, help=" ")
+            ap.add_argument(flag, type=typ, default=f.default, help=_HELP.get(f.name, f.name.replace("_", " ")))
     return ap
 
 
