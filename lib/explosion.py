@@ -28,8 +28,8 @@ ARMS = {
     "sdpa": "sdpa",              # torch SDPA pinned to its flash backend (CUDA)
     "fp32": "naive",             # FP32 softmax attention, autocast off inside attention
     # the paper's δ ablations (not run by default): δ = rowsum(dP∘P); δ from an FP32 recompute of O
-    "paper/dp_p": "paper/delta_source=dp_p",
-    "paper/fp32_o_delta": "paper/delta_source=fp32_o",
+    "paper-dPP-delta": "paper/delta_source=dp_p",
+    "paper-fp32O-delta": "paper/delta_source=fp32_o",
 }
 KERNEL_ARMS = ("paper", "paper+fix", "fa2")
 CONTRAST_ARMS = ("fa2", "sdpa", "fp32")
