@@ -19,9 +19,11 @@ _STYLES = ("-", "--", ":", "-.")
 _OUTCOME_MARKERS = {"stable": "o", "degraded": "s", "exploded": "X", "nonfinite": "v"}
 
 
-def _colors():
+def _colors(res=None):
+    """Arm -> colour: the fixed arms of ARMS first (stable across figures), then any other arm in `res`."""
     import seaborn as sns
-    return dict(zip(ARMS, sns.color_palette(plotting.PALETTE, len(ARMS))))
+    names = list(ARMS) + sorted({r["arm"] for r in (res.data["runs"] if res is not None else [])} - set(ARMS))
+    return dict(zip(names, sns.color_palette(plotting.PALETTE, len(names))))
 
 
 def _runs(res, run_ids=None):
@@ -38,7 +40,7 @@ def _seed_style(res):
 
 def loss_curves(res, run_ids=None, window: int = SMOOTH):
     """Two panels over optimiser steps: smoothed training loss (nats/byte) and pre-clip grad norm (log)."""
-    col, sty = _colors(), _seed_style(res)
+    col, sty = _colors(res), _seed_style(res)
     fig, (a0, a1) = plotting.figure(1, 2, width=10, height=3.6)
     for r in _runs(res, run_ids):
         loss = res.arrays[f"{r['id']}__loss"]
@@ -57,7 +59,7 @@ def loss_curves(res, run_ids=None, window: int = SMOOTH):
 
 def lr_sweep_figure(res):
     """Loss rise (final − best smoothed loss) against LR per arm; marker shape = outcome."""
-    col = _colors()
+    col = _colors(res)
     fig, ax = plotting.figure(width=6.4, height=3.8)
     for arm in res.data["arms"]:
         rs = sorted((r for r in res.data["runs"] if r["arm"] == arm), key=lambda r: r["lr"])
