@@ -44,3 +44,25 @@ def test_htmlcheck_detects_broken_pages(tmp_path):
     assert "figure f1 has no image" in joined and "rendered as text" in joined
     assert "MathJax did not load" in joined
     assert not any(p.startswith("ok.html") for p in problems)
+
+
+def test_derived_claims_from_bias_kernel_and_headline():
+    def cell(path, method, gap, pv, ci, theory):
+        return dict(path=path, method=method, k=2, gap=gap, pv=pv, pv_ci=ci, theory_pv=theory)
+    data = {"cells": [cell("native", "rne", 10, -0.01, 0.01, -0.05), cell("native", "rne", 14, -0.25, 0.01, -0.24),
+                      cell("native", "beta", 14, 0.002, 0.005, 0.0), cell("numpy", "rne", 14, -0.24, 0.01, -0.24)]}
+    c = claims.derive_bias_kernel(data)
+    assert c["tie_bias_hw"]["status"] == "reproduced" and "gap 14" in c["tie_bias_hw"]["evidence"]
+    assert c["fix_removes_bias"]["status"] == "reproduced" and c["tie_bias"]["status"] == "reproduced"
+    data["cells"][1]["pv"] = 0.001                     # no bias measured at the predicted cell
+    assert claims.derive_bias_kernel(data)["tie_bias_hw"]["status"] == "not reproduced"
+    assert claims.derive_bias_kernel({"cells": []}) == {}
+
+    h = {"lr": 8e-3, "outcomes": {"paper": {"exploded": 3}, "paper+fix": {"stable": 3}, "fa2": {"stable": 1},
+                                  "sdpa": {"stable": 1}, "fp32": {"stable": 1}}}
+    c = claims.derive_headline(h)
+    assert c["explosion"]["status"] == "reproduced" and c["fix_stabilises"]["status"] == "reproduced"
+    h["outcomes"]["fa2"] = {"exploded": 1}
+    h["outcomes"]["paper+fix"] = {"exploded": 2, "nonfinite": 1}
+    c = claims.derive_headline(h)
+    assert c["explosion"]["status"] == "partly" and c["fix_stabilises"]["status"] == "not reproduced"
