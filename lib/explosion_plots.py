@@ -135,3 +135,26 @@ def delta_error_figure(res, run_ids, layer: int):
     axes[0][0].legend(fontsize=7, ncol=2)
     plotting.label_provenance(fig, res.meta)
     return fig
+
+
+def max_logit_figure(res, run_ids, layer: int | None = None):
+    """Largest attention logit (score units, max over the telemetry batch) per run over telemetry steps, log scale:
+    one line per run for `layer`, or the max over layers when `layer` is None. The BF16 spacing at the logit's size
+    is marked on the right axis, since the tie rate depends on it."""
+    runs = _runs(res, run_ids)
+    colors = _colors(res)
+    styles = _seed_style(res)
+    fig, ax = plotting.figure(width=6.4, height=3.6)
+    for r in runs:
+        st = res.arrays[f"{r['id']}__step"]
+        ml = res.arrays[f"{r['id']}__max_logit"]
+        y = ml.max(axis=1) if layer is None else ml[:, layer]
+        ax.plot(st, y, color=colors[r["arm"]], ls=styles.get(r["seed"], "-"), label=r["id"])
+    ax.set(yscale="log", xlabel="step",
+           ylabel="max attention logit" + (" (all layers)" if layer is None else f" (layer {layer})"))
+    sec = ax.secondary_yaxis("right", functions=(lambda v: np.maximum(v, 1e-30) * 2.0 ** -8,
+                                                  lambda u: np.maximum(u, 1e-30) * 2.0 ** 8))
+    sec.set_ylabel("≈ BF16 spacing at that logit")
+    ax.legend(fontsize=7, ncol=2)
+    plotting.label_provenance(fig, res.meta)
+    return fig
