@@ -49,3 +49,15 @@ def test_telemetry_figures(res):
     plt.close(fig)
     with pytest.raises(ValueError):
         explosion_plots.tie_rate_figure(res, ["nope"])
+
+
+def test_max_logit_figure(res):
+    ids = [r["id"] for r in res.data["runs"][:2]]
+    fig = explosion_plots.max_logit_figure(res, ids)
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log" and len(ax.lines) == 2
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), res.arrays[f"{ids[0]}__max_logit"].max(axis=1))
+    plt.close(fig)
+    fig = explosion_plots.max_logit_figure(res, ids, layer=1)
+    np.testing.assert_allclose(fig.axes[0].lines[1].get_ydata(), res.arrays[f"{ids[1]}__max_logit"][:, 1])
+    plt.close(fig)
