@@ -39,6 +39,7 @@ class AttnSpec:
     fix: str | None = None        # None | "beta"
     beta: float = 7.0
     tie_tol: float = 0.0
+    max_shift: float | None = 64.0  # the fix's underflow guard (kernels.attention); None = the paper's exact rule
     path: str | None = None       # kernel path: None (auto) | "emulated" | "native"
     heads: tuple | None = None    # ((head indices), spec): those heads use another spec (string or AttnSpec)
     text: str | None = None       # the string this spec was parsed from (its label)
@@ -116,6 +117,7 @@ class GPTConfig:
     attn: object = "sdpa"
     beta: float = 7.0          # β of "+fix" string specs
     tie_tol: float = 0.0       # tie tolerance of "+fix" string specs
+    max_shift: float | None = 64.0  # underflow guard of "+fix" string specs (None: the paper's exact rule)
     ln_eps: float = 1e-5
 
     def __post_init__(self):
@@ -142,7 +144,8 @@ class GPTConfig:
             specs = [specs] * self.n_layer
         out = []
         for s in specs:
-            kw = {} if isinstance(s, AttnSpec) else dict(beta=self.beta, tie_tol=self.tie_tol)
+            kw = {} if isinstance(s, AttnSpec) else dict(beta=self.beta, tie_tol=self.tie_tol,
+                                                          max_shift=self.max_shift)
             out.append(AttnSpec.parse(s, **kw))
         return out
 
@@ -186,7 +189,7 @@ def ours_attention(q, k, v, *, spec: AttnSpec, causal=True, scale=None):
         raise ImportError(f"attention backend 'ours' needs kernels.attention: {e}") from e
     with torch.autocast(device_type=q.device.type, enabled=False):
         return attention(q, k, v, causal=causal, scale=scale, numerics=spec.numerics, fix=spec.fix,
-                         beta=spec.beta, tie_tol=spec.tie_tol, path=spec.path)
+                         beta=spec.beta, tie_tol=spec.tie_tol, max_shift=spec.max_shift, path=spec.path)
 
 
 def run_backend(spec: AttnSpec, q, k, v, *, causal=True, scale=None):

@@ -58,6 +58,7 @@ class TrainConfig:
     attn: str = "sdpa"              # one spec for all layers, or comma-separated per layer (see lib.model)
     beta: float = 7.0               # β of "+fix" specs
     tie_tol: float = 0.0            # tie tolerance of "+fix" specs
+    max_shift: float | None = 64.0  # underflow guard of "+fix" specs (None: the paper's exact rule, may give NaN)
     # optimisation
     steps: int = 2000
     batch_size: int = 32
@@ -114,7 +115,7 @@ class TrainConfig:
 
     def model_config(self) -> GPTConfig:
         return GPTConfig(n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd, block_size=self.seq_len,
-                         attn=self.attn, beta=self.beta, tie_tol=self.tie_tol)
+                         attn=self.attn, beta=self.beta, tie_tol=self.tie_tol, max_shift=self.max_shift)
 
 
 def lr_at(cfg: TrainConfig, step: int) -> float:
@@ -515,7 +516,8 @@ def _parser() -> argparse.ArgumentParser:
         if f.type in ("bool", bool):
             ap.add_argument(flag, default=f.default, action=argparse.BooleanOptionalAction)
         else:
-            typ = {"int": int, "float": float, "str": str}[f.type]
+            typ = {"int": int, "float": float, "str": str,
+                   "float | None": lambda v: None if v.lower() == "none" else float(v)}[f.type]
             ap.add_argument(flag, type=typ, default=f.default, help=_HELP.get(f.name, f.name.replace("_", " ")))
     return ap
 

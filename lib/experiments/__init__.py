@@ -23,6 +23,7 @@ REGISTRY = {
     "bias_montecarlo": "bias_montecarlo", "bias_kernel": "bias_kernel",  # chapter 1
     "lr_sweep": "lr_sweep", "headline": "headline",  # chapter 6 (run lr_sweep before headline)
     "ablations": "ablations",  # chapter 6 (reads the headline result: run it after headline)
+    "beta_sweep": "beta_sweep",  # chapter 7 (reads the headline result: run it after headline)
 }
 
 

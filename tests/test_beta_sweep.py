@@ -1,0 +1,31 @@
+"""lib/experiments/beta_sweep.py: predictions follow lib.beta_theory; the exact-rule arm can underflow, the guarded one not."""
+import math
+
+import numpy as np
+import torch
+
+from lib import beta_theory
+from lib.experiments import beta_sweep
+from lib.model import AttnSpec, GPTConfig
+
+
+def test_predictions_are_the_theory_thresholds():
+    p = beta_sweep.predictions([2.0, 7.0])
+    assert math.isclose(p[1]["underflow_above_r"], beta_theory.underflow_x("bf16") / 6)
+    assert math.isclose(p[0]["ineffective_below_r"], beta_theory.x_round_to_one(7) / 1)
+
+
+def test_max_shift_reaches_the_kernel_spec():
+    cfg = GPTConfig(n_layer=1, n_head=1, n_embd=16, attn="paper+fix", beta=30.0, max_shift=None)
+    spec = cfg.layer_specs()[0]
+    assert spec.fix == "beta" and spec.beta == 30.0 and spec.max_shift is None
+    assert AttnSpec.parse("paper+fix").max_shift == 64.0
+
+
+def test_ci_run_exact_rule_vs_guard():
+    r = beta_sweep.run("ci")
+    runs = {x["id"]: x for x in r["data"]["runs"]}
+    assert {x["max_shift"] for x in runs.values()} == {None, 64.0}
+    assert all(np.isfinite(r["arrays"][f"{i}__loss"]).all() or runs[i]["outcome"] == "nonfinite" for i in runs)
+    guarded = [i for i in runs if i.endswith("guarded")]
+    assert guarded and all(np.isfinite(r["arrays"][f"{i}__loss"]).all() for i in guarded)
