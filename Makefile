@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-JB_FLAGS := -W -n --keep-going
+JB_FLAGS := -W -n --keep-going --all   # --all: re-execute every page (Sphinx would skip unchanged sources)
 
 .PHONY: book test pytest book-ci gpu-results gpu-tests check-results html-check clean venv
 
