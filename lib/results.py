@@ -100,7 +100,18 @@ def _jsonable(x):
     if isinstance(x, (np.bool_,)):
         return bool(x)
     if isinstance(x, float) and not np.isfinite(x):
-        return str(x)  # JSON has no NaN/Inf; keep them readable
+        return str(x)  # JSON has no NaN/Inf: stored as 'nan' / 'inf' / '-inf', turned back into floats by load()
+    return x
+
+
+def _restore_nonfinite(x):
+    """Inverse of the non-finite encoding of `_jsonable`: 'nan', 'inf', '-inf' strings back to floats."""
+    if isinstance(x, dict):
+        return {k: _restore_nonfinite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_restore_nonfinite(v) for v in x]
+    if isinstance(x, str) and x in ("nan", "inf", "-inf"):
+        return float(x)
     return x
 
 
@@ -189,7 +200,7 @@ def load(name: str, scale: str, root: Path | None = None) -> Result:
     if npz.exists():
         with np.load(npz) as z:
             arrays = {k: z[k] for k in z.files}
-    return Result(name, scale, blob["meta"], blob["data"], arrays, staleness(blob["meta"]))
+    return Result(name, scale, blob["meta"], _restore_nonfinite(blob["data"]), arrays, staleness(blob["meta"]))
 
 
 def all_results(root: Path | None = None) -> list[Result]:

@@ -14,7 +14,7 @@ def test_save_load_roundtrip_with_provenance(tmp_path, monkeypatch):
                      config={"k": 3}, root=tmp_path)
     assert p == tmp_path / "ci" / "demo.json" and p.with_suffix(".npz").exists()
     r = results.load("demo", "ci", root=tmp_path)
-    assert r.data["x"] == 1.5 and r.data["v"] == [0, 1, 2] and r.data["nan"] == "nan"
+    assert r.data["x"] == 1.5 and r.data["v"] == [0, 1, 2] and np.isnan(r.data["nan"])
     assert np.array_equal(r.arrays["a"], np.eye(2))
     m = r.meta
     for key in ("git_commit", "python", "torch", "triton", "device", "created_utc", "argv"):
@@ -23,6 +23,16 @@ def test_save_load_roundtrip_with_provenance(tmp_path, monkeypatch):
     assert m["depends_on"]["lib/bf16.py"] == results._sha256(dep)
     assert r.stale == [] and r.warning == ""
     assert "ci ·" in r.label
+
+
+def test_nonfinite_values_roundtrip_as_floats(tmp_path):
+    data = {"grid": [{"a": float("nan"), "b": 1.5, "c": float("inf"), "d": -float("inf")}], "s": "text"}
+    results.save("nf", "ci", data, depends_on=[], root=tmp_path)
+    assert '"nan"' in (tmp_path / "ci" / "nf.json").read_text()           # valid JSON on disk
+    back = results.load("nf", "ci", root=tmp_path).data
+    g = back["grid"][0]
+    assert np.isnan(g["a"]) and g["b"] == 1.5 and g["c"] == float("inf") and g["d"] == -float("inf")
+    assert back["s"] == "text"
 
 
 def test_staleness_detects_changed_dependency(tmp_path, monkeypatch):

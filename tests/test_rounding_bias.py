@@ -106,10 +106,3 @@ def test_grid_and_figures():
         assert f.axes
         plt.close(f)
 
-
-def test_restore_nonfinite_roundtrips_results_json(tmp_path):
-    from lib import results
-    data = {"grid": [{"a": float("nan"), "b": 1.5, "c": float("inf")}], "s": "text"}
-    results.save("rb_test", "ci", data, depends_on=["lib/rounding_bias.py"], root=tmp_path)
-    back = rb.restore_nonfinite(results.load("rb_test", "ci", root=tmp_path).data)
-    assert np.isnan(back["grid"][0]["a"]) and back["grid"][0]["c"] == float("inf") and back["s"] == "text"
