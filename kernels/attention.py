@@ -17,7 +17,10 @@ Paths (`path=`):
 
 `fix="beta"` is the β-scaled max of Qiu & Yao §4 in the forward (rows whose tile max occurs ≥ 2 times, or within
 `tie_tol` below it, use β·max as their max if max > 0 and 0 if max < 0; the shift is capped at `max_shift`, the
-lead's underflow guard, unless max_shift=None); the backward is unchanged.
+lead's underflow guard, unless max_shift=None); the backward is unchanged. Detection is per key tile, as in the
+paper's Algorithm 1 (the authors' code uses 512-key tiles; ours are 64 wide). `fix="beta_split"` also fires when a
+tile's max equals the running max of the earlier tiles (a max repeated across a tile boundary, which the per-tile
+test misses), so it acts on every row in which two P̄ entries would be exactly 1.
 """
 from __future__ import annotations
 
@@ -34,7 +37,8 @@ __all__ = ["attention", "attention_fwd", "attention_bwd", "compute_delta", "EMUL
            "native_config", "native_allowed", "resolve_path"]
 
 EMULATED_BLOCK = (64, 64)        # (BLOCK_M, BLOCK_N) of the emulated path: part of its numerics
-_FIXES = (None, "beta")
+_FIXES = (None, "beta", "beta_split")
+_FIX_CODE = {None: 0, "beta": 1, "beta_split": 2}   # the kernel's FIX constexpr
 _PATHS = (None, "emulated", "native")
 
 
@@ -126,7 +130,7 @@ def attention_fwd(q, k, v, *, causal, scale, nm: Numerics, fix, beta, tie_tol, p
     grid = (triton.cdiv(N, cfg["BLOCK_M"]), B * H)
     attn_fwd_kernel[grid](q, k, v, o, o32, lse, float(scale), float(beta), float(tie_tol),
                           float(max_shift) if max_shift is not None else 0.0, N, seed,
-                          CLAMP_SHIFT=max_shift is not None, D=D, DP=DP, N_TILES=_ntiles(N, cfg["BLOCK_N"]), CAUSAL=causal, FIX=fix == "beta",
+                          CLAMP_SHIFT=max_shift is not None, D=D, DP=DP, N_TILES=_ntiles(N, cfg["BLOCK_N"]), CAUSAL=causal, FIX=_FIX_CODE[fix],
                           NATIVE=path == "native", STATIC_LOOPS=_interpreting(), STORE_O32=store_o32,
                           **_fwd_flags(nm), **cfg)
     return o, lse, (o32 if store_o32 else None)
@@ -234,7 +238,8 @@ def attention(q, k, v, *, causal=True, scale=None, numerics="fa2", fix=None, bet
 
     q, k, v: (batch, heads, seq, head_dim), bfloat16 or float32, same device; head_dim in [16, 128].
     causal: mask keys after the query (top-left aligned). scale: softmax scale, default 1/sqrt(head_dim).
-    numerics: "fp32" | "fa2" | "paper" or a `lib.numerics.Numerics`. fix: None or "beta". beta > 1: the β of the
+    numerics: "fp32" | "fa2" | "paper" or a `lib.numerics.Numerics`. fix: None, "beta" (per-tile detection, the
+    paper's Algorithm 1) or "beta_split" (also a max repeated across tiles). beta > 1: the β of the
     fix. tie_tol >= 0: a row's tile max counts as repeated when another score is >= max − tie_tol (0: exact ties).
     max_shift > 0 or None: underflow guard of the fix — a repeated max is never shifted by more than max_shift
     (None: the paper's exact rule, which underflows whole rows once (β−1)·max ≳ 88).
@@ -244,7 +249,7 @@ def attention(q, k, v, *, causal=True, scale=None, numerics="fa2", fix=None, bet
     _check_inputs(q, k, v)
     nm = get_profile(numerics)
     if fix not in _FIXES:
-        raise ValueError(f"fix must be None or 'beta', got {fix!r}")
+        raise ValueError(f"fix must be one of {_FIXES}, got {fix!r}")
     if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta) or beta <= 1:
         raise ValueError(f"beta must be a finite number > 1, got {beta!r}")
     if isinstance(tie_tol, bool) or not isinstance(tie_tol, (int, float)) or not math.isfinite(tie_tol) \

@@ -17,7 +17,8 @@ steps are Numerics switches):
     s = (q @ kᵀ) * scale ; [round_s] rnd ; masked -> -inf
     m_t = rowmax(s) ; [fix "beta"] rows whose max appears >= 2 times (s >= m_t - tie_tol) get m_t = beta*m_t if
           m_t > 0 (unless beta*m_t overflows), 0 if m_t < 0; with max_shift, a shift (beta-1)*m_t or -m_t larger
-          than max_shift becomes m_t + max_shift (underflow guard)
+          than max_shift becomes m_t + max_shift (underflow guard); [fix "beta_split"] also rows whose m_t equals
+          the running max m_i within tie_tol (a max repeated across tiles)
     m_new = max(m_i, m_t) ; e = m_i - m_new [round_s_minus_m] ; alpha = exp(e)
     x = s - m_new [round_s_minus_m] ; p = exp(x) ; p_op = [round_p] rnd(p)
     l_i = l_i * alpha + rowsum([rowsum_rounded_p] p_op : p) [round_l: one rnd]
@@ -105,6 +106,11 @@ def _fwd_step(acc, l_i, m_i, q, K_base, V_base, start_n, offs_m, offs_d, scale, 
         # are left alone: they are not ties, and must not pull the running max up to 0.
         ties = tl.sum((s >= (m_t - tie_tol)[:, None]).to(tl.int32), 1)
         repeated = (ties >= 2) & (m_t > float("-inf"))
+        if FIX == 2:
+            # "beta_split": a tile max equal (within tie_tol) to the running max of the earlier tiles repeats the
+            # row max across a tile boundary. The per-tile test cannot see it, and both entries would get P̄ = 1.
+            # (A shifted running max never matches: its P̄ is already < 1.)
+            repeated = repeated | ((m_t > float("-inf")) & (m_i > float("-inf")) & (tl.abs(m_t - m_i) <= tie_tol))
         scaled = beta * m_t
         m_fix = tl.where(repeated & (m_t > 0) & (scaled < float("inf")), scaled, m_t)
         m_fix = tl.where(repeated & (m_fix < 0), 0.0, m_fix)

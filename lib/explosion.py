@@ -23,7 +23,8 @@ from lib.train import TrainConfig, run_many
 
 ARMS = {
     "paper": "paper",            # our kernel, the authors' rounding placement (BF16 S, P̄, ℓ, P̄V, O, δ from BF16 O)
-    "paper+fix": "paper+fix",    # the same plus the β-scaled max (β = 7) on rows with a repeated max
+    "paper+fix": "paper+fix",    # the same plus the β-scaled max (β = 7) on rows with a max repeated in one key tile
+    "paper+fix_split": "paper+fix_split",  # the same fix, also on a max repeated across key tiles
     "fa2": "fa2",                # our kernel, production FlashAttention-2 placement (FP32 accumulators, one O cast)
     "sdpa": "sdpa",              # torch SDPA pinned to its flash backend (CUDA)
     "fp32": "naive",             # FP32 softmax attention, autocast off inside attention
@@ -31,7 +32,7 @@ ARMS = {
     "paper-dPP-delta": "paper/delta_source=dp_p",
     "paper-fp32O-delta": "paper/delta_source=fp32_o",
 }
-KERNEL_ARMS = ("paper", "paper+fix", "fa2")
+KERNEL_ARMS = ("paper", "paper+fix", "paper+fix_split", "fa2")
 CONTRAST_ARMS = ("fa2", "sdpa", "fp32")
 
 # Outcome thresholds (definitions, in nats/byte of the training loss smoothed over SMOOTH steps).
@@ -117,7 +118,7 @@ def run_id(arm: str, seed: int, lr: float, tag: str = "") -> str:
 
 
 TELEMETRY_ARRAYS = ("step", "wq_norm", "wk_norm", "wq_norm_layer", "wk_norm_layer", "max_logit", "tie_rate",
-                    "tie_rate_head", "delta_err_sum")
+                    "tie_rate_head", "tie_rate_tile", "delta_err_sum")
 
 
 def run_arms(scale: str, runs: list[dict], workers: int, **overrides) -> tuple[list[dict], dict, dict]:

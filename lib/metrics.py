@@ -2,7 +2,8 @@
 
 * `spectral_norm(w)`: exact ‖W‖₂ (largest singular value) of a matrix or a batch of matrices.
 * `bf16_row_ties(scores)`: per row, does the maximum of the BF16-rounded scores occur ≥ 2 times (masked entries
-  −inf are ignored); `tie_rate(scores)`: the fraction of such rows.
+  −inf are ignored); `tie_rate(scores)`: the fraction of such rows. `bf16_tile_ties(scores, block_n)`: the same,
+  but only where two of the maxima share one key tile of `block_n` columns (what a per-tile fix can see).
 * `rank1_share(m)`: σ₁² / Σσ², how close a matrix is to rank 1; `rank1_similarity(a, b)`: |⟨u_a, u_b⟩|·|⟨v_a, v_b⟩|
   of the top singular pairs (1: the same rank-1 direction up to sign, 0: orthogonal); `pairwise_rank1_similarity`.
   These measure the paper's "low-rank similarity" of gradient-error matrices across tokens and steps.
@@ -14,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["spectral_norm", "bf16_row_ties", "tie_rate", "rank1_share", "rank1_similarity",
+__all__ = ["spectral_norm", "bf16_row_ties", "bf16_tile_ties", "tie_rate", "rank1_share", "rank1_similarity",
            "pairwise_rank1_similarity", "wasserstein_1d"]
 
 
@@ -37,6 +38,24 @@ def bf16_row_ties(scores: torch.Tensor) -> torch.Tensor:
     rmax = sb.amax(dim=-1, keepdim=True)
     at_max = (sb == rmax) & torch.isfinite(sb)
     return at_max.sum(dim=-1) >= 2
+
+
+def bf16_tile_ties(scores: torch.Tensor, block_n: int) -> torch.Tensor:
+    """Bool (...,) over rows of scores (..., n): True where the row max of the BF16-rounded scores occurs ≥ 2 times
+    inside one key tile [j·block_n, (j+1)·block_n). A row that ties (`bf16_row_ties`) but is False here has its
+    maxima only in different tiles: a per-tile tie test, as in the paper's Algorithm 1, does not fire on it."""
+    if not isinstance(scores, torch.Tensor) or scores.dim() < 1:
+        raise ValueError("scores must be a tensor with a last (key) dimension")
+    if isinstance(block_n, bool) or not isinstance(block_n, int) or block_n < 1:
+        raise ValueError(f"block_n must be a positive int, got {block_n!r}")
+    sb = scores.detach().to(torch.bfloat16)
+    n = sb.shape[-1]
+    at_max = (sb == sb.amax(dim=-1, keepdim=True)) & torch.isfinite(sb)
+    pad = (-n) % block_n
+    if pad:
+        at_max = torch.nn.functional.pad(at_max, (0, pad))
+    per_tile = at_max.reshape(*at_max.shape[:-1], -1, block_n).sum(dim=-1)
+    return per_tile.amax(dim=-1) >= 2
 
 
 def tie_rate(scores: torch.Tensor) -> float:

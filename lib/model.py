@@ -14,7 +14,8 @@ Attention backends (`AttnSpec.backend`):
 A spec is written as a string: ``"sdpa"``, ``"naive"``, or ``"<profile>[/<field>=<value>...][+fix]"`` for our
 kernel: profile one of "fp32", "fa2", "paper"; each ``/field=value`` overrides one `lib.numerics.Numerics` field
 (values: true/false, integers, or names), e.g. ``"paper/delta_source=dp_p"`` (δ = rowsum(dP∘P)); "+fix" = β fix
-with the config's β and tie tolerance. ``GPTConfig(attn=["sdpa", "paper", "sdpa"])`` puts the paper kernel in
+with the config's β and tie tolerance (per-tile detection, the paper's Algorithm 1); "+fix_split" = the same fix
+also acting on a max repeated across key tiles (`kernels.attention`, fix="beta_split"). ``GPTConfig(attn=["sdpa", "paper", "sdpa"])`` puts the paper kernel in
 layer 1 only. Per-head overrides (Python only): ``AttnSpec.parse("paper", heads=((1, 7), "naive"))`` runs heads
 1 and 7 of that layer with FP32 attention and the others with the paper kernel.
 """
@@ -29,6 +30,8 @@ import torch.nn.functional as F
 
 BACKENDS = ("ours", "sdpa", "naive")
 NUMERICS_NAMES = ("fp32", "fa2", "paper")
+FIXES = (None, "beta", "beta_split")
+SUFFIX_FIX = {"": None, "fix": "beta", "fix_split": "beta_split"}   # spec-string suffix -> kernel fix
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,7 @@ class AttnSpec:
     """One layer's attention: backend, and for "ours" the kernel's numerics, fix, β, tie tolerance and path."""
     backend: str = "sdpa"
     numerics: object = "fa2"      # a profile name or a lib.numerics.Numerics (only for backend "ours")
-    fix: str | None = None        # None | "beta"
+    fix: str | None = None        # None | "beta" | "beta_split"
     beta: float = 7.0
     tie_tol: float = 0.0
     max_shift: float | None = 64.0  # the fix's underflow guard (kernels.attention); None = the paper's exact rule
@@ -56,8 +59,8 @@ class AttnSpec:
             object.__setattr__(self, "heads", (idx, other))
         if self.backend not in BACKENDS:
             raise ValueError(f"attention backend must be one of {BACKENDS}, got {self.backend!r}")
-        if self.fix not in (None, "beta"):
-            raise ValueError(f"fix must be None or 'beta', got {self.fix!r}")
+        if self.fix not in FIXES:
+            raise ValueError(f"fix must be one of {FIXES}, got {self.fix!r}")
         if self.backend != "ours" and self.fix is not None:
             raise ValueError(f"fix={self.fix!r} needs backend 'ours', got {self.backend!r}")
 
@@ -73,9 +76,9 @@ class AttnSpec:
             return cls(backend=s, text=s, **kw)
         body, _, suffix = s.partition("+")
         base, *overrides = body.split("/")
-        if base not in NUMERICS_NAMES or suffix not in ("", "fix"):
+        if base not in NUMERICS_NAMES or suffix not in SUFFIX_FIX:
             raise ValueError(f"unknown attention spec {spec!r}; use 'sdpa', 'naive', or one of "
-                             f"{NUMERICS_NAMES} with optional '/field=value' overrides and '+fix'")
+                             f"{NUMERICS_NAMES} with optional '/field=value' overrides and '+fix' or '+fix_split'")
         numerics = base
         if overrides:
             from lib.numerics import get_profile
@@ -91,7 +94,7 @@ class AttnSpec:
                 numerics = replace(get_profile(base), **changes)
             except TypeError as e:
                 raise ValueError(f"bad numerics override in {spec!r}: {e}") from e
-        return cls(backend="ours", numerics=numerics, fix="beta" if suffix else None, text=s, **kw)
+        return cls(backend="ours", numerics=numerics, fix=SUFFIX_FIX[suffix], text=s, **kw)
 
     @property
     def label(self) -> str:
@@ -100,7 +103,8 @@ class AttnSpec:
         elif self.backend != "ours":
             name = self.backend
         else:
-            name = (self.numerics if isinstance(self.numerics, str) else "custom") + ("+fix" if self.fix else "")
+            name = (self.numerics if isinstance(self.numerics, str) else "custom") + \
+                {None: "", "beta": "+fix", "beta_split": "+fix_split"}[self.fix]
         if self.heads is not None:
             name += f"[heads {','.join(map(str, self.heads[0]))}: {self.heads[1].label}]"
         return name

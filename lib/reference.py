@@ -69,7 +69,7 @@ from lib.numerics import FP32, Numerics, get_profile
 __all__ = ["attention_fp64", "fixed_row_max", "check_fix_args", "check_max_shift", "online_softmax_rows", "emulate_forward", "emulate_delta",
            "emulate_backward", "emulate_attention", "ForwardResult", "padded_head_dim", "FIXES"]
 
-FIXES = (None, "beta")
+FIXES = (None, "beta", "beta_split")
 _F32 = np.float32
 _NEG_INF = _F32(-np.inf)
 
@@ -186,13 +186,16 @@ def check_max_shift(max_shift):
     return float(max_shift)
 
 
-def fixed_row_max(s, m_t=None, *, beta: float = 7.0, tie_tol: float = 0.0, max_shift=64.0) -> np.ndarray:
+def fixed_row_max(s, m_t=None, *, beta: float = 7.0, tie_tol: float = 0.0, max_shift=64.0, m_prev=None) -> np.ndarray:
     """The β fix of Qiu & Yao (§4, Alg. 1) for one tile: the adjusted row maxima.
 
     s: (..., BN) scores of the tile (masked entries −inf), float32 (or float64 for exact-arithmetic checks).
     m_t: (...,) the rows' maxima (default: ``np.nanmax(s, -1)``). Returns an array like m_t:
       * a row whose maximum occurs at least twice — ``s ≥ m_t − tie_tol`` counted, so tie_tol = 0 is exact
         equality — gets β·m_t if m_t > 0 and 0 if m_t < 0;
+      * with `m_prev` (the running max of the earlier tiles, fix "beta_split"), a row whose m_t equals m_prev
+        within tie_tol (|m_t − m_prev| ≤ tie_tol, both finite) also counts as repeated: its max recurs across a
+        tile boundary;
       * m_t = 0, a single maximum, or a fully masked row (m_t = −inf) are left unchanged;
       * where β·m_t overflows to +inf the row is left unchanged (m stays finite);
       * underflow guard (the lead's decision; `max_shift=None` gives the paper's exact rule): the shift
@@ -209,6 +212,9 @@ def fixed_row_max(s, m_t=None, *, beta: float = 7.0, tie_tol: float = 0.0, max_s
     with np.errstate(invalid="ignore", over="ignore"):
         ties = np.sum(s >= (m_t - dt(tie_tol))[..., None], axis=-1)
         repeated = (ties >= 2) & (m_t > dt(-np.inf))
+        if m_prev is not None:
+            m_prev = np.asarray(m_prev, dtype=s.dtype)
+            repeated = repeated | ((m_t > dt(-np.inf)) & (m_prev > dt(-np.inf)) & (np.abs(m_t - m_prev) <= dt(tie_tol)))
         scaled = dt(beta) * m_t
     out = np.where(repeated & (m_t > 0) & np.isfinite(scaled), scaled, m_t)
     out = np.where(repeated & (out < 0), dt(0), out)
@@ -225,7 +231,7 @@ def online_softmax_rows(s, *, block_n: int, fix=None, beta: float = 7.0, tie_tol
     s: (R, N) scores (masked entries −inf), float32 or float64; the arithmetic stays in that dtype (no rounding to
     lp: this is the exact-arithmetic side of the fix, used by the property tests). Key tiles of `block_n` columns
     are visited left to right with the forward's recurrence (m_use for rows masked so far, ℓ_safe at the end), the
-    tile max going through `fixed_row_max` when fix="beta". Returns (w (R, N), m (R,), l (R,)) with
+    tile max going through `fixed_row_max` when fix is "beta" or "beta_split". Returns (w (R, N), m (R,), l (R,)) with
     w = exp(s − m)/ℓ_safe, i.e. what O = w·V would weight V with."""
     s = np.asarray(s)
     if s.ndim != 2 or s.dtype.kind != "f":
@@ -239,8 +245,9 @@ def online_softmax_rows(s, *, block_n: int, fix=None, beta: float = 7.0, tie_tol
         for j in range(0, N, block_n):
             st = s[:, j:j + block_n]
             m_t = np.max(st, axis=1)
-            if fix == "beta":
-                m_t = fixed_row_max(st, m_t, beta=beta, tie_tol=tie_tol, max_shift=max_shift)
+            if fix is not None:
+                m_t = fixed_row_max(st, m_t, beta=beta, tie_tol=tie_tol, max_shift=max_shift,
+                                    m_prev=m if fix == "beta_split" else None)
             m_new = np.maximum(m, m_t)
             m_use = np.where(m_new == -np.inf, dt(0), m_new)
             l = l * np.exp(m - m_use) + np.sum(np.exp(st - m_use[:, None]), axis=1)
@@ -358,8 +365,9 @@ def emulate_forward(q, k, v, numerics="fa2", *, causal: bool = True, scale=None,
                 v_t = _tile(v3, bh, j * bn, bn, DP)
                 s = _scores(q_t, k_t, a, offs_m, offs_n, N, causal, nm, rnd)
                 m_t = np.nanmax(s, axis=1)
-                if fix == "beta":
-                    m_t = fixed_row_max(s, m_t, beta=beta, tie_tol=tie_tol, max_shift=max_shift)
+                if fix is not None:
+                    m_t = fixed_row_max(s, m_t, beta=beta, tie_tol=tie_tol, max_shift=max_shift,
+                                        m_prev=m_i if fix == "beta_split" else None)
                 m_new = np.maximum(m_i, m_t)
                 m_use = np.where(m_new == _NEG_INF, _F32(0), m_new)
                 e = m_i - m_use

@@ -39,10 +39,11 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from lib import data as data_mod  # noqa: E402
-from lib.metrics import bf16_row_ties, spectral_norm  # noqa: E402
+from lib.metrics import bf16_row_ties, bf16_tile_ties, spectral_norm  # noqa: E402
 from lib.model import GPT, GPTConfig, naive_attention  # noqa: E402
 
 _SCHEDULES = ("constant", "cosine")
+TIE_TILE = 64   # key-tile width of the tie telemetry: the native kernel's BLOCK_N (kernels.attention.NATIVE_CONFIGS)
 _AUTOCAST = ("auto", "bf16", "none")
 _DETERMINISM = ("warn", "strict", "off")
 
@@ -144,26 +145,32 @@ def versions() -> dict:
     return v
 
 
-def score_stats(q: torch.Tensor, k: torch.Tensor, scale: float, chunk_elems: int = 1 << 26) -> dict:
+def score_stats(q: torch.Tensor, k: torch.Tensor, scale: float, chunk_elems: int = 1 << 26,
+                tile: int = TIE_TILE) -> dict:
     """Max causal attention logit and BF16 tie statistics from q, k of shape (B, H, T, D).
 
     S = scale·QKᵀ is formed in FP32 from the given q, k (the values the backend saw), causally masked; a query row
     "ties" when the maximum of its BF16-rounded scores occurs ≥ 2 times. Returns {"max_logit": float (max over
-    B, H and valid (i, j)), "tie_rate": float (fraction of the B·H·T rows), "tie_rate_head": (H,) tensor}.
+    B, H and valid (i, j)), "tie_rate": float (fraction of the B·H·T rows), "tie_rate_head": (H,) tensor,
+    "tie_rate_tile": float (fraction of rows with two maxima inside one key tile of `tile` columns, the ties a
+    per-tile fix detects)}.
     The batch is processed in chunks of at most `chunk_elems` scores to bound memory."""
     B, H, T, _ = q.shape
     mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
     per = max(1, chunk_elems // (H * T * T))
     max_logit = -math.inf
     ties = torch.zeros(H, dtype=torch.float64, device=q.device)
+    tile_ties = 0.0
     with torch.autocast(device_type=q.device.type, enabled=False):
         for b0 in range(0, B, per):
             s = torch.matmul(q[b0:b0 + per].float(), k[b0:b0 + per].float().transpose(-2, -1)) * scale
             s = s.masked_fill(~mask, float("-inf"))
             max_logit = max(max_logit, s.max().item())
             ties += bf16_row_ties(s).double().sum(dim=(0, 2))   # rows (b, H, T) -> per head
+            tile_ties += bf16_tile_ties(s, tile).double().sum().item()
     tie_head = ties / (B * T)
-    return dict(max_logit=max_logit, tie_rate=tie_head.mean().item(), tie_rate_head=tie_head.cpu())
+    return dict(max_logit=max_logit, tie_rate=tie_head.mean().item(), tie_rate_head=tie_head.cpu(),
+                tie_rate_tile=tile_ties / (B * H * T))
 
 
 def delta_error(q, k, v, o_lp, do, scale: float) -> torch.Tensor:
@@ -182,11 +189,11 @@ def collect_telemetry(model: GPT) -> dict:
 
     Returns lists over layers: "wq_norm", "wk_norm" (per head ‖W_Q^h‖₂, ‖W_K^h‖₂, exact spectral norms of the
     (head_dim, n_embd) slices), "wq_norm_layer", "wk_norm_layer" (‖W_Q‖₂, ‖W_K‖₂ of the full (n_embd, n_embd)
-    blocks), "max_logit", "tie_rate", "tie_rate_head", and "delta_err_sum" (Σ Δδ per head; NaN where dO was not
+    blocks), "max_logit", "tie_rate", "tie_rate_head", "tie_rate_tile" (`score_stats`), and "delta_err_sum" (Σ Δδ per head; NaN where dO was not
     captured)."""
     cfg = model.config
     out = {k: [] for k in ("wq_norm", "wk_norm", "wq_norm_layer", "wk_norm_layer", "max_logit", "tie_rate",
-                           "tie_rate_head", "delta_err_sum")}
+                           "tie_rate_head", "tie_rate_tile", "delta_err_sum")}
     scale = 1.0 / math.sqrt(cfg.head_dim)
     for i, attn in enumerate(model.attn_layers):
         wq, wk = (w.detach().float() for w in model.qk_weights(i))
@@ -201,6 +208,7 @@ def collect_telemetry(model: GPT) -> dict:
         out["max_logit"].append(st["max_logit"])
         out["tie_rate"].append(st["tie_rate"])
         out["tie_rate_head"].append(st["tie_rate_head"].tolist())
+        out["tie_rate_tile"].append(st["tie_rate_tile"])
         if "do" in c:
             out["delta_err_sum"].append(delta_error(c["q"], c["k"], c["v"], c["o"], c["do"], scale).tolist())
         else:

@@ -90,11 +90,11 @@ def test_fixed_row_max_is_the_rule_and_never_nan(f):
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(families)
-def test_online_softmax_with_fix_never_nan_or_inf(f):
+@given(families, st.sampled_from(["beta", "beta_split"]))
+def test_online_softmax_with_fix_never_nan_or_inf(f, fix):
     for dtype in (np.float32, np.float64):
         s = make_rows(f, dtype)
-        w, m, l = online_softmax_rows(s, block_n=f["block_n"], fix="beta", beta=f["beta"], tie_tol=f["tie_tol"],
+        w, m, l = online_softmax_rows(s, block_n=f["block_n"], fix=fix, beta=f["beta"], tie_tol=f["tie_tol"],
                                       max_shift=f["max_shift"])
         assert np.isfinite(w).all() and np.isfinite(l).all()
         if f["max_shift"] is not None:
@@ -106,8 +106,8 @@ def test_online_softmax_with_fix_never_nan_or_inf(f):
 
 
 @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(families)
-def test_fix_does_not_change_softmax_in_exact_arithmetic(f):
+@given(families, st.sampled_from(["beta", "beta_split"]))
+def test_fix_does_not_change_softmax_in_exact_arithmetic(f, fix):
     """FP64: where no weight underflows (the shift (β−1)·max stays ≤ 600 and entries lie within 100 of the max),
     weights with and without the fix agree to a few ulps of FP64 times the shift."""
     f = dict(f, log10_max=min(f["log10_max"], 1.5))
@@ -118,7 +118,7 @@ def test_fix_does_not_change_softmax_in_exact_arithmetic(f):
     if not len(s):
         return
     w0, _, _ = online_softmax_rows(s, block_n=f["block_n"])
-    w1, _, _ = online_softmax_rows(s, block_n=f["block_n"], fix="beta", beta=f["beta"], tie_tol=f["tie_tol"],
+    w1, _, _ = online_softmax_rows(s, block_n=f["block_n"], fix=fix, beta=f["beta"], tie_tol=f["tie_tol"],
                                    max_shift=f["max_shift"])
     shift = (f["beta"] - 1) * np.abs(np.max(s, axis=1, keepdims=True)) + 200
     assert np.all(np.abs(w1 - w0) <= 1e-15 * shift * np.maximum(w0, 1e-300) * 8 + 1e-300)

@@ -64,3 +64,19 @@ def test_wasserstein_against_scipy():
         metrics.wasserstein_1d([], [1.0])
     with pytest.raises(ValueError):
         metrics.wasserstein_1d([np.nan], [1.0])
+
+
+def test_bf16_tile_ties_separates_split_maxima():
+    """Row 0: max twice in one 4-key tile; row 1: max twice in different tiles; row 2: single max; row 3: masked
+    entries at the max are ignored."""
+    inf = float("inf")
+    s = torch.tensor([[5.0, 5.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+                      [5.0, 1.0, 0.0, 0.0, 0.0, 5.0, 0.0, 0.0],
+                      [5.0, 1.0, 0.0, 0.0, 0.0, 4.0, 0.0, 0.0],
+                      [2.0, -inf, 2.0, 0.0, 0.0, 0.0, 0.0, -inf]])
+    assert metrics.bf16_row_ties(s).tolist() == [True, True, False, True]
+    assert metrics.bf16_tile_ties(s, 4).tolist() == [True, False, False, True]
+    assert metrics.bf16_tile_ties(s, 8).tolist() == metrics.bf16_row_ties(s).tolist()
+    assert metrics.bf16_tile_ties(s[:, :7], 4).tolist() == [True, False, False, True]   # ragged last tile
+    with pytest.raises(ValueError):
+        metrics.bf16_tile_ties(s, 0)

@@ -121,6 +121,10 @@ def test_ours_backend_matches_naive_with_fp32_numerics():
 def test_numerics_overrides_in_spec_strings():
     s = AttnSpec.parse("paper/delta_source=dp_p/round_o=false+fix")
     assert s.backend == "ours" and s.fix == "beta" and s.label == "paper/delta_source=dp_p/round_o=false+fix"
+    sp = AttnSpec.parse("paper+fix_split")
+    assert sp.fix == "beta_split" and sp.label == "paper+fix_split"
+    with pytest.raises(ValueError):
+        AttnSpec.parse("paper+fixsplit")
     assert s.numerics.delta_source == "dp_p" and s.numerics.round_o is False
     assert s.numerics.round_s is True                      # the rest stays the paper profile
     assert AttnSpec.parse("fa2/mantissa_bits=5").numerics.mantissa_bits == 5

@@ -1,6 +1,7 @@
 """The headline: the paper placement explodes and the β fix does not, at the same seeds and data order.
 
-Arms: paper and paper+fix at seeds $HEADLINE_SEEDS (default 0, 1, 2); contrast arms fa2, sdpa and fp32 (FP32
+Arms: paper, paper+fix (the paper's per-tile tie test) and paper+fix_split (the same fix, also on maxima repeated
+across key tiles) at seeds $HEADLINE_SEEDS (default 0, 1, 2); contrast arms fa2, sdpa and fp32 (FP32
 attention) at seeds $HEADLINE_CONTRAST_SEEDS (default 0); one repeat of paper at the first seed to show that the
 same seed gives a bit-identical loss curve on this device. All runs use data seed 0 (one recorded batch order) and
 the proxy config of `lib.explosion.proxy_config`.
@@ -56,7 +57,7 @@ def plan(scale: str) -> dict:
     missing = explosion.kernel_available()
     runs = []
     if missing is None:
-        runs += [dict(arm=a, seed=s, lr=lr) for a in ("paper", "paper+fix") for s in seeds]
+        runs += [dict(arm=a, seed=s, lr=lr) for a in ("paper", "paper+fix", "paper+fix_split") for s in seeds]
         runs += [dict(arm="fa2", seed=s, lr=lr) for s in cseeds]
         runs += [dict(arm="paper", seed=seeds[0], lr=lr, tag="repeat")]
     elif scale == "full":

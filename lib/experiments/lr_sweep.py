@@ -1,6 +1,6 @@
 """LR sweep of the proxy GPT: where do the paper placement, the fix and the contrast arms train stably?
 
-Arms (`lib.explosion.ARMS`): paper, paper+fix, fa2, sdpa, fp32 — one seed (0), the same recorded batch order
+Arms (`lib.explosion.ARMS`): paper, paper+fix, paper+fix_split, fa2, sdpa, fp32 — one seed (0), the same recorded batch order
 (data seed 0), each LR. Outcome per run by `lib.explosion.classify` (fixed thresholds on the smoothed loss rise and
 the pre-clip grad norm). `headline` picks its LR from this result (`choose_lr`): the largest swept LR at which every
 contrast arm is stable and the paper arm is not; failing that, the largest LR at which every contrast arm is stable.
@@ -26,7 +26,7 @@ def plan(scale: str) -> dict:
         steps = int(os.environ.get("LR_SWEEP_STEPS", "1200"))
     else:
         lrs, steps = (1e-3, 1e-2), 5
-    arms = ["paper", "paper+fix", "fa2", "sdpa", "fp32"]
+    arms = ["paper", "paper+fix", "paper+fix_split", "fa2", "sdpa", "fp32"]
     missing = explosion.kernel_available()
     if missing is not None:
         if scale == "full":
