@@ -42,10 +42,10 @@ def attn_delta_kernel(O, DO, DELTA, N, seed, D: tl.constexpr, DP: tl.constexpr, 
     t = o * do
     if ROUND_DELTA_PRODUCTS:
         t = round_point(t, M_BITS, SR, seed, SALT_DELTA, bh * 131 + start_m + 7919,
-                        tl.arange(0, BLOCK_M)[:, None] * DP + offs_d[None, :])
+                        tl.arange(0, BLOCK_M)[:, None] * DP + offs_d[None, :], False)
     delta = tl.sum(t, 1)
     if ROUND_DELTA:
-        delta = round_point(delta, M_BITS, SR, seed, SALT_DELTA, bh * 131 + start_m, tl.arange(0, BLOCK_M))
+        delta = round_point(delta, M_BITS, SR, seed, SALT_DELTA, bh * 131 + start_m, tl.arange(0, BLOCK_M), False)
     tl.store(DELTA + bh.to(tl.int64) * N + offs_m, delta, mask=offs_m < N)
 
 
@@ -62,7 +62,7 @@ def _bwd_tile(q, k, v, do, lse, delta, scale, offs_m, offs_n, N, seed, tile_id,
     offs_el = (offs_m % 4096)[:, None] * BLOCK_N + (offs_n % BLOCK_N)[None, :]
     x = s - lse[:, None]
     if ROUND_BWD_S_MINUS_LSE:
-        x = round_point(x, M_BITS, SR, seed, SALT_SM, tile_id, offs_el)
+        x = round_point(x, M_BITS, SR, seed, SALT_SM, tile_id, offs_el, NATIVE)
     p = tl.exp(x)
     if NATIVE:
         dp = tl.dot(do, tl.trans(v))
@@ -77,19 +77,19 @@ def _bwd_tile(q, k, v, do, lse, delta, scale, offs_m, offs_n, N, seed, tile_id,
                 p_op = p.to(tl.bfloat16)
             else:
                 if ROUND_BWD_P:
-                    p_op = round_point(p, M_BITS, SR, seed, SALT_BP, tile_id, offs_el)
+                    p_op = round_point(p, M_BITS, SR, seed, SALT_BP, tile_id, offs_el, NATIVE)
         if ROUND_DP:
-            dp = round_point(dp, M_BITS, SR, seed, SALT_DS, tile_id + 7919, offs_el)
+            dp = round_point(dp, M_BITS, SR, seed, SALT_DS, tile_id + 7919, offs_el, NATIVE)
         t = dp - delta[:, None]
         if ROUND_DP:
             if ROUND_DELTA:      # lp − lp is lp (PyTorch BF16 tensors)
-                t = round_point(t, M_BITS, SR, seed, SALT_DS, tile_id + 15485863, offs_el)
+                t = round_point(t, M_BITS, SR, seed, SALT_DS, tile_id + 15485863, offs_el, NATIVE)
         ds = p * t
         if NATIVE:
             ds_op = ds.to(tl.bfloat16)
         else:
             if ROUND_DS:
-                ds_op = round_point(ds, M_BITS, SR, seed, SALT_DS, tile_id, offs_el)
+                ds_op = round_point(ds, M_BITS, SR, seed, SALT_DS, tile_id, offs_el, NATIVE)
             else:
                 ds_op = ds
     return p_op, ds_op, pdp
@@ -100,8 +100,8 @@ def grad_acc(acc, g, M_BITS: tl.constexpr, SR: tl.constexpr, seed, tile_id, offs
              ROUND_GRAD_ACC: tl.constexpr):
     """acc + g, or rnd(acc + rnd(g)) when the gradient accumulators are kept in lp (round_grad_acc)."""
     if ROUND_GRAD_ACC:
-        g = round_point(g, M_BITS, SR, seed, SALT_GRAD, tile_id, offs)
-        return round_point(acc + g, M_BITS, SR, seed, SALT_GRAD, tile_id + 7919, offs)
+        g = round_point(g, M_BITS, SR, seed, SALT_GRAD, tile_id, offs, False)
+        return round_point(acc + g, M_BITS, SR, seed, SALT_GRAD, tile_id + 7919, offs, False)
     else:
         return acc + g
 
@@ -183,7 +183,7 @@ def attn_bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, scale, N, seed,
                                 ROUND_GRAD_ACC, DELTA_ONLY)
     if DELTA_ONLY:
         if ROUND_DELTA:
-            dsum = round_point(dsum, M_BITS, SR, seed, SALT_DELTA, bh * 131 + start_m, tl.arange(0, BLOCK_M))
+            dsum = round_point(dsum, M_BITS, SR, seed, SALT_DELTA, bh * 131 + start_m, tl.arange(0, BLOCK_M), NATIVE)
         tl.store(DELTA + bh.to(tl.int64) * N + offs_m, dsum, mask=offs_m < N)
     else:
         dq = dq * scale

@@ -38,13 +38,22 @@ __all__ = ["attn_fwd_kernel", "round_point", "load_rows", "score_tile"]
 
 
 @triton.jit
-def round_point(x, M: tl.constexpr, SR: tl.constexpr, seed, salt: tl.constexpr, tile_id, offs):
+def round_point(x, M: tl.constexpr, SR: tl.constexpr, seed, salt: tl.constexpr, tile_id, offs, HW: tl.constexpr):
     """Round FP32 `x` to M mantissa bits: nearest-even, or stochastic with Philox bits drawn from
-    (seed + salt·1000003 + tile_id, offs) so that every rounding point, tile and element has its own bits."""
+    (seed + salt·1000003 + tile_id, offs) so that every rounding point, tile and element has its own bits.
+
+    HW (the native path): BF16 RNE by the hardware cast (cvt.rn.bf16.f32) instead of our integer helper. The two are
+    bit-identical on all 2³² FP32 patterns (NaN as a class; results/full/rounding_exhaustive.json), and the cast is a
+    few instructions where the helper is a dozen integer ops per element, which made the paper placement's many
+    elementwise rounding points (S, S−m, ℓ, P̄V, O) the native kernel's bottleneck. Never in the interpreter (its
+    BF16 cast truncates): the native path is compiled-only."""
     if SR:
         return sr_mantissa(x, M, tl.randint(seed + salt * 1000003 + tile_id, offs))
     else:
-        return rne_mantissa(x, M)
+        if HW and M == 7:
+            return x.to(tl.bfloat16).to(tl.float32)
+        else:
+            return rne_mantissa(x, M)
 
 
 @triton.jit
@@ -76,7 +85,7 @@ def score_tile(q, k, scale, offs_m, offs_n, N, seed, tile_id,
     s = s * scale
     if ROUND_S:
         s = round_point(s, M_BITS, SR, seed, SALT_S, tile_id,
-                        (offs_m % 4096)[:, None] * BLOCK_N + (offs_n % BLOCK_N)[None, :])
+                        (offs_m % 4096)[:, None] * BLOCK_N + (offs_n % BLOCK_N)[None, :], NATIVE)
     if MASK:
         valid = offs_n[None, :] < N
         if CAUSAL:
@@ -124,18 +133,18 @@ def _fwd_step(acc, l_i, m_i, q, K_base, V_base, start_n, offs_m, offs_d, scale, 
     m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
     e = m_i - m_use
     if ROUND_S_MINUS_M:
-        e = round_point(e, M_BITS, SR, seed, SALT_SM, tile_id + 7919, tl.arange(0, BLOCK_M))
+        e = round_point(e, M_BITS, SR, seed, SALT_SM, tile_id + 7919, tl.arange(0, BLOCK_M), NATIVE)
     alpha = tl.exp(e)
     x = s - m_use[:, None]
     if ROUND_S_MINUS_M:
-        x = round_point(x, M_BITS, SR, seed, SALT_SM, tile_id, offs_el)
+        x = round_point(x, M_BITS, SR, seed, SALT_SM, tile_id, offs_el, NATIVE)
     p = tl.exp(x)
     if NATIVE:
         p_op = p.to(tl.bfloat16)          # RNE on the GPU (validated: native path only with M=7, rne)
         p_val = p_op.to(tl.float32)
     else:
         if ROUND_P:
-            p_op = round_point(p, M_BITS, SR, seed, SALT_P, tile_id, offs_el)
+            p_op = round_point(p, M_BITS, SR, seed, SALT_P, tile_id, offs_el, NATIVE)
         else:
             p_op = p
         p_val = p_op
@@ -145,19 +154,19 @@ def _fwd_step(acc, l_i, m_i, q, K_base, V_base, start_n, offs_m, offs_d, scale, 
         l_t = tl.sum(p, 1)
     l_i = l_i * alpha + l_t
     if ROUND_L:
-        l_i = round_point(l_i, M_BITS, SR, seed, SALT_L, tile_id, tl.arange(0, BLOCK_M))
+        l_i = round_point(l_i, M_BITS, SR, seed, SALT_L, tile_id, tl.arange(0, BLOCK_M), NATIVE)
     acc = acc * alpha[:, None]
     if ROUND_ACC:
-        acc = round_point(acc, M_BITS, SR, seed, SALT_ACC, tile_id, offs_el)
+        acc = round_point(acc, M_BITS, SR, seed, SALT_ACC, tile_id, offs_el, NATIVE)
     if NATIVE:
         pv = tl.dot(p_op, v)
     else:
         pv = tl.dot(p_op, v, input_precision="ieee")
     if ROUND_PV:
-        pv = round_point(pv, M_BITS, SR, seed, SALT_PV, tile_id, offs_el)
+        pv = round_point(pv, M_BITS, SR, seed, SALT_PV, tile_id, offs_el, NATIVE)
     acc = acc + pv
     if ROUND_ACC:
-        acc = round_point(acc, M_BITS, SR, seed, SALT_ACC, tile_id + 7919, offs_el)
+        acc = round_point(acc, M_BITS, SR, seed, SALT_ACC, tile_id + 7919, offs_el, NATIVE)
     return acc, l_i, m_new
 
 
@@ -218,17 +227,17 @@ def attn_fwd_kernel(Q, K, V, O, O32, LSE, scale, beta, tie_tol, max_shift, N, se
     if NORMALIZE_THEN_ROUND:
         o = acc / l_safe[:, None]
     else:
-        o = round_point(acc, M_BITS, SR, seed, SALT_O, tile0, offs_el) / \
-            round_point(l_safe, M_BITS, SR, seed, SALT_L, tile0, offs_m % 4096 + 12288)[:, None]
+        o = round_point(acc, M_BITS, SR, seed, SALT_O, tile0, offs_el, NATIVE) / \
+            round_point(l_safe, M_BITS, SR, seed, SALT_L, tile0, offs_m % 4096 + 12288, NATIVE)[:, None]
     o_ptrs = base + offs_m[:, None] * D + offs_d[None, :]
     o_mask = (offs_m[:, None] < N) & (offs_d[None, :] < D)
     if STORE_O32:
         tl.store(O32 + o_ptrs, o, mask=o_mask)
     if ROUND_O:
-        o = round_point(o, M_BITS, SR, seed, SALT_O, tile0 + 1, offs_el)
+        o = round_point(o, M_BITS, SR, seed, SALT_O, tile0 + 1, offs_el, NATIVE)
     tl.store(O + o_ptrs, o.to(O.dtype.element_ty), mask=o_mask)
     m_fin = tl.where(m_i == float("-inf"), 0.0, m_i)
     lse = m_fin + tl.log(l_safe)
     if ROUND_LSE:
-        lse = round_point(lse, M_BITS, SR, seed, SALT_LSE, tile0, offs_m % 4096)
+        lse = round_point(lse, M_BITS, SR, seed, SALT_LSE, tile0, offs_m % 4096, NATIVE)
     tl.store(LSE + bh.to(tl.int64) * N + offs_m, lse, mask=offs_m < N)

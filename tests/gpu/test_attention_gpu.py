@@ -39,7 +39,7 @@ def _grads(fn, q, k, v, do):
 
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("shape", [(2, 3, 1000, 64), (1, 2, 257, 128), (1, 4, 300, 48)])
-@pytest.mark.parametrize("fix", [None, "beta"])
+@pytest.mark.parametrize("fix", [None, "beta", "beta_split"])
 def test_native_error_at_most_twice_pytorch_bf16(shape, causal, fix):
     torch.manual_seed(0)
     q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
@@ -103,3 +103,28 @@ def test_exact_matmul_inputs_native_equals_emulated_bitwise(profile, causal):
     emu = _grads(lambda a, b, c: attention(a, b, c, path="emulated", **blk, **cfg), q, k, v, do)
     assert torch.equal(nat[0], emu[0]), "O differs"
     assert torch.equal(nat[3], emu[3]), "dV differs"
+
+
+@pytest.mark.parametrize("fix", ["beta", "beta_split"])
+def test_fix_native_detects_like_emulated_on_split_ties(fix):
+    """A row max repeated across two key tiles (keys 10 and 70 with 64-key tiles; integer inputs, exact scores):
+    the native and emulated paths must agree on whether the fix fires (O changes from the unfixed O for
+    beta_split, not for the per-tile beta) and give the same O within one BF16 ulp (P̄ = exp(−(β−1)m) has a full
+    mantissa, so the P̄V sums depend on the tensor-core order: no bitwise claim)."""
+    B, H, N, D = 1, 1, 128, 64
+    g = torch.Generator(device="cpu").manual_seed(3)
+    q = torch.zeros(B, H, N, D)
+    q[..., 0] = 1.0
+    k = torch.randint(-2, 2, (B, H, N, D), generator=g).float()
+    k[..., 0] = torch.randint(-3, 2, (B, H, N), generator=g).float()
+    k[:, :, [10, 70], 0] = 4.0                                   # the row max (4·scale), once per tile
+    v = torch.randint(1, 4, (B, H, N, D), generator=g).float()   # one sign, as in the paper's argument
+    q, k, v = (t.to("cuda", torch.bfloat16) for t in (q, k, v))
+    cfg = dict(causal=False, scale=1.0, numerics="paper", block=(64, 64))
+    nat = attention(q, k, v, path="native", fix=fix, **cfg).float()
+    emu = attention(q, k, v, path="emulated", fix=fix, **cfg).float()
+    nofix = attention(q, k, v, path="native", fix=None, **cfg).float()
+    ulp = 2.0 ** (torch.floor(torch.log2(emu.abs().clamp_min(1e-30))) - 7)
+    assert ((nat - emu).abs() <= ulp).all()
+    changed = not torch.equal(nat, nofix)
+    assert changed == (fix == "beta_split"), f"fix {fix}: native O {'changed' if changed else 'unchanged'}"
