@@ -81,3 +81,38 @@ def test_a_failing_run_is_recorded_not_fatal(monkeypatch):
     assert summ[1]["outcome"] == "error" and "out of memory" in summ[1]["error"]
     assert not any(k.startswith("fp32_") for k in arrays)
     assert "fp32_s0_lr0.01                     error" in explosion.summary_table(summ)
+
+
+def test_headline_plan_arms_from_env(monkeypatch):
+    monkeypatch.setenv("HEADLINE_FIX_ARMS", "paper,paper+fix_split")
+    monkeypatch.setenv("HEADLINE_CONTRAST_ARMS", "sdpa")
+    p = headline.plan("full", lr=1e-3, lr_source="test") if explosion.kernel_available() is None else \
+        headline.plan("ci", lr=1e-3, lr_source="test")
+    arms = [(r["arm"], r.get("tag")) for r in p["runs"]]
+    assert ("sdpa", None) in arms and ("paper+fix", None) not in arms
+    assert arms[-1][1] == "repeat" and arms[-1][0] == p["runs"][0]["arm"]
+    assert all(r["lr"] == 1e-3 for r in p["runs"]) and p["lr_source"] == "test"
+    monkeypatch.setenv("HEADLINE_FIX_ARMS", "paper,nonsense")
+    with pytest.raises(ValueError, match="nonsense"):
+        headline.plan("ci")
+
+
+def test_repeat_check_prefix_when_lengths_differ():
+    summ = [dict(id="a", arm="paper", seed=0, tag=""), dict(id="b", arm="paper", seed=0, tag="repeat")]
+    x = np.linspace(3, 1, 10)
+    arrays = {"a__loss": x, "b__loss": x[:7].copy(), "a__grad_norm": x, "b__grad_norm": x[:7].copy()}
+    rc = headline.repeat_check(arrays, summ)
+    assert not rc["same_length"] and not rc["loss_bit_identical"]
+    assert rc["prefix_bit_identical"] and rc["common_steps"] == 7
+
+
+def test_headline_cliff_ci_plan_restores_env(monkeypatch):
+    from lib.experiments import headline_cliff
+    monkeypatch.delenv("HEADLINE_CONTRAST_ARMS", raising=False)
+    seen = {}
+    monkeypatch.setattr(headline, "run", lambda scale, lr=None, lr_source=None: seen.update(
+        lr=lr, arms=headline.plan(scale, lr, lr_source)["contrast_arms"]) or {})
+    headline_cliff.run("ci")
+    assert seen == dict(lr=1e-2, arms=["sdpa", "fp32"])
+    import os
+    assert "HEADLINE_CONTRAST_ARMS" not in os.environ

@@ -22,6 +22,7 @@ REGISTRY = {
     "paper_placement": "paper_placement",  # chapter 2
     "bias_montecarlo": "bias_montecarlo", "bias_kernel": "bias_kernel",  # chapter 1
     "lr_sweep": "lr_sweep", "headline": "headline",  # chapter 6 (run lr_sweep before headline)
+    "headline_cliff": "headline_cliff",  # chapter 6: the headline's arms at the sweep's failing LR
     "ablations": "ablations",  # chapter 6 (reads the headline result: run it after headline)
     "beta_sweep": "beta_sweep",  # chapter 7 (reads the headline result: run it after headline)
 }

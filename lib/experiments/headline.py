@@ -1,9 +1,10 @@
 """The headline: the paper placement explodes and the β fix does not, at the same seeds and data order.
 
-Arms: paper, paper+fix (the paper's per-tile tie test) and paper+fix_split (the same fix, also on maxima repeated
-across key tiles) at seeds $HEADLINE_SEEDS (default 0, 1, 2); contrast arms fa2, sdpa and fp32 (FP32
-attention) at seeds $HEADLINE_CONTRAST_SEEDS (default 0); one repeat of paper at the first seed to show that the
-same seed gives a bit-identical loss curve on this device. All runs use data seed 0 (one recorded batch order) and
+Arms: $HEADLINE_FIX_ARMS (default paper and paper+fix, the paper's per-tile tie test; paper+fix_split, the same fix
+also on maxima repeated across key tiles, is in the LR sweep) at seeds $HEADLINE_SEEDS (default 0, 1, 2); contrast
+arms $HEADLINE_CONTRAST_ARMS (default fa2, sdpa and fp32 = FP32 attention) at seeds $HEADLINE_CONTRAST_SEEDS (default
+0); one repeat of paper at the first seed to show that the same seed gives a bit-identical loss curve on this
+device (set $HEADLINE_STEPS so that every run ends on its step count, not on the wall budget $EXPLOSION_BUDGET_S). All runs use data seed 0 (one recorded batch order) and
 the proxy config of `lib.explosion.proxy_config`.
 
 LR: $HEADLINE_LR if set; else the LR chosen by the committed full LR sweep (`lr_sweep.choose_lr`) if that result
@@ -46,25 +47,47 @@ def pick_lr(scale: str) -> tuple[float, str]:
     return DEFAULT_LR, "default (no full lr_sweep result)"
 
 
-def plan(scale: str) -> dict:
+FIX_ARMS = ("paper", "paper+fix")
+CONTRASTS = ("fa2", "sdpa", "fp32")
+
+
+def _env_arms(name: str, default: tuple) -> tuple:
+    v = os.environ.get(name)
+    if not v:
+        return default
+    arms = tuple(a.strip() for a in v.split(",") if a.strip())
+    bad = [a for a in arms if a not in explosion.ARMS]
+    if bad or not arms:
+        raise ValueError(f"${name}: unknown arm(s) {bad or v!r}; known: {', '.join(explosion.ARMS)}")
+    return arms
+
+
+def plan(scale: str, lr: float | None = None, lr_source: str | None = None) -> dict:
     if scale == "full":
         seeds = explosion.env_ints("HEADLINE_SEEDS", (0, 1, 2))
         cseeds = explosion.env_ints("HEADLINE_CONTRAST_SEEDS", (0,))
         steps = int(os.environ.get("HEADLINE_STEPS", "1500"))
     else:
         seeds, cseeds, steps = (0, 1, 2), (0,), 5
-    lr, lr_source = pick_lr(scale)
+    fix_arms = _env_arms("HEADLINE_FIX_ARMS", FIX_ARMS)
+    contrasts = _env_arms("HEADLINE_CONTRAST_ARMS", CONTRASTS)
+    if lr is None:
+        lr, lr_source = pick_lr(scale)
     missing = explosion.kernel_available()
-    runs = []
-    if missing is None:
-        runs += [dict(arm=a, seed=s, lr=lr) for a in ("paper", "paper+fix", "paper+fix_split") for s in seeds]
-        runs += [dict(arm="fa2", seed=s, lr=lr) for s in cseeds]
-        runs += [dict(arm="paper", seed=seeds[0], lr=lr, tag="repeat")]
-    elif scale == "full":
+    if missing is not None and scale == "full":
         raise RuntimeError(f"the headline needs kernels.attention: {missing}")
-    runs += [dict(arm=a, seed=s, lr=lr) for a in ("sdpa", "fp32") for s in cseeds]
+    runs = []
+    for a in fix_arms:
+        if missing is None or a not in explosion.KERNEL_ARMS:
+            runs += [dict(arm=a, seed=s, lr=lr) for s in seeds]
+    for a in contrasts:
+        if missing is None or a not in explosion.KERNEL_ARMS:
+            runs += [dict(arm=a, seed=s, lr=lr) for s in cseeds]
+    if runs:
+        first = runs[0]
+        runs.append(dict(arm=first["arm"], seed=first["seed"], lr=lr, tag="repeat"))
     return dict(lr=lr, lr_source=lr_source, seeds=list(seeds), contrast_seeds=list(cseeds), steps=steps,
-                runs=runs, kernel_missing=missing)
+                fix_arms=list(fix_arms), contrast_arms=list(contrasts), runs=runs, kernel_missing=missing)
 
 
 def repeat_check(arrays: dict, summaries: list[dict]) -> dict | None:
@@ -85,12 +108,13 @@ def repeat_check(arrays: dict, summaries: list[dict]) -> dict | None:
                 loss_bit_identical=bool(len(a) == len(b) and np.array_equal(a.view(np.int64), b.view(np.int64))),
                 grad_norm_bit_identical=bool(len(ga) == len(gb) and np.array_equal(ga.view(np.int64),
                                                                                    gb.view(np.int64))),
-                first_differing_step=int(first[0]) if len(first) else None,
+                first_differing_step=int(first[0]) if len(first) else None, common_steps=int(n),
+                prefix_bit_identical=bool(n > 0 and len(first) == 0),
                 max_abs_loss_diff=float(np.nanmax(diff)) if n else float("nan"))
 
 
-def run(scale: str) -> dict:
-    p = plan(scale)
+def run(scale: str, lr: float | None = None, lr_source: str | None = None) -> dict:
+    p = plan(scale, lr, lr_source)
     workers = explosion.default_workers(scale, len(p["runs"]))
     summaries, arrays, meta = explosion.run_arms(scale, p["runs"], workers, steps=p["steps"])
     outcomes: dict[str, dict[str, int]] = {}
@@ -99,7 +123,7 @@ def run(scale: str) -> dict:
             outcomes.setdefault(s["arm"], {}).setdefault(s["outcome"], 0)
             outcomes[s["arm"]][s["outcome"]] += 1
     data = dict(runs=summaries, lr=p["lr"], lr_source=p["lr_source"], steps=p["steps"], seeds=p["seeds"],
-                contrast_seeds=p["contrast_seeds"], outcomes=outcomes, repeat=repeat_check(arrays, summaries),
+                contrast_seeds=p["contrast_seeds"], fix_arms=p["fix_arms"], contrast_arms=p["contrast_arms"], outcomes=outcomes, repeat=repeat_check(arrays, summaries),
                 kernel_missing=p["kernel_missing"], wall_s_all_runs=meta["wall_s"],
                 thresholds=dict(smooth=explosion.SMOOTH, rise_exploded=explosion.RISE_EXPLODED,
                                 rise_degraded=explosion.RISE_DEGRADED, gn_spike=explosion.GN_SPIKE,

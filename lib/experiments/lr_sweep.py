@@ -5,7 +5,8 @@ Arms (`lib.explosion.ARMS`): paper, paper+fix, paper+fix_split, fa2, sdpa, fp32 
 the pre-clip grad norm). `headline` picks its LR from this result (`choose_lr`): the largest swept LR at which every
 contrast arm is stable and the paper arm is not; failing that, the largest LR at which every contrast arm is stable.
 
-* ``full`` (one H100): LRs $LR_SWEEP_LRS (default 2e-3, 5e-3, 8e-3), $LR_SWEEP_STEPS steps (default 1200), all
+* ``full`` (one H100): LRs $LR_SWEEP_LRS (default 6.5e-3, 7e-3: the edge found by earlier probes at 5e-3 to 8e-3),
+  $LR_SWEEP_STEPS steps (default 3000) capped by $EXPLOSION_BUDGET_S wall seconds per run, all
   runs as concurrent processes ($EXPLOSION_WORKERS caps them, default 16).
 * ``ci`` (CPU): a tiny model, 5 steps, LRs 1e-3 and 1e-2; the kernel arms only when `kernels.attention` imports.
 """
@@ -22,8 +23,8 @@ DEPENDS = ["lib/experiments/lr_sweep.py", "lib/explosion.py", "lib/train.py", "l
 
 def plan(scale: str) -> dict:
     if scale == "full":
-        lrs = explosion.env_floats("LR_SWEEP_LRS", (2e-3, 5e-3, 8e-3))
-        steps = int(os.environ.get("LR_SWEEP_STEPS", "1200"))
+        lrs = explosion.env_floats("LR_SWEEP_LRS", (6.5e-3, 7e-3))
+        steps = int(os.environ.get("LR_SWEEP_STEPS", "3000"))
     else:
         lrs, steps = (1e-3, 1e-2), 5
     arms = ["paper", "paper+fix", "paper+fix_split", "fa2", "sdpa", "fp32"]
