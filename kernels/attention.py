@@ -187,8 +187,13 @@ class _FlashAttention(torch.autograd.Function):
             q, k, v = (t.float().contiguous() for t in (q, k, v))   # BF16 -> FP32 is exact
         else:
             q, k, v = (t.contiguous() for t in (q, k, v))
+        # Stochastic rounding needs fresh random bits on every call: with one fixed seed each element position would
+        # reuse its Philox draw u at every training step, and "round up iff fraction > u" is then a per-position
+        # systematic bias, the very thing SR is meant to remove. The seed comes from torch's CPU generator, so a
+        # seeded run stays reproducible; RNE never draws (the generator of RNE runs is untouched).
+        seed = int(torch.randint(0, 2 ** 30, (1,)).item()) if nm.rounding == "sr" else 0
         o, lse, _ = attention_fwd(q, k, v, causal=causal, scale=scale, nm=nm, fix=fix, beta=beta, tie_tol=tie_tol,
-                                  max_shift=max_shift, path=path, block=block)
+                                  max_shift=max_shift, path=path, block=block, seed=seed)
         o_delta = o
         if nm.delta_source == "fp32_o":
             # The paper's "recompute O in FP32" ablation: O from the same inputs with every rounding off (FP32
@@ -197,16 +202,16 @@ class _FlashAttention(torch.autograd.Function):
                                           fix=fix, beta=beta, tie_tol=tie_tol, max_shift=max_shift, path="emulated",
                                           block=block if path == "emulated" else None)
         ctx.save_for_backward(q, k, v, o_delta, lse)
-        ctx.cfg = (causal, scale, nm, path, block, in_dtype)
+        ctx.cfg = (causal, scale, nm, path, block, in_dtype, seed)
         return o.to(in_dtype)
 
     @staticmethod
     def backward(ctx, do):
         q, k, v, o_delta, lse = ctx.saved_tensors
-        causal, scale, nm, path, block, in_dtype = ctx.cfg
+        causal, scale, nm, path, block, in_dtype, seed = ctx.cfg
         do = do.float().contiguous() if path == "emulated" else do.to(torch.bfloat16).contiguous()
         dq, dk, dv, _ = attention_bwd(do, q, k, v, o_delta, lse, causal=causal, scale=scale, nm=nm, path=path,
-                                      block=block)
+                                      block=block, seed=seed + 1)
         return (dq.to(in_dtype), dk.to(in_dtype), dv.to(in_dtype)) + (None,) * 9
 
 

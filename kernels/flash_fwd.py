@@ -104,6 +104,9 @@ def _fwd_step(acc, l_i, m_i, q, K_base, V_base, start_n, offs_m, offs_d, scale, 
     """One key tile of the online softmax: returns the updated (acc, l_i, m_i)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_el = (offs_m % 4096)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]   # SR offsets (element id)
+    # The P̄V product and the O accumulator are (BLOCK_M, head dim) tiles, not (BLOCK_M, BLOCK_N): their own element
+    # ids, with stride 128 ≥ any padded head dim (as the dQ accumulator in flash_bwd.py).
+    offs_acc = (offs_m % 4096)[:, None] * 128 + offs_d[None, :]
     k = load_rows(K_base, offs_n, offs_d, N, D, MASK, CHECK_D)
     v = load_rows(V_base, offs_n, offs_d, N, D, MASK, CHECK_D)
     s = score_tile(q, k, scale, offs_m, offs_n, N, seed, tile_id, CAUSAL, MASK, ROUND_S, M_BITS, SR, NATIVE,
@@ -157,16 +160,16 @@ def _fwd_step(acc, l_i, m_i, q, K_base, V_base, start_n, offs_m, offs_d, scale, 
         l_i = round_point(l_i, M_BITS, SR, seed, SALT_L, tile_id, tl.arange(0, BLOCK_M), NATIVE)
     acc = acc * alpha[:, None]
     if ROUND_ACC:
-        acc = round_point(acc, M_BITS, SR, seed, SALT_ACC, tile_id, offs_el, NATIVE)
+        acc = round_point(acc, M_BITS, SR, seed, SALT_ACC, tile_id, offs_acc, NATIVE)
     if NATIVE:
         pv = tl.dot(p_op, v)
     else:
         pv = tl.dot(p_op, v, input_precision="ieee")
     if ROUND_PV:
-        pv = round_point(pv, M_BITS, SR, seed, SALT_PV, tile_id, offs_el, NATIVE)
+        pv = round_point(pv, M_BITS, SR, seed, SALT_PV, tile_id, offs_acc, NATIVE)
     acc = acc + pv
     if ROUND_ACC:
-        acc = round_point(acc, M_BITS, SR, seed, SALT_ACC, tile_id + 7919, offs_el, NATIVE)
+        acc = round_point(acc, M_BITS, SR, seed, SALT_ACC, tile_id + 7919, offs_acc, NATIVE)
     return acc, l_i, m_new
 
 
