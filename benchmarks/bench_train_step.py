@@ -28,7 +28,7 @@ from lib.explosion import ARMS, proxy_config  # noqa: E402
 from lib.model import GPT  # noqa: E402
 from lib.train import make_optimizer  # noqa: E402
 
-ORDER = ("sdpa", "fa2", "paper", "paper+fix", "fp32")
+ORDER = ("sdpa", "fa2", "paper", "paper+fix", "paper+fix_split", "fp32")
 
 
 def step_fn(arm: str, batch_size: int, seq_len: int):
@@ -83,6 +83,7 @@ def main(argv=None) -> int:
     ratio_rounds = {arm: [a / b for a, b in zip(per_round[arm], per_round["sdpa"])] for arm in ORDER}
     ratios = {arm: ms[arm] / ms["sdpa"] for arm in ORDER}
     data = dict(ms_per_step=ms, ratio_to_sdpa=ratios, fix_cost=ms["paper+fix"] / ms["paper"],
+                fix_split_cost=ms["paper+fix_split"] / ms["paper"],
                 ms_per_step_rounds=per_round, ratio_to_sdpa_rounds=ratio_rounds, rounds=rounds,
                 paper_within_1p3_of_sdpa=bool(ratios["paper"] <= 1.3),
                 tokens_per_step=32 * 512, method="triton.testing.do_bench median per round, median over "

@@ -25,6 +25,7 @@ REGISTRY = {
     "headline_cliff": "headline_cliff",  # chapter 6: the headline's arms at the sweep's failing LR
     "ablations": "ablations",  # chapter 6 (reads the headline result: run it after headline)
     "beta_sweep": "beta_sweep",  # chapter 7 (reads the headline result: run it after headline)
+    "precision_dial": "precision_dial",  # chapter 6: the paper placement at m < 7 mantissa bits, RNE vs SR vs fix
 }
 
 

@@ -1,0 +1,114 @@
+"""Does a *biased* attention rounding make training fail, at a learning rate where BF16 trains? (chapter 6)
+
+At our scale no BF16 learning rate separates the paper placement from the other arms (`lr_sweep`): where it
+fails, FP32 attention fails too. This experiment amplifies the paper's mechanism instead of the learning rate.
+Chapter 1 measured that the tie bias of P̄V scales with the unit in the last place (×2 per mantissa bit removed);
+here every rounding point of the paper placement rounds to m < 7 mantissa bits (the same 8-bit exponent: the
+"precision dial"), at an LR where BF16 and FP32 attention train, and three arms per m separate the bias from the
+noise:
+
+* ``paper_m{m}``      — the paper placement at m bits, round-to-nearest-even (ties at P̄ = 1, biased P̄V);
+* ``paper_m{m}_sr``   — the same rounding points with *stochastic* rounding: as coarse (larger per-element
+                        variance than RNE) but unbiased, so it keeps the noise and removes the bias;
+* ``paper_m{m}+fix``  — RNE plus the β fix on every repeated row max (``fix_split``: also across our 64-key tiles,
+                        which is what the authors' 512-key tiles do on a 512-token row), the paper's cure;
+* ``paper_m{m}_dfp32o`` (at the smallest m only) — RNE, but δ from an FP32 recompute of O (the paper's δ-channel
+                        ablation);
+* controls at the same LR, seed and batch order: ``paper`` (BF16, m = 7, native path) and ``fp32`` attention.
+
+Reading: if ``paper_m`` fails while ``_sr`` and ``+fix`` train, the failure is caused by the bias (not by the
+coarseness), and the fix removes it; if ``_sr`` fails as well, coarse rounding alone is enough and the test says
+nothing about the bias. The dial is our amplification, not the paper's setting: BF16 (m = 7) is what the paper ran.
+
+* ``full`` (one H100): m in $DIAL_BITS (default 3, 4, 5), seeds $DIAL_SEEDS (default 0), LR $DIAL_LR (default
+  5e-3), $DIAL_STEPS steps (default 3000) capped by $EXPLOSION_BUDGET_S wall seconds per run; $DIAL_ARMS limits the
+  per-m arms (default all four kinds); all runs concurrent.
+* ``ci`` (CPU): m = 3 only, 3 steps on the tiny proxy (proves the code path; no verdict).
+"""
+from __future__ import annotations
+
+import os
+
+from lib import explosion
+
+NAME = "precision_dial"
+DEPENDS = ["lib/experiments/precision_dial.py", "lib/explosion.py", "lib/train.py", "lib/model.py", "lib/data.py",
+           "data/corpus/pystdlib.txt.xz", "kernels/*.py", "lib/numerics.py"]
+
+KINDS = ("rne", "sr", "fix", "dfp32o")     # per-m arm kinds (dfp32o only at the smallest m)
+
+
+def arm_specs(m: int, kinds=KINDS, smallest: bool = True) -> dict[str, str]:
+    """{arm name: attention spec string} of the per-m arms (see the module docstring)."""
+    base = f"paper/mantissa_bits={m}"
+    specs = {"rne": (f"paper_m{m}", base), "sr": (f"paper_m{m}_sr", f"{base}/rounding=sr"),
+             "fix": (f"paper_m{m}+fix", f"{base}+fix_split"),
+             "dfp32o": (f"paper_m{m}_dfp32o", f"{base}/delta_source=fp32_o")}
+    return {specs[k][0]: specs[k][1] for k in kinds if k != "dfp32o" or smallest}
+
+
+def plan(scale: str) -> dict:
+    if scale == "full":
+        bits = explosion.env_ints("DIAL_BITS", (3, 4, 5))
+        seeds = explosion.env_ints("DIAL_SEEDS", (0,))
+        lr = float(os.environ.get("DIAL_LR", "5e-3"))
+        steps = int(os.environ.get("DIAL_STEPS", "3000"))
+        kinds = tuple(os.environ.get("DIAL_ARMS", ",".join(KINDS)).split(","))
+        controls = {"paper": "paper", "fp32": "naive"}
+    else:
+        bits, seeds, lr, steps, kinds = (3,), (0,), 1e-2, 3, KINDS
+        controls = {"fp32": "naive"}
+    bad = [k for k in kinds if k not in KINDS]
+    if bad or not bits or any(not 1 <= m <= 6 for m in bits):
+        raise ValueError(f"precision_dial: bits must lie in 1..6 and arms in {KINDS}; got {bits}, {kinds}")
+    missing = explosion.kernel_available()
+    if missing is not None:
+        raise RuntimeError(f"precision_dial needs kernels.attention: {missing}")
+    specs = {}
+    for m in sorted(bits):
+        specs |= arm_specs(m, kinds, smallest=m == min(bits))
+    specs |= controls
+    return dict(bits=sorted(bits), seeds=list(seeds), lr=lr, steps=steps, kinds=list(kinds), specs=specs)
+
+
+def verdicts(summaries: list[dict], bits) -> dict:
+    """Per m: outcomes of the RNE, SR and fix arms over seeds, and what they say (see the module docstring)."""
+    def outcomes(arm):
+        return [s["outcome"] for s in summaries if s["arm"] == arm]
+
+    def failed(oc):
+        return bool(oc) and all(o in ("exploded", "nonfinite") for o in oc)
+
+    def trained(oc):
+        return bool(oc) and all(o in ("stable", "degraded") for o in oc)
+
+    out = {}
+    for m in bits:
+        rne, sr, fix = outcomes(f"paper_m{m}"), outcomes(f"paper_m{m}_sr"), outcomes(f"paper_m{m}+fix")
+        if not failed(rne):
+            reading = "RNE did not fail: no test of the bias at this m"
+        elif sr and failed(sr):
+            reading = "SR failed too: coarseness alone suffices, the bias is not isolated"
+        elif trained(sr) and trained(fix):
+            reading = "only RNE failed: the bias, not the coarseness, made it fail, and the fix removed it"
+        elif trained(sr):
+            reading = "RNE failed, SR trained (bias), but the fix did not help"
+        else:
+            reading = "mixed"
+        out[str(m)] = dict(rne=rne, sr=sr, fix=fix, reading=reading)
+    return out
+
+
+def run(scale: str) -> dict:
+    p = plan(scale)
+    runs = [dict(arm=a, seed=s, lr=p["lr"], attn=spec) for a, spec in p["specs"].items() for s in p["seeds"]]
+    workers = explosion.default_workers(scale, len(runs))
+    summaries, arrays, meta = explosion.run_arms(scale, runs, workers, steps=p["steps"])
+    data = dict(runs=summaries, bits=p["bits"], seeds=p["seeds"], lr=p["lr"], steps=p["steps"], kinds=p["kinds"],
+                specs=p["specs"], verdicts=verdicts(summaries, p["bits"]), wall_s_all_runs=meta["wall_s"],
+                thresholds=dict(smooth=explosion.SMOOTH, rise_exploded=explosion.RISE_EXPLODED,
+                                rise_degraded=explosion.RISE_DEGRADED, gn_spike=explosion.GN_SPIKE,
+                                onset_rise=explosion.ONSET_RISE))
+    return dict(data=data, arrays=arrays, config=dict(meta["base_config"], workers=workers, lr=p["lr"],
+                                                      steps=p["steps"], plan=p),
+                seeds=dict(torch=p["seeds"], data=[0]))

@@ -1,0 +1,52 @@
+"""lib/experiments/precision_dial.py: arm specs, the reading of outcomes, and the CI code path through the kernel."""
+import numpy as np
+import pytest
+
+from lib.experiments import precision_dial as pd
+from lib.model import AttnSpec
+
+
+def test_arm_specs_parse_to_the_intended_numerics():
+    specs = pd.arm_specs(4)
+    assert set(specs) == {"paper_m4", "paper_m4_sr", "paper_m4+fix", "paper_m4_dfp32o"}
+    rne, sr = AttnSpec.parse(specs["paper_m4"]), AttnSpec.parse(specs["paper_m4_sr"])
+    fix, dfo = AttnSpec.parse(specs["paper_m4+fix"]), AttnSpec.parse(specs["paper_m4_dfp32o"])
+    assert rne.numerics.mantissa_bits == 4 and rne.numerics.rounding == "rne" and rne.fix is None
+    assert sr.numerics.rounding == "sr" and sr.numerics.replace(rounding="rne") == rne.numerics
+    assert fix.fix == "beta_split" and fix.numerics == rne.numerics
+    assert dfo.numerics.delta_source == "fp32_o" and dfo.numerics.replace(delta_source="saved_o") == rne.numerics
+    assert "paper_m5_dfp32o" not in pd.arm_specs(5, smallest=False)
+
+
+def _s(arm, outcome):
+    return dict(arm=arm, outcome=outcome)
+
+
+@pytest.mark.parametrize("rne,sr,fix,word", [
+    ("stable", "stable", "stable", "did not fail"),
+    ("exploded", "exploded", "stable", "coarseness alone"),
+    ("exploded", "stable", "degraded", "the bias, not the coarseness"),
+    ("nonfinite", "stable", "exploded", "fix did not help"),
+])
+def test_verdict_reading(rne, sr, fix, word):
+    v = pd.verdicts([_s("paper_m3", rne), _s("paper_m3_sr", sr), _s("paper_m3+fix", fix)], [3])
+    assert word in v["3"]["reading"] and v["3"]["rne"] == [rne]
+
+
+def test_bad_plan_is_refused(monkeypatch):
+    monkeypatch.setenv("DIAL_BITS", "7")
+    with pytest.raises(ValueError):
+        pd.plan("full")
+
+
+def test_ci_run_goes_through_every_arm():
+    r = pd.run("ci")
+    arms = [x["arm"] for x in r["data"]["runs"]]
+    assert arms == ["paper_m3", "paper_m3_sr", "paper_m3+fix", "paper_m3_dfp32o", "fp32"]
+    assert all(x["outcome"] != "error" for x in r["data"]["runs"]), r["data"]["runs"]
+    for x in r["data"]["runs"]:
+        assert np.isfinite(r["arrays"][f"{x['id']}__loss"]).all()
+    # m = 3 rounding changes the computation: the RNE arm's loss curve is not FP32 attention's
+    a, b = (r["arrays"][f"{x['id']}__loss"] for x in r["data"]["runs"] if x["arm"] in ("paper_m3", "fp32"))
+    assert not np.array_equal(a, b)
+    assert set(r["data"]["verdicts"]) == {"3"}
