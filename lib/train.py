@@ -93,7 +93,7 @@ class TrainConfig:
     resume: str = ""                # checkpoint to resume from
     progress: bool = True
     stop_on_nonfinite: bool = True  # stop at the first telemetry step that sees a non-finite loss
-    max_wall_s: float = 0.0         # stop (at a telemetry step) once the loop has run this long; 0 = no limit
+    max_wall_s: float = 0.0         # stop once the loop has run this long (checked every 10 steps); 0 = no limit
     label: str = ""
 
     def __post_init__(self):
@@ -385,6 +385,7 @@ def train(cfg: TrainConfig) -> dict:
     from tqdm.auto import tqdm
     bar = tqdm(total=cfg.steps, initial=step0, disable=not cfg.progress or rank != 0, mininterval=1.0,
                desc=cfg.label or cfg.attn, dynamic_ncols=True)
+    log_tele = bool(os.environ.get("TRAIN_LOG_TELEMETRY")) and not cfg.progress
     t0 = time.perf_counter()
     caught = []
     with warnings.catch_warnings(record=True) as caught:
@@ -423,14 +424,20 @@ def train(cfg: TrainConfig) -> dict:
                         tele.setdefault(k_, []).append(v_)
                     bar.set_postfix(loss=f"{result['loss'][-1]:.3f}", gn=f"{result['grad_norm'][-1]:.2g}",
                                     tie=f"{max(t['tie_rate']):.3f}", refresh=False)
+                    if log_tele:   # one line per telemetry step for logs of concurrent runs (no progress bar)
+                        print(f"[{cfg.label or cfg.attn}] step {step} loss {result['loss'][-1]:.4f} "
+                              f"gn {result['grad_norm'][-1]:.3g} {time.perf_counter() - t0:.0f} s", flush=True)
                 if not math.isfinite(result["loss"][-1]) and cfg.stop_on_nonfinite:
                     result["stopped_at"] = step
                     bar.update(1)
                     break
-                if cfg.max_wall_s and _agree(time.perf_counter() - t0 > cfg.max_wall_s, world, device):
-                    result["truncated_at"] = step + 1
-                    bar.update(1)
-                    break
+            # The wall budget is checked every 10 steps, not only at telemetry steps: a slow run (the emulated kernel
+            # path, many runs sharing one GPU) could otherwise overrun it by a whole telemetry interval.
+            if cfg.max_wall_s and (step + 1) % 10 == 0 \
+                    and _agree(time.perf_counter() - t0 > cfg.max_wall_s, world, device):
+                result["truncated_at"] = step + 1
+                bar.update(1)
+                break
             if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and cfg.eval_batches:
                 result["val"]["step"].append(step + 1)
                 result["val"]["loss"].append(_evaluate(model, val_bytes, cfg, device, amp_dtype))
@@ -512,7 +519,7 @@ _HELP = {
     "starts_path": "replay a saved batch order (.npy of window starts, (steps, batch))",
     "telemetry_every": "telemetry every N steps (0: off)",
     "out_dir": "write telemetry.json, starts.npy and checkpoints here",
-    "max_wall_s": "stop at the first telemetry step after this many seconds (0: no limit)",
+    "max_wall_s": "stop within 10 steps after this many seconds of training (0: no limit)",
 }
 
 
