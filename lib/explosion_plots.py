@@ -158,3 +158,12 @@ def max_logit_figure(res, run_ids, layer: int | None = None):
     ax.legend(fontsize=7, ncol=2)
     plotting.label_provenance(fig, res.meta)
     return fig
+
+
+def max_logit_at(arrays: dict, run_id: str, step: int) -> float:
+    """Largest attention logit over all layers of run `run_id` at the first telemetry step ≥ `step` (the last one
+    if the run stopped earlier), from a result's arrays ("<id>__step", "<id>__max_logit" of shape (telemetry steps,
+    layers)). Score units (scale·q·k)."""
+    st = np.asarray(arrays[f"{run_id}__step"])
+    i = min(int(np.searchsorted(st, step)), len(st) - 1)
+    return float(np.asarray(arrays[f"{run_id}__max_logit"])[i].max())

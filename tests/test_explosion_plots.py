@@ -61,3 +61,10 @@ def test_max_logit_figure(res):
     fig = explosion_plots.max_logit_figure(res, ids, layer=1)
     np.testing.assert_allclose(fig.axes[0].lines[1].get_ydata(), res.arrays[f"{ids[1]}__max_logit"][:, 1])
     plt.close(fig)
+
+
+def test_max_logit_at_picks_the_first_telemetry_step_at_or_after():
+    arrays = {"r__step": np.array([0, 50, 100]), "r__max_logit": np.array([[1.0, 2.0], [5.0, 3.0], [7.0, 9.0]])}
+    assert explosion_plots.max_logit_at(arrays, "r", 0) == 2.0
+    assert explosion_plots.max_logit_at(arrays, "r", 49) == 5.0
+    assert explosion_plots.max_logit_at(arrays, "r", 1000) == 9.0   # run ended before: its last telemetry

@@ -23,7 +23,8 @@ nothing about the bias. The dial is our amplification, not the paper's setting: 
 * ``full`` (one H100): m in $DIAL_BITS (default 3, 4, 5), seeds $DIAL_SEEDS (default 0; the controls at
   $DIAL_CONTROL_SEEDS, default the first seed), LR $DIAL_LR (default 5e-3), $DIAL_STEPS steps (default 3000) capped by $EXPLOSION_BUDGET_S wall seconds per run; $DIAL_ARMS limits the
   per-m arms (default all four kinds); all runs concurrent. The emulated kernel path (every m < 7 arm) keeps FP32
-  copies and is several times slower than the native BF16 path: about 7 GB of GPU memory a run, so at most ~10 runs.
+  copies and is slower than the native BF16 path; the first attempt's out-of-memory report showed 7.2 GiB per
+  emulated process on the H100, so run at most ~9 at once and nothing else on the GPU beside them.
 * ``ci`` (CPU): m = 3 only, 3 steps on the tiny proxy (proves the code path; no verdict).
 """
 from __future__ import annotations
