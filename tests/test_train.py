@@ -135,5 +135,6 @@ def test_wall_clock_budget_truncates_within_ten_steps():
     r = train(TrainConfig(**TINY, steps=10_000, attn="sdpa", telemetry_every=7, max_wall_s=0.5))
     n = r["truncated_at"]
     assert n is not None and n < 10_000 and len(r["loss"]) == n and n % 10 == 0
-    assert r["wall_s"] >= 0.5 and r["telemetry"]["step"][-1] <= n - 1
-    assert r["stopped_at"] is None and r["telemetry"]["step"][-1] == n - 1
+    # the budget may end between telemetry steps: the last telemetry step is the last multiple of 7 before n
+    assert r["wall_s"] >= 0.5 and r["stopped_at"] is None
+    assert r["telemetry"]["step"][-1] == 7 * ((n - 1) // 7)
