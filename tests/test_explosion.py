@@ -116,4 +116,3 @@ def test_headline_cliff_ci_plan_restores_env(monkeypatch):
     assert seen == dict(lr=1e-2, arms=["sdpa", "fp32"])
     import os
     assert "HEADLINE_CONTRAST_ARMS" not in os.environ
-
