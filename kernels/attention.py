@@ -10,9 +10,11 @@ Paths (`path=`):
   (`input_precision="ieee"`). BF16 inputs are widened exactly to FP32; FP32 inputs are used as they are (they are
   *not* rounded to BF16 first). The only path in the CPU interpreter. Tile sizes: `EMULATED_BLOCK` (fixed, so the
   numerics do not depend on the device).
-* "native": GPU, BF16 inputs, BF16 tensor-core matmul operands with FP32 accumulation, `.to(tl.bfloat16)` casts.
-  Valid only for numerics with mantissa_bits=7, rounding="rne" and P̄, backward P and dS rounded as operands
-  (round_p, round_bwd_p, round_ds), which `fa2` and `paper` satisfy.
+* "native": GPU, BF16 inputs, BF16 tensor-core matmul operands with FP32 accumulation. Valid for numerics with
+  mantissa_bits <= 7 (RNE or SR) and P̄, backward P and dS rounded as operands (round_p, round_bwd_p, round_ds),
+  which `fa2`, `paper` and the precision dial's profiles satisfy: at 7 bits and RNE the roundings are hardware
+  casts; otherwise our helper rounds and the cast to BF16 is exact. It differs from "emulated" only in the matmuls
+  (tensor-core FP32 accumulation instead of FP32 `ieee` products of FP32 operands).
 * None: native on CUDA for BF16 inputs when the numerics allow it, else emulated.
 
 `fix="beta"` is the β-scaled max of Qiu & Yao §4 in the forward (rows whose tile max occurs ≥ 2 times, or within
@@ -81,7 +83,7 @@ def _bwd_flags(nm: Numerics) -> dict:
 
 def native_allowed(nm: Numerics) -> bool:
     """True when `nm`'s rounding points can be the native BF16 casts/operands (see module docstring)."""
-    return nm.mantissa_bits == 7 and nm.rounding == "rne" and nm.round_p and nm.round_bwd_p and nm.round_ds
+    return nm.mantissa_bits <= 7 and nm.round_p and nm.round_bwd_p and nm.round_ds
 
 
 def resolve_path(path, nm: Numerics, dtype, device) -> str:
@@ -96,8 +98,8 @@ def resolve_path(path, nm: Numerics, dtype, device) -> str:
         if dtype != torch.bfloat16:
             raise TypeError(f"path='native' needs bfloat16 inputs, got {dtype}")
         if not native_allowed(nm):
-            raise ValueError("path='native' supports only numerics with mantissa_bits=7, rounding='rne' and "
-                             f"round_p, round_bwd_p, round_ds all True; got {nm}")
+            raise ValueError("path='native' supports only numerics with mantissa_bits <= 7 and round_p, "
+                             f"round_bwd_p, round_ds all True; got {nm}")
     return path
 
 

@@ -17,12 +17,14 @@ Per (query tile, key tile) both kernels recompute, bit-identically (`.notes/arit
 dK/dV kernel (one key tile, query tiles in order): dv += p_opᵀ @ dO ; dk += ds_opᵀ @ q ; finally dk *= scale.
 dQ kernel (one query tile, key tiles in order):   dq += ds_op @ k ; finally dq *= scale.
 [round_grad_acc]: each tile's product and the accumulator after the add are rounded (`grad_acc`).
-Native path: the matmul operands are BF16 (`.to(tl.bfloat16)` casts of p and ds), FP32 accumulation.
+Native path: the matmul operands are BF16 (`bf16_operand`: p and ds rounded to M bits, then an exact cast), FP32
+accumulation.
 """
 import triton
 import triton.language as tl
 
-from kernels.flash_fwd import SALT_BP, SALT_DELTA, SALT_DS, SALT_GRAD, SALT_SM, load_rows, round_point, score_tile
+from kernels.flash_fwd import (SALT_BP, SALT_DELTA, SALT_DS, SALT_GRAD, SALT_SM, bf16_operand, load_rows, round_point,
+                               score_tile)
 
 __all__ = ["attn_delta_kernel", "attn_bwd_dq_kernel", "attn_bwd_dkdv_kernel"]
 
@@ -73,8 +75,8 @@ def _bwd_tile(q, k, v, do, lse, delta, scale, offs_m, offs_n, N, seed, tile_id,
     ds_op = p
     if not DELTA_ONLY:
         if NEED_P_OP:
-            if NATIVE:
-                p_op = p.to(tl.bfloat16)
+            if NATIVE:   # native requires round_bwd_p
+                p_op = bf16_operand(p, M_BITS, SR, seed, SALT_BP, tile_id, offs_el)
             else:
                 if ROUND_BWD_P:
                     p_op = round_point(p, M_BITS, SR, seed, SALT_BP, tile_id, offs_el, NATIVE)
@@ -85,8 +87,8 @@ def _bwd_tile(q, k, v, do, lse, delta, scale, offs_m, offs_n, N, seed, tile_id,
             if ROUND_DELTA:      # lp − lp is lp (PyTorch BF16 tensors)
                 t = round_point(t, M_BITS, SR, seed, SALT_DS, tile_id + 15485863, offs_el, NATIVE)
         ds = p * t
-        if NATIVE:
-            ds_op = ds.to(tl.bfloat16)
+        if NATIVE:       # native requires round_ds
+            ds_op = bf16_operand(ds, M_BITS, SR, seed, SALT_DS, tile_id, offs_el)
         else:
             if ROUND_DS:
                 ds_op = round_point(ds, M_BITS, SR, seed, SALT_DS, tile_id, offs_el, NATIVE)

@@ -9,8 +9,9 @@ Two paths through the same code (the `NATIVE` constexpr):
 * emulated (NATIVE=False): q, k, v are FP32 tensors; every rounding is `rne_mantissa` / `sr_mantissa` from
   `kernels/rounding.py`; matmuls are FP32 `tl.dot(..., input_precision="ieee")`. Bit-exact in the CPU interpreter
   against `lib/reference.py`'s emulator (same tiles, same order of operations).
-* native (NATIVE=True, GPU only, BF16 + RNE only): q, k, v are BF16; the P̄V operand is cast with `.to(tl.bfloat16)`
-  and QKᵀ / P̄V run on BF16 tensor cores with FP32 accumulation. The elementwise steps are the same code.
+* native (NATIVE=True, GPU only, mantissa_bits <= 7, RNE or SR): q, k, v are BF16; the P̄V operand is rounded to
+  M bits (`bf16_operand`: the hardware cast at M = 7 with RNE, else our helper and an exact cast) and QKᵀ / P̄V run
+  on BF16 tensor cores with FP32 accumulation. The elementwise steps are the same code.
 
 The arithmetic (`.notes/arithmetic-contract.md`), per key tile j (rnd = round to `M` mantissa bits; bracketed
 steps are Numerics switches):
@@ -30,7 +31,7 @@ import triton.language as tl
 
 from kernels.rounding import rne_mantissa, sr_mantissa
 
-__all__ = ["attn_fwd_kernel", "round_point", "load_rows", "score_tile"]
+__all__ = ["attn_fwd_kernel", "round_point", "bf16_operand", "load_rows", "score_tile"]
 
 # Salts that give each rounding point its own random stream under stochastic rounding.
 (SALT_S, SALT_SM, SALT_P, SALT_L, SALT_PV, SALT_ACC, SALT_O, SALT_LSE, SALT_DELTA, SALT_BP, SALT_DS,
@@ -54,6 +55,22 @@ def round_point(x, M: tl.constexpr, SR: tl.constexpr, seed, salt: tl.constexpr, 
             return x.to(tl.bfloat16).to(tl.float32)
         else:
             return rne_mantissa(x, M)
+
+
+@triton.jit
+def bf16_operand(x, M: tl.constexpr, SR: tl.constexpr, seed, salt: tl.constexpr, tile_id, offs):
+    """Native path: FP32 `x` rounded to M <= 7 mantissa bits, as a BF16 tensor-core operand.
+
+    M = 7 with RNE: the hardware cast is the rounding. Otherwise (the precision dial, stochastic rounding) round with
+    `round_point` first, with the same salt, tile id and element ids as the emulated path (so SR draws the same
+    bits); the result has at most 7 mantissa bits and the same 8-bit exponent, so the cast to BF16 is exact. This
+    keeps m < 7 and SR on the tensor cores: the emulated path's FP32 `ieee` matmuls made a training step ~17x
+    slower (0.21 vs 3.59 steps/s for 10 concurrent runs on the H100,
+    results/full/precision_dial_emulated_run.log)."""
+    if M == 7 and not SR:
+        return x.to(tl.bfloat16)
+    else:
+        return round_point(x, M, SR, seed, salt, tile_id, offs, True).to(tl.bfloat16)
 
 
 @triton.jit
@@ -143,7 +160,7 @@ def _fwd_step(acc, l_i, m_i, q, K_base, V_base, start_n, offs_m, offs_d, scale, 
         x = round_point(x, M_BITS, SR, seed, SALT_SM, tile_id, offs_el, NATIVE)
     p = tl.exp(x)
     if NATIVE:
-        p_op = p.to(tl.bfloat16)          # RNE on the GPU (validated: native path only with M=7, rne)
+        p_op = bf16_operand(p, M_BITS, SR, seed, SALT_P, tile_id, offs_el)   # native requires round_p
         p_val = p_op.to(tl.float32)
     else:
         if ROUND_P:

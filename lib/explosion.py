@@ -7,7 +7,8 @@
   its results within the device's 10-minute command limit.
 * `ARMS`: arm name -> attention spec string (`lib.model`): the paper placement, the same with the β fix, the
   production FA2 placement of our kernel, PyTorch SDPA (flash backend on CUDA) and FP32 attention ("naive").
-* `classify(loss, warmup)`: stable / degraded / exploded / nonfinite, by fixed thresholds defined below.
+* `classify(loss, warmup)`: stable / degraded / exploded / nonfinite (or short: never left warm-up), by fixed
+  thresholds defined below.
 * `run_arms(...)`: run a list of (arm, seed, lr) and pack per-run summaries and telemetry arrays for `lib.results`;
   a run that raises is kept as outcome "error" with its message, so the other runs are still saved.
 """
@@ -85,7 +86,10 @@ def smooth(x: np.ndarray, window: int) -> np.ndarray:
 def classify(loss, grad_norm, warmup: int) -> dict:
     """Outcome of one run from its per-step loss and pre-clip grad norm.
 
-    Returns {"outcome": "nonfinite" | "exploded" | "degraded" | "stable", "best": min smoothed loss, "final": last
+    A finite run that never left warm-up (len(loss) <= warmup, e.g. cut by the wall budget) is "short": it cannot be
+    judged (a loss curve still falling from its initial value and the initial grad norms are not a verdict).
+
+    Returns {"outcome": "nonfinite" | "exploded" | "degraded" | "stable" | "short", "best": min smoothed loss, "final": last
     smoothed loss, "rise": final − best, "max_grad_norm": max pre-clip grad norm after warm-up, "onset": first
     step whose smoothed loss exceeds the running best by ONSET_RISE (None if never)}."""
     loss = np.asarray(loss, dtype=np.float64)
@@ -101,9 +105,11 @@ def classify(loss, grad_norm, warmup: int) -> dict:
     above = np.nonzero(sm - run_best > ONSET_RISE)[0]
     best, final = float(sm.min()), float(sm[-1])
     rise = final - best
-    post = gn[warmup:] if len(gn) > warmup else gn
+    post = gn[warmup:]
     max_gn = float(post.max()) if len(post) else float("nan")
-    if rise >= RISE_EXPLODED:
+    if len(loss) <= warmup:
+        outcome = "short"
+    elif rise >= RISE_EXPLODED:
         outcome = "exploded"
     elif rise >= RISE_DEGRADED or (math.isfinite(max_gn) and max_gn > GN_SPIKE):
         outcome = "degraded"

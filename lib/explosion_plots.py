@@ -16,7 +16,7 @@ from lib import plotting
 from lib.explosion import ARMS, SMOOTH, smooth
 
 _STYLES = ("-", "--", ":", "-.")
-_OUTCOME_MARKERS = {"stable": "o", "degraded": "s", "exploded": "X", "nonfinite": "v"}
+_OUTCOME_MARKERS = {"stable": "o", "degraded": "s", "exploded": "X", "nonfinite": "v", "short": "."}
 
 
 def _colors(res=None):

@@ -237,3 +237,17 @@ def test_split_fix_bit_exact_and_detects_cross_tile_ties(profile, causal):
     ref = torch.as_tensor(np.asarray(attention_fp64(q, k, v, causal=causal)["o"])).reshape(split["o"].shape)
     tol = (2 ** -7 if profile == "fa2" else 2 ** -5) * ref.abs().max().item()
     assert (split["o"].double() - ref).abs().max().item() <= tol
+
+
+def test_native_path_accepts_the_dial_and_sr_but_not_wider_formats():
+    """The native path takes any numerics whose operands fit BF16 exactly (m <= 7, RNE or SR) and rounds P̄, backward
+    P and dS as operands; wider mantissas or unrounded operands must go to the emulated path."""
+    from kernels.attention import native_allowed
+    from lib.numerics import get_profile
+    paper = get_profile("paper")
+    assert native_allowed(paper) and native_allowed(get_profile("fa2"))
+    assert native_allowed(paper.replace(mantissa_bits=3)) and native_allowed(paper.replace(rounding="sr"))
+    assert native_allowed(paper.replace(mantissa_bits=3, rounding="sr"))
+    assert not native_allowed(paper.replace(mantissa_bits=8))
+    assert not native_allowed(get_profile("fp32"))
+    assert not native_allowed(paper.replace(round_ds=False))

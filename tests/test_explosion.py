@@ -26,6 +26,10 @@ def test_classify_thresholds():
     spiky_warm = gn.copy()
     spiky_warm[10] = 50.0          # a spike inside warm-up does not count
     assert explosion.classify(_curve(), spiky_warm, 50)["outcome"] == "stable"
+    # A run cut inside warm-up (the first precision-dial attempt: 90 of 200 warm-up steps) cannot be judged; its
+    # step-0 grad norm (~28 at init) used to count as a post-warm-up spike and label it "degraded".
+    c = explosion.classify(_curve()[:90], np.r_[28.0, gn[:89]], 200)
+    assert c["outcome"] == "short" and np.isnan(c["max_grad_norm"])
     bad = _curve()
     bad[123] = np.nan
     c = explosion.classify(bad, gn, 50)
