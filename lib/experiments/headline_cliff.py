@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 
+from lib import explosion
 from lib.experiments import headline
 
 NAME = "headline_cliff"
@@ -22,20 +23,10 @@ DEFAULT_LR = 7e-3
 
 
 def run(scale: str) -> dict:
-    env = {"HEADLINE_CONTRAST_ARMS": "sdpa,fp32", "HEADLINE_CONTRAST_SEEDS": "0,1,2"}
-    old = {k: os.environ.get(k) for k in env}
-    for k, v in env.items():
-        os.environ.setdefault(k, v)
-    try:
+    with explosion.env_defaults(HEADLINE_CONTRAST_ARMS="sdpa,fp32", HEADLINE_CONTRAST_SEEDS="0,1,2"):
         if scale == "full":
             lr, src = float(os.environ.get("CLIFF_LR", DEFAULT_LR)), "$CLIFF_LR" if "CLIFF_LR" in os.environ \
                 else "default 7e-3 (the sweep's failing LR)"
         else:
             lr, src = 1e-2, "ci default"
         return headline.run(scale, lr=lr, lr_source=src)
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
