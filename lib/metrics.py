@@ -26,7 +26,16 @@ def spectral_norm(w: torch.Tensor) -> torch.Tensor:
     if w.dim() < 2:
         raise ValueError(f"w must have at least 2 dimensions, got shape {tuple(w.shape)}")
     w = w.detach()
-    return torch.linalg.matrix_norm(w if w.dtype == torch.float64 else w.float(), ord=2)
+    w = w if w.dtype == torch.float64 else w.float()
+    finite = torch.isfinite(w).flatten(-2).all(-1)
+    if not bool(finite.all()):
+        # An SVD of a matrix holding NaN/inf is meaningless and can iterate for minutes on the GPU (a diverged
+        # training run spent ~270 s in one telemetry step): such matrices get NaN, the others their norm.
+        out = torch.full(w.shape[:-2], float("nan"), dtype=w.dtype, device=w.device)
+        if bool(finite.any()):
+            out[finite] = torch.linalg.matrix_norm(w[finite], ord=2)
+        return out
+    return torch.linalg.matrix_norm(w, ord=2)
 
 
 def bf16_row_ties(scores: torch.Tensor) -> torch.Tensor:

@@ -80,3 +80,11 @@ def test_bf16_tile_ties_separates_split_maxima():
     assert metrics.bf16_tile_ties(s[:, :7], 4).tolist() == [True, False, False, True]   # ragged last tile
     with pytest.raises(ValueError):
         metrics.bf16_tile_ties(s, 0)
+
+
+def test_spectral_norm_of_nonfinite_matrices_is_nan_without_an_svd():
+    w = torch.stack([torch.eye(3) * 2, torch.full((3, 3), float("nan")), torch.eye(3)])
+    w[2, 0, 1] = float("inf")
+    out = metrics.spectral_norm(w)
+    assert out[0].item() == pytest.approx(2.0) and torch.isnan(out[1:]).all()
+    assert torch.isnan(metrics.spectral_norm(torch.full((4, 5), float("nan")))).item()
