@@ -212,8 +212,10 @@ class _FlashAttention(torch.autograd.Function):
         q, k, v, o_delta, lse = ctx.saved_tensors
         causal, scale, nm, path, block, in_dtype, seed = ctx.cfg
         do = do.float().contiguous() if path == "emulated" else do.to(torch.bfloat16).contiguous()
+        # The forward's seed: the backward recomputes S and, under SR, must draw the same bits for it (the
+        # backward's own rounding points have their own salts in the kernels).
         dq, dk, dv, _ = attention_bwd(do, q, k, v, o_delta, lse, causal=causal, scale=scale, nm=nm, path=path,
-                                      block=block, seed=seed + 1)
+                                      block=block, seed=seed)
         return (dq.to(in_dtype), dk.to(in_dtype), dv.to(in_dtype)) + (None,) * 9
 
 

@@ -23,7 +23,7 @@ accumulation.
 import triton
 import triton.language as tl
 
-from kernels.flash_fwd import (SALT_BP, SALT_DELTA, SALT_DS, SALT_GRAD, SALT_SM, bf16_operand, load_rows, round_point,
+from kernels.flash_fwd import (SALT_BP, SALT_BSM, SALT_DELTA, SALT_DS, SALT_GRAD, bf16_operand, load_rows, round_point,
                                score_tile)
 
 __all__ = ["attn_delta_kernel", "attn_bwd_dq_kernel", "attn_bwd_dkdv_kernel"]
@@ -64,7 +64,7 @@ def _bwd_tile(q, k, v, do, lse, delta, scale, offs_m, offs_n, N, seed, tile_id,
     offs_el = (offs_m % 4096)[:, None] * BLOCK_N + (offs_n % BLOCK_N)[None, :]
     x = s - lse[:, None]
     if ROUND_BWD_S_MINUS_LSE:
-        x = round_point(x, M_BITS, SR, seed, SALT_SM, tile_id, offs_el, NATIVE)
+        x = round_point(x, M_BITS, SR, seed, SALT_BSM, tile_id, offs_el, NATIVE)
     p = tl.exp(x)
     if NATIVE:
         dp = tl.dot(do, tl.trans(v))

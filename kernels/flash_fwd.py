@@ -34,8 +34,10 @@ from kernels.rounding import rne_mantissa, sr_mantissa
 __all__ = ["attn_fwd_kernel", "round_point", "bf16_operand", "load_rows", "score_tile"]
 
 # Salts that give each rounding point its own random stream under stochastic rounding.
+# The backward runs with the forward's seed: it recomputes S with SALT_S and must draw the forward's bits (else its P
+# is another random rounding than the one that made O); its own rounding points have salts the forward never uses.
 (SALT_S, SALT_SM, SALT_P, SALT_L, SALT_PV, SALT_ACC, SALT_O, SALT_LSE, SALT_DELTA, SALT_BP, SALT_DS,
- SALT_GRAD) = (tl.constexpr(i) for i in range(1, 13))
+ SALT_GRAD, SALT_BSM) = (tl.constexpr(i) for i in range(1, 14))
 
 
 @triton.jit

@@ -13,7 +13,8 @@ Two things live here.
 
 Arithmetic (the contract; `.notes/arithmetic-contract.md` holds the same text for the kernel author)
 ------------------------------------------------------------------------------------------------------
-Everything is float32 numpy. ``rnd(x)`` is `lib.bf16.round_rne(x, mantissa_bits)` (or `round_stochastic`).
+Everything is float32 numpy. ``rnd(x)`` is `lib.bf16.round_rne(x, mantissa_bits)` (or `round_stochastic`; under
+SR the scores S of each tile have their own random stream, which the backward's recomputation of S reuses).
 What the interpreter does, and therefore what this module does, op by op (triton 3.6 ``runtime/interpreter.py``):
 ``tl.dot(a, b)`` is ``np.matmul(a, b, dtype=float32) + 0`` on the zero-padded tile shapes (BM, DP) @ (DP, BN) etc.,
 with a transposed *view* where the kernel writes ``tl.trans``; ``tl.sum(x, 1)`` is ``np.sum(x, axis=1)`` on the
@@ -262,16 +263,22 @@ def online_softmax_rows(s, *, block_n: int, fix=None, beta: float = 7.0, tie_tol
 class _Rounder:
     """rnd(·) of one Numerics value: RNE to `mantissa_bits`, or stochastic with a seeded generator."""
 
-    def __init__(self, nm: Numerics, seed: int):
+    def __init__(self, nm: Numerics, seed: int, key=()):
         self.m = nm.mantissa_bits
         self.sr = nm.rounding == "sr"
-        self.rng = np.random.default_rng(seed) if self.sr else None
+        self.rng = np.random.default_rng([seed, *key]) if self.sr else None
 
     def __call__(self, x):
         x = np.asarray(x, dtype=_F32)
         if self.sr:
             return round_stochastic(x, self.m, rng=self.rng)
         return round_rne(x, self.m)
+
+
+def _s_rounder(nm: Numerics, seed: int, bh: int, i: int, j: int) -> _Rounder:
+    """The rounder of S on (query tile i, key tile j) of head bh: its own stream, so the backward's recomputed S
+    (in both of its loops, and in the dP∘P δ) draws the forward's bits under SR, as the kernels do."""
+    return _Rounder(nm, seed, (1, bh, i, j))
 
 
 def _dot(a, b):
@@ -363,7 +370,7 @@ def emulate_forward(q, k, v, numerics="fa2", *, causal: bool = True, scale=None,
                 offs_n = j * bn + np.arange(bn)
                 k_t = _tile(k3, bh, j * bn, bn, DP)
                 v_t = _tile(v3, bh, j * bn, bn, DP)
-                s = _scores(q_t, k_t, a, offs_m, offs_n, N, causal, nm, rnd)
+                s = _scores(q_t, k_t, a, offs_m, offs_n, N, causal, nm, _s_rounder(nm, seed, bh, i, j))
                 m_t = np.nanmax(s, axis=1)
                 if fix is not None:
                     m_t = fixed_row_max(s, m_t, beta=beta, tie_tol=tie_tol, max_shift=max_shift,
@@ -415,9 +422,10 @@ def emulate_forward(q, k, v, numerics="fa2", *, causal: bool = True, scale=None,
     return ForwardResult(shp(o), shp(lse), shp(o32), shp(m_out), shp(l_out))
 
 
-def _bwd_tile(q_t, k_t, v_t, do_t, lse_t, delta_t, a, offs_m, offs_n, N, causal, nm, rnd):
-    """(p, p_op, ds_op, dp_fp32) of one (query tile, key tile), per the contract."""
-    s = _scores(q_t, k_t, a, offs_m, offs_n, N, causal, nm, rnd)
+def _bwd_tile(q_t, k_t, v_t, do_t, lse_t, delta_t, a, offs_m, offs_n, N, causal, nm, rnd, rnd_s):
+    """(p, p_op, ds_op, dp_fp32) of one (query tile, key tile), per the contract. `rnd_s` rounds S (the forward's
+    stream for this tile, `_s_rounder`); `rnd` the backward's own rounding points."""
+    s = _scores(q_t, k_t, a, offs_m, offs_n, N, causal, nm, rnd_s)
     x = s - lse_t[:, None]
     if nm.round_bwd_s_minus_lse:
         x = rnd(x)
@@ -493,7 +501,7 @@ def emulate_delta(o, do, numerics="fa2", *, q=None, k=None, v=None, lse=None, ca
                 offs_n = j * bn + np.arange(bn)
                 k_t, v_t = _tile(k3, bh, j * bn, bn, DP), _tile(v3, bh, j * bn, bn, DP)
                 p, _, _, dp32 = _bwd_tile(q_t, k_t, v_t, do_t, lse_t, np.zeros(bm, _F32), a, offs_m, offs_n, N,
-                                          causal, nm, rnd)
+                                          causal, nm, rnd, _s_rounder(nm, seed, bh, i, j))
                 dsum = dsum + np.sum(p * dp32, axis=1)
             if nm.round_delta:
                 dsum = rnd(dsum)
@@ -536,8 +544,10 @@ def emulate_backward(q, k, v, o, lse, do, numerics="fa2", *, causal: bool = True
         vs = [_tile(v3, bh, j * bn, bn, DP) for j in range(n_n)]
 
         def tile(i, j):
+            # Per-tile streams: the dK/dV and dQ loops see the same P and dS of a tile (as the two kernels do).
             return _bwd_tile(qs[i], ks[j], vs[j], dos[i], lses[i], dls[i], a, i * bm + np.arange(bm),
-                             j * bn + np.arange(bn), N, causal, nm, rnd)
+                             j * bn + np.arange(bn), N, causal, nm, _Rounder(nm, seed + 2, (2, bh, i, j)),
+                             _s_rounder(nm, seed, bh, i, j))
 
         # dK/dV kernel: one key tile, query tiles in increasing order (causal: from the first that reaches it)
         for j in range(n_n):

@@ -251,3 +251,31 @@ def test_native_path_accepts_the_dial_and_sr_but_not_wider_formats():
     assert not native_allowed(paper.replace(mantissa_bits=8))
     assert not native_allowed(get_profile("fp32"))
     assert not native_allowed(paper.replace(round_ds=False))
+
+
+@pytest.mark.parametrize("impl", ["kernel", "emulator"])
+def test_sr_backward_recomputes_the_forward_scores(impl):
+    """The backward recomputes S = rnd(α·QKᵀ); under stochastic rounding it must draw the forward's bits, or P in
+    the backward is a different random rounding than the P that made O (up to e^{ulp(S)} off: ~28% at m = 5 for
+    logits near 10; SR training runs went non-finite within ~200 steps). With V = I (N = head dim) and only S rounded,
+    O *is* the forward's P, so a consistent backward gives dV = Oᵀ·dO up to FP32 rounding."""
+    from lib.reference import emulate_attention
+    nm = get_profile("fp32").replace(round_s=True, rounding="sr", mantissa_bits=3)
+    g = torch.Generator().manual_seed(0)
+    N = 16
+    q, k = (torch.randn(1, 2, N, N, generator=g) * 2.0 for _ in range(2))
+    v = torch.eye(N).expand(1, 2, N, N).contiguous()
+    do = torch.randn(1, 2, N, N, generator=g)
+    for call in range(3):                       # several SR draws (fresh seeds per call)
+        if impl == "kernel":
+            torch.manual_seed(call)
+            qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+            o = attention(qg, kg, vg, causal=True, numerics=nm, block=BLOCK)
+            dv = torch.autograd.grad(o, vg, do)[0]
+            o, dv = o.detach().numpy(), dv.numpy()
+        else:
+            r = emulate_attention(q.numpy(), k.numpy(), v.numpy(), do.numpy(), nm, causal=True,
+                                  block_m=BLOCK[0], block_n=BLOCK[1], seed=call)
+            o, dv = r["o"], r["dv"]
+        want = np.swapaxes(o, -1, -2) @ do.numpy()
+        np.testing.assert_allclose(dv, want, rtol=1e-4, atol=1e-5)
