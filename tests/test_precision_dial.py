@@ -8,13 +8,17 @@ from lib.model import AttnSpec
 
 def test_arm_specs_parse_to_the_intended_numerics():
     specs = pd.arm_specs(4)
-    assert set(specs) == {"paper_m4", "paper_m4_sr", "paper_m4+fix", "paper_m4_dfp32o"}
+    assert set(specs) == {"paper_m4", "paper_m4_sr", "paper_m4+fix", "paper_m4_dfp32o", "paper_m4_sm32",
+                          "paper_m4+fix_sm32"}
     rne, sr = AttnSpec.parse(specs["paper_m4"]), AttnSpec.parse(specs["paper_m4_sr"])
     fix, dfo = AttnSpec.parse(specs["paper_m4+fix"]), AttnSpec.parse(specs["paper_m4_dfp32o"])
     assert rne.numerics.mantissa_bits == 4 and rne.numerics.rounding == "rne" and rne.fix is None
     assert sr.numerics.rounding == "sr" and sr.numerics.replace(rounding="rne") == rne.numerics
     assert fix.fix == "beta_split" and fix.numerics == rne.numerics
     assert dfo.numerics.delta_source == "fp32_o" and dfo.numerics.replace(delta_source="saved_o") == rne.numerics
+    sm, fsm = AttnSpec.parse(specs["paper_m4_sm32"]), AttnSpec.parse(specs["paper_m4+fix_sm32"])
+    assert sm.fix is None and sm.numerics == rne.numerics.replace(round_s_minus_m=False)
+    assert fsm.fix == "beta_split" and fsm.numerics == sm.numerics
     assert "paper_m5_dfp32o" not in pd.arm_specs(5, smallest=False)
 
 
@@ -33,6 +37,17 @@ def test_verdict_reading(rne, sr, fix, word):
     assert word in v["3"]["reading"] and v["3"]["rne"] == [rne]
 
 
+def test_verdict_without_valid_sr_and_a_failing_fix():
+    s = [_s("paper_m3", "exploded"), _s("paper_m3_sr", "nonfinite"), _s("paper_m3+fix", "exploded"),
+         _s("paper_m5", "stable"), _s("paper_m5_sr", "nonfinite"), _s("paper_m5+fix", "exploded")]
+    v = pd.verdicts(s, [3, 5], sr_valid=False)
+    assert "SR invalid" in v["3"]["reading"] and "did not prevent" in v["3"]["reading"]
+    assert v["3"]["sr"] == ["nonfinite"] and not v["3"]["sr_valid"]
+    assert "fix itself failed" in v["5"]["reading"]
+    assert "coarseness alone" in pd.verdicts(s, [3])["3"]["reading"]     # the same outcomes, SR taken at face value
+    assert not pd.sr_valid({"git_commit": "675045d"}) and pd.sr_valid({"git_commit": "8b8d26d"})
+
+
 def test_bad_plan_is_refused(monkeypatch):
     monkeypatch.setenv("DIAL_BITS", "7")
     with pytest.raises(ValueError):
@@ -42,7 +57,8 @@ def test_bad_plan_is_refused(monkeypatch):
 def test_ci_run_goes_through_every_arm():
     r = pd.run("ci")
     arms = [x["arm"] for x in r["data"]["runs"]]
-    assert arms == ["paper_m3", "paper_m3_sr", "paper_m3+fix", "paper_m3_dfp32o", "fp32"]
+    assert arms == ["paper_m3", "paper_m3_sr", "paper_m3+fix", "paper_m3_dfp32o", "paper_m3_sm32",
+                    "paper_m3+fix_sm32", "fp32"]
     assert all(x["outcome"] != "error" for x in r["data"]["runs"]), r["data"]["runs"]
     for x in r["data"]["runs"]:
         assert np.isfinite(r["arrays"][f"{x['id']}__loss"]).all()

@@ -14,15 +14,24 @@ noise:
                         which is what the authors' 512-key tiles do on a 512-token row), the paper's cure;
 * ``paper_m{m}_dfp32o`` (at the smallest m only) — RNE, but δ from an FP32 recompute of O (the paper's δ-channel
                         ablation);
+* ``paper_m{m}_sm32``  — RNE with the forward exponent arguments S − m in FP32 (every other point at m bits);
+* ``paper_m{m}+fix_sm32`` — the same plus the fix. Chapter 7 (`lib.fix_error`) measured that in the paper placement
+                        the fix's shifted exponent argument S − β·r_m, rounded like S − m, multiplies the forward
+                        error of O and the row-sum error of the backward P as r_m grows, and that computing S − m in
+                        FP32 removes that excess: this arm is the fix without its own rounding error;
 * controls at the same LR, seed and batch order: ``paper`` (BF16, m = 7, native path) and ``fp32`` attention.
 
 Reading: if ``paper_m`` fails while ``_sr`` and ``+fix`` train, the failure is caused by the bias (not by the
 coarseness), and the fix removes it; if ``_sr`` fails as well, coarse rounding alone is enough and the test says
 nothing about the bias. The dial is our amplification, not the paper's setting: BF16 (m = 7) is what the paper ran.
 
+Results recorded before commit 8b8d26d (`SR_BACKWARD_BUG`) have invalid SR arms: the backward recomputed S with
+other random bits than the forward, so its P was not the P that made O. `verdicts(..., sr_valid=False)` ignores them.
+
 * ``full`` (one H100): m in $DIAL_BITS (default 3, 4, 5), seeds $DIAL_SEEDS (default 0; the controls at
-  $DIAL_CONTROL_SEEDS, default the first seed), LR $DIAL_LR (default 5e-3), $DIAL_STEPS steps (default 3000) capped by $EXPLOSION_BUDGET_S wall seconds per run; $DIAL_ARMS limits the
-  per-m arms (default all four kinds); all runs concurrent. Every arm runs on the kernel's native path (BF16
+  $DIAL_CONTROL_SEEDS, default the first seed), LR $DIAL_LR (default 5e-3), $DIAL_STEPS steps (default 3000) capped
+  by $EXPLOSION_BUDGET_S wall seconds per run; $DIAL_ARMS picks the per-m arm kinds (`KINDS`; default rne, sr, fix,
+  dfp32o); all runs concurrent. Every arm runs on the kernel's native path (BF16
   tensor-core operands rounded to m bits; `kernels/attention.py`). The first attempt ran the m < 7 arms on the
   emulated path (FP32 `ieee` matmuls): 0.21 steps/s against 3.59 for the native BF16 control, so in a 400 s budget
   no run left warm-up (results/full/precision_dial_emulated_run.log).
@@ -38,7 +47,15 @@ NAME = "precision_dial"
 DEPENDS = ["lib/experiments/precision_dial.py", "lib/explosion.py", "lib/train.py", "lib/model.py", "lib/data.py",
            "data/corpus/pystdlib.txt.xz", "kernels/*.py", "lib/numerics.py"]
 
-KINDS = ("rne", "sr", "fix", "dfp32o")     # per-m arm kinds (dfp32o only at the smallest m)
+KINDS = ("rne", "sr", "fix", "dfp32o", "sm32", "fixsm32")   # per-m arm kinds (dfp32o only at the smallest m)
+DEFAULT_KINDS = ("rne", "sr", "fix", "dfp32o")
+# Git commits of committed results whose SR arms ran with the SR backward bug (fixed in 8b8d26d): see the docstring.
+SR_BACKWARD_BUG = frozenset({"675045d", "697579c076d22d4b7043a2023b0b624d6511b224"})
+
+
+def sr_valid(meta: dict) -> bool:
+    """False for a result recorded at a commit with the SR backward bug (its SR arms measure a broken gradient)."""
+    return meta.get("git_commit") not in SR_BACKWARD_BUG
 
 
 def arm_specs(m: int, kinds=KINDS, smallest: bool = True) -> dict[str, str]:
@@ -46,7 +63,9 @@ def arm_specs(m: int, kinds=KINDS, smallest: bool = True) -> dict[str, str]:
     base = f"paper/mantissa_bits={m}"
     specs = {"rne": (f"paper_m{m}", base), "sr": (f"paper_m{m}_sr", f"{base}/rounding=sr"),
              "fix": (f"paper_m{m}+fix", f"{base}+fix_split"),
-             "dfp32o": (f"paper_m{m}_dfp32o", f"{base}/delta_source=fp32_o")}
+             "dfp32o": (f"paper_m{m}_dfp32o", f"{base}/delta_source=fp32_o"),
+             "sm32": (f"paper_m{m}_sm32", f"{base}/round_s_minus_m=false"),
+             "fixsm32": (f"paper_m{m}+fix_sm32", f"{base}/round_s_minus_m=false+fix_split")}
     return {specs[k][0]: specs[k][1] for k in kinds if k != "dfp32o" or smallest}
 
 
@@ -56,7 +75,7 @@ def plan(scale: str) -> dict:
         seeds = explosion.env_ints("DIAL_SEEDS", (0,))
         lr = float(os.environ.get("DIAL_LR", "5e-3"))
         steps = int(os.environ.get("DIAL_STEPS", "3000"))
-        kinds = tuple(os.environ.get("DIAL_ARMS", ",".join(KINDS)).split(","))
+        kinds = tuple(os.environ.get("DIAL_ARMS", ",".join(DEFAULT_KINDS)).split(","))
         controls = {"paper": "paper", "fp32": "naive"}
         cseeds = explosion.env_ints("DIAL_CONTROL_SEEDS", seeds[:1])
     else:
@@ -78,8 +97,9 @@ def plan(scale: str) -> dict:
                 kinds=list(kinds), specs=specs, dial_arms=list(dial), control_arms=list(controls))
 
 
-def verdicts(summaries: list[dict], bits) -> dict:
-    """Per m: outcomes of the RNE, SR and fix arms over seeds, and what they say (see the module docstring)."""
+def verdicts(summaries: list[dict], bits, sr_valid: bool = True) -> dict:
+    """Per m: outcomes of the RNE, SR, fix (and, where run, dfp32o, sm32, fix_sm32) arms over seeds, and what they
+    say (see the module docstring). With sr_valid=False the SR outcomes are reported but not used."""
     def outcomes(arm):
         return [s["outcome"] for s in summaries if s["arm"] == arm]
 
@@ -89,20 +109,32 @@ def verdicts(summaries: list[dict], bits) -> dict:
     def trained(oc):
         return bool(oc) and all(o in ("stable", "degraded") for o in oc)
 
+    def fix_words(fix):
+        return "the fix did not prevent it" if failed(fix) else "the fix trained" if trained(fix) else \
+            "the fix was not run" if not fix else "the fix was mixed"
+
     out = {}
     for m in bits:
         rne, sr, fix = outcomes(f"paper_m{m}"), outcomes(f"paper_m{m}_sr"), outcomes(f"paper_m{m}+fix")
+        use_sr = sr if sr_valid else []
         if not failed(rne):
             reading = "RNE did not fail: no test of the bias at this m"
-        elif sr and failed(sr):
+            if failed(fix):
+                reading += "; the fix itself failed"
+        elif not use_sr:
+            reading = f"RNE failed and {fix_words(fix)}; SR {'invalid' if sr else 'not run'}: bias vs coarseness " \
+                      "undecided"
+        elif failed(use_sr):
             reading = "SR failed too: coarseness alone suffices, the bias is not isolated"
-        elif trained(sr) and trained(fix):
+        elif trained(use_sr) and trained(fix):
             reading = "only RNE failed: the bias, not the coarseness, made it fail, and the fix removed it"
-        elif trained(sr):
+        elif trained(use_sr):
             reading = "RNE failed, SR trained (bias), but the fix did not help"
         else:
             reading = "mixed"
-        out[str(m)] = dict(rne=rne, sr=sr, fix=fix, reading=reading)
+        out[str(m)] = dict(rne=rne, sr=sr, fix=fix, sr_valid=sr_valid, reading=reading,
+                           **{k: outcomes(f"paper_m{m}{suf}") for k, suf in
+                              (("dfp32o", "_dfp32o"), ("sm32", "_sm32"), ("fix_sm32", "+fix_sm32"))})
     return out
 
 
