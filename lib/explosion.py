@@ -33,8 +33,11 @@ ARMS = {
     # the paper's δ ablations (not run by default): δ = rowsum(dP∘P); δ from an FP32 recompute of O
     "paper-dPP-delta": "paper/delta_source=dp_p",
     "paper-fp32O-delta": "paper/delta_source=fp32_o",
+    # the fix without its own rounding error (chapter 7, `lib.fix_error`): S − m in FP32, with and without the fix
+    "paper_sm32": "paper/round_s_minus_m=false",
+    "paper+fix_split_sm32": "paper/round_s_minus_m=false+fix_split",
 }
-KERNEL_ARMS = ("paper", "paper+fix", "paper+fix_split", "fa2")
+KERNEL_ARMS = ("paper", "paper+fix", "paper+fix_split", "fa2", "paper_sm32", "paper+fix_split_sm32")
 CONTRAST_ARMS = ("fa2", "sdpa", "fp32")
 
 # Outcome thresholds (definitions, in nats/byte of the training loss smoothed over SMOOTH steps).

@@ -7,6 +7,7 @@ a matplotlib Figure in the book style, stamped with the result's provenance.
 * `qk_norm_figure(res, run_ids, layer)`: ‖W_Q‖₂ per layer over steps, and per head of `layer` (Fig. 3).
 * `tie_rate_figure(res, run_ids)`: per-layer tie rate over steps (Fig. 9).
 * `delta_error_figure(res, run_ids, layer)`: cumulative Σ Δδ per head of `layer` over telemetry steps.
+* `dial_figure(res_list)`: the precision dial (`precision_dial`, `precision_dial_fine`), one panel per m.
 """
 from __future__ import annotations
 
@@ -167,3 +168,49 @@ def max_logit_at(arrays: dict, run_id: str, step: int) -> float:
     st = np.asarray(arrays[f"{run_id}__step"])
     i = min(int(np.searchsorted(st, step)), len(st) - 1)
     return float(np.asarray(arrays[f"{run_id}__max_logit"])[i].max())
+
+
+_DIAL_STYLE = {"rne": ("C0", "RNE"), "fix": ("C3", "RNE + fix"), "dfp32o": ("C2", "RNE, δ from FP32 O"),
+               "sm32": ("C4", "RNE, S−m FP32"), "fixsm32": ("C5", "fix, S−m FP32"), "sr": ("C1", "SR")}
+
+
+def dial_figure(res_list, window: int = SMOOTH):
+    """Smoothed training loss over steps, one panel per mantissa width m of the precision dial, for the per-m arms
+    (colour = kind, line style = seed) and the BF16 / FP32 controls (grey) of the same results. SR arms of results
+    with the SR backward bug (`precision_dial.SR_BACKWARD_BUG`) are left out: they measure a broken gradient."""
+    from lib.experiments import precision_dial as pd
+    t = pd.merged_table(res_list)
+    if not t["bits"]:
+        raise ValueError("no dial runs in the given results")
+    arrays = {}
+    for res in res_list:
+        arrays.update({(res.name, k): v for k, v in res.arrays.items()})
+    fig, axes = plotting.figure(1, len(t["bits"]), width=3.6 * len(t["bits"]), height=3.4, sharey=True)
+    axes = np.atleast_1d(axes)
+    seeds = sorted({r["seed"] for r in t["rows"]})
+    sty = {sd: _STYLES[i % len(_STYLES)] for i, sd in enumerate(seeds)}
+
+    def curve(r):
+        rid = f"{r['arm']}_s{r['seed']}_lr{r['lr']:g}"
+        loss = arrays[(r["result"], f"{rid}__loss")]
+        return np.arange(len(loss)), smooth(loss, max(1, min(window, len(loss) // 10 or 1)))
+
+    for ax, m in zip(axes, t["bits"]):
+        src = {r["result"] for r in t["rows"] if r["m"] == m}     # each panel: the controls run beside that m
+        for c in t["controls"]:
+            if c["result"] in src:
+                x, y = curve(c)
+                ax.plot(x, y, color="0.35" if c["arm"] == "paper" else "0.7", lw=1.0,
+                        label=f"control {'BF16 paper' if c['arm'] == 'paper' else 'FP32 attention'} s{c['seed']}")
+        for r in t["rows"]:
+            if r["m"] != m or not r["valid"]:
+                continue
+            col, name = _DIAL_STYLE[r["kind"]]
+            x, y = curve(r)
+            ax.plot(x, y, color=col, ls=sty[r["seed"]], lw=1.3, label=f"{name} s{r['seed']}")
+        ax.set(title=f"m = {m} mantissa bits", xlabel="step", yscale="log")
+        ax.legend(fontsize=6)
+    axes[0].set_ylabel(f"train loss (nats/byte, {window}-step mean)")
+    plotting.label_provenance(fig, res_list[-1].meta)
+    return fig
+

@@ -63,15 +63,15 @@ def shift_spacing(r_m, beta: float = 7.0, max_shift: float | None = 64.0):
 def fix_error_profile(r_values=(1, 2, 4, 8, 16, 32, 64), heads: int = 16, n: int = 64, gap: float = 1.5,
                       beta: float = 7.0, max_shift: float | None = 64.0, seed: int = 0, variants=None) -> dict:
     """See the module docstring. r_values: tied maxima in score units (BF16 values > 0). Returns
-    {"r": [...], "config": {...}, "variants": {name: {"o_bias": [...], "o_rms": [...], "psum_err": [...]}}}:
+    {"r": [...], "config": {...}, "variants": {name: {"o_bias", "o_rms", "psum_err", "psum_bias": [...]}}}:
     o_bias = mean of (O − O_fp64)/|O_fp64|, o_rms = its root mean square, psum_err = mean over rows of
-    |Σ_j exp(S_j − LSE) − 1| (LSE from the emulated forward, in FP64 arithmetic)."""
+    |Σ_j exp(S_j − LSE) − 1| (LSE from the emulated forward, in FP64 arithmetic), psum_bias = the signed mean."""
     variants = VARIANTS if variants is None else {k: VARIANTS[k] for k in variants}
     r_values = [float(r) for r in r_values]
     bad = [r for r in r_values if not r > 0 or float(round_rne(np.array([r], np.float32), 7)[0]) != r]
     if bad:
         raise ValueError(f"r_values must be positive BF16 values, got {bad}")
-    out = {name: dict(o_bias=[], o_rms=[], psum_err=[]) for name in variants}
+    out = {name: dict(o_bias=[], o_rms=[], psum_err=[], psum_bias=[]) for name in variants}
     for i, r in enumerate(r_values):
         s, v = tied_rows(r, heads, n, gap, seed + i)
         k = np.broadcast_to(np.eye(n, dtype=np.float32), s.shape).copy()
@@ -84,6 +84,7 @@ def fix_error_profile(r_values=(1, 2, 4, 8, 16, 32, 64), heads: int = 16, n: int
             out[name]["o_bias"].append(float(rel.mean()))
             out[name]["o_rms"].append(float(np.sqrt((rel ** 2).mean())))
             out[name]["psum_err"].append(float(np.abs(psum).mean()))
+            out[name]["psum_bias"].append(float(psum.mean()))
     return dict(r=r_values, variants=out,
                 config=dict(heads=heads, n=n, gap=gap, beta=beta, max_shift=max_shift, seed=seed,
                             rows_per_r=heads * n, v="-|N(1, 0.5)|", min_ties_per_row=2))

@@ -68,3 +68,23 @@ def test_max_logit_at_picks_the_first_telemetry_step_at_or_after():
     assert explosion_plots.max_logit_at(arrays, "r", 0) == 2.0
     assert explosion_plots.max_logit_at(arrays, "r", 49) == 5.0
     assert explosion_plots.max_logit_at(arrays, "r", 1000) == 9.0   # run ended before: its last telemetry
+
+
+def test_dial_figure_draws_valid_arms_and_the_controls_of_each_m():
+    """Two fake dial results (the CI run's arrays relabelled): one with the SR backward bug, whose SR arm must not
+    be drawn, one without."""
+    from lib.experiments import precision_dial as pd
+    r = pd.run("ci")
+
+    def as_result(name, commit):
+        return Result(name, "ci", dict(scale="ci", device="cpu", git_commit=commit), r["data"], r["arrays"])
+
+    buggy, fixed = as_result("precision_dial", "675045d"), as_result("precision_dial_fine", "f" * 40)
+    fig = explosion_plots.dial_figure([buggy])
+    n_dial = len([x for x in r["data"]["runs"] if x["arm"].startswith("paper_m3")])
+    n_ctrl = len(r["data"]["runs"]) - n_dial
+    assert len(fig.axes) == 1 and len(fig.axes[0].lines) == n_dial - 1 + n_ctrl     # SR left out
+    plt.close(fig)
+    fig = explosion_plots.dial_figure([fixed])
+    assert len(fig.axes[0].lines) == n_dial + n_ctrl
+    plt.close(fig)

@@ -66,3 +66,19 @@ def test_ci_run_goes_through_every_arm():
     a, b = (r["arrays"][f"{x['id']}__loss"] for x in r["data"]["runs"] if x["arm"] in ("paper_m3", "fp32"))
     assert not np.array_equal(a, b)
     assert set(r["data"]["verdicts"]) == {"3"}
+
+
+def test_merged_table_drops_sr_of_buggy_results():
+    from types import SimpleNamespace
+    runs = [dict(arm="paper_m3", seed=0, outcome="exploded", onset=300, steps=900, final=3.0, lr=5e-3),
+            dict(arm="paper_m3_sr", seed=0, outcome="nonfinite", onset=200, steps=201, final=float("nan"), lr=5e-3),
+            dict(arm="paper_m3+fix", seed=0, outcome="exploded", onset=320, steps=900, final=4.0, lr=5e-3),
+            dict(arm="fp32", seed=0, outcome="stable", onset=None, steps=900, final=0.9, lr=5e-3)]
+    old = SimpleNamespace(name="precision_dial", meta={"git_commit": "675045d"}, data=dict(bits=[3], runs=runs))
+    new = SimpleNamespace(name="precision_dial_fine", meta={"git_commit": "abc"},
+                          data=dict(bits=[5], runs=[dict(r, arm=r["arm"].replace("m3", "m5")) for r in runs]))
+    t = pd.merged_table([old, new])
+    assert t["bits"] == [3, 5] and t["lr"] == [5e-3] and len(t["controls"]) == 2
+    sr = {r["m"]: r["valid"] for r in t["rows"] if r["kind"] == "sr"}
+    assert sr == {3: False, 5: True}
+    assert "SR invalid" in t["verdicts"]["3"]["reading"] and "coarseness alone" in t["verdicts"]["5"]["reading"]

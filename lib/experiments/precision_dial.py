@@ -153,3 +153,31 @@ def run(scale: str) -> dict:
     return dict(data=data, arrays=arrays, config=dict(meta["base_config"], workers=workers, lr=p["lr"],
                                                       steps=p["steps"], plan=p),
                 seeds=dict(torch=p["seeds"], data=[0]))
+
+
+KIND_SUFFIX = {"rne": "", "sr": "_sr", "fix": "+fix", "dfp32o": "_dfp32o", "sm32": "_sm32", "fixsm32": "+fix_sm32"}
+
+
+def merged_table(res_list) -> dict:
+    """The dial's per-m outcomes over several results (e.g. `precision_dial` and `precision_dial_fine`).
+
+    res_list: `lib.results.Result`s of this experiment. Returns {"bits": sorted m, "lr": {...}, "rows": [{"m", "kind",
+    "arm", "seed", "outcome", "onset", "steps", "final", "valid", "result"}], "controls": [...same keys, m None...],
+    "verdicts": {m: verdict (see `verdicts`), SR ignored where a result has the SR backward bug}}."""
+    rows, controls, verdicts_ = [], [], {}
+    for res in res_list:
+        ok_sr = sr_valid(res.meta)
+        bits = res.data["bits"]
+        by_arm = {f"paper_m{m}{suf}": (m, kind) for m in bits for kind, suf in KIND_SUFFIX.items()}
+        for r in res.data["runs"]:
+            rec = dict(arm=r["arm"], seed=r["seed"], outcome=r["outcome"], onset=r["onset"], steps=r["steps"],
+                       final=r["final"], result=res.name, lr=r["lr"])
+            if r["arm"] in by_arm:
+                m, kind = by_arm[r["arm"]]
+                rows.append(dict(rec, m=m, kind=kind, valid=ok_sr or kind != "sr"))
+            else:
+                controls.append(dict(rec, m=None, kind="control", valid=True))
+        verdicts_.update(verdicts(res.data["runs"], bits, sr_valid=ok_sr))
+    return dict(bits=sorted({r["m"] for r in rows}), lr=sorted({r["lr"] for r in rows + controls}), rows=rows,
+                controls=controls, verdicts={k: verdicts_[k] for k in sorted(verdicts_)})
+
