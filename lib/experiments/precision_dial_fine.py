@@ -1,7 +1,8 @@
 """The precision dial one and two bits finer (m = 4, 5): where coarse-but-unbiased rounding may still train.
 
-At m = 3 (`precision_dial`) stochastic rounding failed as well as round-to-nearest-even, and earlier, so m = 3 is too
-coarse to tell the bias from the coarseness. This runs the same experiment (same module, arms, LR, controls and
+At m = 3 (`precision_dial`) stochastic rounding failed as well as round-to-nearest-even, and earlier; we first read
+that as m = 3 being too coarse to tell the bias from the coarseness, but those SR runs had the SR backward bug
+(`precision_dial.SR_BACKWARD_BUG`), and so did this experiment's first result. This runs the same experiment (same module, arms, LR, controls and
 outcome rules) at m = 4 and 5 with the RNE, SR and fix arms ($DIAL_BITS, $DIAL_ARMS and the other $DIAL_* variables
 of `precision_dial` still override these defaults). The BF16 and FP32 controls repeat those of `precision_dial` at
 the same seed: on the same GPU their loss curves should be bit-identical across the two results.
