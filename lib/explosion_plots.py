@@ -191,8 +191,7 @@ def dial_figure(res_list, window: int = SMOOTH):
     sty = {sd: _STYLES[i % len(_STYLES)] for i, sd in enumerate(seeds)}
 
     def curve(r):
-        rid = f"{r['arm']}_s{r['seed']}_lr{r['lr']:g}"
-        loss = arrays[(r["result"], f"{rid}__loss")]
+        loss = arrays[(r["result"], f"{r['id']}__loss")]
         return np.arange(len(loss)), smooth(loss, max(1, min(window, len(loss) // 10 or 1)))
 
     for ax, m in zip(axes, t["bits"]):

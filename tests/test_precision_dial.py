@@ -70,10 +70,10 @@ def test_ci_run_goes_through_every_arm():
 
 def test_merged_table_drops_sr_of_buggy_results():
     from types import SimpleNamespace
-    runs = [dict(arm="paper_m3", seed=0, outcome="exploded", onset=300, steps=900, final=3.0, lr=5e-3),
-            dict(arm="paper_m3_sr", seed=0, outcome="nonfinite", onset=200, steps=201, final=float("nan"), lr=5e-3),
-            dict(arm="paper_m3+fix", seed=0, outcome="exploded", onset=320, steps=900, final=4.0, lr=5e-3),
-            dict(arm="fp32", seed=0, outcome="stable", onset=None, steps=900, final=0.9, lr=5e-3)]
+    runs = [dict(id="a", arm="paper_m3", seed=0, outcome="exploded", onset=300, steps=900, final=3.0, lr=5e-3),
+            dict(id="b", arm="paper_m3_sr", seed=0, outcome="nonfinite", onset=200, steps=201, final=float("nan"), lr=5e-3),
+            dict(id="c", arm="paper_m3+fix", seed=0, outcome="exploded", onset=320, steps=900, final=4.0, lr=5e-3),
+            dict(id="d", arm="fp32", seed=0, outcome="stable", onset=None, steps=900, final=0.9, lr=5e-3)]
     old = SimpleNamespace(name="precision_dial", meta={"git_commit": "675045d"}, data=dict(bits=[3], runs=runs))
     new = SimpleNamespace(name="precision_dial_fine", meta={"git_commit": "abc"},
                           data=dict(bits=[5], runs=[dict(r, arm=r["arm"].replace("m3", "m5")) for r in runs]))

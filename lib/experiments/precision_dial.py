@@ -49,6 +49,8 @@ DEPENDS = ["lib/experiments/precision_dial.py", "lib/explosion.py", "lib/train.p
 
 KINDS = ("rne", "sr", "fix", "dfp32o", "sm32", "fixsm32")   # per-m arm kinds (dfp32o only at the smallest m)
 DEFAULT_KINDS = ("rne", "sr", "fix", "dfp32o")
+# arm name of kind k at m bits: f"paper_m{m}{KIND_SUFFIX[k]}"
+KIND_SUFFIX = {"rne": "", "sr": "_sr", "fix": "+fix", "dfp32o": "_dfp32o", "sm32": "_sm32", "fixsm32": "+fix_sm32"}
 # Git commits of committed results whose SR arms ran with the SR backward bug (fixed in 8b8d26d): see the docstring.
 SR_BACKWARD_BUG = frozenset({"675045d", "697579c076d22d4b7043a2023b0b624d6511b224"})
 
@@ -61,12 +63,10 @@ def sr_valid(meta: dict) -> bool:
 def arm_specs(m: int, kinds=KINDS, smallest: bool = True) -> dict[str, str]:
     """{arm name: attention spec string} of the per-m arms (see the module docstring)."""
     base = f"paper/mantissa_bits={m}"
-    specs = {"rne": (f"paper_m{m}", base), "sr": (f"paper_m{m}_sr", f"{base}/rounding=sr"),
-             "fix": (f"paper_m{m}+fix", f"{base}+fix_split"),
-             "dfp32o": (f"paper_m{m}_dfp32o", f"{base}/delta_source=fp32_o"),
-             "sm32": (f"paper_m{m}_sm32", f"{base}/round_s_minus_m=false"),
-             "fixsm32": (f"paper_m{m}+fix_sm32", f"{base}/round_s_minus_m=false+fix_split")}
-    return {specs[k][0]: specs[k][1] for k in kinds if k != "dfp32o" or smallest}
+    spec = {"rne": base, "sr": f"{base}/rounding=sr", "fix": f"{base}+fix_split",
+            "dfp32o": f"{base}/delta_source=fp32_o", "sm32": f"{base}/round_s_minus_m=false",
+            "fixsm32": f"{base}/round_s_minus_m=false+fix_split"}
+    return {f"paper_m{m}{KIND_SUFFIX[k]}": spec[k] for k in kinds if k != "dfp32o" or smallest}
 
 
 def plan(scale: str) -> dict:
@@ -98,7 +98,7 @@ def plan(scale: str) -> dict:
 
 
 def verdicts(summaries: list[dict], bits, sr_valid: bool = True) -> dict:
-    """Per m: outcomes of the RNE, SR, fix (and, where run, dfp32o, sm32, fix_sm32) arms over seeds, and what they
+    """Per m: outcomes of the RNE, SR, fix (and, where run, dfp32o, sm32, fixsm32: keys of `KIND_SUFFIX`) arms over seeds, and what they
     say (see the module docstring). With sr_valid=False the SR outcomes are reported but not used."""
     def outcomes(arm):
         return [s["outcome"] for s in summaries if s["arm"] == arm]
@@ -115,7 +115,8 @@ def verdicts(summaries: list[dict], bits, sr_valid: bool = True) -> dict:
 
     out = {}
     for m in bits:
-        rne, sr, fix = outcomes(f"paper_m{m}"), outcomes(f"paper_m{m}_sr"), outcomes(f"paper_m{m}+fix")
+        oc = {k: outcomes(f"paper_m{m}{suf}") for k, suf in KIND_SUFFIX.items()}
+        rne, sr, fix = oc["rne"], oc["sr"], oc["fix"]
         use_sr = sr if sr_valid else []
         if not failed(rne):
             reading = "RNE did not fail: no test of the bias at this m"
@@ -132,9 +133,7 @@ def verdicts(summaries: list[dict], bits, sr_valid: bool = True) -> dict:
             reading = "RNE failed, SR trained (bias), but the fix did not help"
         else:
             reading = "mixed"
-        out[str(m)] = dict(rne=rne, sr=sr, fix=fix, sr_valid=sr_valid, reading=reading,
-                           **{k: outcomes(f"paper_m{m}{suf}") for k, suf in
-                              (("dfp32o", "_dfp32o"), ("sm32", "_sm32"), ("fix_sm32", "+fix_sm32"))})
+        out[str(m)] = dict(oc, sr_valid=sr_valid, reading=reading)
     return out
 
 
@@ -155,14 +154,11 @@ def run(scale: str) -> dict:
                 seeds=dict(torch=p["seeds"], data=[0]))
 
 
-KIND_SUFFIX = {"rne": "", "sr": "_sr", "fix": "+fix", "dfp32o": "_dfp32o", "sm32": "_sm32", "fixsm32": "+fix_sm32"}
-
-
 def merged_table(res_list) -> dict:
     """The dial's per-m outcomes over several results (e.g. `precision_dial` and `precision_dial_fine`).
 
-    res_list: `lib.results.Result`s of this experiment. Returns {"bits": sorted m, "lr": {...}, "rows": [{"m", "kind",
-    "arm", "seed", "outcome", "onset", "steps", "final", "valid", "result"}], "controls": [...same keys, m None...],
+    res_list: `lib.results.Result`s of this experiment. Returns {"bits": sorted m, "lr": [...], "rows": [{"m", "kind",
+    "id", "arm", "seed", "outcome", "onset", "steps", "final", "valid", "result"}], "controls": [...same keys, m None...],
     "verdicts": {m: verdict (see `verdicts`), SR ignored where a result has the SR backward bug}}."""
     rows, controls, verdicts_ = [], [], {}
     for res in res_list:
@@ -170,7 +166,7 @@ def merged_table(res_list) -> dict:
         bits = res.data["bits"]
         by_arm = {f"paper_m{m}{suf}": (m, kind) for m in bits for kind, suf in KIND_SUFFIX.items()}
         for r in res.data["runs"]:
-            rec = dict(arm=r["arm"], seed=r["seed"], outcome=r["outcome"], onset=r["onset"], steps=r["steps"],
+            rec = dict(id=r["id"], arm=r["arm"], seed=r["seed"], outcome=r["outcome"], onset=r["onset"], steps=r["steps"],
                        final=r["final"], result=res.name, lr=r["lr"])
             if r["arm"] in by_arm:
                 m, kind = by_arm[r["arm"]]
@@ -180,4 +176,3 @@ def merged_table(res_list) -> dict:
         verdicts_.update(verdicts(res.data["runs"], bits, sr_valid=ok_sr))
     return dict(bits=sorted({r["m"] for r in rows}), lr=sorted({r["lr"] for r in rows + controls}), rows=rows,
                 controls=controls, verdicts={k: verdicts_[k] for k in sorted(verdicts_)})
-
