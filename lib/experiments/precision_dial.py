@@ -98,7 +98,7 @@ def plan(scale: str) -> dict:
 
 
 def verdicts(summaries: list[dict], bits, sr_valid: bool = True) -> dict:
-    """Per m: outcomes of the RNE, SR, fix (and, where run, dfp32o, sm32, fixsm32: keys of `KIND_SUFFIX`) arms over seeds, and what they
+    """Per m: the outcomes over seeds of every arm kind (keys of `KIND_SUFFIX`; empty where not run) and what they
     say (see the module docstring). With sr_valid=False the SR outcomes are reported but not used."""
     def outcomes(arm):
         return [s["outcome"] for s in summaries if s["arm"] == arm]
