@@ -82,3 +82,11 @@ def test_merged_table_drops_sr_of_buggy_results():
     sr = {r["m"]: r["valid"] for r in t["rows"] if r["kind"] == "sr"}
     assert sr == {3: False, 5: True}
     assert "SR invalid" in t["verdicts"]["3"]["reading"] and "coarseness alone" in t["verdicts"]["5"]["reading"]
+
+
+def test_facts_from_verdicts():
+    t = dict(verdicts={"3": dict(rne=["exploded", "exploded"], fix=["exploded"], dfp32o=["exploded", "stable"]),
+                       "5": dict(rne=["stable"], fix=["nonfinite"], dfp32o=[])})
+    f = pd.facts(t)
+    assert f["rne_failed"] == [3] and f["rne_trained"] == [5] and f["fix_failed"] == [3, 5]
+    assert f["fix_breaks"] == [5] and f["dfp32o_failed"] == [] and f["dfp32o_run"] == [3]

@@ -176,3 +176,21 @@ def merged_table(res_list) -> dict:
         verdicts_.update(verdicts(res.data["runs"], bits, sr_valid=ok_sr))
     return dict(bits=sorted({r["m"] for r in rows}), lr=sorted({r["lr"] for r in rows + controls}), rows=rows,
                 controls=controls, verdicts={k: verdicts_[k] for k in sorted(verdicts_)})
+
+
+def facts(table: dict) -> dict:
+    """From `merged_table`: the widths m (sorted lists) at which every seed of a kind failed or trained —
+    {"rne_failed", "rne_trained", "fix_failed", "fix_breaks" (RNE trained, the fix failed), "dfp32o_failed",
+    "dfp32o_run"} — so prose can state outcomes without typing them."""
+    def failed(oc):
+        return bool(oc) and all(o in ("exploded", "nonfinite") for o in oc)
+
+    def trained(oc):
+        return bool(oc) and all(o in ("stable", "degraded") for o in oc)
+
+    v = {int(m): x for m, x in table["verdicts"].items()}
+    pick = lambda cond: sorted(m for m, x in v.items() if cond(x))  # noqa: E731
+    return dict(rne_failed=pick(lambda x: failed(x["rne"])), rne_trained=pick(lambda x: trained(x["rne"])),
+                fix_failed=pick(lambda x: failed(x["fix"])),
+                fix_breaks=pick(lambda x: trained(x["rne"]) and failed(x["fix"])),
+                dfp32o_failed=pick(lambda x: failed(x["dfp32o"])), dfp32o_run=pick(lambda x: bool(x["dfp32o"])))
