@@ -42,16 +42,42 @@ def test_verdict_without_valid_sr_and_a_failing_fix():
          _s("paper_m5", "stable"), _s("paper_m5_sr", "nonfinite"), _s("paper_m5+fix", "exploded")]
     v = pd.verdicts(s, [3, 5], sr_valid=False)
     assert "SR invalid" in v["3"]["reading"] and "did not prevent" in v["3"]["reading"]
-    assert v["3"]["sr"] == ["nonfinite"] and not v["3"]["sr_valid"]
+    assert v["3"]["sr"] == [] and v["3"]["invalid"] == {"sr": ["nonfinite"]} and not v["3"]["sr_valid"]
     assert "fix itself failed" in v["5"]["reading"]
     assert "coarseness alone" in pd.verdicts(s, [3])["3"]["reading"]     # the same outcomes, SR taken at face value
     assert not pd.sr_valid({"git_commit": "675045d"}) and pd.sr_valid({"git_commit": "8b8d26d"})
 
 
-def test_bad_plan_is_refused(monkeypatch):
-    monkeypatch.setenv("DIAL_BITS", "7")
+def test_verdict_reports_the_s_minus_m_fp32_arms():
+    s = [_s("paper_m4", "exploded"), _s("paper_m4+fix", "exploded"), _s("paper_m4_sm32", "stable"),
+         _s("paper_m4+fix_sm32", "stable")]
+    r = pd.verdicts(s, [4])["4"]["reading"]
+    assert "RNE with S − m in FP32 trained" in r and "the fix with S − m in FP32 trained" in r
+    r = pd.verdicts(s[:2] + [_s("paper_m4+fix_sm32", "nonfinite")], [4])["4"]["reading"]
+    assert "the fix with S − m in FP32 failed" in r and "RNE with S − m" not in r
+
+
+@pytest.mark.parametrize("env", [dict(DIAL_BITS="7"), dict(DIAL_ARMS="rne,bogus"), dict(DIAL_CONTROLS="paper,sdpa")])
+def test_bad_plan_is_refused(monkeypatch, env):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
     with pytest.raises(ValueError):
         pd.plan("full")
+
+
+def test_variants_plan_their_arms(monkeypatch):
+    """precision_dial_sr: SR arms only, no controls; precision_dial_fine: the four RNE-based kinds and both
+    controls. (Plans only: a full run needs the GPU.)"""
+    from lib import explosion
+    monkeypatch.setattr(explosion, "kernel_available", lambda: None)
+    with explosion.env_defaults(DIAL_BITS="3,4,5", DIAL_ARMS="sr", DIAL_CONTROLS="none"):
+        p = pd.plan("full")
+    assert p["dial_arms"] == ["paper_m3_sr", "paper_m4_sr", "paper_m5_sr"] and p["control_arms"] == []
+    with explosion.env_defaults(DIAL_BITS="4,5", DIAL_ARMS="rne,fix,sm32,fixsm32"):
+        p = pd.plan("full")
+    assert p["dial_arms"] == ["paper_m4", "paper_m4+fix", "paper_m4_sm32", "paper_m4+fix_sm32", "paper_m5",
+                              "paper_m5+fix", "paper_m5_sm32", "paper_m5+fix_sm32"]
+    assert p["control_arms"] == ["paper", "fp32"]
 
 
 def test_ci_run_goes_through_every_arm():
@@ -82,11 +108,19 @@ def test_merged_table_drops_sr_of_buggy_results():
     sr = {r["m"]: r["valid"] for r in t["rows"] if r["kind"] == "sr"}
     assert sr == {3: False, 5: True}
     assert "SR invalid" in t["verdicts"]["3"]["reading"] and "coarseness alone" in t["verdicts"]["5"]["reading"]
+    # a third result holding only a valid SR arm at m = 3: the reading of m = 3 now uses it with the RNE of `old`
+    sr_only = SimpleNamespace(name="precision_dial_sr", meta={"git_commit": "def"},
+                              data=dict(bits=[3], runs=[dict(runs[1], id="e", outcome="stable", steps=1200)]))
+    t = pd.merged_table([old, new, sr_only])
+    v3 = t["verdicts"]["3"]
+    assert v3["rne"] == ["exploded"] and v3["sr"] == ["stable"] and v3["invalid"] == {"sr": ["nonfinite"]}
+    assert "RNE failed, SR trained" in v3["reading"]
 
 
 def test_facts_from_verdicts():
     t = dict(verdicts={"3": dict(rne=["exploded", "exploded"], fix=["exploded"], dfp32o=["exploded", "stable"]),
-                       "5": dict(rne=["stable"], fix=["nonfinite"], dfp32o=[])})
+                       "5": dict(rne=["stable"], fix=["nonfinite"], dfp32o=[], fixsm32=["stable"], sr=["degraded"])})
     f = pd.facts(t)
     assert f["rne_failed"] == [3] and f["rne_trained"] == [5] and f["fix_failed"] == [3, 5]
     assert f["fix_breaks"] == [5] and f["dfp32o_failed"] == [] and f["dfp32o_run"] == [3]
+    assert f["fixsm32_trained"] == [5] and f["sr_trained"] == [5] and f["sm32_failed"] == f["sm32_trained"] == []

@@ -29,7 +29,8 @@ Results recorded before commit 8b8d26d (`SR_BACKWARD_BUG`) have invalid SR arms:
 other random bits than the forward, so its P was not the P that made O. `verdicts(..., sr_valid=False)` ignores them.
 
 * ``full`` (one H100): m in $DIAL_BITS (default 3, 4, 5), seeds $DIAL_SEEDS (default 0; the controls at
-  $DIAL_CONTROL_SEEDS, default the first seed), LR $DIAL_LR (default 5e-3), $DIAL_STEPS steps (default 3000) capped
+  $DIAL_CONTROL_SEEDS, default the first seed; $DIAL_CONTROLS picks them: "paper,fp32" by default, "none" for a
+  variant whose controls ran in another result), LR $DIAL_LR (default 5e-3), $DIAL_STEPS steps (default 3000) capped
   by $EXPLOSION_BUDGET_S wall seconds per run; $DIAL_ARMS picks the per-m arm kinds (`KINDS`; default rne, sr, fix,
   dfp32o); all runs concurrent. Every arm runs on the kernel's native path (BF16
   tensor-core operands rounded to m bits; `kernels/attention.py`). The first attempt ran the m < 7 arms on the
@@ -77,6 +78,13 @@ def plan(scale: str) -> dict:
         steps = int(os.environ.get("DIAL_STEPS", "3000"))
         kinds = tuple(os.environ.get("DIAL_ARMS", ",".join(DEFAULT_KINDS)).split(","))
         controls = {"paper": "paper", "fp32": "naive"}
+        pick = os.environ.get("DIAL_CONTROLS", ",".join(controls))
+        if pick != "none":
+            bad_c = [c for c in pick.split(",") if c not in controls]
+            if bad_c:
+                raise ValueError(f"precision_dial: DIAL_CONTROLS must be 'none' or a subset of {list(controls)}; "
+                                 f"got {pick!r}")
+        controls = {} if pick == "none" else {c: controls[c] for c in pick.split(",")}
         cseeds = explosion.env_ints("DIAL_CONTROL_SEEDS", seeds[:1])
     else:
         bits, seeds, lr, steps, kinds = (3,), (0,), 1e-2, 3, KINDS
@@ -99,15 +107,22 @@ def plan(scale: str) -> dict:
 
 def verdicts(summaries: list[dict], bits, sr_valid: bool = True) -> dict:
     """Per m: the outcomes over seeds of every arm kind (keys of `KIND_SUFFIX`; empty where not run) and what they
-    say (see the module docstring). With sr_valid=False the SR outcomes are reported but not used."""
-    def outcomes(arm):
-        return [s["outcome"] for s in summaries if s["arm"] == arm]
+    say (see the module docstring). SR outcomes that measure a broken gradient are reported under "invalid" and not
+    used: all of them with sr_valid=False, and any summary carrying "valid": False (`merged_table` marks those)."""
+    def ok(s):
+        return s.get("valid", True) and (sr_valid or not s["arm"].endswith(KIND_SUFFIX["sr"]))
+
+    def outcomes(arm, good=True):
+        return [s["outcome"] for s in summaries if s["arm"] == arm and ok(s) == good]
 
     def failed(oc):
         return bool(oc) and all(o in ("exploded", "nonfinite") for o in oc)
 
     def trained(oc):
         return bool(oc) and all(o in ("stable", "degraded") for o in oc)
+
+    def words(oc):
+        return "failed" if failed(oc) else "trained" if trained(oc) else "was mixed"
 
     def fix_words(fix):
         return "the fix did not prevent it" if failed(fix) else "the fix trained" if trained(fix) else \
@@ -116,24 +131,28 @@ def verdicts(summaries: list[dict], bits, sr_valid: bool = True) -> dict:
     out = {}
     for m in bits:
         oc = {k: outcomes(f"paper_m{m}{suf}") for k, suf in KIND_SUFFIX.items()}
+        bad = {k: outcomes(f"paper_m{m}{suf}", good=False) for k, suf in KIND_SUFFIX.items()}
         rne, sr, fix = oc["rne"], oc["sr"], oc["fix"]
-        use_sr = sr if sr_valid else []
         if not failed(rne):
             reading = "RNE did not fail: no test of the bias at this m"
             if failed(fix):
                 reading += "; the fix itself failed"
-        elif not use_sr:
-            reading = f"RNE failed and {fix_words(fix)}; SR {'invalid' if sr else 'not run'}: bias vs coarseness " \
-                      "undecided"
-        elif failed(use_sr):
+        elif not sr:
+            reading = f"RNE failed and {fix_words(fix)}; SR {'invalid' if bad['sr'] else 'not run'}: bias vs " \
+                      "coarseness undecided"
+        elif failed(sr):
             reading = "SR failed too: coarseness alone suffices, the bias is not isolated"
-        elif trained(use_sr) and trained(fix):
+        elif trained(sr) and trained(fix):
             reading = "only RNE failed: the bias, not the coarseness, made it fail, and the fix removed it"
-        elif trained(use_sr):
+        elif trained(sr):
             reading = "RNE failed, SR trained (bias), but the fix did not help"
         else:
             reading = "mixed"
-        out[str(m)] = dict(oc, sr_valid=sr_valid, reading=reading)
+        if oc["sm32"]:
+            reading += f"; RNE with S − m in FP32 {words(oc['sm32'])}"
+        if oc["fixsm32"]:
+            reading += f"; the fix with S − m in FP32 {words(oc['fixsm32'])}"
+        out[str(m)] = dict(oc, invalid={k: v for k, v in bad.items() if v}, sr_valid=not bad["sr"], reading=reading)
     return out
 
 
@@ -159,8 +178,9 @@ def merged_table(res_list) -> dict:
 
     res_list: `lib.results.Result`s of this experiment. Returns {"bits": sorted m, "lr": [...], "rows": [{"m", "kind",
     "id", "arm", "seed", "outcome", "onset", "steps", "final", "valid", "result"}], "controls": [...same keys, m None...],
-    "verdicts": {m: verdict (see `verdicts`), SR ignored where a result has the SR backward bug}}."""
-    rows, controls, verdicts_ = [], [], {}
+    "verdicts": {m: verdict (see `verdicts`) over all the results' runs, SR ignored where a result has the SR backward
+    bug}}."""
+    rows, controls = [], []
     for res in res_list:
         ok_sr = sr_valid(res.meta)
         bits = res.data["bits"]
@@ -173,15 +193,17 @@ def merged_table(res_list) -> dict:
                 rows.append(dict(rec, m=m, kind=kind, valid=ok_sr or kind != "sr"))
             else:
                 controls.append(dict(rec, m=None, kind="control", valid=True))
-        verdicts_.update(verdicts(res.data["runs"], bits, sr_valid=ok_sr))
-    return dict(bits=sorted({r["m"] for r in rows}), lr=sorted({r["lr"] for r in rows + controls}), rows=rows,
-                controls=controls, verdicts={k: verdicts_[k] for k in sorted(verdicts_)})
+    bits = sorted({r["m"] for r in rows})
+    # one reading per m over every result (e.g. RNE from one result, SR from another)
+    verdicts_ = verdicts([dict(arm=r["arm"], outcome=r["outcome"], valid=r["valid"]) for r in rows], bits)
+    return dict(bits=bits, lr=sorted({r["lr"] for r in rows + controls}), rows=rows, controls=controls,
+                verdicts=verdicts_)
 
 
 def facts(table: dict) -> dict:
     """From `merged_table`: the widths m (sorted lists) at which every seed of a kind failed or trained —
-    {"rne_failed", "rne_trained", "fix_failed", "fix_breaks" (RNE trained, the fix failed), "dfp32o_failed",
-    "dfp32o_run"} — so prose can state outcomes without typing them."""
+    {"<kind>_failed", "<kind>_trained" for every kind of `KIND_SUFFIX`, "fix_breaks" (RNE trained, the fix failed),
+    "dfp32o_run"} — so prose can state outcomes without typing them. A kind not run at m is in neither list."""
     def failed(oc):
         return bool(oc) and all(o in ("exploded", "nonfinite") for o in oc)
 
@@ -190,7 +212,10 @@ def facts(table: dict) -> dict:
 
     v = {int(m): x for m, x in table["verdicts"].items()}
     pick = lambda cond: sorted(m for m, x in v.items() if cond(x))  # noqa: E731
-    return dict(rne_failed=pick(lambda x: failed(x["rne"])), rne_trained=pick(lambda x: trained(x["rne"])),
-                fix_failed=pick(lambda x: failed(x["fix"])),
-                fix_breaks=pick(lambda x: trained(x["rne"]) and failed(x["fix"])),
-                dfp32o_failed=pick(lambda x: failed(x["dfp32o"])), dfp32o_run=pick(lambda x: bool(x["dfp32o"])))
+    out = {}
+    for k in KIND_SUFFIX:
+        out[f"{k}_failed"] = pick(lambda x: failed(x.get(k, [])))
+        out[f"{k}_trained"] = pick(lambda x: trained(x.get(k, [])))
+    out["fix_breaks"] = pick(lambda x: trained(x["rne"]) and failed(x["fix"]))
+    out["dfp32o_run"] = pick(lambda x: bool(x.get("dfp32o")))
+    return out
