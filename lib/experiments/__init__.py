@@ -28,6 +28,7 @@ REGISTRY = {
     "precision_dial": "precision_dial",  # chapter 6: the paper placement at m < 7 mantissa bits, RNE vs SR vs fix
     "precision_dial_fine": "precision_dial_fine",  # chapter 6: the same at m = 4, 5, plus S − m in FP32 arms
     "precision_dial_sr": "precision_dial_sr",  # chapter 6: the dial's SR arms after the SR backward fix
+    "precision_dial_seeds": "precision_dial_seeds",  # chapters 6, 7: m = 5, RNE / fix / fix with S − m FP32, seeds 1, 2
 }
 
 
