@@ -1,0 +1,126 @@
+"""Reading the precision dial across its results: runs of unequal length compared at a common step horizon, and
+repeated runs checked bit for bit (chapters 6 and 7, and the claims table).
+
+The dial's results (`precision_dial`, `precision_dial_fine`, `precision_dial_sr`, `precision_dial_seeds`) ran under a
+wall-clock budget with different numbers of processes sharing the GPU, so their runs reached different step counts
+(about 1,500 to 2,900 steps; SR is ~5x slower per step). An arm that "trained" for 1,600 steps and one that "exploded"
+at step 1,835 of 2,900 are not comparable. `at_common_horizon` re-judges every run of one width m on its first H_m
+steps, H_m = the fewest steps of any finite run at that m, with the same rule (`lib.explosion.classify`).
+
+* `at_common_horizon(res_list)`: `precision_dial.merged_table` with every row re-judged at its width's horizon.
+* `facts(table)`: `precision_dial.facts` of such a table plus the widths where SR failed first, and counts.
+* `repeats(res_list)`: runs with the same arm, seed and LR in several results, and whether their loss curves are
+  bit-identical over the steps they share.
+* `sr_error_ratio(m)`: RMS rounding error of SR over RNE at m mantissa bits (how much noisier SR is).
+"""
+from __future__ import annotations
+
+from itertools import combinations
+
+import numpy as np
+
+from lib import explosion
+from lib.experiments import precision_dial
+
+__all__ = ["at_common_horizon", "facts", "repeats", "sr_error_ratio"]
+
+
+def _arrays(res_list) -> dict:
+    return {(res.name, k): v for res in res_list for k, v in res.arrays.items()}
+
+
+def at_common_horizon(res_list) -> dict:
+    """`precision_dial.merged_table(res_list)` with every dial row re-judged on its first H_m steps.
+
+    res_list: `lib.results.Result`s of the dial experiments (with arrays). H_m is the fewest steps of any valid run
+    at width m whose loss stayed finite (a run stopped by non-finite values keeps its outcome: it failed before
+    H_m). Returns the merged table with, per row, "outcome"/"onset" at the horizon, "full_outcome"/"full_steps"/
+    "full_onset" over the whole run and "horizon"; the table gains "horizon": {m: H_m} and its "verdicts" are
+    recomputed from the re-judged rows. Controls are left whole (they are not part of any verdict)."""
+    t = precision_dial.merged_table(res_list)
+    arr = _arrays(res_list)
+    warm = {res.name: int(res.meta["config"]["warmup"]) for res in res_list}
+    horizon = {}
+    for m in t["bits"]:
+        fin = [r["steps"] for r in t["rows"] if r["m"] == m and r["valid"] and r["outcome"] != "nonfinite"]
+        horizon[m] = min(fin) if fin else None
+    rows = []
+    for r in t["rows"]:
+        h = horizon[r["m"]]
+        new = dict(r, full_outcome=r["outcome"], full_steps=r["steps"], full_onset=r["onset"], horizon=h)
+        if h is not None and r["outcome"] != "nonfinite":
+            loss = arr[(r["result"], f"{r['id']}__loss")][:h]
+            gn = arr[(r["result"], f"{r['id']}__grad_norm")][:h]
+            c = explosion.classify(loss, gn, warm[r["result"]])
+            new.update(outcome=c["outcome"], onset=c["onset"], steps=len(loss), final=c["final"])
+        rows.append(new)
+    v = precision_dial.verdicts([dict(arm=r["arm"], outcome=r["outcome"], valid=r["valid"]) for r in rows],
+                                t["bits"])
+    for x in v.values():
+        # `verdicts` reads SR only where RNE failed; where RNE trained, an SR failure is the opposite of the bias
+        # hypothesis (the unbiased rounding failed first), so say so
+        if not _failed(x["rne"]) and _failed(x["sr"]):
+            x["reading"] += "; SR failed where RNE did not: the unbiased but noisier rounding failed first"
+    return dict(t, rows=rows, horizon=horizon, verdicts=v)
+
+
+def _failed(oc) -> bool:
+    return bool(oc) and all(o in ("exploded", "nonfinite") for o in oc)
+
+
+def _trained(oc) -> bool:
+    return bool(oc) and all(o in ("stable", "degraded") for o in oc)
+
+
+def facts(table: dict) -> dict:
+    """`precision_dial.facts` of an `at_common_horizon` table, plus "sr_fails_first": the widths where SR failed
+    and RNE trained, and per m and kind the counts {"n", "failed"} ("count": {m: {kind: ...}})."""
+    f = precision_dial.facts(table)
+    v = {int(m): x for m, x in table["verdicts"].items()}
+    f["sr_fails_first"] = sorted(m for m, x in v.items() if _trained(x["rne"]) and _failed(x["sr"]))
+    f["count"] = {m: {k: dict(n=len(x[k]), failed=sum(o in ("exploded", "nonfinite") for o in x[k]))
+                      for k in precision_dial.KIND_SUFFIX if x.get(k)} for m, x in v.items()}
+    return f
+
+
+def repeats(res_list) -> list[dict]:
+    """Runs (dial arms and controls; SR runs with the SR backward bug left out) with the same arm, seed and LR in
+    two results: [{"arm", "seed", "lr",
+    "results": (name_a, name_b), "commits": (git commit a, b), "steps": steps both ran, "identical": loss curves
+    bit-identical over those steps, "first_diff": first differing step or None}]."""
+    arr = _arrays(res_list)
+    seen = {}
+    for res in res_list:
+        for r in res.data["runs"]:
+            if r["arm"].endswith(precision_dial.KIND_SUFFIX["sr"]) and not precision_dial.sr_valid(res.meta):
+                continue            # a run with the SR backward bug is not a repeat of a fixed one
+            seen.setdefault((r["arm"], r["seed"], r["lr"]), []).append((res, r))
+    out = []
+    for (arm, seed, lr), runs in sorted(seen.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+        for (ra, a), (rb, b) in combinations(runs, 2):
+            la, lb = arr[(ra.name, f"{a['id']}__loss")], arr[(rb.name, f"{b['id']}__loss")]
+            n = min(len(la), len(lb))
+            diff = np.nonzero(la[:n] != lb[:n])[0]
+            out.append(dict(arm=arm, seed=seed, lr=lr, results=(ra.name, rb.name),
+                            commits=(ra.meta.get("git_commit"), rb.meta.get("git_commit")), steps=int(n),
+                            identical=len(diff) == 0, first_diff=int(diff[0]) if len(diff) else None))
+    return out
+
+
+def sr_error_ratio(m: int, n: int = 1 << 20, seed: int = 0) -> dict:
+    """RMS rounding error of stochastic rounding over round-to-nearest-even, to m mantissa bits, in units of the
+    ulp at m bits, on n log-uniform positive FP32 values in [1, 2) (the error in ulps does not depend on the binade).
+
+    Returns {"m", "rms_rne_ulp", "rms_sr_ulp", "ratio", "bits_equiv" = log2(ratio): how many mantissa bits SR's
+    extra noise costs}. Theory: RNE error is uniform on ±½ ulp (RMS 1/√12 ≈ 0.289), SR's has variance f(1−f) for
+    a value f ulp above the grid point below (RMS 1/√6 ≈ 0.408), a ratio of √2 (half a bit)."""
+    from lib.reference import round_rne, round_stochastic
+    if not 1 <= m <= 22:
+        raise ValueError(f"m must lie in 1..22 mantissa bits, got {m}")
+    rng = np.random.default_rng(seed)
+    x = np.exp2(rng.random(n)).astype(np.float32)
+    ulp = 2.0 ** -m
+    e_rne = (round_rne(x, m).astype(np.float64) - x) / ulp
+    e_sr = (round_stochastic(x, m, rng=rng).astype(np.float64) - x) / ulp
+    a, b = float(np.sqrt(np.mean(e_rne ** 2))), float(np.sqrt(np.mean(e_sr ** 2)))
+    return dict(m=m, rms_rne_ulp=a, rms_sr_ulp=b, ratio=b / a, bits_equiv=float(np.log2(b / a)))
