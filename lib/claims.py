@@ -38,6 +38,9 @@ CLAIMS = [
           "chapters/06-loss-explosion"),
     Claim("fp32_o_stabilises", "Computing O in FP32 (everything else BF16) stabilises training.", "chapters/06-loss-explosion"),
     Claim("fix_stabilises", "The β fix prevents the explosion on the same seeds and data order.", "chapters/07-the-fix"),
+    Claim("bias_not_coarseness", "It is the rounding's bias that breaks training, not its coarseness (the paper's causal "
+          "claim, tested by our precision dial: unbiased stochastic rounding at the same precision should train where "
+          "round-to-nearest-even fails).", "chapters/06-loss-explosion"),
 ]
 
 
@@ -105,6 +108,35 @@ def derive_headline(data: dict) -> dict:
 
 DERIVERS = {"bias_kernel": derive_bias_kernel, "headline": derive_headline}
 
+DIAL_RESULTS = ("precision_dial", "precision_dial_fine", "precision_dial_sr", "precision_dial_seeds")
+
+
+def derive_dial(res_list) -> dict:
+    """bias_not_coarseness from the precision-dial results together (`lib.dial_reading.at_common_horizon`): reproduced
+    where RNE failed and valid SR trained at some width; not reproduced where valid SR failed at every width where RNE
+    failed (and "partly" otherwise). Empty when no width has both a valid SR run and an RNE run."""
+    from lib import dial_reading
+    if not res_list:
+        return {}
+    t = dial_reading.at_common_horizon(res_list)
+    f = dial_reading.facts(t)
+    both = [int(m) for m, v in t["verdicts"].items() if v["sr"] and v["rne"]]
+    if not both:
+        return {}
+    rne_fail = [m for m in both if m in f["rne_failed"]]
+    sr_saves = [m for m in rne_fail if m in f["sr_trained"]]
+    status = "reproduced" if sr_saves else "not reproduced" if rne_fail and all(
+        m in f["sr_failed"] for m in rne_fail) else "partly"
+
+    def ms(x):
+        return ", ".join(map(str, x)) or "none"
+    ev = (f"precision dial, LR {', '.join(f'{x:g}' for x in t['lr'])}, judged at a common step horizon per width "
+          f"({', '.join(f'm = {m}: {h}' for m, h in t['horizon'].items() if m in both)}): RNE failed at m = "
+          f"{ms(rne_fail)}, SR failed at m = {ms([m for m in both if m in f['sr_failed']])}, trained at m = "
+          f"{ms([m for m in both if m in f['sr_trained']])}"
+          + (f"; at m = {ms(f['sr_fails_first'])} SR failed where RNE trained" if f["sr_fails_first"] else ""))
+    return {"bias_not_coarseness": dict(status=status, evidence=ev)}
+
 
 def status_table(root=None) -> list[dict]:
     """One row per claim: id, claim, chapter, status, evidence, source (result label)."""
@@ -119,6 +151,9 @@ def status_table(root=None) -> list[dict]:
         for cid, v in ((r.data.get("claims") or {}) | derived).items():
             if cid not in verdicts or verdicts[cid][0] < rank:
                 verdicts[cid] = (rank, v, f"{r.name} ({r.label})" + (" — STALE" if r.stale else ""))
+    dial = [r for r in all_res if r.name in DIAL_RESULTS and r.scale == "full"]
+    for cid, v in derive_dial(dial).items():    # a verdict that needs several results at once
+        verdicts[cid] = (3, v, "; ".join(f"{r.name} ({r.label})" + (" — STALE" if r.stale else "") for r in dial))
     rows = []
     for c in CLAIMS:
         rank, v, src = verdicts.get(c.id, (0, {}, ""))
