@@ -170,14 +170,16 @@ def max_logit_at(arrays: dict, run_id: str, step: int) -> float:
     return float(np.asarray(arrays[f"{run_id}__max_logit"])[i].max())
 
 
-_DIAL_STYLE = {"rne": ("C0", "RNE"), "fix": ("C3", "RNE + fix"), "dfp32o": ("C2", "RNE, δ from FP32 O"),
-               "sm32": ("C4", "RNE, S−m FP32"), "fixsm32": ("C5", "fix, S−m FP32"), "sr": ("C1", "SR")}
+# colour-blind palette; SR (green) kept apart from the fix (vermillion), the RNE variants near RNE's blue or pink
+_DIAL_STYLE = {"rne": ("C0", "RNE"), "fix": ("C3", "RNE + fix"), "dfp32o": ("C9", "RNE, δ from FP32 O"),
+               "sm32": ("C4", "RNE, S−m FP32"), "fixsm32": ("C5", "fix, S−m FP32"), "sr": ("C2", "SR")}
 
 
-def dial_figure(res_list, window: int = SMOOTH):
+def dial_figure(res_list, window: int = SMOOTH, horizons: dict | None = None):
     """Smoothed training loss over steps, one panel per mantissa width m of the precision dial, for the per-m arms
     (colour = kind, line style = seed) and the BF16 / FP32 controls (grey) of the same results. SR arms of results
-    with the SR backward bug (`precision_dial.SR_BACKWARD_BUG`) are left out: they measure a broken gradient."""
+    with the SR backward bug (`precision_dial.SR_BACKWARD_BUG`) are left out: they measure a broken gradient.
+    horizons: optional {m: step} (`lib.dial_reading.at_common_horizon`), drawn as a dotted vertical line."""
     from lib.experiments import precision_dial as pd
     t = pd.merged_table(res_list)
     if not t["bits"]:
@@ -185,7 +187,7 @@ def dial_figure(res_list, window: int = SMOOTH):
     arrays = {}
     for res in res_list:
         arrays.update({(res.name, k): v for k, v in res.arrays.items()})
-    fig, axes = plotting.figure(1, len(t["bits"]), width=3.6 * len(t["bits"]), height=3.4, sharey=True)
+    fig, axes = plotting.figure(1, len(t["bits"]), width=3.6 * len(t["bits"]), height=3.9, sharey=True)
     axes = np.atleast_1d(axes)
     seeds = sorted({r["seed"] for r in t["rows"]})
     sty = {sd: _STYLES[i % len(_STYLES)] for i, sd in enumerate(seeds)}
@@ -207,9 +209,15 @@ def dial_figure(res_list, window: int = SMOOTH):
             col, name = _DIAL_STYLE[r["kind"]]
             x, y = curve(r)
             ax.plot(x, y, color=col, ls=sty[r["seed"]], lw=1.3, label=f"{name} s{r['seed']}")
+        if horizons and horizons.get(m):
+            ax.axvline(horizons[m], color="k", ls=":", lw=0.8, label=f"common horizon ({horizons[m]} steps)")
         ax.set(title=f"m = {m} mantissa bits", xlabel="step", yscale="log")
-        ax.legend(fontsize=6)
+        ax.legend(fontsize=6, framealpha=0.7)
     axes[0].set_ylabel(f"train loss (nats/byte, {window}-step mean)")
-    plotting.label_provenance(fig, res_list[-1].meta)
+    # several results: stamp each one's commit (a supxlabel, so the constrained layout leaves room for it)
+    m0 = res_list[0].meta
+    fig.supxlabel(f"{m0.get('scale', '?')} · {m0.get('device', '?')} · "
+                  + ", ".join(f"{r.name} {str(r.meta.get('git_commit', '?'))[:7]}" for r in res_list),
+                  fontsize=6, color="0.45", x=0.995, ha="right")
     return fig
 
