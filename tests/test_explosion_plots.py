@@ -88,3 +88,6 @@ def test_dial_figure_draws_valid_arms_and_the_controls_of_each_m():
     fig = explosion_plots.dial_figure([fixed])
     assert len(fig.axes[0].lines) == n_dial + n_ctrl
     plt.close(fig)
+    fig = explosion_plots.dial_figure([fixed], horizons={3: 2})
+    assert len(fig.axes[0].lines) == n_dial + n_ctrl + 1 and fig.axes[0].lines[-1].get_xdata()[0] == 2
+    plt.close(fig)
