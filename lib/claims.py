@@ -133,7 +133,9 @@ def derive_dial(res_list) -> dict:
     ev = (f"precision dial, LR {', '.join(f'{x:g}' for x in t['lr'])}, judged at a common step horizon per width "
           f"({', '.join(f'm = {m}: {h}' for m, h in t['horizon'].items() if m in both)}): RNE failed at m = "
           f"{ms(rne_fail)}, SR failed at m = {ms([m for m in both if m in f['sr_failed']])}, trained at m = "
-          f"{ms([m for m in both if m in f['sr_trained']])}"
+          f"{ms([m for m in both if m in f['sr_trained']])} (seeds failed/run: "
+          + "; ".join(f"m = {m}: RNE {f['count'][m]['rne']['failed']}/{f['count'][m]['rne']['n']}, SR "
+                      f"{f['count'][m]['sr']['failed']}/{f['count'][m]['sr']['n']}" for m in both) + ")"
           + (f"; at m = {ms(f['sr_fails_first'])} SR failed where RNE trained" if f["sr_fails_first"] else ""))
     return {"bias_not_coarseness": dict(status=status, evidence=ev)}
 
