@@ -65,19 +65,28 @@ def test_bad_plan_is_refused(monkeypatch, env):
         pd.plan("full")
 
 
-def test_variants_plan_their_arms(monkeypatch):
-    """precision_dial_sr: SR arms only, no controls; precision_dial_fine: the four RNE-based kinds and both
-    controls. (Plans only: a full run needs the GPU.)"""
+@pytest.mark.parametrize("variant,arms,controls", [
+    ("precision_dial_sr", ["paper_m3_sr", "paper_m4_sr", "paper_m5_sr"], []),
+    ("precision_dial_fine", ["paper_m4", "paper_m4+fix", "paper_m4_sm32", "paper_m4+fix_sm32", "paper_m5",
+                             "paper_m5+fix", "paper_m5_sm32", "paper_m5+fix_sm32"], ["paper", "fp32"]),
+    ("precision_dial_seeds", ["paper_m5", "paper_m5+fix", "paper_m5+fix_sm32"], []),
+])
+def test_variants_plan_their_arms(monkeypatch, variant, arms, controls):
+    """Each variant module's own defaults give the plan its result was recorded with (the full plan is computed
+    inside the variant's `with` block, where the GPU run would start; nothing is trained)."""
+    import importlib
     from lib import explosion
+    for k in ("DIAL_BITS", "DIAL_ARMS", "DIAL_SEEDS", "DIAL_CONTROLS"):
+        monkeypatch.delenv(k, raising=False)
     monkeypatch.setattr(explosion, "kernel_available", lambda: None)
-    with explosion.env_defaults(DIAL_BITS="3,4,5", DIAL_ARMS="sr", DIAL_CONTROLS="none"):
-        p = pd.plan("full")
-    assert p["dial_arms"] == ["paper_m3_sr", "paper_m4_sr", "paper_m5_sr"] and p["control_arms"] == []
-    with explosion.env_defaults(DIAL_BITS="4,5", DIAL_ARMS="rne,fix,sm32,fixsm32"):
-        p = pd.plan("full")
-    assert p["dial_arms"] == ["paper_m4", "paper_m4+fix", "paper_m4_sm32", "paper_m4+fix_sm32", "paper_m5",
-                              "paper_m5+fix", "paper_m5_sm32", "paper_m5+fix_sm32"]
-    assert p["control_arms"] == ["paper", "fp32"]
+    monkeypatch.setattr(pd, "run", lambda scale: pd.plan("full"))
+    p = importlib.import_module(f"lib.experiments.{variant}").run("full")
+    assert p["dial_arms"] == arms and p["control_arms"] == controls
+    assert p["seeds"] == ([1, 2] if variant == "precision_dial_seeds" else [0])
+    from lib import results
+    if results.exists(variant, "full"):          # the committed result was recorded with these defaults
+        rec = results.load(variant, "full").meta["config"]["plan"]
+        assert (rec["dial_arms"], rec["control_arms"], rec["seeds"]) == (p["dial_arms"], p["control_arms"], p["seeds"])
 
 
 def test_ci_run_goes_through_every_arm():
