@@ -2,9 +2,9 @@
 repeated runs checked bit for bit (chapters 6 and 7, and the claims table).
 
 The dial's results (`precision_dial`, `precision_dial_fine`, `precision_dial_sr`, `precision_dial_seeds`) ran under a
-wall-clock budget with different numbers of processes sharing the GPU, so their runs reached different step counts
-(about 1,500 to 2,900 steps; SR is ~5x slower per step). An arm that "trained" for 1,600 steps and one that "exploded"
-at step 1,835 of 2,900 are not comparable. `at_common_horizon` re-judges every run of one width m on its first H_m
+wall-clock budget with different numbers of processes sharing the GPU (and SR runs several times slower per step), so
+their runs reached different step counts. A run that "trained" for its shorter time and one that "exploded" after
+that time are not comparable. `at_common_horizon` re-judges every run of one width m on its first H_m
 steps, H_m = the fewest steps of any finite run at that m, with the same rule (`lib.explosion.classify`).
 
 * `at_common_horizon(res_list)`: `precision_dial.merged_table` with every row re-judged at its width's horizon.
@@ -22,10 +22,11 @@ import numpy as np
 from lib import explosion
 from lib.experiments import precision_dial
 
-__all__ = ["at_common_horizon", "facts", "repeats", "sr_error_ratio"]
+__all__ = ["at_common_horizon", "facts", "repeats", "result_arrays", "sr_error_ratio"]
 
 
-def _arrays(res_list) -> dict:
+def result_arrays(res_list) -> dict:
+    """{(result name, array key): array} over several results (their run ids may repeat across results)."""
     return {(res.name, k): v for res in res_list for k, v in res.arrays.items()}
 
 
@@ -38,7 +39,7 @@ def at_common_horizon(res_list) -> dict:
     "full_onset" over the whole run and "horizon"; the table gains "horizon": {m: H_m} and its "verdicts" are
     recomputed from the re-judged rows. Controls are left whole (they are not part of any verdict)."""
     t = precision_dial.merged_table(res_list)
-    arr = _arrays(res_list)
+    arr = result_arrays(res_list)
     warm = {res.name: int(res.meta["config"]["warmup"]) for res in res_list}
     horizon = {}
     for m in t["bits"]:
@@ -56,20 +57,16 @@ def at_common_horizon(res_list) -> dict:
         rows.append(new)
     v = precision_dial.verdicts([dict(arm=r["arm"], outcome=r["outcome"], valid=r["valid"]) for r in rows],
                                 t["bits"])
-    for x in v.values():
-        # `verdicts` reads SR only where RNE failed; where RNE trained, an SR failure is the opposite of the bias
-        # hypothesis (the unbiased rounding failed first), so say so
-        if not _failed(x["rne"]) and _failed(x["sr"]):
-            x["reading"] += "; SR failed where RNE did not: the unbiased but noisier rounding failed first"
+    # `verdicts` reads SR only where RNE failed; where RNE trained, an SR failure is the opposite of the bias
+    # hypothesis (the unbiased rounding failed first), so say so
+    for m in _sr_fails_first(precision_dial.facts(dict(verdicts=v))):
+        v[str(m)]["reading"] += "; SR failed where RNE did not: the unbiased but noisier rounding failed first"
     return dict(t, rows=rows, horizon=horizon, verdicts=v)
 
 
-def _failed(oc) -> bool:
-    return bool(oc) and all(o in ("exploded", "nonfinite") for o in oc)
-
-
-def _trained(oc) -> bool:
-    return bool(oc) and all(o in ("stable", "degraded") for o in oc)
+def _sr_fails_first(f: dict) -> list[int]:
+    """Widths where every SR seed failed and every RNE seed trained, from `precision_dial.facts`."""
+    return sorted(set(f["rne_trained"]) & set(f["sr_failed"]))
 
 
 def facts(table: dict) -> dict:
@@ -77,7 +74,7 @@ def facts(table: dict) -> dict:
     and RNE trained, and per m and kind the counts {"n", "failed"} ("count": {m: {kind: ...}})."""
     f = precision_dial.facts(table)
     v = {int(m): x for m, x in table["verdicts"].items()}
-    f["sr_fails_first"] = sorted(m for m, x in v.items() if _trained(x["rne"]) and _failed(x["sr"]))
+    f["sr_fails_first"] = _sr_fails_first(f)
     f["count"] = {m: {k: dict(n=len(x[k]), failed=sum(o in ("exploded", "nonfinite") for o in x[k]))
                       for k in precision_dial.KIND_SUFFIX if x.get(k)} for m, x in v.items()}
     return f
@@ -88,7 +85,7 @@ def repeats(res_list) -> list[dict]:
     two results: [{"arm", "seed", "lr",
     "results": (name_a, name_b), "commits": (git commit a, b), "steps": steps both ran, "identical": loss curves
     bit-identical over those steps, "first_diff": first differing step or None}]."""
-    arr = _arrays(res_list)
+    arr = result_arrays(res_list)
     seen = {}
     for res in res_list:
         for r in res.data["runs"]:

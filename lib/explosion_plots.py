@@ -180,13 +180,12 @@ def dial_figure(res_list, window: int = SMOOTH, horizons: dict | None = None):
     (colour = kind, line style = seed) and the BF16 / FP32 controls (grey) of the same results. SR arms of results
     with the SR backward bug (`precision_dial.SR_BACKWARD_BUG`) are left out: they measure a broken gradient.
     horizons: optional {m: step} (`lib.dial_reading.at_common_horizon`), drawn as a dotted vertical line."""
+    from lib import dial_reading
     from lib.experiments import precision_dial as pd
     t = pd.merged_table(res_list)
     if not t["bits"]:
         raise ValueError("no dial runs in the given results")
-    arrays = {}
-    for res in res_list:
-        arrays.update({(res.name, k): v for k, v in res.arrays.items()})
+    arrays = dial_reading.result_arrays(res_list)
     fig, axes = plotting.figure(1, len(t["bits"]), width=3.6 * len(t["bits"]), height=3.9, sharey=True)
     axes = np.atleast_1d(axes)
     seeds = sorted({r["seed"] for r in t["rows"]})
