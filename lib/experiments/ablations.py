@@ -18,7 +18,9 @@ most in the paper arm of the first seed, and the heads of that layer whose ‖W_
 head's growth (at least one head). Without that result (ci, or no headline yet): L = 1 (the paper's layer 2)
 and heads (0,). Each arm's outcome uses the classification of `lib.explosion.classify`.
 
-* ``full``: seeds $ABLATION_SEEDS (default 0, 1), all runs as concurrent processes on one GPU.
+* ``full``: seeds $ABLATION_SEEDS (default 0, 1), all runs as concurrent processes on one GPU. Arms listed in
+  $ABLATION_FIRST_SEED_ONLY run at the first seed only (to spend a 10-minute GPU command on more seeds of the arms
+  that decide a claim); $ABLATION_STEPS caps the steps (default: the headline's).
 * ``ci``: the tiny CPU proxy, 3 steps, seed 0, a subset of arms (kernel in the interpreter is slow).
 """
 from __future__ import annotations
@@ -76,11 +78,17 @@ def plan(scale: str) -> dict:
     if scale == "full":
         seeds = explosion.env_ints("ABLATION_SEEDS", (0, 1))
         lr = hl_data["lr"] if hl_data else headline.pick_lr(scale)[0]
-        steps = hl_data["steps"] if hl_data else int(os.environ.get("HEADLINE_STEPS", "1500"))
+        steps = int(os.environ.get("ABLATION_STEPS") or (hl_data["steps"] if hl_data
+                                                         else os.environ.get("HEADLINE_STEPS", "1500")))
         arms = list(PAPER_EXPECTS)
+        first_only = [a.strip() for a in os.environ.get("ABLATION_FIRST_SEED_ONLY", "").split(",") if a.strip()]
     else:
         seeds, lr, steps = (0,), 1e-2, 3
         arms = ["paper", "delta_dp_p", "fp32_o", "paper_layer_only"]
+        first_only = []
+    bad = [a for a in first_only if a not in PAPER_EXPECTS]
+    if bad:
+        raise ValueError(f"$ABLATION_FIRST_SEED_ONLY: unknown arm(s) {bad}; known: {', '.join(PAPER_EXPECTS)}")
     from lib.model import AttnSpec
     specs = dict(SPECS)
     n = base.n_layer
@@ -88,8 +96,9 @@ def plan(scale: str) -> dict:
     specs["paper_except_layer"] = ",".join("sdpa" if i == layer else "paper" for i in range(n)) if n > 1 else "sdpa"
     specs["fp32_o_heads"] = [AttnSpec.parse("paper", heads=(heads, FP32_O)) if i == layer else AttnSpec.parse("paper")
                              for i in range(n)]
-    return dict(seeds=list(seeds), lr=lr, steps=steps, arms=arms, specs=specs, layer=layer, heads=list(heads),
-                layer_why=why)
+    arm_seeds = {a: list(seeds[:1]) if a in first_only else list(seeds) for a in arms}
+    return dict(seeds=list(seeds), arm_seeds=arm_seeds, lr=lr, steps=steps, arms=arms, specs=specs, layer=layer,
+                heads=list(heads), layer_why=why)
 
 
 def verdicts(summaries: list[dict]) -> dict:
@@ -119,7 +128,7 @@ def claims_from(v: dict) -> dict:
 
 def run(scale: str) -> dict:
     p = plan(scale)
-    runs = [dict(arm=a, seed=s, lr=p["lr"], attn=p["specs"][a]) for a in p["arms"] for s in p["seeds"]]
+    runs = [dict(arm=a, seed=s, lr=p["lr"], attn=p["specs"][a]) for a in p["arms"] for s in p["arm_seeds"][a]]
     workers = explosion.default_workers(scale, len(runs))
     summaries, arrays, meta = explosion.run_arms(scale, runs, workers, steps=p["steps"])
     for s in summaries:                         # AttnSpec lists are not JSON: keep their labels
@@ -127,7 +136,8 @@ def run(scale: str) -> dict:
             s["attn"] = [a.label if hasattr(a, "label") else str(a) for a in s["attn"]]
     v = verdicts(summaries)
     specs = {k: (val if isinstance(val, str) else [a.label for a in val]) for k, val in p["specs"].items()}
-    data = dict(runs=summaries, verdicts=v, lr=p["lr"], steps=p["steps"], seeds=p["seeds"], layer=p["layer"],
+    data = dict(runs=summaries, verdicts=v, lr=p["lr"], steps=p["steps"], seeds=p["seeds"], arm_seeds=p["arm_seeds"],
+                layer=p["layer"],
                 heads=p["heads"], layer_why=p["layer_why"], specs=specs, claims=claims_from(v) if scale == "full" else {})
     return dict(data=data, arrays=arrays, config=dict(meta["base_config"], workers=workers, lr=p["lr"],
                                                       steps=p["steps"]),
