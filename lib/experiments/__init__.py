@@ -25,6 +25,7 @@ REGISTRY = {
     "headline_cliff": "headline_cliff",  # chapter 6: the headline's arms at the sweep's failing LR
     "ablations": "ablations",  # chapter 6 (reads the headline result: run it after headline)
     "beta_sweep": "beta_sweep",  # chapter 7 (reads the headline result: run it after headline)
+    "beta_sweep_seeds": "beta_sweep_seeds",  # chapter 7: β = 7, 30 exact and 30 guarded at seeds 1, 2
     "precision_dial": "precision_dial",  # chapter 6: the paper placement at m < 7 mantissa bits, RNE vs SR vs fix
     "precision_dial_fine": "precision_dial_fine",  # chapter 6: the same at m = 4, 5, plus S − m in FP32 arms
     "precision_dial_sr": "precision_dial_sr",  # chapter 6: the dial's SR arms after the SR backward fix
