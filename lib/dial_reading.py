@@ -19,7 +19,7 @@ from itertools import combinations
 
 import numpy as np
 
-from lib import explosion
+from lib import horizon as horizon_
 from lib.experiments import precision_dial
 
 __all__ = ["at_common_horizon", "facts", "repeats", "result_arrays", "sr_error_ratio"]
@@ -34,27 +34,17 @@ def at_common_horizon(res_list) -> dict:
     """`precision_dial.merged_table(res_list)` with every dial row re-judged on its first H_m steps.
 
     res_list: `lib.results.Result`s of the dial experiments (with arrays). H_m is the fewest steps of any valid run
-    at width m whose loss stayed finite (a run stopped by non-finite values keeps its outcome: it failed before
-    H_m). Returns the merged table with, per row, "outcome"/"onset" at the horizon, "full_outcome"/"full_steps"/
-    "full_onset" over the whole run and "horizon"; the table gains "horizon": {m: H_m} and its "verdicts" are
-    recomputed from the re-judged rows. Controls are left whole (they are not part of any verdict)."""
+    at width m whose loss stayed finite (`lib.horizon`; a run stopped by non-finite values keeps its outcome: it failed
+    before H_m; an invalid SR run keeps its whole-run outcome: it is in no verdict). Returns the merged table with,
+    per row, "outcome"/"onset" at the horizon, "full_outcome"/"full_steps"/"full_onset" over the whole run and
+    "horizon"; the table gains "horizon": {m: H_m} and its "verdicts" are recomputed from the re-judged rows.
+    Controls are left whole (they are not part of any verdict)."""
     t = precision_dial.merged_table(res_list)
     arr = result_arrays(res_list)
     warm = {res.name: int(res.meta["config"]["warmup"]) for res in res_list}
-    horizon = {}
-    for m in t["bits"]:
-        fin = [r["steps"] for r in t["rows"] if r["m"] == m and r["valid"] and r["outcome"] != "nonfinite"]
-        horizon[m] = min(fin) if fin else None
-    rows = []
-    for r in t["rows"]:
-        h = horizon[r["m"]]
-        new = dict(r, full_outcome=r["outcome"], full_steps=r["steps"], full_onset=r["onset"], horizon=h)
-        if h is not None and r["outcome"] != "nonfinite":
-            loss = arr[(r["result"], f"{r['id']}__loss")][:h]
-            gn = arr[(r["result"], f"{r['id']}__grad_norm")][:h]
-            c = explosion.classify(loss, gn, warm[r["result"]])
-            new.update(outcome=c["outcome"], onset=c["onset"], steps=len(loss), final=c["final"])
-        rows.append(new)
+    horizon = {m: horizon_.common_horizon([r for r in t["rows"] if r["m"] == m and r["valid"]]) for m in t["bits"]}
+    rows = [horizon_.rejudge(r, arr[(r["result"], f"{r['id']}__loss")], arr[(r["result"], f"{r['id']}__grad_norm")],
+                             warm[r["result"]], horizon[r["m"]] if r["valid"] else None) for r in t["rows"]]
     v = precision_dial.verdicts([dict(arm=r["arm"], outcome=r["outcome"], valid=r["valid"]) for r in rows],
                                 t["bits"])
     # `verdicts` reads SR only where RNE failed; where RNE trained, an SR failure is the opposite of the bias

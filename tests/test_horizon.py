@@ -1,0 +1,29 @@
+"""lib/horizon.py: the common horizon skips non-finite runs; re-judging a late explosion at an early horizon."""
+import numpy as np
+import pytest
+
+from lib import horizon
+
+
+def _late_blowup(n=600, at=500):
+    loss = np.full(n, 1.0)
+    loss[at:] = 4.0                       # a jump far above the "exploded" threshold, late in the run
+    return loss, np.ones(n)
+
+
+def test_common_horizon_ignores_nonfinite_runs():
+    rows = [dict(steps=900, outcome="stable"), dict(steps=700, outcome="exploded"), dict(steps=80, outcome="nonfinite")]
+    assert horizon.common_horizon(rows) == 700
+    assert horizon.common_horizon([dict(steps=5, outcome="nonfinite")]) is None
+
+
+def test_rejudge_before_and_after_the_blowup():
+    loss, gn = _late_blowup()
+    row = dict(id="r", steps=600, outcome="exploded", onset=500)
+    early = horizon.rejudge(row, loss, gn, warmup=10, h=400)
+    assert early["outcome"] == "stable" and early["steps"] == 400 and early["full_outcome"] == "exploded"
+    late = horizon.rejudge(row, loss, gn, warmup=10, h=600)
+    assert late["outcome"] == "exploded" and late["horizon"] == 600
+    assert horizon.rejudge(dict(row, outcome="nonfinite"), loss, gn, 10, 400)["outcome"] == "nonfinite"
+    with pytest.raises(ValueError, match="longer than run"):
+        horizon.rejudge(row, loss, gn, 10, 601)
