@@ -8,6 +8,7 @@ a matplotlib Figure in the book style, stamped with the result's provenance.
 * `tie_rate_figure(res, run_ids)`: per-layer tie rate over steps (Fig. 9).
 * `delta_error_figure(res, run_ids, layer)`: cumulative Σ Δδ per head of `layer` over telemetry steps.
 * `dial_figure(res_list)`: the precision dial (`precision_dial`, `precision_dial_fine`), one panel per m.
+* `beta_sweep_figure(res_list)`: the β sweep (`beta_sweep`, `beta_sweep_seeds`): loss and largest logit per run.
 """
 from __future__ import annotations
 
@@ -220,3 +221,44 @@ def dial_figure(res_list, window: int = SMOOTH, horizons: dict | None = None):
                   fontsize=6, color="0.45", x=0.995, ha="right")
     return fig
 
+
+
+def beta_sweep_figure(res_list, window: int = SMOOTH):
+    """The β sweep (`beta_sweep`, `beta_sweep_seeds`) judged by `lib.beta_reading.table`. Left: smoothed training
+    loss per run (colour = β with the exact rule, black = the guarded arm; line style = seed) and the common horizon
+    (dotted). Right: the largest attention logit of any layer (score units, log scale) per run, with the tied-max
+    level above which each exact β underflows a BF16 row (dashed, same colour)."""
+    import seaborn as sns
+    from lib import beta_reading
+    t = beta_reading.table(res_list)
+    arrays = {(res.name, k): v for res in res_list for k, v in res.arrays.items()}
+    exact = sorted({r["beta"] for r in t["rows"] if not r["guarded"]})
+    col = dict(zip(exact, sns.color_palette("viridis", len(exact))))
+    seeds = sorted({r["seed"] for r in t["rows"]})
+    sty = {sd: _STYLES[i % len(_STYLES)] for i, sd in enumerate(seeds)}
+    fig, (ax, bx) = plotting.figure(1, 2, width=10.5, height=4.0)
+    for r in t["rows"]:
+        c = "k" if r["guarded"] else col[r["beta"]]
+        lab = f"β = {r['beta']:g} {'guarded' if r['guarded'] else 'exact'} s{r['seed']}"
+        loss = arrays[(r["result"], f"{r['id']}__loss")]
+        ax.plot(np.arange(len(loss)), smooth(loss, max(1, min(window, len(loss) // 10 or 1))), color=c,
+                ls=sty[r["seed"]], lw=1.2, label=lab)
+        st = arrays[(r["result"], f"{r['id']}__step")]
+        ml = arrays[(r["result"], f"{r['id']}__max_logit")].reshape(len(st), -1).max(axis=1)
+        bx.plot(st, ml, color=c, ls=sty[r["seed"]], lw=1.1)
+    for b in exact:
+        xu = next(r["underflow_r"] for r in t["rows"] if r["beta"] == b and not r["guarded"])
+        if xu < 1e5:                    # β → 1 puts the level far above any logit: leave it off the axis
+            bx.axhline(xu, color=col[b], ls="--", lw=0.8)
+    if t["horizon"]:
+        ax.axvline(t["horizon"], color="k", ls=":", lw=0.8, label=f"common horizon ({t['horizon']} steps)")
+    ax.set(xlabel="step", ylabel=f"train loss (nats/byte, {window}-step mean)", yscale="log")
+    ax.legend(fontsize=6, ncol=2, framealpha=0.7)
+    bx.set(xlabel="step", ylabel="largest attention logit (score units)", yscale="log",
+           title="dashed: tied max above which an exact-rule β underflows a BF16 row")
+    bx.title.set_fontsize(8)
+    m0 = res_list[0].meta
+    fig.supxlabel(f"{m0.get('scale', '?')} · {m0.get('device', '?')} · "
+                  + ", ".join(f"{r.name} {str(r.meta.get('git_commit', '?'))[:7]}" for r in res_list),
+                  fontsize=6, color="0.45", x=0.995, ha="right")
+    return fig
