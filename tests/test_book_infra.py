@@ -66,3 +66,24 @@ def test_derived_claims_from_bias_kernel_and_headline():
     h["outcomes"]["paper+fix"] = {"exploded": 2, "nonfinite": 1}
     c = claims.derive_headline(h)
     assert c["explosion"]["status"] == "partly" and c["fix_stabilises"]["status"] == "not reproduced"
+
+
+def test_ablation_claims_count_seeds_and_treat_degraded_as_not_stable():
+    from lib import claims
+
+    def data(paper, fp32_o, dp_p, dfp32o):
+        oc = dict(paper=paper, fp32_o=fp32_o, delta_dp_p=dp_p, delta_fp32_o=dfp32o)
+        fails = ("exploded", "nonfinite")
+        return {"lr": 8e-3, "verdicts": {a: dict(outcomes=o, ours="stable" if all(x == "stable" for x in o) else
+                                                 "fails" if all(x in fails for x in o) else "mixed")
+                                         for a, o in oc.items()}}
+    c = claims.derive_ablations(data(["exploded"] * 3, ["exploded", "degraded", "exploded"], ["exploded"],
+                                     ["exploded", "stable", "exploded"]))
+    assert c["fp32_o_stabilises"]["status"] == "not reproduced"        # no seed stayed stable
+    assert c["delta_only_channel"]["status"] == "partly"
+    assert "delta_fp32_o exploded, stable, exploded" in c["delta_only_channel"]["evidence"]
+    c = claims.derive_ablations(data(["exploded"], ["stable"] * 2, ["stable"], ["stable"]))
+    assert c["fp32_o_stabilises"]["status"] == "reproduced" and c["delta_only_channel"]["status"] == "reproduced"
+    c = claims.derive_ablations(data(["stable"], ["stable"], ["stable"], ["stable"]))   # baseline did not fail
+    assert c["fp32_o_stabilises"]["status"] == "partly" and "weak" in c["fp32_o_stabilises"]["evidence"]
+    assert claims.derive_ablations({"verdicts": {}}) == {}
