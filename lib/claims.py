@@ -120,21 +120,21 @@ def derive_ablations(data: dict) -> dict:
     paper_failed = v["paper"]["ours"] == "fails"
     lr = data.get("lr")
 
-    def status(arms):
+    def verdict(arms):
         oc = [o for a in arms for o in v[a]["outcomes"]]
         stable = sum(o == "stable" for o in oc)
-        return ("reproduced" if stable == len(oc) and paper_failed else
-                "not reproduced" if stable == 0 else "partly")
-
-    def ev(arms):
-        return f"ablations, LR {lr:g}: " + "; ".join(f"{a} {', '.join(v[a]['outcomes'])}" for a in ("paper", *arms)) \
-            + ("" if paper_failed else " (the paper arm did not fail at these seeds, so the test is weak)")
+        status = ("reproduced" if stable == len(oc) and paper_failed else
+                  "not reproduced" if stable == 0 else "partly")
+        ev = (f"ablations, LR {lr:g}: " + "; ".join(f"{a} {', '.join(v[a]['outcomes'])}" for a in ("paper", *arms))
+              + f" — {stable} of {len(oc)} runs stable"
+              + ("" if paper_failed else " (the paper arm did not fail at these seeds, so the test is weak)"))
+        return dict(status=status, evidence=ev)
     out = {}
     if "fp32_o" in v:
-        out["fp32_o_stabilises"] = dict(status=status(["fp32_o"]), evidence=ev(["fp32_o"]))
+        out["fp32_o_stabilises"] = verdict(["fp32_o"])
     delta = [a for a in ("delta_dp_p", "delta_fp32_o") if a in v]
     if delta:
-        out["delta_only_channel"] = dict(status=status(delta), evidence=ev(delta))
+        out["delta_only_channel"] = verdict(delta)
     return out
 
 

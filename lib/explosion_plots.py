@@ -176,6 +176,11 @@ _DIAL_STYLE = {"rne": ("C0", "RNE"), "fix": ("C3", "RNE + fix"), "dfp32o": ("C9"
                "sm32": ("C4", "RNE, S−m FP32"), "fixsm32": ("C5", "fix, S−m FP32"), "sr": ("C2", "SR")}
 
 
+def _smoothed_curve(loss: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, moving-average loss) with the window shortened to a tenth of a short run."""
+    return np.arange(len(loss)), smooth(loss, max(1, min(window, len(loss) // 10 or 1)))
+
+
 def dial_figure(res_list, window: int = SMOOTH, horizons: dict | None = None):
     """Smoothed training loss over steps, one panel per mantissa width m of the precision dial, for the per-m arms
     (colour = kind, line style = seed) and the BF16 / FP32 controls (grey) of the same results. SR arms of results
@@ -193,8 +198,7 @@ def dial_figure(res_list, window: int = SMOOTH, horizons: dict | None = None):
     sty = {sd: _STYLES[i % len(_STYLES)] for i, sd in enumerate(seeds)}
 
     def curve(r):
-        loss = arrays[(r["result"], f"{r['id']}__loss")]
-        return np.arange(len(loss)), smooth(loss, max(1, min(window, len(loss) // 10 or 1)))
+        return _smoothed_curve(arrays[(r["result"], f"{r['id']}__loss")], window)
 
     for ax, m in zip(axes, t["bits"]):
         src = {r["result"] for r in t["rows"] if r["m"] == m}     # each panel: the controls run beside that m
@@ -222,16 +226,15 @@ def dial_figure(res_list, window: int = SMOOTH, horizons: dict | None = None):
     return fig
 
 
-
 def beta_sweep_figure(res_list, window: int = SMOOTH):
     """The β sweep (`beta_sweep`, `beta_sweep_seeds`) judged by `lib.beta_reading.table`. Left: smoothed training
     loss per run (colour = β with the exact rule, black = the guarded arm; line style = seed) and the common horizon
     (dotted). Right: the largest attention logit of any layer (score units, log scale) per run, with the tied-max
     level above which each exact β underflows a BF16 row (dashed, same colour)."""
     import seaborn as sns
-    from lib import beta_reading
+    from lib import beta_reading, dial_reading
     t = beta_reading.table(res_list)
-    arrays = {(res.name, k): v for res in res_list for k, v in res.arrays.items()}
+    arrays = dial_reading.result_arrays(res_list)
     exact = sorted({r["beta"] for r in t["rows"] if not r["guarded"]})
     col = dict(zip(exact, sns.color_palette("viridis", len(exact))))
     seeds = sorted({r["seed"] for r in t["rows"]})
@@ -240,9 +243,8 @@ def beta_sweep_figure(res_list, window: int = SMOOTH):
     for r in t["rows"]:
         c = "k" if r["guarded"] else col[r["beta"]]
         lab = f"β = {r['beta']:g} {'guarded' if r['guarded'] else 'exact'} s{r['seed']}"
-        loss = arrays[(r["result"], f"{r['id']}__loss")]
-        ax.plot(np.arange(len(loss)), smooth(loss, max(1, min(window, len(loss) // 10 or 1))), color=c,
-                ls=sty[r["seed"]], lw=1.2, label=lab)
+        ax.plot(*_smoothed_curve(arrays[(r["result"], f"{r['id']}__loss")], window), color=c, ls=sty[r["seed"]],
+                lw=1.2, label=lab)
         st = arrays[(r["result"], f"{r['id']}__step")]
         ml = arrays[(r["result"], f"{r['id']}__max_logit")].reshape(len(st), -1).max(axis=1)
         bx.plot(st, ml, color=c, ls=sty[r["seed"]], lw=1.1)

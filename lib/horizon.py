@@ -8,6 +8,7 @@ with the same rule as the whole run (`lib.explosion.classify`).
 * `common_horizon(rows)`: H over summary rows ({"steps", "outcome"}); None if every run went non-finite.
 * `rejudge(row, loss, grad_norm, warmup, h)`: the row with "outcome"/"onset"/"steps"/"final" judged on the first h
   steps, the whole-run values kept as "full_outcome"/"full_steps"/"full_onset", and "horizon" = h.
+* `judge_result(res)`: every run of one `lib.results.Result` re-judged at that result's common horizon.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from lib import explosion
 
-__all__ = ["common_horizon", "rejudge"]
+__all__ = ["common_horizon", "judge_result", "rejudge"]
 
 
 def common_horizon(rows) -> int | None:
@@ -36,3 +37,13 @@ def rejudge(row: dict, loss: np.ndarray, grad_norm: np.ndarray, warmup: int, h: 
     c = explosion.classify(loss[:h], grad_norm[:h], warmup)
     new.update(outcome=c["outcome"], onset=c["onset"], steps=int(h), final=c["final"])
     return new
+
+
+def judge_result(res) -> tuple[int | None, dict]:
+    """(H, {run id: `rejudge` row}) for every run of `res` (a `lib.results.Result` with per-step "<id>__loss" and
+    "<id>__grad_norm" arrays), H = `common_horizon` of all its runs."""
+    runs = res.data["runs"]
+    h = common_horizon(runs)
+    warm = int(res.meta["config"]["warmup"])
+    return h, {r["id"]: rejudge(r, res.arrays[f"{r['id']}__loss"], res.arrays[f"{r['id']}__grad_norm"], warm, h)
+               for r in runs}

@@ -82,6 +82,7 @@ def test_ablation_claims_count_seeds_and_treat_degraded_as_not_stable():
     assert c["fp32_o_stabilises"]["status"] == "not reproduced"        # no seed stayed stable
     assert c["delta_only_channel"]["status"] == "partly"
     assert "delta_fp32_o exploded, stable, exploded" in c["delta_only_channel"]["evidence"]
+    assert "1 of 4 runs stable" in c["delta_only_channel"]["evidence"]
     c = claims.derive_ablations(data(["exploded"], ["stable"] * 2, ["stable"], ["stable"]))
     assert c["fp32_o_stabilises"]["status"] == "reproduced" and c["delta_only_channel"]["status"] == "reproduced"
     c = claims.derive_ablations(data(["stable"], ["stable"], ["stable"], ["stable"]))   # baseline did not fail

@@ -27,3 +27,15 @@ def test_rejudge_before_and_after_the_blowup():
     assert horizon.rejudge(dict(row, outcome="nonfinite"), loss, gn, 10, 400)["outcome"] == "nonfinite"
     with pytest.raises(ValueError, match="longer than run"):
         horizon.rejudge(row, loss, gn, 10, 601)
+
+
+def test_judge_result_uses_the_shortest_run_of_the_result():
+    from types import SimpleNamespace
+    late, gn = _late_blowup(n=600, at=500)
+    early, _ = _late_blowup(n=400, at=300)
+    runs = [dict(id="a", steps=600, outcome="exploded", onset=500), dict(id="b", steps=400, outcome="exploded",
+                                                                       onset=300)]
+    res = SimpleNamespace(data=dict(runs=runs), meta=dict(config=dict(warmup=10)),
+                          arrays={"a__loss": late, "a__grad_norm": gn, "b__loss": early, "b__grad_norm": gn[:400]})
+    h, j = horizon.judge_result(res)
+    assert h == 400 and j["a"]["outcome"] == "stable" and j["b"]["outcome"] == "exploded"
