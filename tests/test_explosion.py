@@ -120,3 +120,36 @@ def test_headline_cliff_ci_plan_restores_env(monkeypatch):
     assert seen == dict(lr=1e-2, arms=["sdpa", "fp32"])
     import os
     assert "HEADLINE_CONTRAST_ARMS" not in os.environ
+
+
+def test_headline_fix_sm32_takes_lr_and_steps_from_the_headline(monkeypatch):
+    """The variant runs its arms at the committed headline's LR and steps (so both are judged on one horizon), lets an
+    exported value win, and restores the environment."""
+    import os
+    from lib.experiments import headline_fix_sm32 as hf
+    for k in ("HEADLINE_FIX_ARMS", "HEADLINE_CONTRAST_ARMS", "HEADLINE_LR", "HEADLINE_STEPS"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setattr(explosion, "kernel_available", lambda: None)
+    monkeypatch.setattr(hf, "headline_lr_steps", lambda: dict(HEADLINE_LR="0.0123", HEADLINE_STEPS="777"))
+    monkeypatch.setattr(headline, "run", lambda scale: headline.plan(scale))
+    p = hf.run("full")
+    assert (p["lr"], p["steps"], p["lr_source"]) == (0.0123, 777, "$HEADLINE_LR")
+    assert p["fix_arms"] == ["paper+fix_split_sm32"] and p["contrast_arms"] == ["fp32"]
+    assert [(r["arm"], r["seed"], r.get("tag", "")) for r in p["runs"]] == [
+        ("paper+fix_split_sm32", 0, ""), ("paper+fix_split_sm32", 1, ""), ("paper+fix_split_sm32", 2, ""),
+        ("fp32", 0, ""), ("paper+fix_split_sm32", 0, "repeat")]
+    monkeypatch.setenv("HEADLINE_STEPS", "55")
+    assert hf.run("full")["steps"] == 55
+    monkeypatch.delenv("HEADLINE_STEPS")
+    assert "HEADLINE_LR" not in os.environ and "HEADLINE_FIX_ARMS" not in os.environ
+
+
+def test_headline_fix_sm32_reads_the_committed_headline():
+    from lib import results
+    from lib.experiments import headline_fix_sm32 as hf
+    got = hf.headline_lr_steps()
+    if not results.exists("headline", "full"):
+        assert got == {}
+    else:
+        d = results.load("headline", "full").data
+        assert float(got["HEADLINE_LR"]) == d["lr"] and int(got["HEADLINE_STEPS"]) == d["steps"]

@@ -70,6 +70,8 @@ def test_bad_plan_is_refused(monkeypatch, env):
     ("precision_dial_fine", ["paper_m4", "paper_m4+fix", "paper_m4_sm32", "paper_m4+fix_sm32", "paper_m5",
                              "paper_m5+fix", "paper_m5_sm32", "paper_m5+fix_sm32"], ["paper", "fp32"]),
     ("precision_dial_seeds", ["paper_m5", "paper_m5+fix", "paper_m5+fix_sm32"], []),
+    ("precision_dial_sr_seeds", ["paper_m5_sr", "paper_m6_sr"], []),
+    ("precision_dial_m6", ["paper_m6"], []),
 ])
 def test_variants_plan_their_arms(monkeypatch, variant, arms, controls):
     """Each variant module's own defaults give the plan its result was recorded with (the full plan is computed
@@ -82,7 +84,8 @@ def test_variants_plan_their_arms(monkeypatch, variant, arms, controls):
     monkeypatch.setattr(pd, "run", lambda scale: pd.plan("full"))
     p = importlib.import_module(f"lib.experiments.{variant}").run("full")
     assert p["dial_arms"] == arms and p["control_arms"] == controls
-    assert p["seeds"] == ([1, 2] if variant == "precision_dial_seeds" else [0])
+    assert p["seeds"] == ([1, 2] if variant in ("precision_dial_seeds", "precision_dial_sr_seeds",
+                                                "precision_dial_m6") else [0])
     from lib import results
     if results.exists(variant, "full"):          # the committed result was recorded with these defaults
         rec = results.load(variant, "full").meta["config"]["plan"]

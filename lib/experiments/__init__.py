@@ -22,6 +22,7 @@ REGISTRY = {
     "paper_placement": "paper_placement",  # chapter 2
     "bias_montecarlo": "bias_montecarlo", "bias_kernel": "bias_kernel",  # chapter 1
     "lr_sweep": "lr_sweep", "headline": "headline",  # chapter 6 (run lr_sweep before headline)
+    "headline_fix_sm32": "headline_fix_sm32",  # chapters 6, 7: the fix with S − m in FP32 (reads the headline)
     "headline_cliff": "headline_cliff",  # chapter 6: the headline's arms at the sweep's failing LR
     "ablations": "ablations",  # chapter 6 (reads the headline result: run it after headline)
     "beta_sweep": "beta_sweep",  # chapter 7 (reads the headline result: run it after headline)
@@ -30,6 +31,8 @@ REGISTRY = {
     "precision_dial_fine": "precision_dial_fine",  # chapter 6: the same at m = 4, 5, plus S − m in FP32 arms
     "precision_dial_sr": "precision_dial_sr",  # chapter 6: the dial's SR arms after the SR backward fix
     "precision_dial_seeds": "precision_dial_seeds",  # chapters 6, 7: m = 5, RNE / fix / fix with S − m FP32, seeds 1, 2
+    "precision_dial_sr_seeds": "precision_dial_sr_seeds",  # chapter 6: SR at m = 5, 6, seeds 1, 2
+    "precision_dial_m6": "precision_dial_m6",  # chapter 6: RNE at m = 6, seeds 1, 2 (SR's baseline)
 }
 
 
