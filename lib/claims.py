@@ -140,7 +140,8 @@ def derive_ablations(data: dict) -> dict:
 
 DERIVERS = {"bias_kernel": derive_bias_kernel, "headline": derive_headline, "ablations": derive_ablations}
 
-DIAL_RESULTS = ("precision_dial", "precision_dial_fine", "precision_dial_sr", "precision_dial_seeds")
+DIAL_RESULTS = ("precision_dial", "precision_dial_fine", "precision_dial_sr", "precision_dial_seeds",
+                "precision_dial_sr_seeds", "precision_dial_m6")
 
 
 def derive_dial(res_list) -> dict:
@@ -168,7 +169,7 @@ def derive_dial(res_list) -> dict:
           f"{ms([m for m in both if m in f['sr_trained']])} (seeds failed/run: "
           + "; ".join(f"m = {m}: RNE {f['count'][m]['rne']['failed']}/{f['count'][m]['rne']['n']}, SR "
                       f"{f['count'][m]['sr']['failed']}/{f['count'][m]['sr']['n']}" for m in both) + ")"
-          + (f"; at m = {ms(f['sr_fails_first'])} SR failed where RNE trained" if f["sr_fails_first"] else ""))
+          + (f"; at m = {ms(f['sr_worse'])} SR failed in a larger share of seeds than RNE" if f["sr_worse"] else ""))
     return {"bias_not_coarseness": dict(status=status, evidence=ev)}
 
 

@@ -47,26 +47,36 @@ def at_common_horizon(res_list) -> dict:
                              warm[r["result"]], horizon[r["m"]] if r["valid"] else None) for r in t["rows"]]
     v = precision_dial.verdicts([dict(arm=r["arm"], outcome=r["outcome"], valid=r["valid"]) for r in rows],
                                 t["bits"])
-    # `verdicts` reads SR only where RNE failed; where RNE trained, an SR failure is the opposite of the bias
-    # hypothesis (the unbiased rounding failed first), so say so
-    for m in _sr_fails_first(precision_dial.facts(dict(verdicts=v))):
-        v[str(m)]["reading"] += "; SR failed where RNE did not: the unbiased but noisier rounding failed first"
+    # `verdicts` reads SR only where RNE failed; where SR failed in a larger share of its seeds than RNE, the
+    # unbiased rounding did worse than the biased one (the opposite of the bias hypothesis), so say so
+    cnt = _counts(v)
+    for m in _sr_worse(cnt):
+        sr, rne = cnt[m]["sr"], cnt[m]["rne"]
+        v[str(m)]["reading"] += (f"; SR failed in {sr['failed']} of {sr['n']} seeds where RNE failed in "
+                                 f"{rne['failed']} of {rne['n']}: the unbiased but noisier rounding failed more often")
     return dict(t, rows=rows, horizon=horizon, verdicts=v)
 
 
-def _sr_fails_first(f: dict) -> list[int]:
-    """Widths where every SR seed failed and every RNE seed trained, from `precision_dial.facts`."""
-    return sorted(set(f["rne_trained"]) & set(f["sr_failed"]))
+def _counts(verdicts: dict) -> dict:
+    """{m: {kind: {"n": runs, "failed": exploded or non-finite}}} over the kinds run at m, from `verdicts`."""
+    return {int(m): {k: dict(n=len(x[k]), failed=sum(o in ("exploded", "nonfinite") for o in x[k]))
+                     for k in precision_dial.KIND_SUFFIX if x.get(k)} for m, x in verdicts.items()}
+
+
+def _sr_worse(count: dict) -> list[int]:
+    """Widths where SR failed in a larger fraction of its seeds than RNE did, from `_counts`."""
+    return sorted(m for m, c in count.items() if "sr" in c and "rne" in c
+                  and c["sr"]["failed"] / c["sr"]["n"] > c["rne"]["failed"] / c["rne"]["n"])
 
 
 def facts(table: dict) -> dict:
-    """`precision_dial.facts` of an `at_common_horizon` table, plus "sr_fails_first": the widths where SR failed
-    and RNE trained, and per m and kind the counts {"n", "failed"} ("count": {m: {kind: ...}})."""
+    """`precision_dial.facts` of an `at_common_horizon` table, plus per m and kind the counts {"n", "failed"}
+    ("count": {m: {kind: ...}}), "sr_fails_first": the widths where every SR seed failed and every RNE seed
+    trained, and "sr_worse": the widths where SR failed in a larger fraction of its seeds than RNE."""
     f = precision_dial.facts(table)
-    v = {int(m): x for m, x in table["verdicts"].items()}
-    f["sr_fails_first"] = _sr_fails_first(f)
-    f["count"] = {m: {k: dict(n=len(x[k]), failed=sum(o in ("exploded", "nonfinite") for o in x[k]))
-                      for k in precision_dial.KIND_SUFFIX if x.get(k)} for m, x in v.items()}
+    f["count"] = _counts(table["verdicts"])
+    f["sr_fails_first"] = sorted(set(f["rne_trained"]) & set(f["sr_failed"]))
+    f["sr_worse"] = _sr_worse(f["count"])
     return f
 
 

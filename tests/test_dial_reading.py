@@ -46,9 +46,10 @@ def test_late_explosion_is_judged_at_the_common_horizon():
     assert row["rne"]["steps"] == 500 and row["rne"]["full_steps"] == 1000
     assert row["sr"]["outcome"] == "exploded" and row["sr"]["onset"] is not None
     v = t["verdicts"]["5"]
-    assert v["rne"] == ["stable"] and v["sr"] == ["exploded"] and "SR failed where RNE did not" in v["reading"]
+    assert v["rne"] == ["stable"] and v["sr"] == ["exploded"]
+    assert "SR failed in 1 of 1 seeds where RNE failed in 0 of 1" in v["reading"]
     f = dr.facts(t)
-    assert f["sr_fails_first"] == [5] and f["count"][5]["sr"] == dict(n=1, failed=1)
+    assert f["sr_fails_first"] == [5] and f["sr_worse"] == [5] and f["count"][5]["sr"] == dict(n=1, failed=1)
     assert t["controls"][0]["steps"] == 900          # controls are not cut
 
 
@@ -101,3 +102,19 @@ def test_claim_bias_not_coarseness_follows_the_runs():
     assert derive_dial([rne]) == {} and derive_dial([]) == {}       # no SR run: no verdict
     buggy = _result("precision_dial_sr", "675045d", [4], [("paper_m4_sr", 0, dict(n=500))])
     assert derive_dial([rne, buggy]) == {}                          # only an invalid SR run: no verdict
+
+
+def test_sr_failing_in_some_seeds_more_often_than_rne_is_reported():
+    """SR fails in 2 of 3 seeds, RNE in 0 of 2: not "every SR seed failed" (sr_fails_first), but SR failed more often
+    (sr_worse); at a width where both fail equally nothing is added."""
+    a = _result("precision_dial_fine", "abc", [5, 6], [
+        ("paper_m5", 0, dict(n=600)), ("paper_m5", 1, dict(n=600)),
+        ("paper_m5_sr", 0, dict(n=600, blow_at=300)), ("paper_m5_sr", 1, dict(n=600)),
+        ("paper_m5_sr", 2, dict(n=600, blow_at=350)),
+        ("paper_m6", 1, dict(n=600)), ("paper_m6_sr", 1, dict(n=600))])
+    t = dr.at_common_horizon([a])
+    f = dr.facts(t)
+    assert f["sr_fails_first"] == [] and f["sr_worse"] == [5]
+    assert f["count"][5] == dict(rne=dict(n=2, failed=0), sr=dict(n=3, failed=2))
+    assert "SR failed in 2 of 3 seeds where RNE failed in 0 of 2" in t["verdicts"]["5"]["reading"]
+    assert "SR failed" not in t["verdicts"]["6"]["reading"]
