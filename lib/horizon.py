@@ -9,6 +9,8 @@ with the same rule as the whole run (`lib.explosion.classify`).
 * `rejudge(row, loss, grad_norm, warmup, h)`: the row with "outcome"/"onset"/"steps"/"final" judged on the first h
   steps, the whole-run values kept as "full_outcome"/"full_steps"/"full_onset", and "horizon" = h.
 * `judge_result(res)`: every run of one `lib.results.Result` re-judged at that result's common horizon.
+* `arm_words(runs, judged, arm)`: "exploded (647), stable, …" — one arm's judged outcomes in seed order (prose).
+* `stable_arms(runs, judged)`: the arms whose every run stayed stable.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import numpy as np
 
 from lib import explosion
 
-__all__ = ["common_horizon", "judge_result", "rejudge"]
+__all__ = ["arm_words", "common_horizon", "judge_result", "rejudge", "stable_arms"]
 
 
 def common_horizon(rows) -> int | None:
@@ -47,3 +49,22 @@ def judge_result(res) -> tuple[int | None, dict]:
     warm = int(res.meta["config"]["warmup"])
     return h, {r["id"]: rejudge(r, res.arrays[f"{r['id']}__loss"], res.arrays[f"{r['id']}__grad_norm"], warm, h)
                for r in runs}
+
+
+def _arm_runs(runs, arm):
+    """The runs of `arm` without a tag (a repeat is not another seed), in seed order."""
+    return sorted((r for r in runs if r["arm"] == arm and not r.get("tag")), key=lambda r: r["seed"])
+
+
+def arm_words(runs, judged: dict, arm: str, onsets: bool = True) -> str:
+    """The outcomes of `arm`'s runs (summary rows with "id", "arm", "seed", "tag") as judged in `judged` ({run id:
+    `rejudge` row}), in seed order: "exploded (647), stable, degraded (1136)", the onset step in brackets for a run
+    that did not stay stable (onsets=False: outcomes only). Empty string if the arm has no run."""
+    return ", ".join(judged[r["id"]]["outcome"] + (f" ({judged[r['id']]['onset']})" if onsets and judged[r["id"]][
+        "onset"] is not None and judged[r["id"]]["outcome"] != "stable" else "") for r in _arm_runs(runs, arm))
+
+
+def stable_arms(runs, judged: dict) -> list[str]:
+    """The arms (in order of first appearance) whose every untagged run is "stable" in `judged`."""
+    arms = dict.fromkeys(r["arm"] for r in runs if not r.get("tag"))
+    return [a for a in arms if all(judged[r["id"]]["outcome"] == "stable" for r in _arm_runs(runs, a))]

@@ -39,3 +39,17 @@ def test_judge_result_uses_the_shortest_run_of_the_result():
                           arrays={"a__loss": late, "a__grad_norm": gn, "b__loss": early, "b__grad_norm": gn[:400]})
     h, j = horizon.judge_result(res)
     assert h == 400 and j["a"]["outcome"] == "stable" and j["b"]["outcome"] == "exploded"
+
+
+def test_arm_words_and_stable_arms_read_judged_rows_in_seed_order():
+    runs = [dict(id="a2", arm="a", seed=2, tag=""), dict(id="a0", arm="a", seed=0, tag=""),
+            dict(id="a0r", arm="a", seed=0, tag="repeat"), dict(id="b0", arm="b", seed=0, tag="")]
+    judged = {"a2": dict(outcome="exploded", onset=647), "a0": dict(outcome="degraded", onset=None),
+              "a0r": dict(outcome="stable", onset=None), "b0": dict(outcome="stable", onset=12)}
+    assert horizon.arm_words(runs, judged, "a") == "degraded, exploded (647)"      # seed order, repeat left out
+    assert horizon.arm_words(runs, judged, "a", onsets=False) == "degraded, exploded"
+    assert horizon.arm_words(runs, judged, "b") == "stable"                        # no onset for a stable run
+    assert horizon.arm_words(runs, judged, "c") == ""
+    assert horizon.stable_arms(runs, judged) == ["b"]
+    judged["a2"] = judged["a0"] = dict(outcome="stable", onset=None)
+    assert horizon.stable_arms(runs, judged) == ["a", "b"]
