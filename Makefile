@@ -32,7 +32,7 @@ book-ci: $(STAMP)
 	TRITON_INTERPRET=1 BOOK_SCALE=ci $(BIN)/jupyter-book build . $(JB_FLAGS)
 
 html-check: $(STAMP)
-	$(BIN)/python -m lib.htmlcheck _build/html
+	$(BIN)/python -m lib.book.htmlcheck _build/html
 
 ## GPU path (plain Python; the GPU image has no Jupyter). Writes results under $${OUT:-results}/full.
 gpu-results:
@@ -42,7 +42,7 @@ gpu-tests:
 	$(PY) -m pytest -q -m gpu tests
 
 check-results: $(STAMP)
-	$(BIN)/python -m lib.results check
+	$(BIN)/python -m lib.book.results check
 
 clean:
 	rm -rf _build .pytest_cache

@@ -6,7 +6,7 @@ FLOPs (the Triton tutorial's convention): fwd = 4·B·H·N²·D, halved for caus
 
     python benchmarks/bench_attention.py [--out DIR] [--quick] [--no-tune]
 
-writes DIR/full/attention_bench.json (default DIR: ./results) through `lib.results.save`. With tuning on, a small
+writes DIR/full/attention_bench.json (default DIR: ./results) through `lib.book.results.save`. With tuning on, a small
 hand-made list of launch configs is timed at N = 4096 per head dim and kernel, and the winner is used (and recorded).
 The JSON also holds "path_agreement": how often native and emulated O agree bit for bit on random inputs, and their
 max difference (tensor-core BF16 accumulation vs FP32 FMA accumulation).
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import lib.setup  # noqa: E402,F401
+import lib.book.setup  # noqa: E402,F401
 import torch  # noqa: E402
 import triton  # noqa: E402
 
@@ -118,7 +118,7 @@ def _save(rows, tuned, agree, seqs, t0, out):
                "fix_overhead_fwd+bwd_median": sorted(r["fix_overhead"] for r in fb)[len(fb) // 2],
                "complete": agree is not None}
     print(f"summary: {summary}", flush=True)
-    from lib import results
+    from lib.book import results
     return results.save("attention_bench", "full",
                         {"rows": rows, "summary": summary, "tuned": {str(d): t for d, t in tuned.items()},
                          "configs_used": {f"{k[0]}_{'d<=64' if k[1] else 'd>64'}": v

@@ -1,14 +1,14 @@
 """Benchmark (a script, not a test): time of one training step of the proxy GPT per attention arm, GPU only.
 
-The step is what `lib.train.train` does per step without telemetry: forward under BF16 autocast, backward, global
-grad-norm clip, fused AdamW step, zero_grad. Proxy model of `lib.explosion.proxy_config("full")` (6 layers, width
+The step is what `lib.training.train.train` does per step without telemetry: forward under BF16 autocast, backward, global
+grad-norm clip, fused AdamW step, zero_grad. Proxy model of `lib.proxy.proxy_config("full")` (6 layers, width
 384, 6 heads, batch 32 × 512 bytes). Times are `triton.testing.do_bench` medians (ms) of the same fixed batch, all
 arms in one process on one GPU, so the ratios compare like with like. Reported: ms per arm, each arm / sdpa, and the
 cost of the fix (paper+fix / paper). The issue's target: paper placement ≤ 1.3 × the SDPA step.
 
     python benchmarks/bench_train_step.py [--out DIR] [--quick]
 
-writes DIR/full/train_step_bench.json (default DIR: ./results) through `lib.results.save`.
+writes DIR/full/train_step_bench.json (default DIR: ./results) through `lib.book.results.save`.
 """
 from __future__ import annotations
 
@@ -19,14 +19,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import lib.setup  # noqa: E402,F401
+import lib.book.setup  # noqa: E402,F401
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from lib import data as data_mod  # noqa: E402
-from lib.explosion import ARMS, proxy_config  # noqa: E402
-from lib.model import GPT  # noqa: E402
-from lib.train import make_optimizer  # noqa: E402
+from lib.training import data as data_mod  # noqa: E402
+from lib.training.proxy import ARMS, proxy_config  # noqa: E402
+from lib.training.model import GPT  # noqa: E402
+from lib.training.train import make_optimizer  # noqa: E402
 
 ORDER = ("sdpa", "fa2", "paper", "paper+fix", "paper+fix_split", "fp32")
 
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
         print("bench_train_step needs a CUDA GPU", file=sys.stderr)
         return 2
     import triton
-    from lib import results
+    from lib.book import results
     rep = 200 if a.quick else 1000
     rounds = 1 if a.quick else a.rounds
     t0 = time.perf_counter()
@@ -90,8 +90,8 @@ def main(argv=None) -> int:
                                                   "interleaved rounds, one process, one GPU")
     print({k: round(v, 3) for k, v in ratios.items()}, "fix cost", round(data["fix_cost"], 3))
     p = results.save("train_step_bench", "full", data,
-                     depends_on=["benchmarks/bench_train_step.py", "lib/train.py", "lib/model.py", "kernels/*.py",
-                                 "lib/explosion.py"],
+                     depends_on=["benchmarks/bench_train_step.py", "lib/training/train.py", "lib/training/model.py", "kernels/*.py",
+                                 "lib/training/proxy.py"],
                      seeds=[0], wall_s=round(time.perf_counter() - t0, 3),
                      config=dict(proxy_config("full").__dict__, rep_ms=rep, rounds=rounds), root=Path(a.out) if a.out else None)
     print(p)

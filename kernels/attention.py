@@ -31,7 +31,7 @@ import math
 import torch
 import triton
 
-from lib.numerics import FP32, Numerics, get_profile
+from lib.fp.numerics import FP32, Numerics, get_profile
 from kernels.flash_bwd import attn_bwd_dkdv_kernel, attn_bwd_dq_kernel, attn_delta_kernel
 from kernels.flash_fwd import attn_fwd_kernel
 
@@ -247,7 +247,7 @@ def attention(q, k, v, *, causal=True, scale=None, numerics="fa2", fix=None, bet
 
     q, k, v: (batch, heads, seq, head_dim), bfloat16 or float32, same device; head_dim in [16, 128].
     causal: mask keys after the query (top-left aligned). scale: softmax scale, default 1/sqrt(head_dim).
-    numerics: "fp32" | "fa2" | "paper" or a `lib.numerics.Numerics`. fix: None, "beta" (per-tile detection, the
+    numerics: "fp32" | "fa2" | "paper" or a `lib.fp.numerics.Numerics`. fix: None, "beta" (per-tile detection, the
     paper's Algorithm 1) or "beta_split" (also a max repeated across tiles). beta > 1: the β of the
     fix. tie_tol >= 0: a row's tile max counts as repeated when another score is >= max − tie_tol (0: exact ties).
     max_shift > 0 or None: underflow guard of the fix — a repeated max is never shifted by more than max_shift

@@ -1,4 +1,4 @@
-"""Flash-attention forward (FA2 algorithm) with every rounding point of `lib.numerics.Numerics` as a constexpr switch.
+"""Flash-attention forward (FA2 algorithm) with every rounding point of `lib.fp.numerics.Numerics` as a constexpr switch.
 
 Layout: q, k, v, o are contiguous (batch·heads, seq, head_dim); LSE is FP32 (batch·heads, seq). Grid:
 (cdiv(seq, BLOCK_M), batch·heads); each program owns BLOCK_M query rows and walks the key tiles left to right
@@ -8,7 +8,7 @@ Layout: q, k, v, o are contiguous (batch·heads, seq, head_dim); LSE is FP32 (ba
 Two paths through the same code (the `NATIVE` constexpr):
 * emulated (NATIVE=False): q, k, v are FP32 tensors; every rounding is `rne_mantissa` / `sr_mantissa` from
   `kernels/rounding.py`; matmuls are FP32 `tl.dot(..., input_precision="ieee")`. Bit-exact in the CPU interpreter
-  against `lib/reference.py`'s emulator (same tiles, same order of operations).
+  against `lib/fp/reference.py`'s emulator (same tiles, same order of operations).
 * native (NATIVE=True, GPU only, mantissa_bits <= 7, RNE or SR): q, k, v are BF16; the P̄V operand is rounded to
   M bits (`bf16_operand`: the hardware cast at M = 7 with RNE, else our helper and an exact cast) and QKᵀ / P̄V run
   on BF16 tensor cores with FP32 accumulation. The elementwise steps are the same code.

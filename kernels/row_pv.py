@@ -93,7 +93,7 @@ def row_pv(S: torch.Tensor, V: torch.Tensor, m: int = 7, beta: float | None = No
     {"ell"} of shape (B, R) and {"p"} (the rounded P̄ operand, as FP32) of shape (B, R, N); "acc" is the FP32
     accumulator before rounding.
     native=True needs a GPU and m = 7; stochastic rounding uses Philox(seed, element offset)."""
-    from lib.setup import INTERPRET
+    from lib.book.setup import INTERPRET
     for name, t in (("S", S), ("V", V)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")

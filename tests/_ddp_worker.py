@@ -5,8 +5,8 @@ import sys
 
 import torch
 
-import lib.setup  # noqa: F401
-from lib.train import TrainConfig, train
+import lib.book.setup  # noqa: F401
+from lib.training.train import TrainConfig, train
 
 CFG = dict(n_layer=2, n_head=2, n_embd=32, seq_len=32, batch_size=8, steps=4, lr=3e-3, warmup=2, attn="naive",
            telemetry_every=2, eval_batches=0, progress=False)

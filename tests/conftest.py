@@ -6,7 +6,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-import lib.setup  # noqa: E402,F401  (sets TRITON_INTERPRET=1 without CUDA)
+import lib.book.setup  # noqa: E402,F401  (sets TRITON_INTERPRET=1 without CUDA)
 
 import pytest  # noqa: E402
 

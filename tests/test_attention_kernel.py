@@ -1,4 +1,4 @@
-"""kernels/attention.py in the CPU interpreter: bit-exact against the oracle `lib/reference.py`, error vs fp64,
+"""kernels/attention.py in the CPU interpreter: bit-exact against the oracle `lib/fp/reference.py`, error vs fp64,
 autograd wiring, and bad-input errors. Small shapes (the interpreter costs ~0.1 ms per tl op)."""
 import math
 
@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-import lib.setup  # noqa: F401  (interpreter before kernels)
+import lib.book.setup  # noqa: F401  (interpreter before kernels)
 from kernels import attention
 from kernels.attention import attention_bwd, attention_fwd
-from lib.numerics import FP32, get_profile
-from lib.reference import attention_fp64, emulate_backward, emulate_delta, emulate_forward
+from lib.fp.numerics import FP32, get_profile
+from lib.fp.reference import attention_fp64, emulate_backward, emulate_delta, emulate_forward
 
 BLOCK = (32, 32)
 
@@ -243,7 +243,7 @@ def test_native_path_accepts_the_dial_and_sr_but_not_wider_formats():
     """The native path takes any numerics whose operands fit BF16 exactly (m <= 7, RNE or SR) and rounds P̄, backward
     P and dS as operands; wider mantissas or unrounded operands must go to the emulated path."""
     from kernels.attention import native_allowed
-    from lib.numerics import get_profile
+    from lib.fp.numerics import get_profile
     paper = get_profile("paper")
     assert native_allowed(paper) and native_allowed(get_profile("fa2"))
     assert native_allowed(paper.replace(mantissa_bits=3)) and native_allowed(paper.replace(rounding="sr"))
@@ -259,7 +259,7 @@ def test_sr_backward_recomputes_the_forward_scores(impl):
     the backward is a different random rounding than the P that made O (up to e^{ulp(S)} off: ~28% at m = 5 for
     logits near 10; SR training runs went non-finite within ~200 steps). With V = I (N = head dim) and only S rounded,
     O *is* the forward's P, so a consistent backward gives dV = Oᵀ·dO up to FP32 rounding."""
-    from lib.reference import emulate_attention
+    from lib.fp.reference import emulate_attention
     nm = get_profile("fp32").replace(round_s=True, rounding="sr", mantissa_bits=3)
     g = torch.Generator().manual_seed(0)
     N = 16

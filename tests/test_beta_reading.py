@@ -1,4 +1,4 @@
-"""lib/beta_reading.py (and its figure): β-sweep runs judged at a common horizon, the theory's underflow level
+"""lib/readings/beta_reading.py (and its figure): β-sweep runs judged at a common horizon, the theory's underflow level
 against the logits reached, and the kernel emulator's zeroed rows when a tied max is shifted past underflow."""
 from types import SimpleNamespace
 
@@ -6,8 +6,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from lib import beta_reading as br
-from lib import beta_theory, explosion, explosion_plots
+from lib.readings import beta_reading as br
+from lib.fp import beta_theory
+from lib.training import outcome, proxy
+from lib.figures import explosion_plots
 
 WARM = 20
 
@@ -20,7 +22,7 @@ def _run(beta, max_shift, seed, n, blow_at=None, logit=(1.0, 50.0)):
     gn = np.full(n, 0.5, np.float32)
     st = np.arange(0, n, 50)
     ml = np.repeat(np.geomspace(*logit, len(st))[:, None], 2, axis=1)      # (telemetry steps, layers)
-    c = explosion.classify(loss, gn, WARM)
+    c = outcome.classify(loss, gn, WARM)
     summ = dict(id=rid, arm="paper+fix", seed=seed, lr=0.008, beta=beta, max_shift=max_shift, steps=n,
                 outcome=c["outcome"], onset=c["onset"], final=c["final"])
     return summ, {f"{rid}__loss": loss, f"{rid}__grad_norm": gn, f"{rid}__step": st, f"{rid}__max_logit": ml}

@@ -1,12 +1,12 @@
-"""lib/experiments/beta_sweep.py: predictions follow lib.beta_theory; the exact-rule arm can underflow, the guarded one not."""
+"""lib/experiments/beta_sweep.py: predictions follow lib.fp.beta_theory; the exact-rule arm can underflow, the guarded one not."""
 import math
 
 import numpy as np
 import torch
 
-from lib import beta_theory
+from lib.fp import beta_theory
 from lib.experiments import beta_sweep
-from lib.model import AttnSpec, GPTConfig
+from lib.training.model import AttnSpec, GPTConfig
 
 
 def test_predictions_are_the_theory_thresholds():

@@ -1,12 +1,12 @@
-"""lib/beta_theory.py: thresholds derived exactly, then checked against measured rounding."""
+"""lib/fp/beta_theory.py: thresholds derived exactly, then checked against measured rounding."""
 import math
 
 import numpy as np
 import pytest
 import torch
 
-from lib import beta_theory as bt
-from lib.bf16 import round_rne
+from lib.fp import beta_theory as bt
+from lib.fp.bf16 import round_rne
 
 
 def test_shift_invariance_is_exact():

@@ -4,8 +4,9 @@ import shutil
 import matplotlib.pyplot as plt
 import pytest
 
-from lib import claims, results
-from lib.chain import CHAIN, causal_chain_figure
+from lib.readings import claims
+from lib.book import results
+from lib.figures.chain import CHAIN, causal_chain_figure
 
 
 def test_chain_figure_draws_every_link():
@@ -30,7 +31,7 @@ def test_claims_status_comes_from_results(tmp_path, monkeypatch):
 
 @pytest.mark.skipif(not (shutil.which("chromium") and shutil.which("chromedriver")), reason="needs chromium + chromedriver")
 def test_htmlcheck_detects_broken_pages(tmp_path):
-    from lib import htmlcheck
+    from lib.book import htmlcheck
     (tmp_path / "ok.html").write_text('<html><body><p id="a">fine</p><a href="#a">x</a></body></html>')
     (tmp_path / "bad.html").write_text(
         '<html><body><img src="missing.png"><a href="nowhere.html">y</a><a href="ok.html#zz">z</a>'
@@ -69,7 +70,7 @@ def test_derived_claims_from_bias_kernel_and_headline():
 
 
 def test_ablation_claims_count_seeds_and_treat_degraded_as_not_stable():
-    from lib import claims
+    from lib.readings import claims
 
     def data(paper, fp32_o, dp_p, dfp32o):
         oc = dict(paper=paper, fp32_o=fp32_o, delta_dp_p=dp_p, delta_fp32_o=dfp32o)

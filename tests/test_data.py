@@ -1,4 +1,4 @@
-"""The pinned corpus and the deterministic, replayable batch order (lib/data.py)."""
+"""The pinned corpus and the deterministic, replayable batch order (lib/training/data.py)."""
 import hashlib
 from pathlib import Path
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from lib import data
+from lib.training import data
 
 STDLIB = Path("/root/.pyenv/versions/3.11.7/lib/python3.11")
 

@@ -27,7 +27,7 @@ def test_ddp_two_ranks_match_single_process(tmp_path):
     # one process on the same global batch (8 windows per step, the same recorded order)
     sys.path.insert(0, str(ROOT / "tests"))
     from _ddp_worker import CFG
-    from lib.train import TrainConfig, train
+    from lib.training.train import TrainConfig, train
     single = train(TrainConfig(**CFG))
     assert single["world_size"] == 1
     for a, s in zip(r0["params"], single["model"].parameters()):
@@ -36,7 +36,7 @@ def test_ddp_two_ranks_match_single_process(tmp_path):
     assert r0["loss"] == pytest.approx(single["loss"], rel=1e-5)
     # and training moved the weights, so the agreement is not trivial
     torch.manual_seed(CFG.get("seed", 0))
-    from lib.model import GPT
+    from lib.training.model import GPT
     init = GPT(TrainConfig(**CFG).model_config())
     moved = max((a - i.detach()).abs().max().item() for a, i in zip(r0["params"], init.parameters()))
     assert moved > 1e-4

@@ -1,10 +1,10 @@
-"""lib/dial_reading.py: the common-horizon re-judging, bit-identical repeats and the SR/RNE noise ratio."""
+"""lib/readings/dial_reading.py: the common-horizon re-judging, bit-identical repeats and the SR/RNE noise ratio."""
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from lib import dial_reading as dr
+from lib.readings import dial_reading as dr
 
 WARM = 20
 
@@ -20,12 +20,12 @@ def _curve(n, blow_at=None, seed=0):
 
 def _result(name, commit, bits, runs):
     """runs: [(arm, seed, curve kwargs)] -> a Result-like object with summaries judged like the harness does."""
-    from lib import explosion
+    from lib.training import outcome, proxy
     data_runs, arrays = [], {}
     for arm, seed, kw in runs:
         rid = f"{arm}_s{seed}_lr0.005"
         loss, gn = _curve(**kw, seed=seed)
-        c = explosion.classify(loss, gn, WARM)
+        c = outcome.classify(loss, gn, WARM)
         data_runs.append(dict(id=rid, arm=arm, seed=seed, lr=5e-3, outcome=c["outcome"], onset=c["onset"],
                               steps=len(loss), final=c["final"]))
         arrays[f"{rid}__loss"], arrays[f"{rid}__grad_norm"] = loss, gn
@@ -93,7 +93,7 @@ def test_sr_error_ratio_matches_theory():
 
 
 def test_claim_bias_not_coarseness_follows_the_runs():
-    from lib.claims import derive_dial
+    from lib.readings.claims import derive_dial
     rne = _result("precision_dial_fine", "abc", [4], [("paper_m4", 0, dict(n=600, blow_at=200))])
     sr_fails = _result("precision_dial_sr", "abc", [4], [("paper_m4_sr", 0, dict(n=500, blow_at=250))])
     sr_trains = _result("precision_dial_sr", "abc", [4], [("paper_m4_sr", 0, dict(n=500))])

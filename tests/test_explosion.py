@@ -1,8 +1,8 @@
-"""Outcome classification, LR choice and the repeat check of the explosion experiments (lib/explosion.py)."""
+"""Outcome classification, LR choice and the repeat check of the explosion experiments (lib/training/proxy.py)."""
 import numpy as np
 import pytest
 
-from lib import explosion
+from lib.training import outcome, proxy
 from lib.experiments import headline, lr_sweep
 
 
@@ -16,26 +16,26 @@ def _curve(n=400, rise_at=None, rise=0.0, noise=0.01, seed=0):
 
 def test_classify_thresholds():
     gn = np.full(400, 0.3)
-    assert explosion.classify(_curve(), gn, 50)["outcome"] == "stable"
-    c = explosion.classify(_curve(rise_at=200, rise=2.0), gn, 50)
+    assert outcome.classify(_curve(), gn, 50)["outcome"] == "stable"
+    c = outcome.classify(_curve(rise_at=200, rise=2.0), gn, 50)
     assert c["outcome"] == "exploded" and 200 <= c["onset"] <= 300 and c["rise"] > 1.5
-    assert explosion.classify(_curve(rise_at=200, rise=0.3), gn, 50)["outcome"] == "degraded"
+    assert outcome.classify(_curve(rise_at=200, rise=0.3), gn, 50)["outcome"] == "degraded"
     spiky = gn.copy()
     spiky[300] = 50.0
-    assert explosion.classify(_curve(), spiky, 50)["outcome"] == "degraded"
+    assert outcome.classify(_curve(), spiky, 50)["outcome"] == "degraded"
     spiky_warm = gn.copy()
     spiky_warm[10] = 50.0          # a spike inside warm-up does not count
-    assert explosion.classify(_curve(), spiky_warm, 50)["outcome"] == "stable"
+    assert outcome.classify(_curve(), spiky_warm, 50)["outcome"] == "stable"
     # A run cut inside warm-up (the first precision-dial attempt: 90 of 200 warm-up steps) cannot be judged; its
     # step-0 grad norm (~28 at init) used to count as a post-warm-up spike and label it "degraded".
-    c = explosion.classify(_curve()[:90], np.r_[28.0, gn[:89]], 200)
+    c = outcome.classify(_curve()[:90], np.r_[28.0, gn[:89]], 200)
     assert c["outcome"] == "short" and np.isnan(c["max_grad_norm"])
     bad = _curve()
     bad[123] = np.nan
-    c = explosion.classify(bad, gn, 50)
+    c = outcome.classify(bad, gn, 50)
     assert c["outcome"] == "nonfinite" and c["onset"] == 123
     with pytest.raises(ValueError):
-        explosion.classify([], [], 0)
+        outcome.classify([], [], 0)
 
 
 def test_choose_lr():
@@ -54,7 +54,7 @@ def test_choose_lr():
 def test_run_arms_and_repeat_check():
     runs = [dict(arm="sdpa", seed=0, lr=1e-2), dict(arm="fp32", seed=0, lr=1e-2),
             dict(arm="sdpa", seed=0, lr=1e-2, tag="repeat")]
-    summ, arrays, meta = explosion.run_arms("ci", runs, workers=1, steps=4)
+    summ, arrays, meta = proxy.run_arms("ci", runs, workers=1, steps=4)
     assert [s["id"] for s in summ] == ["sdpa_s0_lr0.01", "fp32_s0_lr0.01", "sdpa_s0_lr0.01_repeat"]
     assert len({s["starts_sha256"] for s in summ}) == 1          # one recorded batch order for every arm
     import hashlib
@@ -70,7 +70,7 @@ def test_run_arms_and_repeat_check():
 
 
 def test_a_failing_run_is_recorded_not_fatal(monkeypatch):
-    import lib.train as train_mod
+    import lib.training.train as train_mod
 
     real = train_mod.train
 
@@ -80,17 +80,17 @@ def test_a_failing_run_is_recorded_not_fatal(monkeypatch):
         return real(cfg)
     monkeypatch.setattr(train_mod, "train", flaky)
     runs = [dict(arm="sdpa", seed=0, lr=1e-2), dict(arm="fp32", seed=0, lr=1e-2)]
-    summ, arrays, meta = explosion.run_arms("ci", runs, workers=1, steps=3)
+    summ, arrays, meta = proxy.run_arms("ci", runs, workers=1, steps=3)
     assert summ[0]["outcome"] != "error" and "sdpa_s0_lr0.01__loss" in arrays
     assert summ[1]["outcome"] == "error" and "out of memory" in summ[1]["error"]
     assert not any(k.startswith("fp32_") for k in arrays)
-    assert "fp32_s0_lr0.01                     error" in explosion.summary_table(summ)
+    assert "fp32_s0_lr0.01                     error" in proxy.summary_table(summ)
 
 
 def test_headline_plan_arms_from_env(monkeypatch):
     monkeypatch.setenv("HEADLINE_FIX_ARMS", "paper,paper+fix_split")
     monkeypatch.setenv("HEADLINE_CONTRAST_ARMS", "sdpa")
-    p = headline.plan("full", lr=1e-3, lr_source="test") if explosion.kernel_available() is None else \
+    p = headline.plan("full", lr=1e-3, lr_source="test") if proxy.kernel_available() is None else \
         headline.plan("ci", lr=1e-3, lr_source="test")
     arms = [(r["arm"], r.get("tag")) for r in p["runs"]]
     assert ("sdpa", None) in arms and ("paper+fix", None) not in arms
@@ -129,7 +129,7 @@ def test_headline_fix_sm32_takes_lr_and_steps_from_the_headline(monkeypatch):
     from lib.experiments import headline_fix_sm32 as hf
     for k in ("HEADLINE_FIX_ARMS", "HEADLINE_CONTRAST_ARMS", "HEADLINE_LR", "HEADLINE_STEPS"):
         monkeypatch.delenv(k, raising=False)
-    monkeypatch.setattr(explosion, "kernel_available", lambda: None)
+    monkeypatch.setattr(proxy, "kernel_available", lambda: None)
     monkeypatch.setattr(hf, "headline_lr_steps", lambda: dict(HEADLINE_LR="0.0123", HEADLINE_STEPS="777"))
     monkeypatch.setattr(headline, "run", lambda scale: headline.plan(scale))
     p = hf.run("full")
@@ -145,7 +145,7 @@ def test_headline_fix_sm32_takes_lr_and_steps_from_the_headline(monkeypatch):
 
 
 def test_headline_fix_sm32_reads_the_committed_headline():
-    from lib import results
+    from lib.book import results
     from lib.experiments import headline_fix_sm32 as hf
     got = hf.headline_lr_steps()
     if not results.exists("headline", "full"):

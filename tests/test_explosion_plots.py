@@ -3,17 +3,18 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from lib import explosion, explosion_plots
+from lib.training import outcome, proxy
+from lib.figures import explosion_plots
 from lib.experiments import lr_sweep
-from lib.results import Result
+from lib.book.results import Result
 
 
 @pytest.fixture(scope="module")
 def res():
     runs = [dict(arm=a, seed=s, lr=lr) for lr in (1e-3, 1e-2) for a in ("sdpa", "fp32") for s in (0,)]
-    summ, arrays, meta = explosion.run_arms("ci", runs, workers=1, steps=4, n_layer=2, n_head=2, n_embd=32)
-    data = dict(runs=summ, arms=["sdpa", "fp32"], thresholds=dict(rise_exploded=explosion.RISE_EXPLODED,
-                                                                  rise_degraded=explosion.RISE_DEGRADED))
+    summ, arrays, meta = proxy.run_arms("ci", runs, workers=1, steps=4, n_layer=2, n_head=2, n_embd=32)
+    data = dict(runs=summ, arms=["sdpa", "fp32"], thresholds=dict(rise_exploded=outcome.RISE_EXPLODED,
+                                                                  rise_degraded=outcome.RISE_DEGRADED))
     data["chosen_lr"] = lr_sweep.choose_lr(data)[0]
     return Result("test", "ci", dict(scale="ci", device="cpu", git_commit="0" * 40), data, arrays)
 

@@ -1,10 +1,10 @@
-"""lib/fix_error.py: the β fix's own rounding error in the paper placement (chapter 7's figure and numbers)."""
+"""lib/fp/fix_error.py: the β fix's own rounding error in the paper placement (chapter 7's figure and numbers)."""
 import matplotlib
 import numpy as np
 import pytest
 
-import lib.setup  # noqa: F401
-from lib import fix_error as fe
+import lib.book.setup  # noqa: F401
+from lib.fp import fix_error as fe
 
 
 def test_tied_rows_have_repeated_maxima_on_the_bf16_grid():
@@ -12,7 +12,7 @@ def test_tied_rows_have_repeated_maxima_on_the_bf16_grid():
     assert s.shape == v.shape == (3, 32, 32) and s.dtype == np.float32
     ties = (s == 8.0).sum(-1)
     assert (ties >= 2).all() and (ties == 2).mean() > 0.5 and (s <= 8.0).all() and (v < 0).all()
-    from lib.bf16 import round_rne
+    from lib.fp.bf16 import round_rne
     assert np.array_equal(round_rne(s, 7), s) and np.array_equal(round_rne(v, 7), v)
 
 

@@ -1,4 +1,4 @@
-"""Property tests of the β fix (`lib.reference.fixed_row_max`, the code the emulator and chapter use).
+"""Property tests of the β fix (`lib.fp.reference.fixed_row_max`, the code the emulator and chapter use).
 
 Hypothesis draws the *families* of rows (size, magnitude of the maxima, number of exact ties, masking, β, tie_tol);
 numpy draws the rows of each family in bulk, so ≥ 10^6 rows run in a few seconds. Three properties:
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lib.reference import check_fix_args, fixed_row_max, online_softmax_rows
+from lib.fp.reference import check_fix_args, fixed_row_max, online_softmax_rows
 
 ROWS_PER_EXAMPLE = 12_000
 EXAMPLES = 45                       # 45 × 12 000 × (property 1 and 2) > 10^6 rows

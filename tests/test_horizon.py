@@ -1,8 +1,8 @@
-"""lib/horizon.py: the common horizon skips non-finite runs; re-judging a late explosion at an early horizon."""
+"""lib/readings/horizon.py: the common horizon skips non-finite runs; re-judging a late explosion at an early horizon."""
 import numpy as np
 import pytest
 
-from lib import horizon
+from lib.readings import horizon
 
 
 def _late_blowup(n=600, at=500):

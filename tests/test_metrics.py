@@ -1,10 +1,10 @@
-"""lib/metrics.py against independent references (numpy SVD, scipy, hand-built cases)."""
+"""lib/training/metrics.py against independent references (numpy SVD, scipy, hand-built cases)."""
 import numpy as np
 import pytest
 import torch
 from scipy.stats import ortho_group, wasserstein_distance
 
-from lib import metrics
+from lib.training import metrics
 
 
 def test_spectral_norm_known_and_batched():

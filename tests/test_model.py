@@ -1,10 +1,10 @@
-"""The small GPT (lib/model.py): structure, init, backends, per-layer specs, W_Q/W_K hooks, causality."""
+"""The small GPT (lib/training/model.py): structure, init, backends, per-layer specs, W_Q/W_K hooks, causality."""
 import math
 
 import pytest
 import torch
 
-from lib.model import GPT, AttnSpec, GPTConfig, naive_attention, sdpa_attention
+from lib.training.model import GPT, AttnSpec, GPTConfig, naive_attention, sdpa_attention
 
 TINY = dict(n_layer=2, n_head=2, n_embd=32, block_size=32)
 
@@ -136,7 +136,7 @@ def test_numerics_overrides_in_spec_strings():
 
 
 def test_per_head_override_routes_heads(monkeypatch):
-    import lib.model as model_mod
+    import lib.training.model as model_mod
     calls = []
 
     def fake(spec, q, k, v, *, causal=True, scale=None):  # marks each output with its backend

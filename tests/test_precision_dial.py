@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from lib.experiments import precision_dial as pd
-from lib.model import AttnSpec
+from lib.training.model import AttnSpec
 
 
 def test_arm_specs_parse_to_the_intended_numerics():
@@ -77,16 +77,16 @@ def test_variants_plan_their_arms(monkeypatch, variant, arms, controls):
     """Each variant module's own defaults give the plan its result was recorded with (the full plan is computed
     inside the variant's `with` block, where the GPU run would start; nothing is trained)."""
     import importlib
-    from lib import explosion
+    from lib.training import outcome, proxy
     for k in ("DIAL_BITS", "DIAL_ARMS", "DIAL_SEEDS", "DIAL_CONTROLS"):
         monkeypatch.delenv(k, raising=False)
-    monkeypatch.setattr(explosion, "kernel_available", lambda: None)
+    monkeypatch.setattr(proxy, "kernel_available", lambda: None)
     monkeypatch.setattr(pd, "run", lambda scale: pd.plan("full"))
     p = importlib.import_module(f"lib.experiments.{variant}").run("full")
     assert p["dial_arms"] == arms and p["control_arms"] == controls
     assert p["seeds"] == ([1, 2] if variant in ("precision_dial_seeds", "precision_dial_sr_seeds",
                                                 "precision_dial_m6") else [0])
-    from lib import results
+    from lib.book import results
     if results.exists(variant, "full"):          # the committed result was recorded with these defaults
         rec = results.load(variant, "full").meta["config"]["plan"]
         assert (rec["dial_arms"], rec["control_arms"], rec["seeds"]) == (p["dial_arms"], p["control_arms"], p["seeds"])

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from lib.bf16 import round_rne
-from lib.numerics import FA2, FP32, PAPER
-from lib.reference import (attention_fp64, emulate_attention, emulate_backward, emulate_delta, emulate_forward,
+from lib.fp.bf16 import round_rne
+from lib.fp.numerics import FA2, FP32, PAPER
+from lib.fp.reference import (attention_fp64, emulate_attention, emulate_backward, emulate_delta, emulate_forward,
                            padded_head_dim)
 
 

@@ -1,16 +1,16 @@
-"""lib/results.py (provenance, atomic save, staleness) and lib/scale.py (named scales)."""
+"""lib/book/results.py (provenance, atomic save, staleness) and lib/book/scale.py (named scales)."""
 import json
 
 import numpy as np
 import pytest
 
-from lib import results, scale
+from lib.book import results, scale
 
 
 def test_save_load_roundtrip_with_provenance(tmp_path, monkeypatch):
-    dep = results.ROOT / "lib" / "bf16.py"
+    dep = results.ROOT / "lib" / "fp" / "bf16.py"
     p = results.save("demo", "ci", {"x": np.float32(1.5), "v": np.arange(3), "nan": float("nan")},
-                     arrays={"a": np.eye(2)}, depends_on=["lib/bf16.py"], seeds=[1, 2], wall_s=0.25,
+                     arrays={"a": np.eye(2)}, depends_on=["lib/fp/bf16.py"], seeds=[1, 2], wall_s=0.25,
                      config={"k": 3}, root=tmp_path)
     assert p == tmp_path / "ci" / "demo.json" and p.with_suffix(".npz").exists()
     r = results.load("demo", "ci", root=tmp_path)
@@ -20,7 +20,7 @@ def test_save_load_roundtrip_with_provenance(tmp_path, monkeypatch):
     for key in ("git_commit", "python", "torch", "triton", "device", "created_utc", "argv"):
         assert key in m
     assert m["seeds"] == [1, 2] and m["wall_s"] == 0.25 and m["config"] == {"k": 3}
-    assert m["depends_on"]["lib/bf16.py"] == results._sha256(dep)
+    assert m["depends_on"]["lib/fp/bf16.py"] == results._sha256(dep)
     assert r.stale == [] and r.warning == ""
     assert "ci ·" in r.label
 

@@ -7,9 +7,9 @@ import torch
 
 from kernels.rounding import (bf16_to_fp32, native_to_bf16, round_mantissa, round_to_bf16,
                               stochastic_round)
-from lib import bf16 as ref
+from lib.fp import bf16 as ref
 from lib.experiments import rounding_exhaustive
-from lib.setup import DEVICE, INTERPRET
+from lib.book.setup import DEVICE, INTERPRET
 
 
 def _random_patterns(n, seed):

@@ -1,12 +1,12 @@
-"""lib/rounding_bias.py: bit tables, the worked example, the enumeration, the Monte Carlo and the figures."""
+"""lib/fp/rounding_bias.py: bit tables, the worked example, the enumeration, the Monte Carlo and the figures."""
 from fractions import Fraction
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from lib import rounding_bias as rb
-from lib import theory
+from lib.fp import rounding_bias as rb
+from lib.fp import theory
 
 
 def test_worked_example_reproduces_the_paper():

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 import torch
 
-import lib.setup  # noqa: F401  (interpreter before kernels)
+import lib.book.setup  # noqa: F401  (interpreter before kernels)
 from kernels.row_pv import row_pv
-from lib import rounding_bias as rb
+from lib.fp import rounding_bias as rb
 from lib.experiments import bias_kernel, bias_montecarlo
 
 

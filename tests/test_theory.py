@@ -1,12 +1,12 @@
-"""lib/theory.py: exact theory of the tie + sticky-bit bias, checked against independent computations."""
+"""lib/fp/theory.py: exact theory of the tie + sticky-bit bias, checked against independent computations."""
 from fractions import Fraction
 
 import numpy as np
 import pytest
 import sympy as sp
 
-from lib import theory
-from lib.bf16 import exact_round_rne
+from lib.fp import theory
+from lib.fp.bf16 import exact_round_rne
 
 
 def test_sum_pmf_counts_every_tuple():
@@ -16,7 +16,7 @@ def test_sum_pmf_counts_every_tuple():
 
 
 def test_rne_error_q_matches_fraction_reference():
-    # independent oracle: lib.bf16.exact_round_rne on the value in absolute units
+    # independent oracle: lib.fp.bf16.exact_round_rne on the value in absolute units
     rng = np.random.default_rng(0)
     for _ in range(300):
         m = int(rng.integers(2, 8))

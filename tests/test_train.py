@@ -1,12 +1,12 @@
-"""The training harness (lib/train.py): schedule, reproducibility, resume/replay, telemetry quantities, CLI."""
+"""The training harness (lib/training/train.py): schedule, reproducibility, resume/replay, telemetry quantities, CLI."""
 import math
 
 import numpy as np
 import pytest
 import torch
 
-from lib import data
-from lib.train import TrainConfig, _parser, delta_error, lr_at, score_stats, train
+from lib.training import data
+from lib.training.train import TrainConfig, _parser, delta_error, lr_at, score_stats, train
 
 TINY = dict(n_layer=2, n_head=2, n_embd=32, seq_len=32, batch_size=4, lr=3e-3, warmup=3, progress=False,
             eval_batches=1)
@@ -84,7 +84,7 @@ def test_score_stats_against_brute_force():
 def test_delta_error_is_rowsum_of_do_times_output_error():
     torch.manual_seed(1)
     q, k, v = torch.randn(3, 2, 2, 8, 16).unbind(0)
-    from lib.model import naive_attention
+    from lib.training.model import naive_attention
     o_hp = naive_attention(q, k, v)
     err = torch.zeros_like(o_hp)
     err[0, 1, 3, 5] = 0.25                       # one planted output error in head 1

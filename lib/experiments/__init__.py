@@ -44,7 +44,7 @@ def get(name: str):
 
 def run_and_save(name: str, scale: str, out=None):
     """Run experiment `name` at `scale` and save it with provenance; returns the saved path."""
-    from lib import results
+    from lib.book import results
     mod = get(name)
     t0 = time.perf_counter()
     res = mod.run(scale)

@@ -3,8 +3,8 @@ import sys
 import traceback
 from pathlib import Path
 
-import lib.setup  # noqa: F401  (sets TRITON_INTERPRET before any kernel import when there is no CUDA)
-from lib import scale as _scale
+import lib.book.setup  # noqa: F401  (sets TRITON_INTERPRET before any kernel import when there is no CUDA)
+from lib.book import scale as _scale
 from lib.experiments import REGISTRY, run_and_save
 
 

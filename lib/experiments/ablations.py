@@ -1,7 +1,7 @@
 """The paper's ablations (its §3.2, §3.3.2) at proxy scale: which change to the paper placement stabilises training?
 
 All arms use the headline's LR, steps, seeds and recorded batch order (data seed 0). Arms (spec strings of
-`lib.model`; `P` = the paper placement of our kernel):
+`lib.training.model`; `P` = the paper placement of our kernel):
 
 * ``paper``            — P itself (the baseline, re-run here so every arm shares one process pool);
 * ``delta_dp_p``       — P with δ = rowsum(dP∘P) instead of rowsum(dO∘O) (paper: stable);
@@ -16,7 +16,7 @@ All arms use the headline's LR, steps, seeds and recorded batch order (data seed
 L and the outlier heads come from the committed full `headline` result: the layer whose largest per-head ‖W_Q‖₂ grew
 most in the paper arm of the first seed, and the heads of that layer whose ‖W_Q‖₂ grew by more than half the largest
 head's growth (at least one head). Without that result (ci, or no headline yet): L = 1 (the paper's layer 2)
-and heads (0,). Each arm's outcome uses the classification of `lib.explosion.classify`.
+and heads (0,). Each arm's outcome uses the classification of `lib.outcome.classify`.
 
 * ``full``: seeds $ABLATION_SEEDS (default 0, 1), all runs as concurrent processes on one GPU. Arms listed in
   $ABLATION_FIRST_SEED_ONLY run at the first seed only (to spend a 10-minute GPU command on more seeds of the arms
@@ -29,11 +29,11 @@ import os
 
 import numpy as np
 
-from lib import explosion
+from lib.training import outcome, proxy
 
 NAME = "ablations"
-DEPENDS = ["lib/experiments/ablations.py", "lib/experiments/headline.py", "lib/explosion.py", "lib/train.py",
-           "lib/model.py", "lib/data.py", "data/corpus/pystdlib.txt.xz", "kernels/*.py", "lib/numerics.py"]
+DEPENDS = ["lib/experiments/ablations.py", "lib/experiments/headline.py", "lib/training/proxy.py", "lib/training/train.py",
+           "lib/training/model.py", "lib/training/data.py", "data/corpus/pystdlib.txt.xz", "kernels/*.py", "lib/fp/numerics.py"]
 
 FP32_O = "paper/round_pv=false/round_acc=false/round_l=false/normalize_then_round=true/round_o=false"
 FP32_PV = "paper/round_pv=false/round_acc=false/normalize_then_round=true"
@@ -66,9 +66,9 @@ def outlier_layer_and_heads(headline_data: dict | None, arrays: dict | None, n_l
 
 
 def plan(scale: str) -> dict:
-    from lib import results
+    from lib.book import results
     from lib.experiments import headline
-    base = explosion.proxy_config(scale)
+    base = proxy.proxy_config(scale)
     hl_data = hl_arrays = None
     if scale == "full" and results.exists("headline", "full"):
         r = results.load("headline", "full")
@@ -76,7 +76,7 @@ def plan(scale: str) -> dict:
     layer, heads, why = outlier_layer_and_heads(hl_data, hl_arrays, base.n_layer)
     heads = tuple(h for h in heads if h < base.n_head) or (0,)
     if scale == "full":
-        seeds = explosion.env_ints("ABLATION_SEEDS", (0, 1))
+        seeds = proxy.env_ints("ABLATION_SEEDS", (0, 1))
         lr = hl_data["lr"] if hl_data else headline.pick_lr(scale)[0]
         steps = int(os.environ.get("ABLATION_STEPS") or (hl_data["steps"] if hl_data
                                                          else os.environ.get("HEADLINE_STEPS", "1500")))
@@ -89,7 +89,7 @@ def plan(scale: str) -> dict:
     bad = [a for a in first_only if a not in PAPER_EXPECTS]
     if bad:
         raise ValueError(f"$ABLATION_FIRST_SEED_ONLY: unknown arm(s) {bad}; known: {', '.join(PAPER_EXPECTS)}")
-    from lib.model import AttnSpec
+    from lib.training.model import AttnSpec
     specs = dict(SPECS)
     n = base.n_layer
     specs["paper_layer_only"] = ",".join("paper" if i == layer else "sdpa" for i in range(n)) if n > 1 else "paper"
@@ -129,8 +129,8 @@ def claims_from(v: dict) -> dict:
 def run(scale: str) -> dict:
     p = plan(scale)
     runs = [dict(arm=a, seed=s, lr=p["lr"], attn=p["specs"][a]) for a in p["arms"] for s in p["arm_seeds"][a]]
-    workers = explosion.default_workers(scale, len(runs))
-    summaries, arrays, meta = explosion.run_arms(scale, runs, workers, steps=p["steps"])
+    workers = proxy.default_workers(scale, len(runs))
+    summaries, arrays, meta = proxy.run_arms(scale, runs, workers, steps=p["steps"])
     for s in summaries:                         # AttnSpec lists are not JSON: keep their labels
         if not isinstance(s["attn"], str):
             s["attn"] = [a.label if hasattr(a, "label") else str(a) for a in s["attn"]]

@@ -1,9 +1,9 @@
-"""β sweep (chapter 7): does training follow the β window of `lib.beta_theory`?
+"""β sweep (chapter 7): does training follow the β window of `lib.fp.beta_theory`?
 
 Arm "paper+fix" at several β, with the paper's exact rule (no underflow guard: `max_shift=None`) and, for the
 largest β, also with the default guard. Same LR, steps and batch order as the headline (seed 0 by default).
 
-Theory (`lib.beta_theory`), for a tied row max r_m > 0 in score units:
+Theory (`lib.fp.beta_theory`), for a tied row max r_m > 0 in score units:
 * the fix is *ineffective* (the largest P̄ still rounds to 1 in BF16) when (β−1)·r_m ≤ x₁ ≈ 0.00196;
 * the row *underflows* (ℓ = 0, O = 0/0) when (β−1)·r_m ≥ 134·ln 2 ≈ 92.9 (BF16 P̄ and ℓ, the paper placement).
 So for the logits of a training run (max logit telemetry), a tiny β behaves like no fix (expected to explode like
@@ -16,20 +16,21 @@ from __future__ import annotations
 
 import os
 
-from lib import beta_theory, explosion
+from lib.fp import beta_theory
+from lib.training import outcome, proxy
 
 NAME = "beta_sweep"
-DEPENDS = ["lib/experiments/beta_sweep.py", "lib/experiments/headline.py", "lib/beta_theory.py", "lib/explosion.py",
-           "lib/train.py", "lib/model.py", "lib/data.py", "data/corpus/pystdlib.txt.xz", "kernels/*.py",
-           "lib/numerics.py"]
+DEPENDS = ["lib/experiments/beta_sweep.py", "lib/experiments/headline.py", "lib/fp/beta_theory.py", "lib/training/proxy.py",
+           "lib/training/train.py", "lib/training/model.py", "lib/training/data.py", "data/corpus/pystdlib.txt.xz", "kernels/*.py",
+           "lib/fp/numerics.py"]
 
 
 def plan(scale: str) -> dict:
-    from lib import results
+    from lib.book import results
     from lib.experiments import headline
     if scale == "full":
-        betas = explosion.env_floats("BETA_SWEEP", (1.0001, 1.01, 2.0, 7.0, 30.0))
-        seeds = explosion.env_ints("BETA_SWEEP_SEEDS", (0,))
+        betas = proxy.env_floats("BETA_SWEEP", (1.0001, 1.01, 2.0, 7.0, 30.0))
+        seeds = proxy.env_ints("BETA_SWEEP_SEEDS", (0,))
         if results.exists("headline", "full"):
             hl = results.load("headline", "full").data
             lr, steps = hl["lr"], hl["steps"]
@@ -52,8 +53,8 @@ def predictions(betas) -> list[dict]:
 
 def run(scale: str) -> dict:
     p = plan(scale)
-    workers = explosion.default_workers(scale, len(p["runs"]))
-    summaries, arrays, meta = explosion.run_arms(scale, p["runs"], workers, steps=p["steps"])
+    workers = proxy.default_workers(scale, len(p["runs"]))
+    summaries, arrays, meta = proxy.run_arms(scale, p["runs"], workers, steps=p["steps"])
     for s, r in zip(summaries, p["runs"]):
         s["beta"], s["max_shift"] = r["config"]["beta"], r["config"]["max_shift"]
     data = dict(runs=summaries, betas=p["betas"], seeds=p["seeds"], lr=p["lr"], steps=p["steps"],

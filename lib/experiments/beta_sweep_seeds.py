@@ -10,7 +10,7 @@ batch order (data seed 0). Its $BETA_SWEEP* variables still override these defau
 """
 from __future__ import annotations
 
-from lib import explosion
+from lib.training import outcome, proxy
 from lib.experiments import beta_sweep
 
 NAME = "beta_sweep_seeds"
@@ -18,5 +18,5 @@ DEPENDS = beta_sweep.DEPENDS + ["lib/experiments/beta_sweep_seeds.py"]
 
 
 def run(scale: str) -> dict:
-    with explosion.env_defaults(BETA_SWEEP="7,30", BETA_SWEEP_SEEDS="1,2"):
+    with proxy.env_defaults(BETA_SWEEP="7,30", BETA_SWEEP_SEEDS="1,2"):
         return beta_sweep.run(scale)

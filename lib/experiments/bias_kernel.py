@@ -1,6 +1,6 @@
 """Chapter 1 through the Triton kernel `kernels/row_pv.py`: does the hardware reproduce the software bias?
 
-Same inputs (`lib.rounding_bias.make_rows`, all V negative, N = 256) through
+Same inputs (`lib.fp.rounding_bias.make_rows`, all V negative, N = 256) through
 * ``numpy``     the numpy emulation with sequential FP32 accumulation (the chapter's Monte Carlo),
 * ``emulated``  the kernel's emulated path (FP32 operands on the BF16 grid, `tl.dot(..., input_precision="ieee")`,
                 RNE/SR through `kernels.rounding`): the CPU interpreter in CI, CUDA cores on the GPU;
@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from lib import scale as _scale
+from lib.book import scale as _scale
 
 NAME = "bias_kernel"
-DEPENDS = ["kernels/row_pv.py", "kernels/rounding.py", "lib/rounding_bias.py", "lib/theory.py",
+DEPENDS = ["kernels/row_pv.py", "kernels/rounding.py", "lib/fp/rounding_bias.py", "lib/fp/theory.py",
            "lib/experiments/bias_kernel.py"]
 SEED = 20251005
 BETA = 2.0
 
 
 def kernel_as_emulation(out: dict, V: np.ndarray) -> dict:
-    """Kernel outputs (torch tensors) -> the dict layout of `lib.rounding_bias.emulate_rows` (numpy), with the
+    """Kernel outputs (torch tensors) -> the dict layout of `lib.fp.rounding_bias.emulate_rows` (numpy), with the
     exact float64 reference computed from the kernel's own rounded P̄ operand."""
     p = out["p"].double().cpu().numpy()
     V64 = V.astype(np.float64)
@@ -38,8 +38,8 @@ def kernel_as_emulation(out: dict, V: np.ndarray) -> dict:
 
 def theory_for(em: dict, k: int, m: int = 7) -> dict:
     """Theory predictions of the mean P̄V and O_ntr errors from a path's own FP32 accumulator (all V negative)."""
-    from lib import theory
-    from lib.bf16 import ulp
+    from lib.fp import theory
+    from lib.fp.bf16 import ulp
     res = {}
     rho = np.abs(em["pv_fp32"].astype(np.float64) - em["tied_sum"]) * 2.0 ** m
     exact_rho = np.abs(em["pv_exact"] - em["tied_sum"]) * 2.0 ** m
@@ -60,10 +60,10 @@ def theory_for(em: dict, k: int, m: int = 7) -> dict:
 def run(scale: str) -> dict:
     import torch
 
-    import lib.setup  # noqa: F401
+    import lib.book.setup  # noqa: F401
     from kernels.row_pv import row_pv
-    from lib.rounding_bias import emulate_rows, make_rows, summarize
-    from lib.setup import DEVICE, INTERPRET
+    from lib.fp.rounding_bias import emulate_rows, make_rows, summarize
+    from lib.book.setup import DEVICE, INTERPRET
     native_ok = scale == "full" and not INTERPRET and DEVICE == "cuda"
     ks = _scale.pick(scale, ci=[1, 2], full=[1, 2, 3, 4])
     gaps = _scale.pick(scale, ci=[8.0, 14.0, 16.0], full=[0.0, 8.0, 10.0, 12.0, 14.0, 16.0, 18.0, 20.0])

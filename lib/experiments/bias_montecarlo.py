@@ -8,16 +8,16 @@ Sweeps (all with RNE, the β shift and stochastic rounding as columns, both norm
                 so that the remainder is the same fraction ρ* of the tied terms' ULP (k = 2);
 * ``accum``     normalise-then-round with sequential FP32 vs exact accumulators (k = 2), the diagnostic of the
                 FP32-swamping effect.
-Every cell records the theory prediction (`lib.theory`) from the cell's own FP32 remainders.
+Every cell records the theory prediction (`lib.fp.theory`) from the cell's own FP32 remainders.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from lib import scale as _scale
+from lib.book import scale as _scale
 
 NAME = "bias_montecarlo"
-DEPENDS = ["lib/rounding_bias.py", "lib/theory.py", "lib/bf16.py", "lib/experiments/bias_montecarlo.py"]
+DEPENDS = ["lib/fp/rounding_bias.py", "lib/fp/theory.py", "lib/fp/bf16.py", "lib/experiments/bias_montecarlo.py"]
 SEED = 20251004
 RHO_TARGET = 0.02   # precision dial: remainder as a fraction of the tied terms' ULP
 SPREAD = 4.0        # non-max scores are s_max − g − U(0, SPREAD)
@@ -32,7 +32,7 @@ def dial_gap(m: int, n_keys: int = 256, k: int = 2, rho: float = RHO_TARGET, spr
 
 
 def _accum_diag(seed, n_problems, gaps):
-    from lib.rounding_bias import emulate_rows, make_rows, summarize
+    from lib.fp.rounding_bias import emulate_rows, make_rows, summarize
     recs = []
     for i, g in enumerate(gaps):
         S, V = make_rows(np.random.default_rng(seed + i), n_problems, 16, 256, 16, 2, g)
@@ -46,7 +46,7 @@ def _accum_diag(seed, n_problems, gaps):
 
 
 def run(scale: str) -> dict:
-    from lib.rounding_bias import mc_grid
+    from lib.fp.rounding_bias import mc_grid
     P = _scale.pick(scale, ci=24, full=96)                 # independent problems per cell (16 rows × 16 features each)
     ks = _scale.pick(scale, ci=[1, 2, 3, 4, 8], full=[1, 2, 3, 4, 5, 6, 8])
     gaps = _scale.pick(scale, ci=[0, 4, 8, 10, 12, 14, 16, 18, 20], full=[0, 2, 4, 6, 8, 10, 11, 12, 13, 14, 15, 16, 17,

@@ -5,7 +5,7 @@ also on maxima repeated across key tiles, is in the LR sweep) at seeds $HEADLINE
 arms $HEADLINE_CONTRAST_ARMS (default fa2, sdpa and fp32 = FP32 attention) at seeds $HEADLINE_CONTRAST_SEEDS (default
 0); one repeat of paper at the first seed to show that the same seed gives a bit-identical loss curve on this
 device (set $HEADLINE_STEPS so that every run ends on its step count, not on the wall budget $EXPLOSION_BUDGET_S). All runs use data seed 0 (one recorded batch order) and
-the proxy config of `lib.explosion.proxy_config`.
+the proxy config of `lib.proxy.proxy_config`.
 
 LR: $HEADLINE_LR if set; else the LR chosen by the committed full LR sweep (`lr_sweep.choose_lr`) if that result
 exists; else 5e-3 (the explosion recipe's lower window edge). The source is recorded in the result.
@@ -20,12 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from lib import explosion
+from lib.training import outcome, proxy
 
 NAME = "headline"
 _SWEEP = "results/full/lr_sweep.json"
-DEPENDS = ["lib/experiments/headline.py", "lib/experiments/lr_sweep.py", "lib/explosion.py", "lib/train.py",
-           "lib/model.py", "lib/data.py", "data/corpus/pystdlib.txt.xz", "kernels/*.py", "lib/numerics.py"] \
+DEPENDS = ["lib/experiments/headline.py", "lib/experiments/lr_sweep.py", "lib/training/proxy.py", "lib/training/train.py",
+           "lib/training/model.py", "lib/training/data.py", "data/corpus/pystdlib.txt.xz", "kernels/*.py", "lib/fp/numerics.py"] \
     + ([_SWEEP] if (Path(__file__).resolve().parents[2] / _SWEEP).exists() else [])
 DEFAULT_LR = 5e-3
 
@@ -36,7 +36,7 @@ def pick_lr(scale: str) -> tuple[float, str]:
     if os.environ.get("HEADLINE_LR"):
         return float(os.environ["HEADLINE_LR"]), "$HEADLINE_LR"
     try:
-        from lib import results
+        from lib.book import results
         from lib.experiments.lr_sweep import choose_lr
         res = results.load("lr_sweep", "full")
         lr, why = choose_lr(res.data)
@@ -56,16 +56,16 @@ def _env_arms(name: str, default: tuple) -> tuple:
     if not v:
         return default
     arms = tuple(a.strip() for a in v.split(",") if a.strip())
-    bad = [a for a in arms if a not in explosion.ARMS]
+    bad = [a for a in arms if a not in proxy.ARMS]
     if bad or not arms:
-        raise ValueError(f"${name}: unknown arm(s) {bad or v!r}; known: {', '.join(explosion.ARMS)}")
+        raise ValueError(f"${name}: unknown arm(s) {bad or v!r}; known: {', '.join(proxy.ARMS)}")
     return arms
 
 
 def plan(scale: str, lr: float | None = None, lr_source: str | None = None) -> dict:
     if scale == "full":
-        seeds = explosion.env_ints("HEADLINE_SEEDS", (0, 1, 2))
-        cseeds = explosion.env_ints("HEADLINE_CONTRAST_SEEDS", (0,))
+        seeds = proxy.env_ints("HEADLINE_SEEDS", (0, 1, 2))
+        cseeds = proxy.env_ints("HEADLINE_CONTRAST_SEEDS", (0,))
         steps = int(os.environ.get("HEADLINE_STEPS", "1500"))
     else:
         seeds, cseeds, steps = (0, 1, 2), (0,), 5
@@ -73,15 +73,15 @@ def plan(scale: str, lr: float | None = None, lr_source: str | None = None) -> d
     contrasts = _env_arms("HEADLINE_CONTRAST_ARMS", CONTRASTS)
     if lr is None:
         lr, lr_source = pick_lr(scale)
-    missing = explosion.kernel_available()
+    missing = proxy.kernel_available()
     if missing is not None and scale == "full":
         raise RuntimeError(f"the headline needs kernels.attention: {missing}")
     runs = []
     for a in fix_arms:
-        if missing is None or a not in explosion.KERNEL_ARMS:
+        if missing is None or a not in proxy.KERNEL_ARMS:
             runs += [dict(arm=a, seed=s, lr=lr) for s in seeds]
     for a in contrasts:
-        if missing is None or a not in explosion.KERNEL_ARMS:
+        if missing is None or a not in proxy.KERNEL_ARMS:
             runs += [dict(arm=a, seed=s, lr=lr) for s in cseeds]
     if runs:
         first = runs[0]
@@ -115,8 +115,8 @@ def repeat_check(arrays: dict, summaries: list[dict]) -> dict | None:
 
 def run(scale: str, lr: float | None = None, lr_source: str | None = None) -> dict:
     p = plan(scale, lr, lr_source)
-    workers = explosion.default_workers(scale, len(p["runs"]))
-    summaries, arrays, meta = explosion.run_arms(scale, p["runs"], workers, steps=p["steps"])
+    workers = proxy.default_workers(scale, len(p["runs"]))
+    summaries, arrays, meta = proxy.run_arms(scale, p["runs"], workers, steps=p["steps"])
     outcomes: dict[str, dict[str, int]] = {}
     for s in summaries:
         if not s["tag"]:
@@ -125,9 +125,9 @@ def run(scale: str, lr: float | None = None, lr_source: str | None = None) -> di
     data = dict(runs=summaries, lr=p["lr"], lr_source=p["lr_source"], steps=p["steps"], seeds=p["seeds"],
                 contrast_seeds=p["contrast_seeds"], fix_arms=p["fix_arms"], contrast_arms=p["contrast_arms"], outcomes=outcomes, repeat=repeat_check(arrays, summaries),
                 kernel_missing=p["kernel_missing"], wall_s_all_runs=meta["wall_s"],
-                thresholds=dict(smooth=explosion.SMOOTH, rise_exploded=explosion.RISE_EXPLODED,
-                                rise_degraded=explosion.RISE_DEGRADED, gn_spike=explosion.GN_SPIKE,
-                                onset_rise=explosion.ONSET_RISE))
+                thresholds=dict(smooth=outcome.SMOOTH, rise_exploded=outcome.RISE_EXPLODED,
+                                rise_degraded=outcome.RISE_DEGRADED, gn_spike=outcome.GN_SPIKE,
+                                onset_rise=outcome.ONSET_RISE))
     return dict(data=data, arrays=arrays, config=dict(meta["base_config"], workers=workers, lr=p["lr"],
                                                       lr_source=p["lr_source"], steps=p["steps"]),
                 seeds=dict(torch=sorted(set(p["seeds"]) | set(p["contrast_seeds"])), data=[0]))

@@ -4,7 +4,7 @@ The LR sweep found no LR at which the paper placement fails while the contrast a
 trained, at 7e-3 every arm failed at seed 0. This experiment repeats 7e-3 ($CLIFF_LR) with several seeds for the
 paper placement, the fix and the two contrasts that matter most for the paper's claim (SDPA flash, FP32 attention),
 so that "everything fails at the cliff" rests on more than one seed. Same machinery and outcome thresholds as
-`headline` (`lib.explosion`); arms $HEADLINE_FIX_ARMS at seeds $HEADLINE_SEEDS and $HEADLINE_CONTRAST_ARMS at
+`headline` (`lib.training.proxy`); arms $HEADLINE_FIX_ARMS at seeds $HEADLINE_SEEDS and $HEADLINE_CONTRAST_ARMS at
 $HEADLINE_CONTRAST_SEEDS, which default here to paper, paper+fix / sdpa, fp32 at seeds 0, 1, 2.
 
 * ``full`` (one H100): concurrent processes, $HEADLINE_STEPS steps capped by $EXPLOSION_BUDGET_S wall seconds per run.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from lib import explosion
+from lib.training import outcome, proxy
 from lib.experiments import headline
 
 NAME = "headline_cliff"
@@ -23,7 +23,7 @@ DEFAULT_LR = 7e-3
 
 
 def run(scale: str) -> dict:
-    with explosion.env_defaults(HEADLINE_CONTRAST_ARMS="sdpa,fp32", HEADLINE_CONTRAST_SEEDS="0,1,2"):
+    with proxy.env_defaults(HEADLINE_CONTRAST_ARMS="sdpa,fp32", HEADLINE_CONTRAST_SEEDS="0,1,2"):
         if scale == "full":
             lr, src = float(os.environ.get("CLIFF_LR", DEFAULT_LR)), "$CLIFF_LR" if "CLIFF_LR" in os.environ \
                 else "default 7e-3 (the sweep's failing LR)"

@@ -1,6 +1,6 @@
 """The headline's fix without its own rounding error: `paper+fix_split_sm32` at the headline's LR, seeds and steps.
 
-Chapter 7 (`lib.fix_error`) found that in the paper placement the fix's shifted exponent argument S − β·r_m is rounded
+Chapter 7 (`lib.fp.fix_error`) found that in the paper placement the fix's shifted exponent argument S − β·r_m is rounded
 on a coarse BF16 grid, which adds an error of its own; `paper+fix_split_sm32` is the fix (also on maxima repeated
 across key tiles) with the exponent arguments S − m kept in FP32. It ran inside the 13-run headline of 2026-11-23;
 it runs here on its own so that the headline proper (the issue's arms: paper, paper+fix, fa2, SDPA, FP32 and a
@@ -16,7 +16,7 @@ same horizon; $HEADLINE_LR / $HEADLINE_STEPS still win. Without that result: `he
 """
 from __future__ import annotations
 
-from lib import explosion
+from lib.training import outcome, proxy
 from lib.experiments import headline
 
 NAME = "headline_fix_sm32"
@@ -28,7 +28,7 @@ ARMS = dict(HEADLINE_FIX_ARMS="paper+fix_split_sm32", HEADLINE_CONTRAST_ARMS="fp
 
 def headline_lr_steps() -> dict:
     """{"HEADLINE_LR", "HEADLINE_STEPS"} (strings) of the committed full headline; {} without one."""
-    from lib import results
+    from lib.book import results
     if not results.exists("headline", "full"):
         return {}
     d = results.load("headline", "full").data
@@ -37,5 +37,5 @@ def headline_lr_steps() -> dict:
 
 def run(scale: str) -> dict:
     extra = headline_lr_steps() if scale == "full" else {}
-    with explosion.env_defaults(**ARMS, **extra):
+    with proxy.env_defaults(**ARMS, **extra):
         return headline.run(scale)

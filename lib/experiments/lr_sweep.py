@@ -1,7 +1,7 @@
 """LR sweep of the proxy GPT: where do the paper placement, the fix and the contrast arms train stably?
 
-Arms (`lib.explosion.ARMS`): paper, paper+fix, paper+fix_split, fa2, sdpa, fp32 — one seed (0), the same recorded batch order
-(data seed 0), each LR. Outcome per run by `lib.explosion.classify` (fixed thresholds on the smoothed loss rise and
+Arms (`lib.proxy.ARMS`): paper, paper+fix, paper+fix_split, fa2, sdpa, fp32 — one seed (0), the same recorded batch order
+(data seed 0), each LR. Outcome per run by `lib.outcome.classify` (fixed thresholds on the smoothed loss rise and
 the pre-clip grad norm). `headline` picks its LR from this result (`choose_lr`): the largest swept LR at which every
 contrast arm is stable and the paper arm is not; failing that, the largest LR at which every contrast arm is stable.
 
@@ -14,25 +14,25 @@ from __future__ import annotations
 
 import os
 
-from lib import explosion
+from lib.training import outcome, proxy
 
 NAME = "lr_sweep"
-DEPENDS = ["lib/experiments/lr_sweep.py", "lib/explosion.py", "lib/train.py", "lib/model.py", "lib/data.py",
-           "data/corpus/pystdlib.txt.xz", "kernels/*.py", "lib/numerics.py"]
+DEPENDS = ["lib/experiments/lr_sweep.py", "lib/training/proxy.py", "lib/training/train.py", "lib/training/model.py", "lib/training/data.py",
+           "data/corpus/pystdlib.txt.xz", "kernels/*.py", "lib/fp/numerics.py"]
 
 
 def plan(scale: str) -> dict:
     if scale == "full":
-        lrs = explosion.env_floats("LR_SWEEP_LRS", (6.5e-3, 7e-3))
+        lrs = proxy.env_floats("LR_SWEEP_LRS", (6.5e-3, 7e-3))
         steps = int(os.environ.get("LR_SWEEP_STEPS", "3000"))
     else:
         lrs, steps = (1e-3, 1e-2), 5
     arms = ["paper", "paper+fix", "paper+fix_split", "fa2", "sdpa", "fp32"]
-    missing = explosion.kernel_available()
+    missing = proxy.kernel_available()
     if missing is not None:
         if scale == "full":
             raise RuntimeError(f"the full LR sweep needs kernels.attention: {missing}")
-        arms = [a for a in arms if a not in explosion.KERNEL_ARMS]
+        arms = [a for a in arms if a not in proxy.KERNEL_ARMS]
     return dict(lrs=list(lrs), steps=steps, arms=arms, seeds=[0], kernel_missing=missing)
 
 
@@ -42,7 +42,7 @@ def choose_lr(data: dict) -> tuple[float | None, str]:
     for r in data["runs"]:
         by_lr.setdefault(r["lr"], {}).setdefault(r["arm"], []).append(r["outcome"])
     contrast_ok = [lr for lr, arms in by_lr.items()
-                   if all(a in arms and all(o == "stable" for o in arms[a]) for a in explosion.CONTRAST_ARMS)]
+                   if all(a in arms and all(o == "stable" for o in arms[a]) for a in proxy.CONTRAST_ARMS)]
     window = [lr for lr in contrast_ok if any(o != "stable" for o in by_lr[lr].get("paper", ["stable"]))]
     if window:
         return max(window), "largest LR with every contrast arm stable and the paper arm not"
@@ -54,13 +54,13 @@ def choose_lr(data: dict) -> tuple[float | None, str]:
 def run(scale: str) -> dict:
     p = plan(scale)
     runs = [dict(arm=a, seed=s, lr=lr) for lr in p["lrs"] for a in p["arms"] for s in p["seeds"]]
-    workers = explosion.default_workers(scale, len(runs))
-    summaries, arrays, meta = explosion.run_arms(scale, runs, workers, steps=p["steps"])
+    workers = proxy.default_workers(scale, len(runs))
+    summaries, arrays, meta = proxy.run_arms(scale, runs, workers, steps=p["steps"])
     data = dict(runs=summaries, lrs=p["lrs"], arms=p["arms"], steps=p["steps"],
                 kernel_missing=p["kernel_missing"],
-                thresholds=dict(smooth=explosion.SMOOTH, rise_exploded=explosion.RISE_EXPLODED,
-                                rise_degraded=explosion.RISE_DEGRADED, gn_spike=explosion.GN_SPIKE,
-                                onset_rise=explosion.ONSET_RISE))
+                thresholds=dict(smooth=outcome.SMOOTH, rise_exploded=outcome.RISE_EXPLODED,
+                                rise_degraded=outcome.RISE_DEGRADED, gn_spike=outcome.GN_SPIKE,
+                                onset_rise=outcome.ONSET_RISE))
     lr, why = choose_lr(data)
     data["chosen_lr"], data["chosen_lr_reason"] = lr, why
     data["wall_s_all_runs"] = meta["wall_s"]

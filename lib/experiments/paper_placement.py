@@ -14,8 +14,8 @@ attention inputs are the BF16 outputs of `c_attn` under autocast). Three ways of
 * ``eager_bwd_autocast`` — backward inside autocast (what a backward traced under the forward's autocast sees);
 * ``compiled``       — `torch.compile` of the forward call (their default `compile=True`), backward outside.
 
-For each run that completes, O, LSE, δ and dQ/dK/dV are compared bit-for-bit with `lib.reference` emulating
-candidate `Numerics` values on the same inputs and tiles: the predicted placement (`lib.numerics.PAPER`), each
+For each run that completes, O, LSE, δ and dQ/dK/dV are compared bit-for-bit with `lib.fp.reference` emulating
+candidate `Numerics` values on the same inputs and tiles: the predicted placement (`lib.fp.numerics.PAPER`), each
 one-flag flip of it, the older "everything BF16" reading, and fa2 / fp32 for scale. The candidate that matches is
 the placement; a flip that lowers the match proves that its rounding point is really there (or really absent).
 The dtype of every intermediate is recorded too (`trace`), which is the direct evidence.
@@ -31,12 +31,12 @@ import time
 import numpy as np
 import torch
 
-from lib import scale as scale_mod
-from lib.numerics import FA2, FP32, PAPER, Numerics
-from lib.reference import emulate_attention
+from lib.book import scale as scale_mod
+from lib.fp.numerics import FA2, FP32, PAPER, Numerics
+from lib.fp.reference import emulate_attention
 
 NAME = "paper_placement"
-DEPENDS = ["lib/experiments/paper_placement.py", "lib/reference.py", "lib/numerics.py", "lib/bf16.py"]
+DEPENDS = ["lib/experiments/paper_placement.py", "lib/fp/reference.py", "lib/fp/numerics.py", "lib/fp/bf16.py"]
 
 _NEG_MAX_NOTE = "forward masks with -finfo(dtype).max, backward with -inf (as described for the authors' code)"
 

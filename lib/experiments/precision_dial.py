@@ -15,7 +15,7 @@ noise:
 * ``paper_m{m}_dfp32o`` (at the smallest m only) — RNE, but δ from an FP32 recompute of O (the paper's δ-channel
                         ablation);
 * ``paper_m{m}_sm32``  — RNE with the forward exponent arguments S − m in FP32 (every other point at m bits);
-* ``paper_m{m}+fix_sm32`` — the same plus the fix. Chapter 7 (`lib.fix_error`) measured that in the paper placement
+* ``paper_m{m}+fix_sm32`` — the same plus the fix. Chapter 7 (`lib.fp.fix_error`) measured that in the paper placement
                         the fix's shifted exponent argument S − β·r_m, rounded like S − m, multiplies the forward
                         error of O and the row-sum error of the backward P as r_m grows, and that computing S − m in
                         FP32 removes that excess: this arm is the fix without its own rounding error;
@@ -42,11 +42,11 @@ from __future__ import annotations
 
 import os
 
-from lib import explosion
+from lib.training import outcome, proxy
 
 NAME = "precision_dial"
-DEPENDS = ["lib/experiments/precision_dial.py", "lib/explosion.py", "lib/train.py", "lib/model.py", "lib/data.py",
-           "data/corpus/pystdlib.txt.xz", "kernels/*.py", "lib/numerics.py"]
+DEPENDS = ["lib/experiments/precision_dial.py", "lib/training/proxy.py", "lib/training/train.py", "lib/training/model.py", "lib/training/data.py",
+           "data/corpus/pystdlib.txt.xz", "kernels/*.py", "lib/fp/numerics.py"]
 
 KINDS = ("rne", "sr", "fix", "dfp32o", "sm32", "fixsm32")   # per-m arm kinds (dfp32o only at the smallest m)
 DEFAULT_KINDS = ("rne", "sr", "fix", "dfp32o")
@@ -72,8 +72,8 @@ def arm_specs(m: int, kinds=KINDS, smallest: bool = True) -> dict[str, str]:
 
 def plan(scale: str) -> dict:
     if scale == "full":
-        bits = explosion.env_ints("DIAL_BITS", (3, 4, 5))
-        seeds = explosion.env_ints("DIAL_SEEDS", (0,))
+        bits = proxy.env_ints("DIAL_BITS", (3, 4, 5))
+        seeds = proxy.env_ints("DIAL_SEEDS", (0,))
         lr = float(os.environ.get("DIAL_LR", "5e-3"))
         steps = int(os.environ.get("DIAL_STEPS", "3000"))
         kinds = tuple(os.environ.get("DIAL_ARMS", ",".join(DEFAULT_KINDS)).split(","))
@@ -85,7 +85,7 @@ def plan(scale: str) -> dict:
                 raise ValueError(f"precision_dial: DIAL_CONTROLS must be 'none' or a subset of {list(controls)}; "
                                  f"got {pick!r}")
         controls = {} if pick == "none" else {c: controls[c] for c in pick.split(",")}
-        cseeds = explosion.env_ints("DIAL_CONTROL_SEEDS", seeds[:1])
+        cseeds = proxy.env_ints("DIAL_CONTROL_SEEDS", seeds[:1])
     else:
         bits, seeds, lr, steps, kinds = (3,), (0,), 1e-2, 3, KINDS
         controls = {"fp32": "naive"}
@@ -93,7 +93,7 @@ def plan(scale: str) -> dict:
     bad = [k for k in kinds if k not in KINDS]
     if bad or not bits or any(not 1 <= m <= 6 for m in bits):
         raise ValueError(f"precision_dial: bits must lie in 1..6 and arms in {KINDS}; got {bits}, {kinds}")
-    missing = explosion.kernel_available()
+    missing = proxy.kernel_available()
     if missing is not None:
         raise RuntimeError(f"precision_dial needs kernels.attention: {missing}")
     specs = {}
@@ -161,13 +161,13 @@ def run(scale: str) -> dict:
     runs = [dict(arm=a, seed=s, lr=p["lr"], attn=p["specs"][a]) for a in p["dial_arms"] for s in p["seeds"]]
     runs += [dict(arm=a, seed=s, lr=p["lr"], attn=p["specs"][a]) for a in p["control_arms"]
              for s in p["control_seeds"]]
-    workers = explosion.default_workers(scale, len(runs))
-    summaries, arrays, meta = explosion.run_arms(scale, runs, workers, steps=p["steps"])
+    workers = proxy.default_workers(scale, len(runs))
+    summaries, arrays, meta = proxy.run_arms(scale, runs, workers, steps=p["steps"])
     data = dict(runs=summaries, bits=p["bits"], seeds=p["seeds"], control_seeds=p["control_seeds"], lr=p["lr"], steps=p["steps"], kinds=p["kinds"],
                 specs=p["specs"], verdicts=verdicts(summaries, p["bits"]), wall_s_all_runs=meta["wall_s"],
-                thresholds=dict(smooth=explosion.SMOOTH, rise_exploded=explosion.RISE_EXPLODED,
-                                rise_degraded=explosion.RISE_DEGRADED, gn_spike=explosion.GN_SPIKE,
-                                onset_rise=explosion.ONSET_RISE))
+                thresholds=dict(smooth=outcome.SMOOTH, rise_exploded=outcome.RISE_EXPLODED,
+                                rise_degraded=outcome.RISE_DEGRADED, gn_spike=outcome.GN_SPIKE,
+                                onset_rise=outcome.ONSET_RISE))
     return dict(data=data, arrays=arrays, config=dict(meta["base_config"], workers=workers, lr=p["lr"],
                                                       steps=p["steps"], plan=p),
                 seeds=dict(torch=p["seeds"], data=[0]))
@@ -176,7 +176,7 @@ def run(scale: str) -> dict:
 def merged_table(res_list) -> dict:
     """The dial's per-m outcomes over several results (e.g. `precision_dial` and `precision_dial_fine`).
 
-    res_list: `lib.results.Result`s of this experiment. Returns {"bits": sorted m, "lr": [...], "rows": [{"m", "kind",
+    res_list: `lib.book.results.Result`s of this experiment. Returns {"bits": sorted m, "lr": [...], "rows": [{"m", "kind",
     "id", "arm", "seed", "outcome", "onset", "steps", "final", "valid", "result"}], "controls": [...same keys, m None...],
     "verdicts": {m: verdict (see `verdicts`) over all the results' runs, SR ignored where a result has the SR backward
     bug}}."""

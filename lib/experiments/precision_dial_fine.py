@@ -14,7 +14,7 @@ same seed: on the same GPU their loss curves should be bit-identical across the 
 """
 from __future__ import annotations
 
-from lib import explosion
+from lib.training import outcome, proxy
 from lib.experiments import precision_dial
 
 NAME = "precision_dial_fine"
@@ -22,5 +22,5 @@ DEPENDS = precision_dial.DEPENDS + ["lib/experiments/precision_dial_fine.py"]
 
 
 def run(scale: str) -> dict:
-    with explosion.env_defaults(DIAL_BITS="4,5", DIAL_ARMS="rne,fix,sm32,fixsm32"):
+    with proxy.env_defaults(DIAL_BITS="4,5", DIAL_ARMS="rne,fix,sm32,fixsm32"):
         return precision_dial.run(scale)

@@ -9,7 +9,7 @@ RNE trained at m = 5 in 3 of 3 seeds, so m = 6 is expected to train too; it is t
 """
 from __future__ import annotations
 
-from lib import explosion
+from lib.training import outcome, proxy
 from lib.experiments import precision_dial
 
 NAME = "precision_dial_m6"
@@ -17,5 +17,5 @@ DEPENDS = precision_dial.DEPENDS + ["lib/experiments/precision_dial_m6.py"]
 
 
 def run(scale: str) -> dict:
-    with explosion.env_defaults(DIAL_BITS="6", DIAL_ARMS="rne", DIAL_SEEDS="1,2", DIAL_CONTROLS="none"):
+    with proxy.env_defaults(DIAL_BITS="6", DIAL_ARMS="rne", DIAL_SEEDS="1,2", DIAL_CONTROLS="none"):
         return precision_dial.run(scale)

@@ -12,7 +12,7 @@ these defaults.
 """
 from __future__ import annotations
 
-from lib import explosion
+from lib.training import outcome, proxy
 from lib.experiments import precision_dial
 
 NAME = "precision_dial_seeds"
@@ -20,5 +20,5 @@ DEPENDS = precision_dial.DEPENDS + ["lib/experiments/precision_dial_seeds.py"]
 
 
 def run(scale: str) -> dict:
-    with explosion.env_defaults(DIAL_BITS="5", DIAL_ARMS="rne,fix,fixsm32", DIAL_SEEDS="1,2", DIAL_CONTROLS="none"):
+    with proxy.env_defaults(DIAL_BITS="5", DIAL_ARMS="rne,fix,fixsm32", DIAL_SEEDS="1,2", DIAL_CONTROLS="none"):
         return precision_dial.run(scale)

@@ -13,7 +13,7 @@ $DIAL_* variables still override these defaults.
 """
 from __future__ import annotations
 
-from lib import explosion
+from lib.training import outcome, proxy
 from lib.experiments import precision_dial
 
 NAME = "precision_dial_sr"
@@ -21,5 +21,5 @@ DEPENDS = precision_dial.DEPENDS + ["lib/experiments/precision_dial_sr.py"]
 
 
 def run(scale: str) -> dict:
-    with explosion.env_defaults(DIAL_BITS="3,4,5", DIAL_ARMS="sr", DIAL_CONTROLS="none"):
+    with proxy.env_defaults(DIAL_BITS="3,4,5", DIAL_ARMS="sr", DIAL_CONTROLS="none"):
         return precision_dial.run(scale)

@@ -38,9 +38,9 @@ def _compare(x: torch.Tensor, tally: dict, with_native: bool) -> None:
 
 
 def run(scale: str) -> dict:
-    import lib.setup  # noqa: F401
+    import lib.book.setup  # noqa: F401
     from kernels.rounding import bf16_to_fp32
-    from lib.setup import DEVICE, INTERPRET
+    from lib.book.setup import DEVICE, INTERPRET
     tally = {k: 0 for k in ("n", "nan_inputs", "nan_kept", "mismatch_vs_torch", "overflow_to_inf", "inf_inputs",
                             "subnormal_outputs", "neg_zero_outputs", "mismatch_native_vs_ours", "native_nan_kept")}
     if scale == "full":

@@ -14,9 +14,9 @@ import math
 import pytest
 import torch
 
-import lib.setup  # noqa: F401
+import lib.book.setup  # noqa: F401
 from kernels.attention import attention, compute_delta
-from lib.numerics import get_profile
+from lib.fp.numerics import get_profile
 
 pytestmark = pytest.mark.gpu
 

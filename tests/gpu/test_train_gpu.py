@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import lib.setup  # noqa: F401
-from lib.model import naive_attention, sdpa_attention
-from lib.train import TrainConfig, train
+import lib.book.setup  # noqa: F401
+from lib.training.model import naive_attention, sdpa_attention
+from lib.training.train import TrainConfig, train
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +36,7 @@ def test_same_seed_bit_identical_on_gpu(attn, det):
 
 def test_ours_takes_native_path_under_autocast():
     from kernels.attention import resolve_path
-    from lib.numerics import get_profile
+    from lib.fp.numerics import get_profile
     r = train(TrainConfig(**(SMALL | dict(steps=2, telemetry_every=1)), attn="paper"))
     c = r["model"].attn_layers[0]
     r["model"].set_capture(True)

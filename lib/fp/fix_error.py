@@ -9,7 +9,7 @@ arguments near the maximum are small and fine-grained. The distorted weights ent
 distorted ℓ) and the log-sum-exp LSE = m + log ℓ, so the backward's P = exp(S − LSE), recomputed from the unshifted
 scores, no longer sums to 1 over a row: its row sum is ℓ_exact/ℓ_computed, and rowsum(dS) ≠ 0.
 
-`fix_error_profile(...)` measures this through `lib.reference.emulate_forward` (bit-exact with the Triton kernel in
+`fix_error_profile(...)` measures this through `lib.fp.reference.emulate_forward` (bit-exact with the Triton kernel in
 the CPU interpreter) on attention-shaped rows: each query row has its maximum r_m at two random keys (the fix's
 trigger) and the other scores r_m − g with gaps g ~ Exponential(mean `gap`), so a few near-max competitors carry
 weight (rounding the scores to BF16 turns the smallest gaps into further ties, as it does in training); V is mostly negative (−|N(1, 0.5)|, as in the paper's Fig. 6), all values on the BF16 grid. S is produced
@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from lib.bf16 import round_rne
-from lib.numerics import get_profile
-from lib.reference import attention_fp64, emulate_forward
+from lib.fp.bf16 import round_rne
+from lib.fp.numerics import get_profile
+from lib.fp.reference import attention_fp64, emulate_forward
 
 __all__ = ["VARIANTS", "tied_rows", "fix_error_profile", "fix_error_figure", "shift_spacing"]
 
@@ -93,7 +93,7 @@ def fix_error_profile(r_values=(1, 2, 4, 8, 16, 32, 64), heads: int = 16, n: int
 def fix_error_figure(profile: dict):
     """Two panels against the tied maximum r_m (log-log): RMS relative error of O, and the backward P's row-sum
     error, per variant; the top axis of the right panel is the BF16 spacing at the (capped) shift."""
-    from lib import plotting
+    from lib.book import plotting
     fig, (a0, a1) = plotting.figure(1, 2, width=10, height=3.6)
     r = np.asarray(profile["r"])
     styles = dict(zip(VARIANTS, ("-o", "-s", "--^", ":v")))

@@ -1,6 +1,6 @@
 """Chapter 7's live checks of the β fix on inputs with many tied row maxima (integer-valued q and k).
 
-`fix_effect(...)` runs the numpy emulator of `lib.reference` (bit-exact with the Triton kernel in the interpreter)
+`fix_effect(...)` runs the numpy emulator of `lib.fp.reference` (bit-exact with the Triton kernel in the interpreter)
 with and without the fix and reports, for (batch·heads, N, d) inputs with small-integer q and k (so scores are
 multiples of the scale and ties are common):
   * how many (row, key tile) pairs had a repeated maximum (what the fix acts on),
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lib.reference import attention_fp64, emulate_forward, fixed_row_max, padded_head_dim  # noqa: F401
+from lib.fp.reference import attention_fp64, emulate_forward, fixed_row_max, padded_head_dim  # noqa: F401
 
 
 def tied_inputs(seed: int, B: int = 2, N: int = 96, d: int = 32, lo: int = -2, hi: int = 2):

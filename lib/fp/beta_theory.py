@@ -24,7 +24,7 @@ import math
 import numpy as np
 import sympy as sp
 
-from lib.bf16 import check_mantissa_bits, round_rne, ulp
+from lib.fp.bf16 import check_mantissa_bits, round_rne, ulp
 
 __all__ = ["shift_invariance_proof", "x_round_to_one", "x_round_to_one_measured", "underflow_x",
            "beta_window", "lse_relative_error", "regime"]
@@ -106,7 +106,7 @@ def beta_window_figure(m: int = 7, r_range=(1e-4, 200.0), betas=(2.0, 7.0)):
     """Regions of (positive repeated max r_m, β): 'ineffective' (shifted max still rounds to 1), 'ok', 'underflow'
     (row vanishes in BF16; dashed: in FP32). Horizontal lines at the paper's β values (7 in the paper, 2 in its code).
     Returns the matplotlib figure."""
-    from lib.plotting import figure
+    from lib.book.plotting import figure
     r = np.geomspace(*r_range, 400)
     lo = 1 + x_round_to_one(m) / r
     hi_bf16 = 1 + underflow_x("bf16") / r

@@ -1,4 +1,4 @@
-"""Training harness for the small byte-level GPT (`lib.model`) on the pinned corpus (`lib.data`).
+"""Training harness for the small byte-level GPT (`lib.training.model`) on the pinned corpus (`lib.training.data`).
 
 `train(TrainConfig(...)) -> dict` runs AdamW (β = (0.9, 0.95), ε = 1e-8, weight decay 0 by default) with a linear
 warm-up then a constant (or cosine) learning rate, global grad-norm clipping (1.0), BF16 autocast on CUDA with FP32
@@ -17,7 +17,7 @@ dQ with atomics (nondeterministic) under warn_only and switches to its determini
 Triton backward writes dQ and dK/dV from separate kernels without atomics. The headline experiment re-runs one
 arm with the same seed and compares the curves bit for bit.
 
-Command line: ``python -m lib.train --help`` (every TrainConfig field is a flag).
+Command line: ``python -m lib.training.train --help`` (every TrainConfig field is a flag).
 """
 from __future__ import annotations
 
@@ -38,9 +38,9 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from lib import data as data_mod  # noqa: E402
-from lib.metrics import bf16_row_ties, bf16_tile_ties, spectral_norm  # noqa: E402
-from lib.model import GPT, GPTConfig, naive_attention  # noqa: E402
+from lib.training import data as data_mod  # noqa: E402
+from lib.training.metrics import bf16_row_ties, bf16_tile_ties, spectral_norm  # noqa: E402
+from lib.training.model import GPT, GPTConfig, naive_attention  # noqa: E402
 
 _SCHEDULES = ("constant", "cosine")
 TIE_TILE = 64   # key-tile width of the tie telemetry: the native kernel's BLOCK_N (kernels.attention.NATIVE_CONFIGS)
@@ -56,7 +56,7 @@ class TrainConfig:
     n_head: int = 6
     n_embd: int = 384
     seq_len: int = 512
-    attn: str = "sdpa"              # one spec for all layers, or comma-separated per layer (see lib.model)
+    attn: str = "sdpa"              # one spec for all layers, or comma-separated per layer (see lib.training.model)
     beta: float = 7.0               # β of "+fix" specs
     tie_tol: float = 0.0            # tie tolerance of "+fix" specs
     max_shift: float | None = 64.0  # underflow guard of "+fix" specs (None: the paper's exact rule, may give NaN)
@@ -476,7 +476,7 @@ def train(cfg: TrainConfig) -> dict:
 # ----------------------------------------------------------------------------------------------------------------
 def _worker(cfg: TrainConfig) -> dict:
     import traceback
-    import lib.setup  # noqa: F401  (interpreter mode for the kernel on CPU-only machines)
+    import lib.book.setup  # noqa: F401  (interpreter mode for the kernel on CPU-only machines)
     try:
         res = train(cfg)
     except Exception as e:  # noqa: BLE001  (one failing run must not lose the others' results)
@@ -524,7 +524,7 @@ _HELP = {
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m lib.train", description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="python -m lib.training.train", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     for f in dataclasses.fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
@@ -539,7 +539,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     a = _parser().parse_args(argv)
-    import lib.setup  # noqa: F401
+    import lib.book.setup  # noqa: F401
     cfg = TrainConfig(**vars(a))
     res = train(cfg)
     if res["world_size"] == 1 or int(os.environ.get("RANK", "0")) == 0:

@@ -13,19 +13,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lib.numerics import PROFILES, get_profile, rounding_point_table
-from lib.reference import attention_fp64, emulate_attention
+from lib.fp.numerics import PROFILES, get_profile, rounding_point_table
+from lib.fp.reference import attention_fp64, emulate_attention
 
 __all__ = ["rounding_table", "make_inputs", "error_vs_fp64", "error_figure", "kernel_vs_oracle",
            "placement_table", "placement_summary", "bench_table", "load_kernel", "dtype_table",
            "stable_clamp_effect"]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 QUANTITIES = ("o", "dq", "dk", "dv")
 
 
 def rounding_table(profiles=("fp32", "fa2", "paper")) -> pd.DataFrame:
-    """The rounding points of `lib.numerics.Numerics` as a table: one row per field, one column per profile
+    """The rounding points of `lib.fp.numerics.Numerics` as a table: one row per field, one column per profile
     ("✓" = rounded to the low-precision format there, "–" = FP32)."""
     rows = []
     for name, desc, *vals in rounding_point_table(profiles):
@@ -43,7 +43,7 @@ def make_inputs(B: int, H: int, N: int, d: int, seed: int):
 def load_kernel():
     """`kernels.attention.attention` or None (with the reason) when it cannot be imported."""
     try:
-        import lib.setup  # noqa: F401  (interpreter mode before the kernels are decorated)
+        import lib.book.setup  # noqa: F401  (interpreter mode before the kernels are decorated)
         from kernels.attention import attention
         return attention, ""
     except Exception as e:  # the chapter shows the reason
@@ -59,7 +59,7 @@ def error_vs_fp64(profiles=("fp32", "fa2", "paper"), seqs=(40, 97), d: int = 32,
                   block: int = 32, source: str = "emulator") -> pd.DataFrame:
     """Relative max error vs the FP64 reference of O, dQ, dK, dV per profile, sequence length, causality, seed.
 
-    `source`: "emulator" (lib.reference) or "kernel" (kernels.attention on the emulated path, tiles `block`).
+    `source`: "emulator" (lib.fp.reference) or "kernel" (kernels.attention on the emulated path, tiles `block`).
     Returns a long DataFrame (profile, N, causal, seed, quantity, rel_err, source)."""
     att = None
     if source == "kernel":
@@ -99,7 +99,7 @@ def error_figure(df: pd.DataFrame, title: str = ""):
     """Strip plot of relative error vs FP64 (log scale) per quantity, coloured by profile. Returns the figure."""
     import seaborn as sns
 
-    from lib import plotting
+    from lib.book import plotting
     fig, ax = plotting.figure(width=6.4, height=3.4)
     sns.stripplot(data=df, x="quantity", y="rel_err", hue="profile", dodge=True, ax=ax, size=4, jitter=0.15)
     ax.set_yscale("log")
@@ -120,7 +120,7 @@ def kernel_vs_oracle(profiles=("fp32", "fa2", "paper"), cases=((45, 24, True), (
     Returns {"available": bool, "note": str, "table": DataFrame (profile, fix, N, d, causal, quantity,
     fraction_identical)}. Uses the kernel's lower-level launchers so that the tiles are the same as the oracle's."""
     try:
-        import lib.setup  # noqa: F401
+        import lib.book.setup  # noqa: F401
         import torch
 
         from kernels.attention import attention_bwd, attention_fwd

@@ -5,7 +5,7 @@ Contents
 * bits:        `bit_table`, `rounding_anatomy` — sign | exponent | fraction | dropped bits of computed values.
 * example:     `worked_example` — the paper's −2.40625 + residual + −2.296875 addition, recomputed.
 * enumeration: `enumerate_bias` — every k-tuple of one binade's m-bit values, added in FP32 and rounded with
-               `lib.bf16.round_rne`; the exact mean (a Fraction) must equal `lib.theory.expected_error_ulps`.
+               `lib.fp.bf16.round_rne`; the exact mean (a Fraction) must equal `lib.fp.theory.expected_error_ulps`.
 * Monte Carlo: `make_rows` (attention-shaped scores S and values V), `emulate_rows` (P̄ = exp(S − m), P̄V in FP32,
                the two orders, β shift, stochastic rounding, any mantissa width), `mc_cell`, `mc_grid`.
 * figures:     `fig_theory`, `fig_heatmaps`, `fig_precision_dial`, `fig_kernel_compare`.
@@ -20,7 +20,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from lib.bf16 import (bit_fields, bit_string, bits_f32, check_mantissa_bits, round_rne, round_stochastic, ulp)
+from lib.fp.bf16 import (bit_fields, bit_string, bits_f32, check_mantissa_bits, round_rne, round_stochastic, ulp)
 
 __all__ = ["bit_table", "rounding_anatomy", "worked_example", "enumerate_bias", "make_rows", "emulate_rows",
            "mc_cell", "mc_grid", "fig_theory", "fig_heatmaps", "fig_precision_dial", "fig_kernel_compare",
@@ -92,7 +92,7 @@ def _grid_values(m: int) -> np.ndarray:
 
 def enumerate_bias(k: int, m: int = 7, rho=Fraction(0), sign: int = 1, max_tuples: int = 1 << 22) -> dict:
     """Exhaustive enumeration: every k-tuple of m-bit values in [1, 2) (times `sign`), plus the remainder
-    r = rho·2**-m, summed in FP32 and rounded with RNE (`lib.bf16.round_rne`). Exact bookkeeping.
+    r = rho·2**-m, summed in FP32 and rounded with RNE (`lib.fp.bf16.round_rne`). Exact bookkeeping.
 
     Returns {"mean_ulps": Fraction (signed, ULPs of the result), "n": tuples, "p_tie": Fraction,
     "frac_away": Fraction of tuples rounded away from zero}. rho must be a dyadic Fraction with denominator ≤ 2**16."""
@@ -265,9 +265,9 @@ def mc_cell(seed: int, k: int, gap: float, frac_neg: float = 1.0, n_keys: int = 
     """One Monte Carlo cell: same inputs through plain RNE, the β shift and stochastic rounding.
 
     Returns {"rne": summary, "beta": summary, "sr": summary, "theory_pv": predicted mean P̄V error in ULPs from
-    `lib.theory` given each output's actual FP32 remainder (only when all tied V share one sign), "rho_mean":
+    `lib.fp.theory` given each output's actual FP32 remainder (only when all tied V share one sign), "rho_mean":
     mean remainder in ULPs of the tied terms, "rho_lost": fraction of outputs whose remainder was lost in FP32}."""
-    from lib import theory
+    from lib.fp import theory
     rng = np.random.default_rng(seed)
     S, V = make_rows(rng, n_problems, rows, n_keys, d, k, gap, frac_neg, m, spread)
     out = {}
@@ -323,7 +323,7 @@ def mc_grid(seed: int, ks, gaps, frac_negs=(1.0,), n_keys_list=(256,), m: int = 
 
 
 def restore_nonfinite(obj):
-    """Undo `lib.results`' JSON encoding of non-finite floats ('nan', 'inf', '-inf' strings) in nested data."""
+    """Undo `lib.book.results`' JSON encoding of non-finite floats ('nan', 'inf', '-inf' strings) in nested data."""
     if isinstance(obj, dict):
         return {k: restore_nonfinite(v) for k, v in obj.items()}
     if isinstance(obj, list):
@@ -336,7 +336,8 @@ def restore_nonfinite(obj):
 # ---------------------------------------------------------------------------------------------------- figures
 def fig_theory(table, enum_rows=None, mc_points=None, k_saw=(2, 3, 4)):
     """Left: exact mean error vs k (r = 0 and r → 0⁺), with enumeration marks. Right: the sawtooth in ρ."""
-    from lib import plotting, theory
+    from lib.book import plotting
+    from lib.fp import theory
     fig, (a1, a2) = plotting.figure(1, 2, width=9.5, height=3.6)
     ks = [r["k"] for r in table]
     a1.plot(ks, [float(r["A"]) for r in table], "o-", label="theory, r → 0⁺ (sticky)")
@@ -361,7 +362,7 @@ def fig_theory(table, enum_rows=None, mc_points=None, k_saw=(2, 3, 4)):
 
 def fig_heatmaps(recs, value="pv", k_list=None, gaps=None, frac_neg=1.0, n_keys=256, meta=None):
     """Heat-maps of the mean signed error (ULPs) vs (k, gap): rows = methods, columns = P̄V / O orders."""
-    from lib import plotting
+    from lib.book import plotting
     sel = [r for r in recs if r["frac_neg"] == frac_neg and r["n_keys"] == n_keys]
     k_list = sorted({r["k"] for r in sel}) if k_list is None else k_list
     gaps = sorted({r["gap"] for r in sel}) if gaps is None else gaps
@@ -393,7 +394,7 @@ def fig_heatmaps(recs, value="pv", k_list=None, gaps=None, frac_neg=1.0, n_keys=
 
 def fig_precision_dial(dial, meta=None):
     """Mean P̄V error in ULPs (flat, theory line) and relative error (∝ 2**-m) vs mantissa width m."""
-    from lib import plotting
+    from lib.book import plotting
     fig, (a1, a2) = plotting.figure(1, 2, width=9.5, height=3.4)
     ms = [d["m"] for d in dial]
     a1.errorbar(ms, [d["rne_pv"] for d in dial], yerr=[d["rne_pv_ci"] for d in dial], fmt="o-", label="RNE")
@@ -413,7 +414,7 @@ def fig_precision_dial(dial, meta=None):
 
 def fig_kernel_compare(rows, meta=None):
     """Bars: mean P̄V / O errors (ULPs, 95 % CI) per path (numpy / emulated kernel / native kernel) and method."""
-    from lib import plotting
+    from lib.book import plotting
     fig, ax = plotting.figure(1, 1, width=9.5, height=3.6)
     labels = [r["label"] for r in rows]
     x = np.arange(len(rows))

@@ -30,7 +30,7 @@ from functools import lru_cache
 import numpy as np
 import sympy as sp
 
-from lib.bf16 import check_mantissa_bits
+from lib.fp.bf16 import check_mantissa_bits
 
 __all__ = ["RHO", "sum_pmf", "rne_error_q", "expected_error_ulps", "expected_error_symbolic", "power_of_two_closed_form",
            "tie_probability", "theory_table", "expected_error_float"]

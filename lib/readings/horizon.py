@@ -3,12 +3,12 @@
 Our GPU experiments stop each run at a wall-clock budget, and runs sharing the GPU with more (or slower) processes
 reach fewer steps. A run that "trained" for 950 steps and one that "exploded" at step 1,100 are not comparable, so
 readers of several runs re-judge each one on its first H steps, H = the fewest steps of any run that stayed finite,
-with the same rule as the whole run (`lib.explosion.classify`).
+with the same rule as the whole run (`lib.outcome.classify`).
 
 * `common_horizon(rows)`: H over summary rows ({"steps", "outcome"}); None if every run went non-finite.
 * `rejudge(row, loss, grad_norm, warmup, h)`: the row with "outcome"/"onset"/"steps"/"final" judged on the first h
   steps, the whole-run values kept as "full_outcome"/"full_steps"/"full_onset", and "horizon" = h.
-* `judge_result(res)`: every run of one `lib.results.Result` re-judged at that result's common horizon.
+* `judge_result(res)`: every run of one `lib.book.results.Result` re-judged at that result's common horizon.
 * `arm_words(runs, judged, arm)`: "exploded (647), stable, …" — one arm's judged outcomes in seed order (prose).
 * `stable_arms(runs, judged)`: the arms whose every run stayed stable.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lib import explosion
+from lib.training import outcome, proxy
 
 __all__ = ["arm_words", "common_horizon", "judge_result", "rejudge", "stable_arms"]
 
@@ -36,13 +36,13 @@ def rejudge(row: dict, loss: np.ndarray, grad_norm: np.ndarray, warmup: int, h: 
         return new
     if h > len(loss):
         raise ValueError(f"horizon {h} is longer than run {row.get('id', '?')} ({len(loss)} steps)")
-    c = explosion.classify(loss[:h], grad_norm[:h], warmup)
+    c = outcome.classify(loss[:h], grad_norm[:h], warmup)
     new.update(outcome=c["outcome"], onset=c["onset"], steps=int(h), final=c["final"])
     return new
 
 
 def judge_result(res) -> tuple[int | None, dict]:
-    """(H, {run id: `rejudge` row}) for every run of `res` (a `lib.results.Result` with per-step "<id>__loss" and
+    """(H, {run id: `rejudge` row}) for every run of `res` (a `lib.book.results.Result` with per-step "<id>__loss" and
     "<id>__grad_norm" arrays), H = `common_horizon` of all its runs."""
     runs = res.data["runs"]
     h = common_horizon(runs)

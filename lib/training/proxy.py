@@ -1,27 +1,25 @@
-"""Shared pieces of the loss-explosion experiments (`lib/experiments/lr_sweep.py`, `headline.py`).
+"""The proxy GPT's training runs: the attention arms, the proxy configuration, and running many arms at once.
 
-* `proxy_config(scale, **overrides)`: the proxy run of `/work/shared/reference/explosion-recipe.md` at full scale
-  (6 layers, width 384, 6 heads, batch 32 × 512 bytes, AdamW (0.9, 0.95), wd 0, clip 1.0, warm-up 200 then
-  constant LR, BF16 autocast) and a tiny CPU version at ci scale. At full scale each run's training loop stops
-  after $EXPLOSION_BUDGET_S seconds (default 420; recorded as "truncated_at") so that an experiment always saves
-  its results within the device's 10-minute command limit.
-* `ARMS`: arm name -> attention spec string (`lib.model`): the paper placement, the same with the β fix, the
-  production FA2 placement of our kernel, PyTorch SDPA (flash backend on CUDA) and FP32 attention ("naive").
-* `classify(loss, warmup)`: stable / degraded / exploded / nonfinite (or short: never left warm-up), by fixed
-  thresholds defined below.
-* `run_arms(...)`: run a list of (arm, seed, lr) and pack per-run summaries and telemetry arrays for `lib.results`;
-  a run that raises is kept as outcome "error" with its message, so the other runs are still saved.
+* `proxy_config(scale, **overrides)`: the proxy run at full scale (6 layers, width 384, 6 heads, batch 32 × 512
+  bytes, AdamW (0.9, 0.95), wd 0, clip 1.0, warm-up 200 then constant LR, BF16 autocast) and a tiny CPU version at
+  ci scale. At full scale each run's training loop stops after $EXPLOSION_BUDGET_S seconds (default 420; recorded
+  as "truncated_at") so that an experiment always saves its results within the device's 10-minute command limit.
+* `ARMS`: arm name -> attention spec string (`lib.training.model`): the paper placement, the same with the β fix,
+  the production FA2 placement of our kernel, PyTorch SDPA (flash backend on CUDA) and FP32 attention ("naive").
+* `run_arms(...)`: run a list of (arm, seed, lr) and pack per-run summaries and telemetry arrays for
+  `lib.book.results`; a run that raises is kept as outcome "error" with its message, so the other runs are still
+  saved. Outcomes come from `lib.training.outcome.classify`.
 """
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import time
 
 import numpy as np
 
-from lib.train import TrainConfig, run_many
+from lib.training.outcome import classify
+from lib.training.train import TrainConfig, run_many
 
 ARMS = {
     "paper": "paper",            # our kernel, the authors' rounding placement (BF16 S, P̄, ℓ, P̄V, O, δ from BF16 O)
@@ -33,20 +31,12 @@ ARMS = {
     # the paper's δ ablations (not run by default): δ = rowsum(dP∘P); δ from an FP32 recompute of O
     "paper-dPP-delta": "paper/delta_source=dp_p",
     "paper-fp32O-delta": "paper/delta_source=fp32_o",
-    # the fix without its own rounding error (chapter 7, `lib.fix_error`): S − m in FP32, with and without the fix
+    # the fix without its own rounding error (chapter 7, `lib.fp.fix_error`): S − m in FP32, with and without the fix
     "paper_sm32": "paper/round_s_minus_m=false",
     "paper+fix_split_sm32": "paper/round_s_minus_m=false+fix_split",
 }
 KERNEL_ARMS = ("paper", "paper+fix", "paper+fix_split", "fa2", "paper_sm32", "paper+fix_split_sm32")
 CONTRAST_ARMS = ("fa2", "sdpa", "fp32")
-
-# Outcome thresholds (definitions, in nats/byte of the training loss smoothed over SMOOTH steps).
-SMOOTH = 50                 # steps in the moving average (shortened for short runs)
-RISE_EXPLODED = 0.5         # final smoothed loss − best smoothed loss ≥ this: "exploded"
-RISE_DEGRADED = 0.1         # ≥ this (or a post-warm-up grad-norm spike > GN_SPIKE): "degraded"
-GN_SPIKE = 10.0             # pre-clip global grad norm (clipping is at 1.0)
-ONSET_RISE = 0.25           # onset: first step whose smoothed loss exceeds the running best by this
-
 
 def kernel_available() -> str | None:
     """None if `kernels.attention` imports, else the reason it does not."""
@@ -71,56 +61,6 @@ def proxy_config(scale: str, **overrides) -> TrainConfig:
     else:
         raise ValueError(f"unknown scale {scale!r}")
     return TrainConfig(**(base | overrides))
-
-
-def smooth(x: np.ndarray, window: int) -> np.ndarray:
-    """Trailing moving average (NaN-propagating), same length as x."""
-    x = np.asarray(x, dtype=np.float64)
-    if len(x) == 0:
-        return x
-    w = max(1, min(window, len(x)))
-    c = np.cumsum(np.insert(x, 0, 0.0))
-    out = np.empty_like(x)
-    for i in range(len(x)):
-        lo = max(0, i + 1 - w)
-        out[i] = (c[i + 1] - c[lo]) / (i + 1 - lo)
-    return out
-
-
-def classify(loss, grad_norm, warmup: int) -> dict:
-    """Outcome of one run from its per-step loss and pre-clip grad norm.
-
-    A finite run that never left warm-up (len(loss) <= warmup, e.g. cut by the wall budget) is "short": it cannot be
-    judged (a loss curve still falling from its initial value and the initial grad norms are not a verdict).
-
-    Returns {"outcome": "nonfinite" | "exploded" | "degraded" | "stable" | "short", "best": min smoothed loss, "final": last
-    smoothed loss, "rise": final − best, "max_grad_norm": max pre-clip grad norm after warm-up, "onset": first
-    step whose smoothed loss exceeds the running best by ONSET_RISE (None if never)}."""
-    loss = np.asarray(loss, dtype=np.float64)
-    gn = np.asarray(grad_norm, dtype=np.float64)
-    if len(loss) == 0:
-        raise ValueError("empty loss curve")
-    if not np.isfinite(loss).all():
-        first = int(np.argmax(~np.isfinite(loss)))
-        return dict(outcome="nonfinite", best=float(np.nanmin(loss)), final=float("nan"), rise=float("nan"),
-                    max_grad_norm=float(np.nanmax(gn)) if len(gn) else float("nan"), onset=first)
-    sm = smooth(loss, min(SMOOTH, max(1, len(loss) // 10)))
-    run_best = np.minimum.accumulate(sm)
-    above = np.nonzero(sm - run_best > ONSET_RISE)[0]
-    best, final = float(sm.min()), float(sm[-1])
-    rise = final - best
-    post = gn[warmup:]
-    max_gn = float(post.max()) if len(post) else float("nan")
-    if len(loss) <= warmup:
-        outcome = "short"
-    elif rise >= RISE_EXPLODED:
-        outcome = "exploded"
-    elif rise >= RISE_DEGRADED or (math.isfinite(max_gn) and max_gn > GN_SPIKE):
-        outcome = "degraded"
-    else:
-        outcome = "stable"
-    return dict(outcome=outcome, best=best, final=final, rise=rise, max_grad_norm=max_gn,
-                onset=int(above[0]) if len(above) else None)
 
 
 def run_id(arm: str, seed: int, lr: float, tag: str = "") -> str:
@@ -170,7 +110,7 @@ def run_arms(scale: str, runs: list[dict], workers: int, **overrides) -> tuple[l
     print(summary_table(summaries), flush=True)
     # The one recorded batch order every run used (int64 (steps, batch) window starts into the train split):
     # replay it with TrainConfig(starts_path=...) after np.save.
-    from lib import data as data_mod
+    from lib.training import data as data_mod
     if cfgs:
         c0 = cfgs[0]
         train_bytes, _ = data_mod.split(data_mod.load_corpus(), c0.val_fraction)

@@ -3,7 +3,7 @@ theory's thresholds next to the logits the runs reached, and what our kernel doe
 
 `beta_sweep` (β from tiny to large, seed 0) and `beta_sweep_seeds` (both ends, more seeds) ran under a wall-clock
 budget with different numbers of processes sharing the GPU, so they reached different step counts; `table` judges
-every run on the first H steps, H = the fewest steps of any finite run (`lib.horizon`).
+every run on the first H steps, H = the fewest steps of any finite run (`lib.readings.horizon`).
 
 * `table(res_list)`: one row per run, and per (β, guard) the outcomes over seeds.
 * `underflow_rows(beta, max_shift)`: on inputs with large tied maxima, the share of query rows whose O our
@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from lib import beta_theory, horizon
+from lib.fp import beta_theory
+from lib.readings import horizon
 
 __all__ = ["BETA_RESULTS", "table", "underflow_rows"]
 
@@ -21,7 +22,7 @@ BETA_RESULTS = ("beta_sweep", "beta_sweep_seeds")
 
 
 def table(res_list) -> dict:
-    """The β-sweep runs of several `lib.results.Result`s (with arrays), judged at their common horizon.
+    """The β-sweep runs of several `lib.book.results.Result`s (with arrays), judged at their common horizon.
 
     Returns {"horizon": H (steps), "lr": [LRs], "rows": [...], "groups": [...]}. A row is the run summary plus
     "result", "guarded" (max_shift set: the shift is capped, no row underflows), "underflow_r" (score units: a tied
@@ -74,8 +75,8 @@ def underflow_rows(beta: float = 30.0, max_shift=None, *, seed: int = 0, n: int 
     Returns {"beta", "max_shift", "rows", "zero_rows" (share of query rows whose O is exactly 0), "nan_rows" (share
     with any NaN), "fp64_zero_rows" (share of exactly-zero rows of FP64 attention: the true output), "max_r" (the
     largest row maximum, score units)}."""
-    from lib.numerics import get_profile
-    from lib.reference import attention_fp64, emulate_forward, round_rne
+    from lib.fp.numerics import get_profile
+    from lib.fp.reference import attention_fp64, emulate_forward, round_rne
     rng = np.random.default_rng(seed)
     q, k, v = (round_rne(rng.standard_normal((1, 2, n, d)).astype(np.float32), 7) for _ in range(3))
     k[:, :, 1::4] = k[:, :, 0::4][:, :, : k[:, :, 1::4].shape[2]]     # duplicated keys: tied scores

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-from lib.plotting import figure
+from lib.book.plotting import figure
 
 # (label, chapter that derives/measures it)
 CHAIN = [

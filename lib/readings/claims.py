@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lib import results as _results
+from lib.book import results as _results
 
 
 @dataclass(frozen=True)
@@ -145,10 +145,10 @@ DIAL_RESULTS = ("precision_dial", "precision_dial_fine", "precision_dial_sr", "p
 
 
 def derive_dial(res_list) -> dict:
-    """bias_not_coarseness from the precision-dial results together (`lib.dial_reading.at_common_horizon`): reproduced
+    """bias_not_coarseness from the precision-dial results together (`lib.readings.dial_reading.at_common_horizon`): reproduced
     where RNE failed and valid SR trained at some width; not reproduced where valid SR failed at every width where RNE
     failed (and "partly" otherwise). Empty when no width has both a valid SR run and an RNE run."""
-    from lib import dial_reading
+    from lib.readings import dial_reading
     if not res_list:
         return {}
     t = dial_reading.at_common_horizon(res_list)

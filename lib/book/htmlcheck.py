@@ -1,6 +1,6 @@
 """Headless-Chromium check of the built book: every page loads, math is typeset, every image loads, no broken links.
 
-    python -m lib.htmlcheck _build/html
+    python -m lib.book.htmlcheck _build/html
 
 Uses Debian's `chromium` + `chromium-driver` (run as --headless --no-sandbox --disable-gpu) through Selenium.
 Checks per page: no JavaScript-visible load failure, every <img> has `complete && naturalWidth > 0`, every page that

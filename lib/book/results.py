@@ -9,7 +9,7 @@ Provenance (``meta``): name, scale, UTC time, git commit (``$BOOK_GIT_COMMIT``, 
 versions, device name, seeds, wall time in seconds, and free-form config.
 
 A result is *stale* when a file it depends on no longer has the recorded sha256. Chapters show stale results with
-a warning; ``python -m lib.results check`` (``make check-results``) lists them.
+a warning; ``python -m lib.book.results check`` (``make check-results``) lists them.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = ROOT / "results"
 
 
@@ -210,7 +210,7 @@ def all_results(root: Path | None = None) -> list[Result]:
 
 def main(argv=None) -> int:
     import argparse
-    ap = argparse.ArgumentParser(prog="python -m lib.results", description="List results and their staleness.")
+    ap = argparse.ArgumentParser(prog="python -m lib.book.results", description="List results and their staleness.")
     ap.add_argument("command", choices=["check", "list"])
     ap.add_argument("--strict", action="store_true", help="exit 1 if any result is stale")
     a = ap.parse_args(argv)

@@ -1,4 +1,4 @@
-"""Figures of the loss-explosion results (`lr_sweep`, `headline`): each takes a `lib.results.Result` and returns
+"""Figures of the loss-explosion results (`lr_sweep`, `headline`): each takes a `lib.book.results.Result` and returns
 a matplotlib Figure in the book style, stamped with the result's provenance.
 
 * `loss_curves(res)`: training loss (smoothed) and pre-clip grad norm per run, colour = arm, line style = seed
@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from lib import plotting
-from lib.explosion import ARMS, SMOOTH, smooth
+from lib.book import plotting
+from lib.training.proxy import ARMS
+from lib.training.outcome import SMOOTH, smooth
 
 _STYLES = ("-", "--", ":", "-.")
 _OUTCOME_MARKERS = {"stable": "o", "degraded": "s", "exploded": "X", "nonfinite": "v", "short": "."}
@@ -185,8 +186,8 @@ def dial_figure(res_list, window: int = SMOOTH, horizons: dict | None = None):
     """Smoothed training loss over steps, one panel per mantissa width m of the precision dial, for the per-m arms
     (colour = kind, line style = seed) and the BF16 / FP32 controls (grey) of the same results. SR arms of results
     with the SR backward bug (`precision_dial.SR_BACKWARD_BUG`) are left out: they measure a broken gradient.
-    horizons: optional {m: step} (`lib.dial_reading.at_common_horizon`), drawn as a dotted vertical line."""
-    from lib import dial_reading
+    horizons: optional {m: step} (`lib.readings.dial_reading.at_common_horizon`), drawn as a dotted vertical line."""
+    from lib.readings import dial_reading
     from lib.experiments import precision_dial as pd
     t = pd.merged_table(res_list)
     if not t["bits"]:
@@ -227,12 +228,12 @@ def dial_figure(res_list, window: int = SMOOTH, horizons: dict | None = None):
 
 
 def beta_sweep_figure(res_list, window: int = SMOOTH):
-    """The β sweep (`beta_sweep`, `beta_sweep_seeds`) judged by `lib.beta_reading.table`. Left: smoothed training
+    """The β sweep (`beta_sweep`, `beta_sweep_seeds`) judged by `lib.readings.beta_reading.table`. Left: smoothed training
     loss per run (colour = β with the exact rule, black = the guarded arm; line style = seed) and the common horizon
     (dotted). Right: the largest attention logit of any layer (score units, log scale) per run, with the tied-max
     level above which each exact β underflows a BF16 row (dashed, same colour)."""
     import seaborn as sns
-    from lib import beta_reading, dial_reading
+    from lib.readings import beta_reading, dial_reading
     t = beta_reading.table(res_list)
     arrays = dial_reading.result_arrays(res_list)
     exact = sorted({r["beta"] for r in t["rows"] if not r["guarded"]})

@@ -5,7 +5,7 @@ The dial's results (`precision_dial`, `precision_dial_fine`, `precision_dial_sr`
 wall-clock budget with different numbers of processes sharing the GPU (and SR runs several times slower per step), so
 their runs reached different step counts. A run that "trained" for its shorter time and one that "exploded" after
 that time are not comparable. `at_common_horizon` re-judges every run of one width m on its first H_m
-steps, H_m = the fewest steps of any finite run at that m, with the same rule (`lib.explosion.classify`).
+steps, H_m = the fewest steps of any finite run at that m, with the same rule (`lib.outcome.classify`).
 
 * `at_common_horizon(res_list)`: `precision_dial.merged_table` with every row re-judged at its width's horizon.
 * `facts(table)`: `precision_dial.facts` of such a table plus the widths where SR failed first, and counts.
@@ -19,7 +19,7 @@ from itertools import combinations
 
 import numpy as np
 
-from lib import horizon as horizon_
+from lib.readings import horizon as horizon_
 from lib.experiments import precision_dial
 
 __all__ = ["at_common_horizon", "facts", "repeats", "result_arrays", "sr_error_ratio"]
@@ -33,8 +33,8 @@ def result_arrays(res_list) -> dict:
 def at_common_horizon(res_list) -> dict:
     """`precision_dial.merged_table(res_list)` with every dial row re-judged on its first H_m steps.
 
-    res_list: `lib.results.Result`s of the dial experiments (with arrays). H_m is the fewest steps of any valid run
-    at width m whose loss stayed finite (`lib.horizon`; a run stopped by non-finite values keeps its outcome: it failed
+    res_list: `lib.book.results.Result`s of the dial experiments (with arrays). H_m is the fewest steps of any valid run
+    at width m whose loss stayed finite (`lib.readings.horizon`; a run stopped by non-finite values keeps its outcome: it failed
     before H_m; an invalid SR run keeps its whole-run outcome: it is in no verdict). Returns the merged table with,
     per row, "outcome"/"onset" at the horizon, "full_outcome"/"full_steps"/"full_onset" over the whole run and
     "horizon"; the table gains "horizon": {m: H_m} and its "verdicts" are recomputed from the re-judged rows.
@@ -111,7 +111,7 @@ def sr_error_ratio(m: int, n: int = 1 << 20, seed: int = 0) -> dict:
     Returns {"m", "rms_rne_ulp", "rms_sr_ulp", "ratio", "bits_equiv" = log2(ratio): how many mantissa bits SR's
     extra noise costs}. Theory: RNE error is uniform on ±½ ulp (RMS 1/√12 ≈ 0.289), SR's has variance f(1−f) for
     a value f ulp above the grid point below (RMS 1/√6 ≈ 0.408), a ratio of √2 (half a bit)."""
-    from lib.reference import round_rne, round_stochastic
+    from lib.fp.reference import round_rne, round_stochastic
     if not 1 <= m <= 22:
         raise ValueError(f"m must lie in 1..22 mantissa bits, got {m}")
     rng = np.random.default_rng(seed)

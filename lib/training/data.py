@@ -8,7 +8,7 @@ Corpus
 ensurepip, the build config and machine-specific `_sysconfigdata*` are left out (see `EXCLUDE`). The file is shipped
 in the repo so the CPU (Python 3.11) and the GPU image (Python 3.12, a different standard library) train on the same
 bytes; `load_corpus()` checks its sha256 against `CORPUS_SHA256`. Rebuild (on the machine with that Python) with
-``python -m lib.data build``; `data/corpus/README.md` records the source, version, file-list sha256 and sizes.
+``python -m lib.training.data build``; `data/corpus/README.md` records the source, version, file-list sha256 and sizes.
 
 Tokens are bytes: vocabulary 256, token id = byte value.
 
@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CORPUS_DIR = ROOT / "data" / "corpus"
 CORPUS_PATH = CORPUS_DIR / "pystdlib.txt.xz"
 # sha256 of the *uncompressed* corpus bytes (written by `build_corpus`; README.md repeats it).
@@ -106,9 +106,9 @@ def _readme(info: dict) -> str:
 - **Files**: {info['n_files']} (listed in `FILES.txt`; sha256 of that list: `{info['file_list_sha256']}`).
 - **Size**: {info['n_bytes']} bytes uncompressed, {info['compressed_bytes']} bytes xz-compressed
   (`pystdlib.txt.xz`).
-- **sha256 of the uncompressed bytes**: `{info['sha256']}` (checked by `lib.data.load_corpus()`).
+- **sha256 of the uncompressed bytes**: `{info['sha256']}` (checked by `lib.training.data.load_corpus()`).
 - **Licence**: Python Software Foundation License; the licence file of that Python install is `LICENSE-PSF.txt`.
-- **Rebuild**: `python -m lib.data build` with that Python (the GPU image's Python 3.12 has a different standard
+- **Rebuild**: `python -m lib.training.data build` with that Python (the GPU image's Python 3.12 has a different standard
   library, which is why the corpus is pinned and shipped).
 """
 

@@ -6,14 +6,14 @@ Two things live here.
    tiles), forward O and LSE and, given dO, the gradients dQ, dK, dV. This is the accuracy yardstick.
 
 2. `emulate_forward`, `emulate_delta`, `emulate_backward` (and `emulate_attention` for both): the FlashAttention-2
-   algorithm on BLOCK_M × BLOCK_N tiles with every rounding point of a `lib.numerics.Numerics` value, written so that
+   algorithm on BLOCK_M × BLOCK_N tiles with every rounding point of a `lib.fp.numerics.Numerics` value, written so that
    Triton's CPU interpreter running `kernels/flash_fwd.py` / `kernels/flash_bwd.py` on the emulated path gives
    **bit-identical** results (round to nearest even; stochastic rounding only agrees in distribution, because the
    kernel's Philox streams are not replayed here).
 
 Arithmetic (the contract; `.notes/arithmetic-contract.md` holds the same text for the kernel author)
 ------------------------------------------------------------------------------------------------------
-Everything is float32 numpy. ``rnd(x)`` is `lib.bf16.round_rne(x, mantissa_bits)` (or `round_stochastic`; under
+Everything is float32 numpy. ``rnd(x)`` is `lib.fp.bf16.round_rne(x, mantissa_bits)` (or `round_stochastic`; under
 SR the scores S of each tile have their own random stream, which the backward's recomputation of S reuses).
 What the interpreter does, and therefore what this module does, op by op (triton 3.6 ``runtime/interpreter.py``):
 ``tl.dot(a, b)`` is ``np.matmul(a, b, dtype=float32) + 0`` on the zero-padded tile shapes (BM, DP) @ (DP, BN) etc.,
@@ -64,8 +64,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lib.bf16 import round_rne, round_stochastic
-from lib.numerics import FP32, Numerics, get_profile
+from lib.fp.bf16 import round_rne, round_stochastic
+from lib.fp.numerics import FP32, Numerics, get_profile
 
 __all__ = ["attention_fp64", "fixed_row_max", "check_fix_args", "check_max_shift", "online_softmax_rows", "emulate_forward", "emulate_delta",
            "emulate_backward", "emulate_attention", "ForwardResult", "padded_head_dim", "FIXES"]

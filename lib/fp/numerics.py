@@ -1,7 +1,7 @@
 """Where rounding happens inside flash attention, as data.
 
 One frozen `Numerics` value names every rounding point of the forward and backward pass. The same value drives
-the Triton kernels (as `tl.constexpr` flags), the PyTorch/numpy emulator in `lib/reference.py` (the oracle) and
+the Triton kernels (as `tl.constexpr` flags), the PyTorch/numpy emulator in `lib/fp/reference.py` (the oracle) and
 the rounding-point table of chapter 2. "Low precision" (lp) means: rounded to `mantissa_bits` mantissa bits with
 `rounding` (7 bits + "rne" = BF16). Everything not listed as rounded is FP32.
 
@@ -15,7 +15,7 @@ Profiles
               autocast (einsum outputs, BF16 − BF16, in-place updates of BF16 buffers), FP32 where autocast runs the
               op in FP32 (exp, log, sum). Checked on the GPU by `lib/experiments/paper_placement.py` (chapter 2).
 
-The exact arithmetic order each flag guards is written down in `lib/reference.py` (module docstring).
+The exact arithmetic order each flag guards is written down in `lib/fp/reference.py` (module docstring).
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ Attention backends (`AttnSpec.backend`):
 * ``"naive"`` — softmax(scale·QKᵀ + mask)·V written out in FP32 with autocast off; output cast back to q's dtype.
 
 A spec is written as a string: ``"sdpa"``, ``"naive"``, or ``"<profile>[/<field>=<value>...][+fix]"`` for our
-kernel: profile one of "fp32", "fa2", "paper"; each ``/field=value`` overrides one `lib.numerics.Numerics` field
+kernel: profile one of "fp32", "fa2", "paper"; each ``/field=value`` overrides one `lib.fp.numerics.Numerics` field
 (values: true/false, integers, or names), e.g. ``"paper/delta_source=dp_p"`` (δ = rowsum(dP∘P)); "+fix" = β fix
 with the config's β and tie tolerance (per-tile detection, the paper's Algorithm 1); "+fix_split" = the same fix
 also acting on a max repeated across key tiles (`kernels.attention`, fix="beta_split"). ``GPTConfig(attn=["sdpa", "paper", "sdpa"])`` puts the paper kernel in
@@ -38,7 +38,7 @@ SUFFIX_FIX = {"": None, "fix": "beta", "fix_split": "beta_split"}   # spec-strin
 class AttnSpec:
     """One layer's attention: backend, and for "ours" the kernel's numerics, fix, β, tie tolerance and path."""
     backend: str = "sdpa"
-    numerics: object = "fa2"      # a profile name or a lib.numerics.Numerics (only for backend "ours")
+    numerics: object = "fa2"      # a profile name or a lib.fp.numerics.Numerics (only for backend "ours")
     fix: str | None = None        # None | "beta" | "beta_split"
     beta: float = 7.0
     tie_tol: float = 0.0
@@ -81,7 +81,7 @@ class AttnSpec:
                              f"{NUMERICS_NAMES} with optional '/field=value' overrides and '+fix' or '+fix_split'")
         numerics = base
         if overrides:
-            from lib.numerics import get_profile
+            from lib.fp.numerics import get_profile
             changes = {}
             for ov in overrides:
                 key, eq, val = ov.partition("=")
