@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from lib.experiments import ablations
+from lib.book import registry
+from lib.experiments import ablations, run_live
 
 
 def test_outlier_selection_from_headline_telemetry():
@@ -26,21 +27,18 @@ def test_verdicts_and_claim():
 
 
 def test_ci_run_covers_kernel_and_layer_arms():
-    r = ablations.run("ci")
+    r = run_live("ablations", "ci")
     d = r["data"]
     assert {x["arm"] for x in d["runs"]} == {"paper", "delta_dp_p", "fp32_o", "paper_layer_only"}
     assert all(np.isfinite(r["arrays"][f"{x['id']}__loss"]).all() for x in d["runs"])
     assert d["claims"] == {}                   # no verdict on the paper's claims from a 3-step CPU run
 
 
-def test_full_plan_runs_chosen_arms_at_first_seed_only(monkeypatch):
-    monkeypatch.setenv("ABLATION_SEEDS", "0,1,2")
-    monkeypatch.setenv("ABLATION_FIRST_SEED_ONLY", "fp32_pv,paper_layer_only")
-    monkeypatch.setenv("ABLATION_STEPS", "1300")
-    p = ablations.plan("full")
-    assert p["steps"] == 1300
+def test_full_plan_runs_chosen_arms_at_first_seed_only():
+    cfg = registry.resolve("ablations", "full", dict(first_seed_only=["fp32_pv", "paper_layer_only"], steps=1300))
+    p = ablations.plan("full", cfg)
+    assert p["steps"] == 1300 and (p["layer"], p["heads"], p["layer_why"]) == (2, [0, 1, 2, 3, 4, 5], "registry")
     assert p["arm_seeds"]["fp32_pv"] == [0] and p["arm_seeds"]["paper_layer_only"] == [0]
     assert p["arm_seeds"]["delta_fp32_o"] == [0, 1, 2] and p["arm_seeds"]["paper"] == [0, 1, 2]
-    monkeypatch.setenv("ABLATION_FIRST_SEED_ONLY", "fp32_o,nonsense")
     with pytest.raises(ValueError, match="nonsense"):
-        ablations.plan("full")
+        ablations.plan("full", dict(cfg, first_seed_only=["fp32_o", "nonsense"]))

@@ -8,6 +8,7 @@ import pytest
 
 from lib.readings import attention_checks as ac
 from lib.experiments import paper_placement as pp
+from lib.experiments import run_live
 from lib.fp.numerics import PROFILES
 
 
@@ -34,7 +35,7 @@ def test_error_vs_fp64_orders_the_profiles_and_plots():
 
 @pytest.fixture(scope="module")
 def ci_placement():
-    return pp.run("ci")["data"]
+    return run_live("paper_placement", "ci")["data"]
 
 
 def test_paper_placement_ci_records_and_tables(ci_placement):

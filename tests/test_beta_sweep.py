@@ -6,6 +6,7 @@ import torch
 
 from lib.fp import beta_theory
 from lib.experiments import beta_sweep
+from lib.experiments import run_live
 from lib.training.model import AttnSpec, GPTConfig
 
 
@@ -23,7 +24,7 @@ def test_max_shift_reaches_the_kernel_spec():
 
 
 def test_ci_run_exact_rule_vs_guard():
-    r = beta_sweep.run("ci")
+    r = run_live("beta_sweep", "ci")
     runs = {x["id"]: x for x in r["data"]["runs"]}
     assert {x["max_shift"] for x in runs.values()} == {None, 64.0}
     assert all(np.isfinite(r["arrays"][f"{i}__loss"]).all() or runs[i]["outcome"] == "nonfinite" for i in runs)

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from lib.training import outcome, proxy
+from lib.book import registry
 from lib.experiments import headline, lr_sweep
 
 
@@ -87,18 +88,18 @@ def test_a_failing_run_is_recorded_not_fatal(monkeypatch):
     assert "fp32_s0_lr0.01                     error" in proxy.summary_table(summ)
 
 
-def test_headline_plan_arms_from_env(monkeypatch):
-    monkeypatch.setenv("HEADLINE_FIX_ARMS", "paper,paper+fix_split")
-    monkeypatch.setenv("HEADLINE_CONTRAST_ARMS", "sdpa")
-    p = headline.plan("full", lr=1e-3, lr_source="test") if proxy.kernel_available() is None else \
-        headline.plan("ci", lr=1e-3, lr_source="test")
+def test_headline_plan_arms_from_config():
+    cfg = registry.resolve("headline", "ci", dict(fix_arms=["paper", "paper+fix_split"], contrast_arms=["sdpa"],
+                                                   lr=1e-3))
+    p = headline.plan("ci", cfg)
     arms = [(r["arm"], r.get("tag")) for r in p["runs"]]
     assert ("sdpa", None) in arms and ("paper+fix", None) not in arms
     assert arms[-1][1] == "repeat" and arms[-1][0] == p["runs"][0]["arm"]
-    assert all(r["lr"] == 1e-3 for r in p["runs"]) and p["lr_source"] == "test"
-    monkeypatch.setenv("HEADLINE_FIX_ARMS", "paper,nonsense")
+    assert all(r["lr"] == 1e-3 for r in p["runs"]) and p["lr_source"] == "registry"
     with pytest.raises(ValueError, match="nonsense"):
-        headline.plan("ci")
+        headline.plan("ci", dict(cfg, fix_arms=["paper", "nonsense"]))
+    with pytest.raises(ValueError, match="from:lr_sweep"):
+        headline.plan("ci", dict(cfg, lr="from:elsewhere"))
 
 
 def test_repeat_check_prefix_when_lengths_differ():
@@ -110,46 +111,17 @@ def test_repeat_check_prefix_when_lengths_differ():
     assert rc["prefix_bit_identical"] and rc["common_steps"] == 7
 
 
-def test_headline_cliff_ci_plan_restores_env(monkeypatch):
-    from lib.experiments import headline_cliff
-    monkeypatch.delenv("HEADLINE_CONTRAST_ARMS", raising=False)
-    seen = {}
-    monkeypatch.setattr(headline, "run", lambda scale, lr=None, lr_source=None: seen.update(
-        lr=lr, arms=headline.plan(scale, lr, lr_source)["contrast_arms"]) or {})
-    headline_cliff.run("ci")
-    assert seen == dict(lr=1e-2, arms=["sdpa", "fp32"])
-    import os
-    assert "HEADLINE_CONTRAST_ARMS" not in os.environ
-
-
-def test_headline_fix_sm32_takes_lr_and_steps_from_the_headline(monkeypatch):
-    """The variant runs its arms at the committed headline's LR and steps (so both are judged on one horizon), lets an
-    exported value win, and restores the environment."""
-    import os
-    from lib.experiments import headline_fix_sm32 as hf
-    for k in ("HEADLINE_FIX_ARMS", "HEADLINE_CONTRAST_ARMS", "HEADLINE_LR", "HEADLINE_STEPS"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setattr(proxy, "kernel_available", lambda: None)
-    monkeypatch.setattr(hf, "headline_lr_steps", lambda: dict(HEADLINE_LR="0.0123", HEADLINE_STEPS="777"))
-    monkeypatch.setattr(headline, "run", lambda scale: headline.plan(scale))
-    p = hf.run("full")
-    assert (p["lr"], p["steps"], p["lr_source"]) == (0.0123, 777, "$HEADLINE_LR")
-    assert p["fix_arms"] == ["paper+fix_split_sm32"] and p["contrast_arms"] == ["fp32"]
+def test_headline_variants_are_registry_entries():
+    """The S − m FP32 fix arm and the cliff are the headline with other keys: their plans differ only there."""
+    base = headline.plan("full", registry.resolve("headline", "full"))
+    sm = registry.resolve("headline_fix_sm32", "full")
+    assert (sm["lr"], sm["steps"]) == (0.008, 1200)     # the headline's horizon, so both are judged on one horizon
+    assert sm["fix_arms"] == ["paper+fix_split_sm32"] and sm["contrast_arms"] == ["fp32"]
+    p = headline.plan("full", sm)
     assert [(r["arm"], r["seed"], r.get("tag", "")) for r in p["runs"]] == [
         ("paper+fix_split_sm32", 0, ""), ("paper+fix_split_sm32", 1, ""), ("paper+fix_split_sm32", 2, ""),
         ("fp32", 0, ""), ("paper+fix_split_sm32", 0, "repeat")]
-    monkeypatch.setenv("HEADLINE_STEPS", "55")
-    assert hf.run("full")["steps"] == 55
-    monkeypatch.delenv("HEADLINE_STEPS")
-    assert "HEADLINE_LR" not in os.environ and "HEADLINE_FIX_ARMS" not in os.environ
+    cliff = headline.plan("full", registry.resolve("headline_cliff", "full"))
+    assert cliff["lr"] == 0.007 and cliff["contrast_seeds"] == [0, 1, 2]
+    assert base["fix_arms"] == ["paper", "paper+fix"] and base["contrast_arms"] == ["fa2", "sdpa", "fp32"]
 
-
-def test_headline_fix_sm32_reads_the_committed_headline():
-    from lib.book import results
-    from lib.experiments import headline_fix_sm32 as hf
-    got = hf.headline_lr_steps()
-    if not results.exists("headline", "full"):
-        assert got == {}
-    else:
-        d = results.load("headline", "full").data
-        assert float(got["HEADLINE_LR"]) == d["lr"] and int(got["HEADLINE_STEPS"]) == d["steps"]

@@ -74,8 +74,8 @@ def test_max_logit_at_picks_the_first_telemetry_step_at_or_after():
 def test_dial_figure_draws_valid_arms_and_the_controls_of_each_m():
     """Two fake dial results (the CI run's arrays relabelled): one with the SR backward bug, whose SR arm must not
     be drawn, one without."""
-    from lib.experiments import precision_dial as pd
-    r = pd.run("ci")
+    from lib.experiments import run_live
+    r = run_live("precision_dial", "ci")
 
     def as_result(name, commit):
         return Result(name, "ci", dict(scale="ci", device="cpu", git_commit=commit), r["data"], r["arrays"])

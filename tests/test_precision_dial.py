@@ -2,7 +2,9 @@
 import numpy as np
 import pytest
 
-from lib.experiments import precision_dial as pd
+from lib.book import registry
+from lib.experiments import precision_dial as pd, run_live
+from lib.readings import dial_reading as dr
 from lib.training.model import AttnSpec
 
 
@@ -33,36 +35,34 @@ def _s(arm, outcome):
     ("nonfinite", "stable", "exploded", "fix did not help"),
 ])
 def test_verdict_reading(rne, sr, fix, word):
-    v = pd.verdicts([_s("paper_m3", rne), _s("paper_m3_sr", sr), _s("paper_m3+fix", fix)], [3])
+    v = dr.verdicts([_s("paper_m3", rne), _s("paper_m3_sr", sr), _s("paper_m3+fix", fix)], [3])
     assert word in v["3"]["reading"] and v["3"]["rne"] == [rne]
 
 
 def test_verdict_without_valid_sr_and_a_failing_fix():
     s = [_s("paper_m3", "exploded"), _s("paper_m3_sr", "nonfinite"), _s("paper_m3+fix", "exploded"),
          _s("paper_m5", "stable"), _s("paper_m5_sr", "nonfinite"), _s("paper_m5+fix", "exploded")]
-    v = pd.verdicts(s, [3, 5], sr_valid=False)
+    v = dr.verdicts(s, [3, 5], sr_valid=False)
     assert "SR invalid" in v["3"]["reading"] and "did not prevent" in v["3"]["reading"]
     assert v["3"]["sr"] == [] and v["3"]["invalid"] == {"sr": ["nonfinite"]} and not v["3"]["sr_valid"]
     assert "fix itself failed" in v["5"]["reading"]
-    assert "coarseness alone" in pd.verdicts(s, [3])["3"]["reading"]     # the same outcomes, SR taken at face value
-    assert not pd.sr_valid({"git_commit": "675045d"}) and pd.sr_valid({"git_commit": "8b8d26d"})
+    assert "coarseness alone" in dr.verdicts(s, [3])["3"]["reading"]     # the same outcomes, SR taken at face value
+    assert not dr.sr_valid({"git_commit": "675045d"}) and dr.sr_valid({"git_commit": "8b8d26d"})
 
 
 def test_verdict_reports_the_s_minus_m_fp32_arms():
     s = [_s("paper_m4", "exploded"), _s("paper_m4+fix", "exploded"), _s("paper_m4_sm32", "stable"),
          _s("paper_m4+fix_sm32", "stable")]
-    r = pd.verdicts(s, [4])["4"]["reading"]
+    r = dr.verdicts(s, [4])["4"]["reading"]
     assert "RNE with S − m in FP32 trained" in r and "the fix with S − m in FP32 trained" in r
-    r = pd.verdicts(s[:2] + [_s("paper_m4+fix_sm32", "nonfinite")], [4])["4"]["reading"]
+    r = dr.verdicts(s[:2] + [_s("paper_m4+fix_sm32", "nonfinite")], [4])["4"]["reading"]
     assert "the fix with S − m in FP32 failed" in r and "RNE with S − m" not in r
 
 
-@pytest.mark.parametrize("env", [dict(DIAL_BITS="7"), dict(DIAL_ARMS="rne,bogus"), dict(DIAL_CONTROLS="paper,sdpa")])
-def test_bad_plan_is_refused(monkeypatch, env):
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
+@pytest.mark.parametrize("bad", [dict(bits=[7]), dict(kinds=["rne", "bogus"]), dict(controls=["paper", "sdpa"])])
+def test_bad_plan_is_refused(bad):
     with pytest.raises(ValueError):
-        pd.plan("full")
+        pd.plan("full", registry.resolve("precision_dial", "full", bad))
 
 
 @pytest.mark.parametrize("variant,arms,controls", [
@@ -73,27 +73,22 @@ def test_bad_plan_is_refused(monkeypatch, env):
     ("precision_dial_sr_seeds", ["paper_m5_sr", "paper_m6_sr"], []),
     ("precision_dial_m6", ["paper_m6"], []),
 ])
-def test_variants_plan_their_arms(monkeypatch, variant, arms, controls):
-    """Each variant module's own defaults give the plan its result was recorded with (the full plan is computed
-    inside the variant's `with` block, where the GPU run would start; nothing is trained)."""
-    import importlib
-    from lib.training import outcome, proxy
-    for k in ("DIAL_BITS", "DIAL_ARMS", "DIAL_SEEDS", "DIAL_CONTROLS"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setattr(proxy, "kernel_available", lambda: None)
-    monkeypatch.setattr(pd, "run", lambda scale: pd.plan("full"))
-    p = importlib.import_module(f"lib.experiments.{variant}").run("full")
+def test_variants_plan_their_arms(variant, arms, controls):
+    """Each variant's registry entry gives the arms and seeds its committed result was recorded with (the full
+    plan is computed; nothing is trained)."""
+    p = pd.plan("full", registry.resolve(variant, "full"))
     assert p["dial_arms"] == arms and p["control_arms"] == controls
     assert p["seeds"] == ([1, 2] if variant in ("precision_dial_seeds", "precision_dial_sr_seeds",
                                                 "precision_dial_m6") else [0])
     from lib.book import results
-    if results.exists(variant, "full"):          # the committed result was recorded with these defaults
+    if results.exists(variant, "full"):          # the committed result was recorded with this configuration
         rec = results.load(variant, "full").meta["config"]["plan"]
-        assert (rec["dial_arms"], rec["control_arms"], rec["seeds"]) == (p["dial_arms"], p["control_arms"], p["seeds"])
+        assert (rec["dial_arms"], rec["control_arms"], rec["seeds"], rec["steps"]) == \
+            (p["dial_arms"], p["control_arms"], p["seeds"], p["steps"])
 
 
 def test_ci_run_goes_through_every_arm():
-    r = pd.run("ci")
+    r = run_live("precision_dial", "ci")
     arms = [x["arm"] for x in r["data"]["runs"]]
     assert arms == ["paper_m3", "paper_m3_sr", "paper_m3+fix", "paper_m3_dfp32o", "paper_m3_sm32",
                     "paper_m3+fix_sm32", "fp32"]
@@ -115,7 +110,7 @@ def test_merged_table_drops_sr_of_buggy_results():
     old = SimpleNamespace(name="precision_dial", meta={"git_commit": "675045d"}, data=dict(bits=[3], runs=runs))
     new = SimpleNamespace(name="precision_dial_fine", meta={"git_commit": "abc"},
                           data=dict(bits=[5], runs=[dict(r, arm=r["arm"].replace("m3", "m5")) for r in runs]))
-    t = pd.merged_table([old, new])
+    t = dr.merged_table([old, new])
     assert t["bits"] == [3, 5] and t["lr"] == [5e-3] and len(t["controls"]) == 2
     sr = {r["m"]: r["valid"] for r in t["rows"] if r["kind"] == "sr"}
     assert sr == {3: False, 5: True}
@@ -123,7 +118,7 @@ def test_merged_table_drops_sr_of_buggy_results():
     # a third result holding only a valid SR arm at m = 3: the reading of m = 3 now uses it with the RNE of `old`
     sr_only = SimpleNamespace(name="precision_dial_sr", meta={"git_commit": "def"},
                               data=dict(bits=[3], runs=[dict(runs[1], id="e", outcome="stable", steps=1200)]))
-    t = pd.merged_table([old, new, sr_only])
+    t = dr.merged_table([old, new, sr_only])
     v3 = t["verdicts"]["3"]
     assert v3["rne"] == ["exploded"] and v3["sr"] == ["stable"] and v3["invalid"] == {"sr": ["nonfinite"]}
     assert "RNE failed, SR trained" in v3["reading"]
@@ -132,7 +127,7 @@ def test_merged_table_drops_sr_of_buggy_results():
 def test_facts_from_verdicts():
     t = dict(verdicts={"3": dict(rne=["exploded", "exploded"], fix=["exploded"], dfp32o=["exploded", "stable"]),
                        "5": dict(rne=["stable"], fix=["nonfinite"], dfp32o=[], fixsm32=["stable"], sr=["degraded"])})
-    f = pd.facts(t)
+    f = dr.facts(t)
     assert f["rne_failed"] == [3] and f["rne_trained"] == [5] and f["fix_failed"] == [3, 5]
     assert f["fix_breaks"] == [5] and f["dfp32o_failed"] == [] and f["dfp32o_run"] == [3]
     assert f["fixsm32_trained"] == [5] and f["sr_trained"] == [5] and f["sm32_failed"] == f["sm32_trained"] == []

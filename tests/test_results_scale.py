@@ -45,7 +45,7 @@ def test_staleness_detects_changed_dependency(tmp_path, monkeypatch):
     assert results.load("dep", "ci", root=tmp_path / "res").stale == []
     f.write_text("a = 2\n")
     r = results.load("dep", "ci", root=tmp_path / "res")
-    assert r.stale == ["src/mod.py"] and "stale" in r.warning
+    assert r.stale == ["file changed: src/mod.py"] and "stale" in r.warning
 
 
 def test_save_rejects_missing_dependency_and_bad_name(tmp_path):

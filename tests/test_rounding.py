@@ -8,7 +8,7 @@ import torch
 from kernels.rounding import (bf16_to_fp32, native_to_bf16, round_mantissa, round_to_bf16,
                               stochastic_round)
 from lib.fp import bf16 as ref
-from lib.experiments import rounding_exhaustive
+from lib.experiments import run_live
 from lib.book.setup import DEVICE, INTERPRET
 
 
@@ -19,7 +19,7 @@ def _random_patterns(n, seed):
 
 def test_random_2pow24_patterns_bit_exact_vs_torch():
     """≥ 2**24 random FP32 bit patterns: identical BF16 bits to torch (NaN only has to stay NaN)."""
-    res = rounding_exhaustive.run("ci")["data"]
+    res = run_live("rounding_exhaustive", "ci")["data"]
     assert res["n"] >= 2**24
     assert res["mismatch_vs_torch"] == 0
     assert res["nan_inputs"] > 0 and res["nan_kept"] == res["nan_inputs"]

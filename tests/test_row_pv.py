@@ -7,6 +7,7 @@ import lib.book.setup  # noqa: F401  (interpreter before kernels)
 from kernels.row_pv import row_pv
 from lib.fp import rounding_bias as rb
 from lib.experiments import bias_kernel, bias_montecarlo
+from lib.experiments import run_live
 
 
 @pytest.mark.parametrize("m,beta", [(7, None), (4, None), (7, 2.0)])
@@ -49,7 +50,7 @@ def test_bad_inputs():
 
 @pytest.fixture(scope="module")
 def kernel_ci():
-    return bias_kernel.run("ci")
+    return run_live("bias_kernel", "ci")
 
 
 def test_kernel_experiment_ci(kernel_ci):
@@ -64,7 +65,7 @@ def test_kernel_experiment_ci(kernel_ci):
 
 
 def test_montecarlo_experiment_ci():
-    r = bias_montecarlo.run("ci")
+    r = run_live("bias_montecarlo", "ci")
     d = r["data"]
     assert {"grid", "frac_neg", "n_keys", "dial", "accum"} <= set(d)
     for rec in d["dial"]:

@@ -1,15 +1,22 @@
-"""Results with provenance: atomic save/load, and a staleness check.
+"""Results with provenance: atomic save/load, and a staleness check keyed on what can change a number.
 
 A result is two files under ``results/<scale>/``:
   ``<name>.json`` — ``{"meta": {...provenance...}, "data": {...JSON values...}}``
   ``<name>.npz``  — the numpy arrays of the result, if any.
 
-Provenance (``meta``): name, scale, UTC time, git commit (``$BOOK_GIT_COMMIT``, else ``git rev-parse``, else the
-``COMMIT_STAMP`` file a GPU run carries), sha256 of every file the result depends on, python/torch/triton/numpy
-versions, device name, seeds, wall time in seconds, and free-form config.
+``meta`` holds the audit trail — name, scale, UTC time, git commit (``$BOOK_GIT_COMMIT``, else ``git rev-parse``,
+else the ``COMMIT_STAMP`` file a GPU run carries), python/torch/triton/numpy versions, device, seeds, wall time,
+the command line — and ``meta["provenance"]``, which decides freshness:
 
-A result is *stale* when a file it depends on no longer has the recorded sha256. Chapters show stale results with
-a warning; ``python -m lib.book.results check`` (``make check-results``) lists them.
+* ``code``: {"pkg.module:run": Merkle fingerprint} of the code the experiment's run can reach
+  (`lib.book.provenance`: docstrings, comments, imports, moves and renames do not count; a changed line does);
+* ``cfg``: the resolved configuration from the registry (`lib.book.registry`), which must still be what the
+  registry resolves the result's name to;
+* ``inputs``: sha256 of every input file, and a content hash of every result the run read.
+
+A result is *stale* when any of the three differs. Chapters show stale results with a warning;
+``python -m lib.book.results check`` (``make check-results``) lists them with the reason. Results written before
+provenance existed carry only ``depends_on`` (sha256 of whole files) and are judged by that.
 """
 from __future__ import annotations
 
@@ -127,17 +134,24 @@ def _atomic_write(path: Path, write) -> None:
             os.unlink(tmp)
 
 
-def save(name: str, scale: str, data: dict, *, depends_on, seeds=(), wall_s: float | None = None,
-         config: dict | None = None, arrays: dict | None = None, root: Path | None = None) -> Path:
+def save(name: str, scale: str, data: dict, *, depends_on=(), provenance: dict | None = None, seeds=(),
+         wall_s: float | None = None, config: dict | None = None, arrays: dict | None = None,
+         root: Path | None = None) -> Path:
     """Write result `name` at `scale` atomically. `data`: JSON-able values (numpy is converted); `arrays`: numpy
-    arrays for the .npz; `depends_on`: repo-relative paths or globs whose sha256 define freshness."""
+    arrays for the .npz; `provenance`: {"registry": name, "code": {entry: fingerprint}, "cfg": resolved config,
+    "inputs": {file or "result:<scale>/<name>": hash}} (see the module docstring); `depends_on`: the older scheme,
+    repo-relative paths or globs whose sha256 define freshness (used only without `provenance`); `config`: free-form
+    extra configuration for the record (e.g. the resolved per-run training configs)."""
     if not name or "/" in name:
         raise ValueError(f"bad result name {name!r}")
     root = Path(root) if root else RESULTS_DIR
-    files = expand_dependencies(depends_on)
     meta = {"name": name, "scale": scale, "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "git_commit": git_commit(), "depends_on": hash_files(files), "seeds": _jsonable(list(seeds)),
+            "git_commit": git_commit(), "seeds": _jsonable(seeds if isinstance(seeds, dict) else list(seeds)),
             "wall_s": wall_s, "config": _jsonable(config or {}), "argv": sys.argv, **environment()}
+    if provenance is not None:
+        meta["provenance"] = _jsonable(provenance)
+    else:
+        meta["depends_on"] = hash_files(expand_dependencies(depends_on))
     out = root / scale / f"{name}.json"
     text = json.dumps({"meta": meta, "data": _jsonable(data)}, indent=1, sort_keys=True)
     _atomic_write(out, lambda p: Path(p).write_text(text))
@@ -159,7 +173,7 @@ class Result:
     meta: dict
     data: dict
     arrays: dict = field(default_factory=dict)
-    stale: list = field(default_factory=list)  # dependency files whose sha256 changed (or vanished)
+    stale: list = field(default_factory=list)  # why it is stale (`staleness`): empty when fresh
 
     @property
     def label(self) -> str:
@@ -171,16 +185,75 @@ class Result:
     def warning(self) -> str:
         if not self.stale:
             return ""
-        return (f"⚠ result '{self.name}' ({self.scale}) is stale: {len(self.stale)} source file(s) changed since it "
-                f"was produced ({', '.join(self.stale[:4])}{'…' if len(self.stale) > 4 else ''}). Re-run it.")
+        return (f"⚠ result '{self.name}' ({self.scale}) is stale — {'; '.join(self.stale[:3])}"
+                f"{'…' if len(self.stale) > 3 else ''}. Re-run it: python -m lib.experiments {self.name} "
+                f"--scale {self.scale}")
+
+
+def content_hash(name: str, scale: str, root: Path | None = None) -> str:
+    """sha256 of a result's content — its "data" (canonical JSON) and its .npz file — not of its meta, so that
+    provenance written into meta does not change the hash that results reading it recorded."""
+    root = Path(root) if root else RESULTS_DIR
+    js = root / scale / f"{name}.json"
+    if not js.exists():
+        raise FileNotFoundError(f"no result {js}")
+    blob = json.loads(js.read_text())
+    h = hashlib.sha256(json.dumps(blob["data"], sort_keys=True, separators=(",", ":")).encode())
+    npz = js.with_suffix(".npz")
+    if npz.exists():
+        h.update(_sha256(npz).encode())
+    return h.hexdigest()
+
+
+def input_hashes(files=(), results_read=(), scale: str = "full", root: Path | None = None) -> dict[str, str]:
+    """{file: sha256} for repo-relative `files` and {"result:<scale>/<name>": content_hash} for `results_read`."""
+    out = hash_files(expand_dependencies(files)) if files else {}
+    for n in results_read:
+        out[f"result:{scale}/{n}"] = content_hash(n, scale, root)
+    return out
 
 
 def staleness(meta: dict) -> list[str]:
+    """Why a result is stale (an empty list when it is fresh): each reason is one short line."""
+    prov = meta.get("provenance")
+    if prov is None:   # the older scheme: sha256 of whole files
+        bad = []
+        for f, h in meta.get("depends_on", {}).items():
+            p = ROOT / f
+            if not p.exists() or _sha256(p) != h:
+                bad.append(f"file changed: {f}")
+        return bad
+    from lib.book import provenance as _pv, registry as _reg
     bad = []
-    for f, h in meta.get("depends_on", {}).items():
-        p = ROOT / f
-        if not p.exists() or _sha256(p) != h:
-            bad.append(f)
+    for entry, h in prov.get("code", {}).items():
+        try:
+            now = _pv.index().fingerprint(entry)
+        except (KeyError, ValueError) as e:
+            bad.append(f"code entry gone: {e}")
+            continue
+        if now != h:
+            bad.append(f"code changed: {entry}")
+    for key, h in prov.get("inputs", {}).items():
+        if key.startswith("result:"):
+            sc, _, n = key[len("result:"):].partition("/")
+            try:
+                now = content_hash(n, sc)
+            except FileNotFoundError:
+                now = None
+        else:
+            p = ROOT / key
+            now = _sha256(p) if p.exists() else None
+        if now != h:
+            bad.append(f"input changed: {key}")
+    name = prov.get("registry", meta.get("name"))
+    try:
+        cfg = _reg.resolve(name, meta.get("scale"))
+    except _reg.RegistryError as e:
+        bad.append(f"registry: {e}")
+    else:
+        if _reg.config_digest(cfg) != _reg.config_digest(prov.get("cfg", {})):
+            diff = sorted(k for k in set(cfg) | set(prov.get("cfg", {})) if cfg.get(k) != prov.get("cfg", {}).get(k))
+            bad.append(f"configuration differs from the registry: {', '.join(diff)}")
     return bad
 
 
@@ -218,7 +291,7 @@ def main(argv=None) -> int:
     for r in all_results():
         flag = "STALE" if r.stale else "ok"
         n_stale += bool(r.stale)
-        print(f"{flag:5}  {r.scale}/{r.name:32} {r.label}" + (f"   changed: {', '.join(r.stale)}" if r.stale else ""))
+        print(f"{flag:5}  {r.scale}/{r.name:32} {r.label}" + (f"   {'; '.join(r.stale)}" if r.stale else ""))
     print(f"{n_stale} stale result(s)")
     return 1 if (a.strict and n_stale) else 0
 

@@ -1,53 +1,71 @@
-"""Experiments: one module per figure family, each with
+"""Experiments: base modules with `run(scale, cfg)`, and the registry of results that configures them.
 
-    NAME: str                     result name (results/<scale>/<NAME>.json)
-    DEPENDS: list[str]            repo-relative files/globs whose sha256 define the result's freshness
-    run(scale: str) -> dict       {"data": JSON-able, "arrays": {name: ndarray} (optional),
-                                   "config": dict, "seeds": list}
+A *result* is a registry entry in `registry.toml` (format: `lib.book.registry`): the base module it runs, its
+configuration at each scale, what it reads. A variant of an experiment is another entry (`extends = ...`) that
+changes some keys — data, not a module. A base module `lib/experiments/<base>.py` (or `benchmarks/<script>.py`)
+provides
 
-Command line (plain Python, also on the GPU image, which has no Jupyter):
+    run(scale: str, cfg: dict) -> {"data": JSON-able dict, "arrays": {name: ndarray} (optional),
+                                   "seeds": list | dict, "config": dict (optional, extra record)}
 
-    python -m lib.experiments NAME|all --scale ci|full [--out DIR]
+and takes every knob from `cfg` (environment variables only for machine limits such as the wall-clock budget of a
+training run, `$EXPLOSION_BUDGET_S`). Its docstring's first line says what it shows.
 
-writes `DIR/<scale>/<NAME>.json` (+ `.npz`) with provenance (default DIR: ./results).
+`run_and_save(name, scale)` resolves the configuration, runs it and saves the result with its provenance: the
+Merkle fingerprint of the code `run` reaches, the resolved configuration, and the hashes of the input files and of
+the results it read (`lib.book.results`). Command line: ``python -m lib.experiments --help``.
 """
 from __future__ import annotations
 
 import importlib
 import time
+from pathlib import Path
 
-# name -> module (relative to this package). Order = order of `all`.
-REGISTRY = {
-    "rounding_exhaustive": "rounding_exhaustive",
-    "paper_placement": "paper_placement",  # chapter 2
-    "bias_montecarlo": "bias_montecarlo", "bias_kernel": "bias_kernel",  # chapter 1
-    "lr_sweep": "lr_sweep", "headline": "headline",  # chapter 6 (run lr_sweep before headline)
-    "headline_fix_sm32": "headline_fix_sm32",  # chapters 6, 7: the fix with S − m in FP32 (reads the headline)
-    "headline_cliff": "headline_cliff",  # chapter 6: the headline's arms at the sweep's failing LR
-    "ablations": "ablations",  # chapter 6 (reads the headline result: run it after headline)
-    "beta_sweep": "beta_sweep",  # chapter 7 (reads the headline result: run it after headline)
-    "beta_sweep_seeds": "beta_sweep_seeds",  # chapter 7: β = 7, 30 exact and 30 guarded at seeds 1, 2
-    "precision_dial": "precision_dial",  # chapter 6: the paper placement at m < 7 mantissa bits, RNE vs SR vs fix
-    "precision_dial_fine": "precision_dial_fine",  # chapter 6: the same at m = 4, 5, plus S − m in FP32 arms
-    "precision_dial_sr": "precision_dial_sr",  # chapter 6: the dial's SR arms after the SR backward fix
-    "precision_dial_seeds": "precision_dial_seeds",  # chapters 6, 7: m = 5, RNE / fix / fix with S − m FP32, seeds 1, 2
-    "precision_dial_sr_seeds": "precision_dial_sr_seeds",  # chapter 6: SR at m = 5, 6, seeds 1, 2
-    "precision_dial_m6": "precision_dial_m6",  # chapter 6: RNE at m = 6, seeds 1, 2 (SR's baseline)
-}
+from lib.book import provenance, registry, results
 
 
-def get(name: str):
-    if name not in REGISTRY:
-        raise KeyError(f"unknown experiment {name!r}; known: {', '.join(REGISTRY)}")
-    return importlib.import_module(f"lib.experiments.{REGISTRY[name]}")
+class ExperimentError(RuntimeError):
+    """A user error in running an experiment (unknown name, missing prerequisite, bad override)."""
 
 
-def run_and_save(name: str, scale: str, out=None):
-    """Run experiment `name` at `scale` and save it with provenance; returns the saved path."""
-    from lib.book import results
-    mod = get(name)
+def entries() -> dict[str, registry.Entry]:
+    return registry.entries()
+
+
+def base_module(entry: registry.Entry):
+    return importlib.import_module(entry.module)
+
+
+def missing_needs(name: str, scale: str) -> list[str]:
+    """The results `name` reads at `scale` that do not exist under results/."""
+    e = registry.get(name)
+    return [n for n in e.needs if not results.exists(n, scale)] if scale == "full" else []
+
+
+def run_and_save(name: str, scale: str, out: Path | str | None = None, overrides: dict | None = None) -> Path:
+    """Run registry entry `name` at `scale` and save it with provenance under `out` (default ./results).
+
+    `overrides` replace keys of the resolved configuration (the saved result then records them, and reads as stale
+    against the registry until the registry says the same). Needed results are read from ./results."""
+    e = registry.get(name)
+    cfg = registry.resolve(name, scale, overrides)
+    missing = missing_needs(name, scale)
+    if missing:
+        raise ExperimentError(f"{name} reads {', '.join(missing)} at scale {scale}: produce "
+                              f"{'it' if len(missing) == 1 else 'them'} first (python -m lib.experiments "
+                              f"{' '.join(missing)} --scale {scale})")
+    mod = base_module(e)
     t0 = time.perf_counter()
-    res = mod.run(scale)
+    res = mod.run(scale, cfg)
     wall = time.perf_counter() - t0
-    return results.save(mod.NAME, scale, res["data"], arrays=res.get("arrays"), depends_on=mod.DEPENDS,
+    read = [n for n in e.needs if scale == "full"]
+    prov = dict(registry=name, code=provenance.code_fingerprint([e.code_entry]), cfg=cfg,
+                inputs=results.input_hashes(e.inputs, read, scale))
+    return results.save(name, scale, res["data"], arrays=res.get("arrays"), provenance=prov,
                         seeds=res.get("seeds", ()), wall_s=round(wall, 3), config=res.get("config"), root=out)
+
+
+def run_live(name: str, scale: str, overrides: dict | None = None) -> dict:
+    """Run registry entry `name` at `scale` without saving (what a chapter shows live at ci scale): the base
+    module's return value, {"data", "arrays", "seeds", ...}."""
+    return base_module(registry.get(name)).run(scale, registry.resolve(name, scale, overrides))

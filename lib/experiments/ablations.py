@@ -13,27 +13,18 @@ All arms use the headline's LR, steps, seeds and recorded batch order (data seed
 * ``paper_except_layer`` — SDPA in layer L only, P elsewhere (paper: stable);
 * ``fp32_o_heads``     — P everywhere, but FP32-O for the outlier heads of layer L (paper: stable).
 
-L and the outlier heads come from the committed full `headline` result: the layer whose largest per-head ‖W_Q‖₂ grew
-most in the paper arm of the first seed, and the heads of that layer whose ‖W_Q‖₂ grew by more than half the largest
-head's growth (at least one head). Without that result (ci, or no headline yet): L = 1 (the paper's layer 2)
-and heads (0,). Each arm's outcome uses the classification of `lib.outcome.classify`.
-
-* ``full``: seeds $ABLATION_SEEDS (default 0, 1), all runs as concurrent processes on one GPU. Arms listed in
-  $ABLATION_FIRST_SEED_ONLY run at the first seed only (to spend a 10-minute GPU command on more seeds of the arms
-  that decide a claim); $ABLATION_STEPS caps the steps (default: the headline's).
-* ``ci``: the tiny CPU proxy, 3 steps, seed 0, a subset of arms (kernel in the interpreter is slow).
+cfg: lr, steps, seeds, arms, first_seed_only (arms run at the first seed only, to spend GPU time on more seeds of
+the arms that decide a claim), layer and heads (explicit, or "from:headline": the layer whose largest per-head
+‖W_Q‖₂ grew most in the paper arm of the committed full `headline`'s first seed, and the heads of that layer whose
+‖W_Q‖₂ grew by more than half the largest head's growth, at least one; without that result layer index 1 — the
+paper's layer 2 — and head 0). Each arm's outcome uses `lib.training.outcome.classify`. At full scale the runs
+share one GPU as concurrent processes.
 """
 from __future__ import annotations
-
-import os
 
 import numpy as np
 
 from lib.training import outcome, proxy
-
-NAME = "ablations"
-DEPENDS = ["lib/experiments/ablations.py", "lib/experiments/headline.py", "lib/training/proxy.py", "lib/training/train.py",
-           "lib/training/model.py", "lib/training/data.py", "data/corpus/pystdlib.txt.xz", "kernels/*.py", "lib/fp/numerics.py"]
 
 FP32_O = "paper/round_pv=false/round_acc=false/round_l=false/normalize_then_round=true/round_o=false"
 FP32_PV = "paper/round_pv=false/round_acc=false/normalize_then_round=true"
@@ -65,30 +56,23 @@ def outlier_layer_and_heads(headline_data: dict | None, arrays: dict | None, n_l
     return layer, heads, f"from headline run {runs[0]['id']}: layer {layer} grew most (Δ max ‖W_Q‖₂ = {growth[layer]:.3g})"
 
 
-def plan(scale: str) -> dict:
-    from lib.book import results
-    from lib.experiments import headline
+def plan(scale: str, cfg: dict) -> dict:
     base = proxy.proxy_config(scale)
-    hl_data = hl_arrays = None
-    if scale == "full" and results.exists("headline", "full"):
-        r = results.load("headline", "full")
-        hl_data, hl_arrays = r.data, r.arrays
-    layer, heads, why = outlier_layer_and_heads(hl_data, hl_arrays, base.n_layer)
-    heads = tuple(h for h in heads if h < base.n_head) or (0,)
-    if scale == "full":
-        seeds = proxy.env_ints("ABLATION_SEEDS", (0, 1))
-        lr = hl_data["lr"] if hl_data else headline.pick_lr(scale)[0]
-        steps = int(os.environ.get("ABLATION_STEPS") or (hl_data["steps"] if hl_data
-                                                         else os.environ.get("HEADLINE_STEPS", "1500")))
-        arms = list(PAPER_EXPECTS)
-        first_only = [a.strip() for a in os.environ.get("ABLATION_FIRST_SEED_ONLY", "").split(",") if a.strip()]
+    if cfg["layer"] == "from:headline" or cfg["heads"] == "from:headline":
+        from lib.book import results
+        hl_data = hl_arrays = None
+        if scale == "full" and results.exists("headline", "full"):
+            r = results.load("headline", "full")
+            hl_data, hl_arrays = r.data, r.arrays
+        layer, heads, why = outlier_layer_and_heads(hl_data, hl_arrays, base.n_layer)
     else:
-        seeds, lr, steps = (0,), 1e-2, 3
-        arms = ["paper", "delta_dp_p", "fp32_o", "paper_layer_only"]
-        first_only = []
+        layer, heads, why = int(cfg["layer"]), tuple(cfg["heads"]), "registry"
+    heads = tuple(h for h in heads if h < base.n_head) or (0,)
+    seeds, lr, steps, arms = tuple(cfg["seeds"]), float(cfg["lr"]), int(cfg["steps"]), list(cfg["arms"])
+    first_only = list(cfg.get("first_seed_only", []))
     bad = [a for a in first_only if a not in PAPER_EXPECTS]
     if bad:
-        raise ValueError(f"$ABLATION_FIRST_SEED_ONLY: unknown arm(s) {bad}; known: {', '.join(PAPER_EXPECTS)}")
+        raise ValueError(f"ablations: unknown arm(s) {bad} in first_seed_only; known: {', '.join(PAPER_EXPECTS)}")
     from lib.training.model import AttnSpec
     specs = dict(SPECS)
     n = base.n_layer
@@ -126,8 +110,8 @@ def claims_from(v: dict) -> dict:
     return c
 
 
-def run(scale: str) -> dict:
-    p = plan(scale)
+def run(scale: str, cfg: dict) -> dict:
+    p = plan(scale, cfg)
     runs = [dict(arm=a, seed=s, lr=p["lr"], attn=p["specs"][a]) for a in p["arms"] for s in p["arm_seeds"][a]]
     workers = proxy.default_workers(scale, len(runs))
     summaries, arrays, meta = proxy.run_arms(scale, runs, workers, steps=p["steps"])

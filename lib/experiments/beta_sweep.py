@@ -1,43 +1,24 @@
 """β sweep (chapter 7): does training follow the β window of `lib.fp.beta_theory`?
 
 Arm "paper+fix" at several β, with the paper's exact rule (no underflow guard: `max_shift=None`) and, for the
-largest β, also with the default guard. Same LR, steps and batch order as the headline (seed 0 by default).
+largest β, also with the default guard, on one recorded batch order (data seed 0).
 
 Theory (`lib.fp.beta_theory`), for a tied row max r_m > 0 in score units:
 * the fix is *ineffective* (the largest P̄ still rounds to 1 in BF16) when (β−1)·r_m ≤ x₁ ≈ 0.00196;
-* the row *underflows* (ℓ = 0, O = 0/0) when (β−1)·r_m ≥ 134·ln 2 ≈ 92.9 (BF16 P̄ and ℓ, the paper placement).
-So for the logits of a training run (max logit telemetry), a tiny β behaves like no fix (expected to explode like
-the paper arm) and a huge β produces non-finite values as soon as a tied max exceeds 92.9/(β−1).
+* the row *underflows* (ℓ = 0) when (β−1)·r_m ≥ 134·ln 2 ≈ 92.9 (BF16 P̄ and ℓ, the paper placement). In the paper's
+  formula that row is 0/0; our kernel, like production kernels, divides by 1 where ℓ = 0 (it must, for fully masked
+  rows), so such a row comes out as O = 0 with no gradient — the exact rule silently zeroes every row whose tied max
+  exceeds 92.9/(β−1) (`lib.readings.beta_reading.underflow_rows`).
 
-* ``full``: β in $BETA_SWEEP (default 1.0001, 1.01, 2, 7, 30), seeds $BETA_SWEEP_SEEDS (default 0).
-* ``ci``: β in (1.0001, 7, 1000) on the tiny CPU proxy, 3 steps (proves the code path; no verdict).
+cfg: betas, seeds, lr, steps.
 """
 from __future__ import annotations
-
-import os
 
 from lib.fp import beta_theory
 from lib.training import outcome, proxy
 
-NAME = "beta_sweep"
-DEPENDS = ["lib/experiments/beta_sweep.py", "lib/experiments/headline.py", "lib/fp/beta_theory.py", "lib/training/proxy.py",
-           "lib/training/train.py", "lib/training/model.py", "lib/training/data.py", "data/corpus/pystdlib.txt.xz", "kernels/*.py",
-           "lib/fp/numerics.py"]
-
-
-def plan(scale: str) -> dict:
-    from lib.book import results
-    from lib.experiments import headline
-    if scale == "full":
-        betas = proxy.env_floats("BETA_SWEEP", (1.0001, 1.01, 2.0, 7.0, 30.0))
-        seeds = proxy.env_ints("BETA_SWEEP_SEEDS", (0,))
-        if results.exists("headline", "full"):
-            hl = results.load("headline", "full").data
-            lr, steps = hl["lr"], hl["steps"]
-        else:
-            lr, steps = headline.pick_lr(scale)[0], int(os.environ.get("HEADLINE_STEPS", "1500"))
-    else:
-        betas, seeds, lr, steps = (1.0001, 7.0, 1000.0), (0,), 1e-2, 3
+def plan(scale: str, cfg: dict) -> dict:
+    betas, seeds, lr, steps = tuple(cfg["betas"]), tuple(cfg["seeds"]), float(cfg["lr"]), int(cfg["steps"])
     runs = [dict(arm="paper+fix", seed=s, lr=lr, tag=f"beta{b:g}_exact", config=dict(beta=b, max_shift=None))
             for b in betas for s in seeds]
     runs += [dict(arm="paper+fix", seed=s, lr=lr, tag=f"beta{max(betas):g}_guarded",
@@ -51,8 +32,8 @@ def predictions(betas) -> list[dict]:
     return [dict(beta=b, ineffective_below_r=x1 / (b - 1), underflow_above_r=xu / (b - 1)) for b in betas]
 
 
-def run(scale: str) -> dict:
-    p = plan(scale)
+def run(scale: str, cfg: dict) -> dict:
+    p = plan(scale, cfg)
     workers = proxy.default_workers(scale, len(p["runs"]))
     summaries, arrays, meta = proxy.run_arms(scale, p["runs"], workers, steps=p["steps"])
     for s, r in zip(summaries, p["runs"]):

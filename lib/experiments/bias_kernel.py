@@ -13,11 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from lib.book import scale as _scale
-
-NAME = "bias_kernel"
-DEPENDS = ["kernels/row_pv.py", "kernels/rounding.py", "lib/fp/rounding_bias.py", "lib/fp/theory.py",
-           "lib/experiments/bias_kernel.py"]
 SEED = 20251005
 BETA = 2.0
 
@@ -57,7 +52,9 @@ def theory_for(em: dict, k: int, m: int = 7) -> dict:
     return res
 
 
-def run(scale: str) -> dict:
+def run(scale: str, cfg: dict) -> dict:
+    """cfg: ks (tied maxima), gaps (score units), n_problems per cell. The native tensor-core path runs at full
+    scale on a GPU only."""
     import torch
 
     import lib.book.setup  # noqa: F401
@@ -65,9 +62,7 @@ def run(scale: str) -> dict:
     from lib.fp.rounding_bias import emulate_rows, make_rows, summarize
     from lib.book.setup import DEVICE, INTERPRET
     native_ok = scale == "full" and not INTERPRET and DEVICE == "cuda"
-    ks = _scale.pick(scale, ci=[1, 2], full=[1, 2, 3, 4])
-    gaps = _scale.pick(scale, ci=[8.0, 14.0, 16.0], full=[0.0, 8.0, 10.0, 12.0, 14.0, 16.0, 18.0, 20.0])
-    P = _scale.pick(scale, ci=8, full=64)
+    ks, gaps, P = cfg["ks"], cfg["gaps"], cfg["n_problems"]
     cells, agree = [], []
     for i, (k, g) in enumerate((k, g) for k in ks for g in gaps):
         seed = SEED + 100 * i

@@ -14,10 +14,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from lib.book import scale as _scale
-
-NAME = "bias_montecarlo"
-DEPENDS = ["lib/fp/rounding_bias.py", "lib/fp/theory.py", "lib/fp/bf16.py", "lib/experiments/bias_montecarlo.py"]
 SEED = 20251004
 RHO_TARGET = 0.02   # precision dial: remainder as a fraction of the tied terms' ULP
 SPREAD = 4.0        # non-max scores are s_max − g − U(0, SPREAD)
@@ -45,22 +41,20 @@ def _accum_diag(seed, n_problems, gaps):
     return recs
 
 
-def run(scale: str) -> dict:
+def run(scale: str, cfg: dict) -> dict:
+    """cfg: n_problems (independent problems per cell, 16 rows × 16 features each), ks, gaps (score units),
+    n_keys_list (row lengths of the N sweep), accum_gaps (gaps of the accumulator diagnostic)."""
     from lib.fp.rounding_bias import mc_grid
-    P = _scale.pick(scale, ci=24, full=96)                 # independent problems per cell (16 rows × 16 features each)
-    ks = _scale.pick(scale, ci=[1, 2, 3, 4, 8], full=[1, 2, 3, 4, 5, 6, 8])
-    gaps = _scale.pick(scale, ci=[0, 4, 8, 10, 12, 14, 16, 18, 20], full=[0, 2, 4, 6, 8, 10, 11, 12, 13, 14, 15, 16, 17,
-                                                                      18, 20, 22])
+    P, ks, gaps = cfg["n_problems"], cfg["ks"], cfg["gaps"]
     kw = dict(n_problems=P, spread=SPREAD)
     grid = mc_grid(SEED, ks, gaps, **kw)
     frac = mc_grid(SEED + 1, [2], [14.0], frac_negs=[0.5, 0.6, 0.75, 0.9, 1.0], **kw)
-    nk = mc_grid(SEED + 2, [2], [14.0], n_keys_list=_scale.pick(scale, ci=[32, 256, 1024], full=[16, 64, 256, 1024, 2048]),
-                 **kw)
+    nk = mc_grid(SEED + 2, [2], [14.0], n_keys_list=cfg["n_keys_list"], **kw)
     dial = []
     for m in range(3, 11):
         rec = mc_grid(SEED + 3 + m, [2], [dial_gap(m)], m=m, **kw)[0]
         dial.append(rec)
-    accum = _accum_diag(SEED + 50, P, _scale.pick(scale, ci=[12, 14, 16, 18], full=[12, 13, 14, 15, 16, 17, 18, 19, 20]))
+    accum = _accum_diag(SEED + 50, P, cfg["accum_gaps"])
     return {"data": {"grid": grid, "frac_neg": frac, "n_keys": nk, "dial": dial, "accum": accum},
             "config": {"n_problems": P, "rows_per_problem": 16, "features": 16, "spread": SPREAD, "beta": 2.0,
                        "rho_target": RHO_TARGET, "ks": ks, "gaps": gaps},

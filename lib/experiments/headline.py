@@ -1,78 +1,51 @@
-"""The headline: the paper placement explodes and the β fix does not, at the same seeds and data order.
+"""The headline: the paper placement and the β fix at the same seeds and data order, with contrast arms.
 
-Arms: $HEADLINE_FIX_ARMS (default paper and paper+fix, the paper's per-tile tie test; paper+fix_split, the same fix
-also on maxima repeated across key tiles, is in the LR sweep) at seeds $HEADLINE_SEEDS (default 0, 1, 2); contrast
-arms $HEADLINE_CONTRAST_ARMS (default fa2, sdpa and fp32 = FP32 attention) at seeds $HEADLINE_CONTRAST_SEEDS (default
-0); one repeat of paper at the first seed to show that the same seed gives a bit-identical loss curve on this
-device (set $HEADLINE_STEPS so that every run ends on its step count, not on the wall budget $EXPLOSION_BUDGET_S). All runs use data seed 0 (one recorded batch order) and
-the proxy config of `lib.proxy.proxy_config`.
+Runs every arm of `fix_arms` at `seeds` and every arm of `contrast_arms` (production-FA2 numerics of our kernel,
+PyTorch SDPA flash, FP32 attention, …) at `contrast_seeds`, all on one recorded batch order (data seed 0), plus one
+repeat of the first run, to show that the same seed gives a bit-identical loss curve on this device. Arms are the
+names of `lib.training.proxy.ARMS`.
 
-LR: $HEADLINE_LR if set; else the LR chosen by the committed full LR sweep (`lr_sweep.choose_lr`) if that result
-exists; else 5e-3 (the explosion recipe's lower window edge). The source is recorded in the result.
-
-* ``full`` (one H100): $HEADLINE_STEPS steps (default 1500), runs as concurrent processes sharing the GPU.
-* ``ci`` (CPU): a tiny model, 5 steps, LR 1e-2; kernel arms only when `kernels.attention` imports.
+cfg: lr (a number, or "from:lr_sweep" — the LR that the committed full `lr_sweep` chose, `lr_sweep.choose_lr`),
+steps, seeds, contrast_seeds, fix_arms, contrast_arms, repeat (true/false), train (TrainConfig overrides of the
+proxy, e.g. {"n_embd": 768}). At full scale the runs share one GPU as concurrent processes, each capped by
+$EXPLOSION_BUDGET_S wall seconds (a machine limit, recorded as "truncated_at"); set `steps` so that every run ends
+on its step count. At ci scale: the tiny CPU proxy, kernel arms only when `kernels.attention` imports.
 """
 from __future__ import annotations
-
-import os
-from pathlib import Path
 
 import numpy as np
 
 from lib.training import outcome, proxy
 
-NAME = "headline"
-_SWEEP = "results/full/lr_sweep.json"
-DEPENDS = ["lib/experiments/headline.py", "lib/experiments/lr_sweep.py", "lib/training/proxy.py", "lib/training/train.py",
-           "lib/training/model.py", "lib/training/data.py", "data/corpus/pystdlib.txt.xz", "kernels/*.py", "lib/fp/numerics.py"] \
-    + ([_SWEEP] if (Path(__file__).resolve().parents[2] / _SWEEP).exists() else [])
-DEFAULT_LR = 5e-3
+
+def pick_lr(scale: str, lr) -> tuple[float, str]:
+    """(lr, where it came from) for cfg value `lr`: a number, or "from:lr_sweep" (the committed full sweep's
+    choice; 5e-3 without that result)."""
+    if not (isinstance(lr, str) and lr.startswith("from:")):
+        return float(lr), "registry"
+    if lr != "from:lr_sweep":
+        raise ValueError(f"headline: lr must be a number or 'from:lr_sweep', got {lr!r}")
+    from lib.book import results
+    from lib.experiments.lr_sweep import choose_lr
+    if scale == "full" and results.exists("lr_sweep", "full"):
+        chosen, why = choose_lr(results.load("lr_sweep", "full").data)
+        if chosen is not None:
+            return chosen, f"lr_sweep (full): {why}"
+    return 5e-3, "default 5e-3 (no full lr_sweep result, or it chose none)"
 
 
-def pick_lr(scale: str) -> tuple[float, str]:
-    if scale != "full":
-        return 1e-2, "ci default"
-    if os.environ.get("HEADLINE_LR"):
-        return float(os.environ["HEADLINE_LR"]), "$HEADLINE_LR"
-    try:
-        from lib.book import results
-        from lib.experiments.lr_sweep import choose_lr
-        res = results.load("lr_sweep", "full")
-        lr, why = choose_lr(res.data)
-        if lr is not None:
-            return lr, f"lr_sweep (full): {why}"
-    except FileNotFoundError:
-        pass
-    return DEFAULT_LR, "default (no full lr_sweep result)"
-
-
-FIX_ARMS = ("paper", "paper+fix")
-CONTRASTS = ("fa2", "sdpa", "fp32")
-
-
-def _env_arms(name: str, default: tuple) -> tuple:
-    v = os.environ.get(name)
-    if not v:
-        return default
-    arms = tuple(a.strip() for a in v.split(",") if a.strip())
+def _arms(cfg: dict, key: str) -> tuple:
+    arms = tuple(cfg[key])
     bad = [a for a in arms if a not in proxy.ARMS]
-    if bad or not arms:
-        raise ValueError(f"${name}: unknown arm(s) {bad or v!r}; known: {', '.join(proxy.ARMS)}")
+    if bad:
+        raise ValueError(f"headline: unknown arm(s) {bad} in {key}; known: {', '.join(proxy.ARMS)}")
     return arms
 
 
-def plan(scale: str, lr: float | None = None, lr_source: str | None = None) -> dict:
-    if scale == "full":
-        seeds = proxy.env_ints("HEADLINE_SEEDS", (0, 1, 2))
-        cseeds = proxy.env_ints("HEADLINE_CONTRAST_SEEDS", (0,))
-        steps = int(os.environ.get("HEADLINE_STEPS", "1500"))
-    else:
-        seeds, cseeds, steps = (0, 1, 2), (0,), 5
-    fix_arms = _env_arms("HEADLINE_FIX_ARMS", FIX_ARMS)
-    contrasts = _env_arms("HEADLINE_CONTRAST_ARMS", CONTRASTS)
-    if lr is None:
-        lr, lr_source = pick_lr(scale)
+def plan(scale: str, cfg: dict) -> dict:
+    lr, lr_source = pick_lr(scale, cfg["lr"])
+    seeds, cseeds, steps = tuple(cfg["seeds"]), tuple(cfg["contrast_seeds"]), int(cfg["steps"])
+    fix_arms, contrasts = _arms(cfg, "fix_arms"), _arms(cfg, "contrast_arms")
     missing = proxy.kernel_available()
     if missing is not None and scale == "full":
         raise RuntimeError(f"the headline needs kernels.attention: {missing}")
@@ -83,11 +56,12 @@ def plan(scale: str, lr: float | None = None, lr_source: str | None = None) -> d
     for a in contrasts:
         if missing is None or a not in proxy.KERNEL_ARMS:
             runs += [dict(arm=a, seed=s, lr=lr) for s in cseeds]
-    if runs:
+    if runs and cfg.get("repeat", True):
         first = runs[0]
         runs.append(dict(arm=first["arm"], seed=first["seed"], lr=lr, tag="repeat"))
     return dict(lr=lr, lr_source=lr_source, seeds=list(seeds), contrast_seeds=list(cseeds), steps=steps,
-                fix_arms=list(fix_arms), contrast_arms=list(contrasts), runs=runs, kernel_missing=missing)
+                fix_arms=list(fix_arms), contrast_arms=list(contrasts), runs=runs, kernel_missing=missing,
+                train=dict(cfg.get("train", {})))
 
 
 def repeat_check(arrays: dict, summaries: list[dict]) -> dict | None:
@@ -113,10 +87,10 @@ def repeat_check(arrays: dict, summaries: list[dict]) -> dict | None:
                 max_abs_loss_diff=float(np.nanmax(diff)) if n else float("nan"))
 
 
-def run(scale: str, lr: float | None = None, lr_source: str | None = None) -> dict:
-    p = plan(scale, lr, lr_source)
+def run(scale: str, cfg: dict) -> dict:
+    p = plan(scale, cfg)
     workers = proxy.default_workers(scale, len(p["runs"]))
-    summaries, arrays, meta = proxy.run_arms(scale, p["runs"], workers, steps=p["steps"])
+    summaries, arrays, meta = proxy.run_arms(scale, p["runs"], workers, steps=p["steps"], **p["train"])
     outcomes: dict[str, dict[str, int]] = {}
     for s in summaries:
         if not s["tag"]:

@@ -5,35 +5,23 @@ Arms (`lib.proxy.ARMS`): paper, paper+fix, paper+fix_split, fa2, sdpa, fp32 — 
 the pre-clip grad norm). `headline` picks its LR from this result (`choose_lr`): the largest swept LR at which every
 contrast arm is stable and the paper arm is not; failing that, the largest LR at which every contrast arm is stable.
 
-* ``full`` (one H100): LRs $LR_SWEEP_LRS (default 6.5e-3, 7e-3: the edge found by earlier probes at 5e-3 to 8e-3),
-  $LR_SWEEP_STEPS steps (default 3000) capped by $EXPLOSION_BUDGET_S wall seconds per run, all
-  runs as concurrent processes ($EXPLOSION_WORKERS caps them, default 16).
-* ``ci`` (CPU): a tiny model, 5 steps, LRs 1e-3 and 1e-2; the kernel arms only when `kernels.attention` imports.
+cfg: lrs, steps, arms, seeds. At full scale all runs share one GPU as concurrent processes, each capped by
+$EXPLOSION_BUDGET_S wall seconds; at ci scale the tiny CPU proxy, the kernel arms only when `kernels.attention`
+imports.
 """
 from __future__ import annotations
 
-import os
-
 from lib.training import outcome, proxy
 
-NAME = "lr_sweep"
-DEPENDS = ["lib/experiments/lr_sweep.py", "lib/training/proxy.py", "lib/training/train.py", "lib/training/model.py", "lib/training/data.py",
-           "data/corpus/pystdlib.txt.xz", "kernels/*.py", "lib/fp/numerics.py"]
 
-
-def plan(scale: str) -> dict:
-    if scale == "full":
-        lrs = proxy.env_floats("LR_SWEEP_LRS", (6.5e-3, 7e-3))
-        steps = int(os.environ.get("LR_SWEEP_STEPS", "3000"))
-    else:
-        lrs, steps = (1e-3, 1e-2), 5
-    arms = ["paper", "paper+fix", "paper+fix_split", "fa2", "sdpa", "fp32"]
+def plan(scale: str, cfg: dict) -> dict:
+    lrs, steps, arms = tuple(cfg["lrs"]), int(cfg["steps"]), list(cfg["arms"])
     missing = proxy.kernel_available()
     if missing is not None:
         if scale == "full":
             raise RuntimeError(f"the full LR sweep needs kernels.attention: {missing}")
         arms = [a for a in arms if a not in proxy.KERNEL_ARMS]
-    return dict(lrs=list(lrs), steps=steps, arms=arms, seeds=[0], kernel_missing=missing)
+    return dict(lrs=list(lrs), steps=steps, arms=arms, seeds=list(cfg["seeds"]), kernel_missing=missing)
 
 
 def choose_lr(data: dict) -> tuple[float | None, str]:
@@ -51,8 +39,8 @@ def choose_lr(data: dict) -> tuple[float | None, str]:
     return None, "no swept LR had every contrast arm stable"
 
 
-def run(scale: str) -> dict:
-    p = plan(scale)
+def run(scale: str, cfg: dict) -> dict:
+    p = plan(scale, cfg)
     runs = [dict(arm=a, seed=s, lr=lr) for lr in p["lrs"] for a in p["arms"] for s in p["seeds"]]
     workers = proxy.default_workers(scale, len(runs))
     summaries, arrays, meta = proxy.run_arms(scale, runs, workers, steps=p["steps"])

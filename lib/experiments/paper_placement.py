@@ -31,12 +31,9 @@ import time
 import numpy as np
 import torch
 
-from lib.book import scale as scale_mod
 from lib.fp.numerics import FA2, FP32, PAPER, Numerics
 from lib.fp.reference import emulate_attention
 
-NAME = "paper_placement"
-DEPENDS = ["lib/experiments/paper_placement.py", "lib/fp/reference.py", "lib/fp/numerics.py", "lib/fp/bf16.py"]
 
 _NEG_MAX_NOTE = "forward masks with -finfo(dtype).max, backward with -inf (as described for the authors' code)"
 
@@ -294,13 +291,11 @@ def _claims(records, best, cands, device) -> dict:
     return {"paper_placement": {"status": status, "evidence": ev}}
 
 
-def run(scale: str) -> dict:
+def run(scale: str, cfg: dict) -> dict:
+    """cfg: B, H, N, d (input shape), tiles (q = k tile sizes; the first is the authors'), kinds (input kinds of
+    `make_inputs`), modes (see the module docstring), compile_after_s (skip torch.compile once this much wall time
+    has passed). Runs under CUDA autocast at full scale, CPU autocast at ci scale."""
     device = "cuda" if scale == "full" else "cpu"
-    cfg = scale_mod.pick(scale,
-                         ci=dict(B=1, H=1, N=96, d=16, tiles=[32], kinds=["random", "attention"],
-                                 modes=["eager", "eager_bwd_autocast"]),
-                         full=dict(B=1, H=2, N=1024, d=64, tiles=[512, 128], kinds=["random", "attention"],
-                                   modes=["eager", "eager_bwd_autocast", "compiled"], compile_after_s=150))
     seed = 1234
     causal = True
     cands = candidates()
@@ -347,7 +342,7 @@ def run(scale: str) -> dict:
                                                                for key in ("o", "lse", "delta", "dq", "dk", "dv")
                                                                if key in outs}
                         records.append(rec)
-                    print(f"[{NAME}] {kind} tile={tile} {mode} stable={stable} err={err}", flush=True)
+                    print(f"[paper_placement] {kind} tile={tile} {mode} stable={stable} err={err}", flush=True)
     best = {}
     for rec in records:
         if rec["stable"] or not rec["agreement"]:

@@ -185,11 +185,10 @@ def _smoothed_curve(loss: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarr
 def dial_figure(res_list, window: int = SMOOTH, horizons: dict | None = None):
     """Smoothed training loss over steps, one panel per mantissa width m of the precision dial, for the per-m arms
     (colour = kind, line style = seed) and the BF16 / FP32 controls (grey) of the same results. SR arms of results
-    with the SR backward bug (`precision_dial.SR_BACKWARD_BUG`) are left out: they measure a broken gradient.
+    with the SR backward bug (`lib.readings.dial_reading.SR_BACKWARD_BUG`) are left out: they measure a broken gradient.
     horizons: optional {m: step} (`lib.readings.dial_reading.at_common_horizon`), drawn as a dotted vertical line."""
     from lib.readings import dial_reading
-    from lib.experiments import precision_dial as pd
-    t = pd.merged_table(res_list)
+    t = dial_reading.merged_table(res_list)
     if not t["bits"]:
         raise ValueError("no dial runs in the given results")
     arrays = dial_reading.result_arrays(res_list)

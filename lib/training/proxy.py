@@ -12,7 +12,6 @@
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 
@@ -140,30 +139,3 @@ def default_workers(scale: str, n_runs: int) -> int:
     if scale != "full":
         return 1
     return max(1, min(n_runs, int(os.environ.get("EXPLOSION_WORKERS", "16"))))
-
-
-@contextlib.contextmanager
-def env_defaults(**defaults):
-    """Set environment variables that are not already set, for the duration of a `with` block (a variant experiment
-    = another experiment with other defaults; a value the caller exported still wins). Restores them afterwards."""
-    old = {k: os.environ.get(k) for k in defaults}
-    for k, v in defaults.items():
-        os.environ.setdefault(k, v)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def env_floats(name: str, default):
-    v = os.environ.get(name)
-    return tuple(float(x) for x in v.split(",")) if v else tuple(default)
-
-
-def env_ints(name: str, default):
-    v = os.environ.get(name)
-    return tuple(int(x) for x in v.split(",")) if v else tuple(default)

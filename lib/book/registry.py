@@ -1,0 +1,133 @@
+"""The experiment registry as data: `lib/experiments/registry.toml` parsed and resolved.
+
+Each TOML table is one result::
+
+    [precision_dial_m6]            # result name: results/<scale>/precision_dial_m6.json (+ .npz)
+    extends = "precision_dial"     # optional: inherit every key (and both scale tables) of another entry
+    base = "precision_dial"        # module lib.experiments.<base> with run(scale, cfg) (inherited if extended)
+    summary = "one line: what it shows"
+    chapter = "06"
+    gpu_min = 4.0                  # minutes of one H100 at full scale (measured where the result exists)
+    device = "gpu"                 # "cpu" for an experiment whose full scale needs no GPU (default "gpu")
+    needs = ["headline"]           # results read by the run: they must exist first and are inputs of this one
+    inputs = ["data/corpus/pystdlib.txt.xz"]   # files read by the run (sha256 recorded)
+    [precision_dial_m6.full]       # the configuration at full scale (merged over the extended entry's)
+    bits = [6]
+    [precision_dial_m6.ci]         # ... and at ci scale
+    bits = [3]
+
+`resolve(name, scale)` merges the scale tables along the `extends` chain (later entries win, key by key) into the
+resolved configuration `cfg` that `run(scale, cfg)` receives and that provenance records. It is plain data: the same
+entry always resolves to the same `cfg`, so a result whose recorded `cfg` differs from the registry's is stale.
+This module only reads the file; running is `lib.experiments`' job.
+"""
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+REGISTRY_FILE = ROOT / "lib" / "experiments" / "registry.toml"
+SCALES = ("ci", "full")
+_KEYS = {"extends", "base", "summary", "chapter", "gpu_min", "device", "needs", "inputs", "ci", "full", "code"}
+
+
+class RegistryError(ValueError):
+    """A malformed registry entry or an unknown experiment name."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    base: str
+    summary: str
+    chapter: str = ""
+    gpu_min: float = 0.0
+    needs: tuple = ()
+    inputs: tuple = ()
+    device: str = "gpu"        # "cpu": the full scale needs no GPU
+    code: str = "run"          # the function of the base module whose reachable code is fingerprinted
+    configs: dict = field(default_factory=dict)   # scale -> resolved cfg
+
+    @property
+    def module(self) -> str:
+        return f"lib.experiments.{self.base}" if "." not in self.base else self.base
+
+    @property
+    def code_entry(self) -> str:
+        return f"{self.module}:{self.code}"
+
+
+def _load(path: Path) -> dict:
+    with open(path, "rb") as f:
+        raw = tomllib.load(f)
+    for name, t in raw.items():
+        if not isinstance(t, dict):
+            raise RegistryError(f"{path.name}: [{name}] must be a table")
+        bad = set(t) - _KEYS
+        if bad:
+            raise RegistryError(f"{path.name}: [{name}] has unknown keys {sorted(bad)}; allowed: {sorted(_KEYS)}")
+    return raw
+
+
+def _merge(raw: dict, name: str, seen=()) -> dict:
+    if name not in raw:
+        raise RegistryError(f"unknown experiment {name!r}" + (f" (extended by {seen[-1]!r})" if seen else ""))
+    if name in seen:
+        raise RegistryError(f"registry: 'extends' cycle through {' -> '.join(seen + (name,))}")
+    t = raw[name]
+    parent = _merge(raw, t["extends"], seen + (name,)) if "extends" in t else {"ci": {}, "full": {}}
+    out = {k: v for k, v in parent.items() if k not in ("ci", "full", "summary", "chapter", "gpu_min")}
+    for k, v in t.items():
+        if k not in ("ci", "full", "extends"):
+            out[k] = v
+    for s in SCALES:
+        out[s] = {**parent.get(s, {}), **t.get(s, {})}
+    return out
+
+
+def entries(path: Path | str = REGISTRY_FILE) -> dict[str, Entry]:
+    """Every registry entry, in file order, with its resolved configuration per scale."""
+    raw = _load(Path(path))
+    out = {}
+    for name in raw:
+        m = _merge(raw, name)
+        for req in ("base", "summary"):
+            if req not in m:
+                raise RegistryError(f"registry: [{name}] needs '{req}' (directly or through 'extends')")
+        out[name] = Entry(name=name, base=m["base"], summary=m["summary"], chapter=str(m.get("chapter", "")),
+                          gpu_min=float(m.get("gpu_min", 0.0)), needs=tuple(m.get("needs", ())),
+                          inputs=tuple(m.get("inputs", ())), code=m.get("code", "run"),
+                          device=m.get("device", "gpu"),
+                          configs={s: m[s] for s in SCALES})
+    for e in out.values():
+        if e.device not in ("cpu", "gpu"):
+            raise RegistryError(f"registry: [{e.name}] device must be 'cpu' or 'gpu', got {e.device!r}")
+        missing = [n for n in e.needs if n not in out]
+        if missing:
+            raise RegistryError(f"registry: [{e.name}] needs unknown result(s) {missing}")
+    return out
+
+
+def get(name: str, path: Path | str = REGISTRY_FILE) -> Entry:
+    es = entries(path)
+    if name not in es:
+        raise RegistryError(f"unknown experiment {name!r}; known: {', '.join(es)}")
+    return es[name]
+
+
+def resolve(name: str, scale: str, overrides: dict | None = None, path: Path | str = REGISTRY_FILE) -> dict:
+    """The resolved configuration of `name` at `scale` (a new dict), with `overrides` applied last."""
+    if scale not in SCALES:
+        raise RegistryError(f"unknown scale {scale!r}; choose one of {SCALES}")
+    cfg = json.loads(json.dumps(get(name, path).configs[scale]))   # a deep copy of plain JSON values
+    for k, v in (overrides or {}).items():
+        cfg[k] = v
+    return cfg
+
+
+def config_digest(cfg: dict) -> str:
+    """A canonical JSON text of `cfg` (sorted keys, floats as Python writes them): what provenance compares."""
+    return json.dumps(cfg, sort_keys=True, separators=(",", ":"))
