@@ -70,8 +70,15 @@ def main(argv=None) -> int:
     if unknown:
         return _fail(f"unknown experiment(s) {', '.join(unknown)}; see python -m lib.experiments --help")
     try:
-        scale = _scale.resolve(a.scale)
         overrides = _parse_set(a.set)
+        try:
+            scale = _scale.resolve(a.scale)
+        except _scale.ScaleError:
+            # experiments whose full scale needs no GPU (numpy Monte Carlo) may run at full scale on the CPU
+            if (a.scale or "") == "full" and all(es[n].device == "cpu" for n in names):
+                scale = "full"
+            else:
+                raise
     except (_scale.ScaleError, ValueError) as e:
         return _fail(str(e))
     from lib.experiments import ExperimentError, run_and_save

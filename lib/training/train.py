@@ -375,6 +375,9 @@ def train(cfg: TrainConfig) -> dict:
             result["grad_norm"].extend(gs.cpu().tolist())
             pending_loss.clear()
             pending_gn.clear()
+            if _PROGRESS is not None and rank == 0:   # a parent process shows every run's progress (run_many)
+                _PROGRESS[cfg.label or cfg.attn] = (len(result["loss"]), cfg.steps, result["loss"][-1],
+                                                    time.perf_counter() - t0)
 
     def save_ckpt(step, name="ckpt.pt"):
         if out_dir is None or rank != 0:
@@ -474,6 +477,14 @@ def train(cfg: TrainConfig) -> dict:
 # ----------------------------------------------------------------------------------------------------------------
 # several runs (sequential in this process, or concurrent processes sharing one GPU)
 # ----------------------------------------------------------------------------------------------------------------
+_PROGRESS = None   # a shared dict {run label: (steps done, steps, last loss, seconds)} set in run_many's workers
+
+
+def _init_worker(progress) -> None:
+    global _PROGRESS
+    _PROGRESS = progress
+
+
 def _worker(cfg: TrainConfig) -> dict:
     import traceback
     import lib.book.setup  # noqa: F401  (interpreter mode for the kernel on CPU-only machines)
@@ -489,18 +500,44 @@ def _worker(cfg: TrainConfig) -> dict:
     return res
 
 
-def run_many(cfgs: list[TrainConfig], workers: int = 1) -> list[dict]:
+def progress_lines(progress: dict, labels: list[str]) -> list[str]:
+    """One line per run: label, steps done / steps, last loss, steps/s (runs not started yet say so)."""
+    out = []
+    for lab in labels:
+        if lab in progress:
+            done, total, loss, secs = progress[lab]
+            rate = done / secs if secs > 0 else float("nan")
+            out.append(f"  {lab:40s} {done:6d}/{total:<6d} loss {loss:7.4f}  {rate:6.2f} steps/s")
+        else:
+            out.append(f"  {lab:40s} waiting")
+    return out
+
+
+def run_many(cfgs: list[TrainConfig], workers: int = 1, status_every_s: float = 60.0) -> list[dict]:
     """Run `cfgs` and return their results (without the model objects), in order. A run that raises gives
     {"error", "traceback", "config"} instead of a result.
 
     workers == 1: one after another in this process. workers > 1: that many concurrent processes (spawned; on one
-    GPU they share it, which is what keeps a many-arm experiment within minutes for a small model)."""
+    GPU they share it, which is what keeps a many-arm experiment within minutes for a small model); every
+    `status_every_s` seconds the parent prints one line per run (steps done, last loss, steps/s), from the runs'
+    loss flushes (every telemetry step, so it costs no extra GPU synchronisation)."""
     if workers <= 1 or len(cfgs) <= 1:
         return [_worker(c) for c in cfgs]
     import multiprocessing as mp
     ctx = mp.get_context("spawn")
-    with ctx.Pool(processes=min(workers, len(cfgs))) as pool:
-        return pool.map(_worker, cfgs, chunksize=1)
+    labels = [c.label or c.attn for c in cfgs]
+    with ctx.Manager() as manager:
+        progress = manager.dict()
+        with ctx.Pool(processes=min(workers, len(cfgs)), initializer=_init_worker, initargs=(progress,)) as pool:
+            job = pool.map_async(_worker, cfgs, chunksize=1)
+            t0 = time.perf_counter()
+            while not job.ready():
+                job.wait(status_every_s)
+                if not job.ready():
+                    snap = dict(progress)
+                    print("\n".join([f"[run_many] {time.perf_counter() - t0:.0f} s"]
+                                     + progress_lines(snap, labels)), flush=True)
+            return job.get()
 
 
 # ----------------------------------------------------------------------------------------------------------------

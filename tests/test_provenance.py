@@ -1,0 +1,205 @@
+"""lib/book/provenance.py and the staleness of lib/book/results.py: what makes a result stale and what does not.
+
+Moving code, renaming it, editing docstrings, comments, annotations or imports must leave fingerprints unchanged; a
+changed line of code — a kernel line above all — must change the fingerprint of everything that reaches it."""
+import shutil
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lib.book import provenance, registry, results
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tree(tmp_path, files: dict) -> Path:
+    for rel, text in files.items():
+        p = tmp_path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text).lstrip("\n"))
+    return tmp_path
+
+
+BASE = {
+    "lib/__init__.py": "",
+    "lib/fp/__init__.py": "",
+    "lib/fp/num.py": '''
+        """Numbers."""
+        import math
+
+        SCALE = 2.0
+
+
+        def double(x: float) -> float:
+            """Twice x."""
+            return SCALE * x   # why: a comment
+        ''',
+    "lib/experiments/__init__.py": "",
+    "lib/experiments/exp.py": '''
+        from lib.fp import num
+        from lib.fp.num import double as dbl
+
+
+        def run(scale, cfg):
+            return {"data": {"y": dbl(cfg["x"]) + num.SCALE}}
+        ''',
+}
+
+
+def _fp(root, entry="lib.experiments.exp:run"):
+    return provenance.Index(root).fingerprint(entry)
+
+
+def test_docstrings_comments_annotations_and_imports_do_not_count(tmp_path):
+    a = _fp(_tree(tmp_path / "a", BASE))
+    edited = dict(BASE)
+    edited["lib/fp/num.py"] = '''
+        """Numbers, now with a longer docstring."""
+        import math
+        import os
+
+        SCALE = 2.0
+
+
+        def double(x):
+            """Twice x (edited)."""
+            # another comment
+            return SCALE * x
+        '''
+    assert _fp(_tree(tmp_path / "b", edited)) == a
+
+
+def test_moving_and_renaming_do_not_count(tmp_path):
+    a = _fp(_tree(tmp_path / "a", BASE))
+    moved = {k: v for k, v in BASE.items() if k != "lib/fp/num.py"}
+    moved["lib/core/__init__.py"] = ""
+    moved["lib/core/arith.py"] = '''
+        SCALE = 2.0
+
+
+        def twice(x):
+            return SCALE * x
+        '''
+    moved["lib/experiments/exp.py"] = '''
+        from lib.core import arith as A
+
+
+        def run(scale, cfg):
+            return {"data": {"y": A.twice(cfg["x"]) + A.SCALE}}
+        '''
+    assert _fp(_tree(tmp_path / "b", moved)) == a
+
+
+def test_a_changed_line_or_constant_counts_and_propagates(tmp_path):
+    a = _fp(_tree(tmp_path / "a", BASE))
+    for old, new in (("return SCALE * x", "return SCALE * x + 0.0"), ("SCALE = 2.0", "SCALE = 2.5")):
+        changed = dict(BASE)
+        changed["lib/fp/num.py"] = BASE["lib/fp/num.py"].replace(old, new)
+        assert _fp(_tree(tmp_path / f"c{len(old)}", changed)) != a
+
+
+def test_unreached_code_does_not_count(tmp_path):
+    a = _fp(_tree(tmp_path / "a", BASE))
+    extra = dict(BASE)
+    extra["lib/fp/num.py"] = textwrap.dedent(BASE["lib/fp/num.py"]) + "\n\ndef unrelated():\n    return 42\n"
+    assert _fp(_tree(tmp_path / "b", extra)) == a
+
+
+def test_mutual_recursion_is_hashed(tmp_path):
+    files = dict(BASE)
+    files["lib/fp/num.py"] = '''
+        def even(n):
+            return True if n == 0 else odd(n - 1)
+
+
+        def odd(n):
+            return False if n == 0 else even(n - 1)
+
+
+        def double(x):
+            return 2 * x if even(2) else x
+
+        SCALE = 2.0
+        '''
+    a = _fp(_tree(tmp_path / "a", files))
+    files2 = dict(files)
+    files2["lib/fp/num.py"] = files["lib/fp/num.py"].replace("False if n == 0", "True if n == 0")
+    assert _fp(_tree(tmp_path / "b", files2)) != a
+
+
+def test_plumbing_is_outside(tmp_path):
+    files = dict(BASE)
+    files["lib/book/__init__.py"] = ""
+    files["lib/book/results.py"] = "def save(x):\n    return x\n"
+    files["lib/experiments/exp.py"] = textwrap.dedent(BASE["lib/experiments/exp.py"]).replace(
+        "from lib.fp import num", "from lib.fp import num\nfrom lib.book import results").replace(
+        '    return {"data"', '    results.save(1)\n    return {"data"')
+    a = _fp(_tree(tmp_path / "a", files))
+    files["lib/book/results.py"] = "def save(x):\n    return x + 1\n"
+    assert _fp(_tree(tmp_path / "b", files)) == a
+
+
+def test_an_edited_kernel_line_stales_the_training_results_that_reach_it(tmp_path):
+    """The real tree: copy lib/ and kernels/, change one line of the rounding helper, and every committed training
+    result's code fingerprint changes, while a pure-numpy result's does not."""
+    for d in ("lib", "kernels", "benchmarks"):
+        shutil.copytree(ROOT / d, tmp_path / d, ignore=shutil.ignore_patterns("__pycache__"))
+    before = provenance.Index(tmp_path)
+    e_train, e_np = registry.get("headline").code_entry, registry.get("bias_montecarlo").code_entry
+    fp_train, fp_np = before.fingerprint(e_train), before.fingerprint(e_np)
+    assert "kernels.rounding:rne_mantissa" in before.reachable(e_train)
+    src = (tmp_path / "kernels" / "rounding.py").read_text()
+    line = next(ln for ln in src.splitlines() if "0x7FFF" in ln or "0x7fff" in ln)
+    (tmp_path / "kernels" / "rounding.py").write_text(src.replace(line, line.replace("0x7F", "0x3F", 1), 1))
+    after = provenance.Index(tmp_path)
+    assert after.fingerprint(e_train) != fp_train
+    assert after.fingerprint(e_np) == fp_np
+
+
+def test_a_docstring_edit_in_the_real_kernel_changes_nothing(tmp_path):
+    for d in ("lib", "kernels", "benchmarks"):
+        shutil.copytree(ROOT / d, tmp_path / d, ignore=shutil.ignore_patterns("__pycache__"))
+    e = registry.get("headline").code_entry
+    fp = provenance.Index(tmp_path).fingerprint(e)
+    p = tmp_path / "kernels" / "flash_fwd.py"
+    p.write_text(p.read_text().replace('"""', '"""Edited. ', 1) + "\n# a trailing comment\n")
+    assert provenance.Index(tmp_path).fingerprint(e) == fp
+
+
+def test_bad_entries_are_refused():
+    ix = provenance.index()
+    with pytest.raises(ValueError, match="package.module:name"):
+        ix.fingerprint("lib.experiments.headline")
+    with pytest.raises(KeyError, match="no module"):
+        ix.fingerprint("lib.nowhere:run")
+    with pytest.raises(KeyError, match="defines no"):
+        ix.fingerprint("lib.experiments.headline:nothing")
+
+
+def test_staleness_reasons_for_code_config_and_inputs(tmp_path, monkeypatch):
+    """A result saved with provenance is fresh; each of code, configuration and input changes makes it stale, and
+    the reason names which."""
+    prov = dict(registry="bias_montecarlo", code=provenance.code_fingerprint(["lib.experiments.bias_montecarlo:run"]),
+                cfg=registry.resolve("bias_montecarlo", "ci"), inputs=results.input_hashes(["data/corpus/README.md"]))
+    results.save("bias_montecarlo", "ci", {"y": 1}, provenance=prov, root=tmp_path, arrays={"a": np.zeros(2)})
+    assert results.load("bias_montecarlo", "ci", root=tmp_path).stale == []
+    blob = (tmp_path / "ci" / "bias_montecarlo.json").read_text()
+    for edit, reason in ((('"n_problems": 24', '"n_problems": 25'), "configuration differs"),
+                         ((prov["code"]["lib.experiments.bias_montecarlo:run"], "0" * 64), "code changed"),
+                         ((prov["inputs"]["data/corpus/README.md"], "1" * 64), "input changed")):
+        assert edit[0] in blob
+        (tmp_path / "ci" / "bias_montecarlo.json").write_text(blob.replace(edit[0], edit[1]))
+        stale = results.load("bias_montecarlo", "ci", root=tmp_path).stale
+        assert len(stale) == 1 and reason in stale[0], stale
+
+
+def test_content_hash_ignores_meta(tmp_path):
+    results.save("r", "ci", {"x": [1, 2]}, depends_on=[], root=tmp_path, arrays={"a": np.arange(3)})
+    h = results.content_hash("r", "ci", tmp_path)
+    p = tmp_path / "ci" / "r.json"
+    p.write_text(p.read_text().replace('"scale": "ci"', '"scale": "ci", "extra": 1'))
+    assert results.content_hash("r", "ci", tmp_path) == h
+    results.save("r", "ci", {"x": [1, 3]}, depends_on=[], root=tmp_path, arrays={"a": np.arange(3)})
+    assert results.content_hash("r", "ci", tmp_path) != h
