@@ -98,7 +98,7 @@ def test_headline_plan_arms_from_config():
     assert all(r["lr"] == 1e-3 for r in p["runs"]) and p["lr_source"] == "registry"
     with pytest.raises(ValueError, match="nonsense"):
         headline.plan("ci", dict(cfg, fix_arms=["paper", "nonsense"]))
-    with pytest.raises(ValueError, match="from:lr_sweep"):
+    with pytest.raises(ValueError, match="from:regime_sweep"):
         headline.plan("ci", dict(cfg, lr="from:elsewhere"))
 
 

@@ -19,13 +19,25 @@ from lib.training import outcome, proxy
 
 
 def pick_lr(scale: str, lr) -> tuple[float, str]:
-    """(lr, where it came from) for cfg value `lr`: a number, or "from:lr_sweep" (the committed full sweep's
-    choice; 5e-3 without that result)."""
+    """(lr, where it came from) for cfg value `lr`: a number, "from:lr_sweep" (the committed full sweep's choice;
+    5e-3 without that result) or "from:regime_sweep" (the committed pilot's healthy LR,
+    `lib.readings.regime.select_lr`; an error without one: a healthy run needs a chosen regime)."""
     if not (isinstance(lr, str) and lr.startswith("from:")):
         return float(lr), "registry"
-    if lr != "from:lr_sweep":
-        raise ValueError(f"headline: lr must be a number or 'from:lr_sweep', got {lr!r}")
     from lib.book import results
+    if lr == "from:regime_sweep":
+        from lib.readings import regime
+        if scale != "full":
+            return 2e-3, "ci: no pilot at ci scale"
+        if not results.exists("regime_sweep", "full"):
+            raise ValueError("headline: lr 'from:regime_sweep' needs the full regime_sweep result")
+        res = results.load("regime_sweep", "full")
+        chosen, why = regime.select_lr(res.data, res.arrays)
+        if chosen is None:
+            raise ValueError(f"headline: regime_sweep chose no LR ({why})")
+        return chosen, f"regime_sweep (full): {why}"
+    if lr != "from:lr_sweep":
+        raise ValueError(f"headline: lr must be a number, 'from:lr_sweep' or 'from:regime_sweep', got {lr!r}")
     from lib.experiments.lr_sweep import choose_lr
     if scale == "full" and results.exists("lr_sweep", "full"):
         chosen, why = choose_lr(results.load("lr_sweep", "full").data)
