@@ -139,7 +139,7 @@ def test_per_head_override_routes_heads(monkeypatch):
     import lib.training.model as model_mod
     calls = []
 
-    def fake(spec, q, k, v, *, causal=True, scale=None):  # marks each output with its backend
+    def fake(spec, q, k, v, *, causal=True, scale=None, call=None):  # marks each output with its backend
         calls.append((spec.backend, q.shape[1]))
         return torch.full_like(q, 1.0 if spec.backend == "naive" else 2.0)
     monkeypatch.setattr(model_mod, "run_backend", fake)
