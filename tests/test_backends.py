@@ -14,20 +14,20 @@ from lib.training.zero_rows import OURS_ZERO_AT, authors_shift, authors_zero_at,
 
 
 def planted(n=32, d=16, seed=0, hot=None):
-    """(q, k, v, dO), (1, 2, n, d) FP32, BF16-valued; keys 0 and 1 are the same vector, so every row attends to an
-    exactly tied pair; `hot` {row: score}: those rows' queries point along that key with the tied score as given
-    (powers of two: exact), the other rows have small O(0.1) scores (no tie at the max)."""
+    """(q, k, v, dO), (1, 2, n, d) FP32, BF16-valued (d a power of 4); keys 0 and 1 are the same vector u, so every
+    row sees an exactly tied pair; `hot` {row: score}: those rows' queries point along u with the tied score as
+    given (powers of two: exact), the other rows have small O(0.1) scores and a 0 on the pair."""
     g = torch.Generator().manual_seed(seed)
     k = (0.3 * torch.randn(1, 2, n, d, generator=g)).bfloat16().float()
     u = torch.zeros(d)
-    u[0] = 4.0                                    # |u|² = 16 = d: q = a·u gives the score a·|u|²/√d = 4a
+    u[0] = math.sqrt(d)                           # q = (a/√d)·u scores (a/√d)·|u|²·(1/√d) = a on u
     k[:, :, 0] = u
     k[:, :, 1] = u
     k[:, :, 2:, 0] = 0.0                          # other keys orthogonal to u: the tied pair is the max of a hot row
     q = (0.1 * torch.randn(1, 2, n, d, generator=g)).bfloat16().float()
     q[:, :, :, 0] = 0.0                           # ordinary rows: scores are O(0.1) on every key, ties unlikely
     for row, score in (hot or {}).items():
-        q[:, :, row] = u * (score / 4.0)
+        q[:, :, row] = u * (score / math.sqrt(d))
     v = (-2.0 + 0.3 * torch.randn(1, 2, n, d, generator=g)).bfloat16().float()
     do = torch.randn(1, 2, n, d, generator=g)
     return q, k, v, do
