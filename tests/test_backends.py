@@ -139,6 +139,7 @@ def test_authors_underflow_rows_counted_from_the_clamped_row_sum():
         # β = 7: a tied max of 32 is shifted by 192 (every P̄ underflows, ℓ = the clamp); of 2 by 12 (ℓ ≈ 2e-5)
         assert stats["underflow_of"] == 2 * 32 and stats["underflow_n"] == 2 * len(ZEROED)
         assert o[:, :, ZEROED].eq(0).all() and o[:, :, [3, 9]].abs().min() > 1.0
+        assert torch.equal(o, run_backend(AttnSpec.parse(f"authors/tile={tile}+fix"), q, k, v))  # probe: no effect
         plain = {}
         run_backend(AttnSpec.parse(f"authors/tile={tile}"), q, k, v, call=AttnCall(stats=plain))
         assert plain["underflow_n"] == 0
@@ -191,6 +192,8 @@ def test_ours_zero_rows_matches_the_exact_rule_kernel():
     assert keep.sum() > 40 and torch.equal(fix[0][keep], ctl[0][keep])
     # tied rows below the level: the shifted and the plain BF16 placement round differently (a few BF16 ulps)
     torch.testing.assert_close(fix[0], ctl[0], rtol=0, atol=4 * 2 ** -8 * v.abs().max().item())
+    with pytest.raises(ValueError, match="mantissa_bits"):   # its tie rebuild knows BF16 scores only
+        run_backend(AttnSpec.parse("paper/mantissa_bits=5+zero_rows"), q, k, v)
 
 
 # ------------------------------------------------------------------------------------------------- dose backend

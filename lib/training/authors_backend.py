@@ -38,7 +38,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from lib.training.authors_fa import AuthorsFA2
-from lib.training.zero_rows import authors_shift, authors_zero_at, zero_rows
+from lib.training.zero_rows import authors_shift, authors_zero_at, count_rows, zero_rows
 
 __all__ = ["AuthorsOptions", "AuthorsFA2Amp", "parse", "attention", "SUFFIXES", "KEYS"]
 
@@ -119,11 +119,6 @@ class _RowSumProbe(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def _count(stats: dict, rows: torch.Tensor) -> None:
-    stats["underflow_n"] = stats.get("underflow_n", 0) + int(rows.sum().item())
-    stats["underflow_of"] = stats.get("underflow_of", 0) + rows.numel()
-
-
 def attention(q, k, v, *, spec, causal=True, scale=None, call=None):
     """Causal attention of q, k, v (B, H, T, D) by the authors' algorithm with `spec` (an AttnSpec whose `opts` is
     an AuthorsOptions); returns O (B, H, T, D) in q's dtype. `call.stats` (a dict or None) receives the
@@ -140,8 +135,7 @@ def attention(q, k, v, *, spec, causal=True, scale=None, call=None):
         o = AuthorsFA2Amp.apply(*args)
         with torch.no_grad():
             mask = authors_shift(q, k, tile=tile, beta=spec.beta, tie_tol=spec.tie_tol, causal=causal) > spec.zero_at
-        if stats is not None:
-            _count(stats, mask)
+        count_rows(stats, mask)
         return zero_rows(o, mask)
     if stats is None:
         return AuthorsFA2Amp.apply(*args)
@@ -149,5 +143,5 @@ def attention(q, k, v, *, spec, causal=True, scale=None, call=None):
     with probe:
         o = AuthorsFA2Amp.apply(*args)
     n_k = -(-N // tile)
-    _count(stats, probe.row_sum.squeeze(-1) <= n_k * opts.floor * (1 + n_k * 2 ** -7))
+    count_rows(stats, probe.row_sum.squeeze(-1) <= n_k * opts.floor * (1 + n_k * 2 ** -7))
     return o

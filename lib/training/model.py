@@ -48,7 +48,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from lib.training import authors_backend, dose_backend
-from lib.training.zero_rows import OURS_ZERO_AT, ours_shift, zero_rows
+from lib.training.zero_rows import OURS_ZERO_AT, count_rows, ours_zero_mask, zero_rows
 
 NUMERICS_NAMES = ("fp32", "fa2", "paper")
 FIXES = {"ours": (None, "beta", "beta_split", "zero_rows"), "authors": (None, "beta", "zero_rows")}
@@ -95,7 +95,9 @@ class AttnSpec:
 
     @classmethod
     def parse(cls, spec, **kw) -> "AttnSpec":
-        """An AttnSpec from a string ("sdpa", "naive", "paper", "paper+fix", "fa2", "fp32") or an AttnSpec."""
+        """An AttnSpec from a string (grammar in the module docstring: "sdpa", "naive", "paper+fix",
+        "authors/tile=512+fix", "dose/paper/c=bias/lam=30", ...) or an AttnSpec. `kw`: the config's defaults (beta,
+        tie_tol, max_shift, zero_at) and other AttnSpec fields; values written in the string win."""
         if isinstance(spec, AttnSpec):
             return replace(spec, **kw) if kw else spec
         if not isinstance(spec, str):
@@ -238,10 +240,10 @@ def sdpa_attention(q, k, v, *, causal=True, scale=None):
 
 def ours_attention(q, k, v, *, spec: AttnSpec, causal=True, scale=None, call=None):
     """Our Triton flash attention (`kernels.attention.attention`), imported on first use. "+zero_rows": the plain
-    kernel, then the rows whose exact-rule shift exceeds `spec.zero_at` zeroed with no gradient (`zero_rows`);
-    their count goes to `call.stats` when that is a dict."""
+    kernel, then the rows whose exact-rule shift exceeds `spec.zero_at` zeroed with no gradient; their count goes
+    to `call.stats` when that is a dict."""
     try:
-        from kernels.attention import EMULATED_BLOCK, attention
+        from kernels.attention import attention
     except ImportError as e:  # the kernel is written in parallel; say clearly what is missing
         raise ImportError(f"attention backend 'ours' needs kernels.attention: {e}") from e
     zero = spec.fix == "zero_rows"
@@ -250,21 +252,10 @@ def ours_attention(q, k, v, *, spec: AttnSpec, causal=True, scale=None, call=Non
                       beta=spec.beta, tie_tol=spec.tie_tol, max_shift=spec.max_shift, path=spec.path)
         if not zero:
             return o
-        from lib.fp.numerics import get_profile
-        nm = get_profile(spec.numerics)
-        if nm.round_s and (nm.mantissa_bits != 7 or nm.rounding != "rne"):
-            raise ValueError("+zero_rows rebuilds the kernel's ties with BF16 RNE scores: it needs mantissa_bits=7 "
-                             "and rounding=rne when round_s is on")
-        with torch.no_grad():
-            # the kernel's key tile is 64 on both paths (EMULATED_BLOCK, NATIVE_CONFIGS)
-            shift = ours_shift(q, k, beta=spec.beta, tie_tol=spec.tie_tol, round_s=nm.round_s, causal=causal,
-                               tile=EMULATED_BLOCK[1], scale=scale)
-            mask = shift > (OURS_ZERO_AT if spec.zero_at is None else spec.zero_at)
-        stats = getattr(call, "stats", None)
-        if stats is not None:
-            stats["underflow_n"] = stats.get("underflow_n", 0) + int(mask.sum().item())
-            stats["underflow_of"] = stats.get("underflow_of", 0) + mask.numel()
-        return zero_rows(o, mask)
+        mask = ours_zero_mask(q, k, numerics=spec.numerics, beta=spec.beta, tie_tol=spec.tie_tol, causal=causal,
+                              scale=scale, zero_at=OURS_ZERO_AT if spec.zero_at is None else spec.zero_at)
+    count_rows(getattr(call, "stats", None), mask)
+    return zero_rows(o, mask)
 
 
 def _dose_attention(q, k, v, *, spec: AttnSpec, causal=True, scale=None, call=None):

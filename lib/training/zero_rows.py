@@ -30,7 +30,8 @@ import math
 
 import torch
 
-__all__ = ["OURS_ZERO_AT", "authors_zero_at", "tile_rule", "authors_shift", "ours_shift", "zero_rows"]
+__all__ = ["OURS_ZERO_AT", "authors_zero_at", "tile_rule", "authors_shift", "ours_shift", "ours_zero_mask",
+           "zero_rows", "count_rows"]
 
 OURS_ZERO_AT = 126 * math.log(2.0)   # ≈ 87.34: exp(−x) leaves FP32's normal range (flushed to 0 on the GPU)
 
@@ -92,6 +93,29 @@ def ours_shift(q, k, *, beta: float, tie_tol: float, round_s: bool, causal: bool
             s = torch.nn.functional.pad(s, (0, pad), value=float("-inf"))
         m, adj = tile_rule(s.view(B, H, T, -1, tile), beta=beta, tie_tol=tie_tol)   # (B, H, T, n_tiles)
         return adj.amax(dim=-1) - m.amax(dim=-1)
+
+
+@torch.no_grad()
+def ours_zero_mask(q, k, *, numerics, beta: float, tie_tol: float, zero_at: float, causal: bool = True,
+                   scale: float | None = None) -> torch.Tensor:
+    """(B, H, T) bool: rows whose exact-rule shift, with our kernel's ties (`ours_shift`: its 64-key tile, S rounded
+    as `numerics` rounds it), exceeds `zero_at`."""
+    from kernels.attention import EMULATED_BLOCK   # 64 keys, the native path's BLOCK_N too (NATIVE_CONFIGS)
+    from lib.fp.numerics import get_profile
+    nm = get_profile(numerics)
+    if nm.round_s and (nm.mantissa_bits != 7 or nm.rounding != "rne"):
+        raise ValueError("+zero_rows rebuilds the kernel's ties from BF16 (RNE) scores: with round_s on it needs "
+                         f"mantissa_bits=7 and rounding='rne', got {nm.mantissa_bits}, {nm.rounding!r}")
+    shift = ours_shift(q, k, beta=beta, tie_tol=tie_tol, round_s=nm.round_s, causal=causal, tile=EMULATED_BLOCK[1],
+                       scale=scale)
+    return shift > zero_at
+
+
+def count_rows(stats: dict | None, rows: torch.Tensor) -> None:
+    """Add the number of True rows and of all rows to stats["underflow_n"] / ["underflow_of"] (if stats is a dict)."""
+    if stats is not None:
+        stats["underflow_n"] = stats.get("underflow_n", 0) + int(rows.sum().item())
+        stats["underflow_of"] = stats.get("underflow_of", 0) + rows.numel()
 
 
 def zero_rows(o: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
