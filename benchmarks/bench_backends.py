@@ -63,7 +63,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="one round of rep=200 ms")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--arms", default=",".join(ARMS), help="comma-separated arms (spec strings; '|qk_norm' adds QK-norm)")
+    ap.add_argument("--arms", default=",".join(ARMS),
+                    help="comma-separated arms (spec strings; '|qk_norm' adds QK-norm)")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_backends needs a CUDA GPU", file=sys.stderr)
