@@ -3,9 +3,9 @@
 `AuthorsFA2` (in `lib/training/authors_fa.py`) is our PyTorch implementation of the algorithm the authors'
 `attention.py` runs, written from its description in the reference notes (paper dossier §8 and §5.4; their code is
 not copied): FA2 forward and backward over q- and k-tiles (512 × 512 in their model), scores `einsum(q, k)·α`,
-masked with −finfo(dtype).max in the forward and −inf in the backward, the running max / row sum / output kept in buffers of the input dtype and
-updated in place, δ = rowsum(dO∘O) recomputed per tile, dQ/dK/dV accumulated in place; the optional β fix
-(`stable=True`: repeated tile max within 1e-3, β = 2 in their current code).
+masked with −finfo(dtype).max in the forward and −inf in the backward, the running max / row sum / output kept in
+buffers of the input dtype and updated in place, δ = rowsum(dO∘O) recomputed per tile, dQ/dK/dV accumulated in
+place; the optional β fix (`stable=True`: repeated tile max within 1e-3, β = 2 in their current code).
 
 It is called with BF16 q, k, v under `torch.autocast(device, dtype=torch.bfloat16)`, as their model calls it (the
 attention inputs are the BF16 outputs of `c_attn` under autocast). Three ways of running the backward:
