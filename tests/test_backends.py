@@ -58,7 +58,8 @@ def test_authors_spec_grammar():
         .zero_at == 50.0
     assert AttnSpec.parse("authors").fix is None and AttnSpec.parse("authors").opts.tile == 512
     for bad in ("authors/tile=0", "authors/tile=x", "authors/beta", "authors/foo=1", "authors+fix_split",
-                "authors/tile=1/tile=2", "authors/floor=-1", "authors/zero_at=-3+zero_rows"):
+                "authors/tile=1/tile=2", "authors/floor=-1", "authors/zero_at=-3+zero_rows", "authors/beta=1+fix",
+                "authors/tie_tol=-1"):
         with pytest.raises(ValueError):
             AttnSpec.parse(bad)
     with pytest.raises(ValueError):

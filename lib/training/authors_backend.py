@@ -85,6 +85,10 @@ def parse(spec: str, defaults: dict) -> dict:
     opts = AuthorsOptions(tile=vals.pop("tile", 512), floor=vals.pop("floor", 1e-10))
     out = {k: defaults[k] for k in ("beta", "tie_tol", "zero_at") if k in defaults}
     out.update(vals)
+    if not (math.isfinite(out.get("beta", 2.0)) and out.get("beta", 2.0) > 1):
+        raise ValueError(f"beta must be a finite number > 1 in {spec!r}, got {out.get('beta')!r}")
+    if not (math.isfinite(out.get("tie_tol", 0.0)) and out.get("tie_tol", 0.0) >= 0):
+        raise ValueError(f"tie_tol must be a finite number >= 0 in {spec!r}, got {out.get('tie_tol')!r}")
     if out.get("zero_at") is None:
         out["zero_at"] = authors_zero_at(opts.floor)
     return dict(out, backend="authors", fix=SUFFIXES[suffix], max_shift=None, opts=opts)
