@@ -139,7 +139,7 @@ def test_per_head_override_routes_heads(monkeypatch):
     import lib.training.model as model_mod
     calls = []
 
-    def fake(spec, q, k, v, *, causal=True, scale=None):  # marks each output with its backend
+    def fake(spec, q, k, v, *, causal=True, scale=None, call=None):  # marks each output with its backend
         calls.append((spec.backend, q.shape[1]))
         return torch.full_like(q, 1.0 if spec.backend == "naive" else 2.0)
     monkeypatch.setattr(model_mod, "run_backend", fake)
@@ -167,3 +167,124 @@ def test_per_head_override_is_differentiable_and_matches_full_naive():
     la.backward()
     lb.backward()
     torch.testing.assert_close(a.transformer.h[0].attn.c_attn.weight.grad, b.transformer.h[0].attn.c_attn.weight.grad)
+
+
+# ------------------------------------------------------------------------------------------------ QK-norm, x capture
+# The model as it was before the QK-norm option and the new backends (the commit this option was added on).
+PRE_QK_NORM = "2ce6e4bffe7c8284278adc2f288ba1f9e2532a60"
+
+
+def _adam_losses(model, forward, steps=3, seed=0):
+    """Losses of `steps` AdamW steps of `forward(model, x, y) -> loss` on fixed random bytes, then the gradients of
+    the last step and the parameters after it (all must match bit for bit, not only the rounded losses)."""
+    g = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    out = []
+    for _ in range(steps):
+        x = torch.randint(0, 256, (2, 32), generator=g)
+        loss = forward(model, x, x.roll(-1, 1))
+        loss.backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        opt.step()
+        opt.zero_grad()
+        out.append(loss.item())
+    return out, grads, [p.detach().clone() for p in model.parameters()]
+
+
+def _same(a, b):
+    return a[0] == b[0] and all(torch.equal(x, y) for x, y in zip(a[1] + a[2], b[1] + b[2]))
+
+
+def _reference_loss(m, idx, targets):
+    """The forward of this GPT with FP32 attention written out without the model's attention module (no QK-norm)."""
+    tr, C, H = m.transformer, m.config.n_embd, m.config.n_head
+    B, T = idx.shape
+    x = tr.wte(idx) + tr.wpe(torch.arange(T))
+    for blk in tr.h:
+        q, k, v = blk.attn.c_attn(blk.ln_1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))
+        y = naive_attention(q, k, v).transpose(1, 2).contiguous().view(B, T, C)
+        x = x + blk.attn.c_proj(y)
+        x = x + blk.mlp(blk.ln_2(x))
+    logits = m.lm_head(tr.ln_f(x))
+    return torch.nn.functional.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def test_qk_norm_off_is_the_plain_computation():
+    torch.manual_seed(0)
+    a = GPT(GPTConfig(**TINY, attn="naive", qk_norm=False))
+    b = GPT(GPTConfig(**TINY, attn="naive"))
+    b.load_state_dict(a.state_dict())
+    assert not any("_ln" in n for n, _ in a.named_parameters())
+    assert _same(_adam_losses(a, lambda m, x, y: m(x, y)[1]), _adam_losses(b, _reference_loss))
+
+
+def test_qk_norm_off_is_bit_identical_to_the_model_before_it():
+    import importlib.util
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    try:
+        src = subprocess.run(["git", "show", f"{PRE_QK_NORM}:lib/training/model.py"], cwd=root, check=True,
+                             capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("the pre-QK-norm commit is not in this checkout's git history")
+    spec = importlib.util.spec_from_loader("model_before_qk_norm", loader=None)
+    old = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = old                  # dataclasses look their module up while the class is built
+    try:
+        exec(compile(src, "model_before_qk_norm", "exec"), old.__dict__)
+        for attn in ("naive", "sdpa"):
+            torch.manual_seed(3)
+            a = old.GPT(old.GPTConfig(**TINY, attn=attn))
+            torch.manual_seed(3)
+            b = GPT(GPTConfig(**TINY, attn=attn, qk_norm=False))
+            sa, sb = a.state_dict(), b.state_dict()
+            assert list(sa) == list(sb) and all(torch.equal(sa[n], sb[n]) for n in sa)   # same init, same seed
+            fwd = lambda m, x, y: m(x, y)[1]                                                # noqa: E731
+            assert _same(_adam_losses(a, fwd), _adam_losses(b, fwd)), attn                 # bit for bit
+    finally:
+        del sys.modules[spec.name]
+
+
+def test_qk_norm_normalises_q_and_k_per_head_and_trains():
+    torch.manual_seed(4)
+    m = GPT(GPTConfig(**TINY, attn="naive", qk_norm=True))
+    L, C, D = 2, 32, 16
+    assert m.num_params() == 256 * C + 32 * C + L * (12 * C * C + 2 * C + 2 * D) + C
+    wq_before = m.qk_weights(0)[0].clone()
+    m.set_capture(True)
+    x = torch.randint(0, 256, (2, 32))
+    _, loss = m(x, x)
+    loss.backward()
+    c = m.attn_layers[0].captured
+    for t in (c["q"], c["k"]):   # gain 1 at init: zero mean, variance σ²/(σ² + eps) ≈ 1 over head_dim (σ² ≈ 0.01)
+        assert t.mean(-1).abs().max() < 1e-5 and (t.var(-1, unbiased=False) - 1).abs().max() < 5e-3
+    pre = torch.einsum("btc,hdc->bhtd", c["x"], m.qk_weights(0)[0])   # q before the norm, from x and W_Q
+    torch.testing.assert_close(torch.nn.functional.layer_norm(pre, (D,), eps=1e-5), c["q"])
+    assert m.attn_layers[0].q_ln.weight.grad.abs().sum() > 0 and m.attn_layers[0].k_ln.weight.grad.abs().sum() > 0
+    assert torch.equal(m.qk_weights(0)[0], wq_before)
+    for attn in ("sdpa", "authors/tile=16+fix"):  # every backend sees the normalised q, k
+        torch.manual_seed(4)
+        other = GPT(GPTConfig(**TINY, attn=attn, qk_norm=True))
+        other.load_state_dict(m.state_dict())
+        torch.testing.assert_close(other(x, x)[1], loss, rtol=1e-5, atol=1e-6)
+    with pytest.raises(TypeError):
+        GPTConfig(**TINY, qk_norm=1)
+
+
+def test_captured_x_gives_the_captured_q():
+    torch.manual_seed(5)
+    m = GPT(GPTConfig(**TINY, attn="naive"))
+    x = torch.randint(0, 256, (2, 32))
+    m(x)
+    assert m.attn_layers[0].captured == {}        # nothing kept without capture
+    m.set_capture(True)
+    m(x)
+    for i, layer in enumerate(m.attn_layers):
+        c = layer.captured
+        assert c["x"].shape == (2, 32, 32) and not c["x"].requires_grad
+        wq, wk = m.qk_weights(i)
+        torch.testing.assert_close(torch.einsum("btc,hdc->bhtd", c["x"], wq), c["q"], rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(torch.einsum("btc,hdc->bhtd", c["x"], wk), c["k"], rtol=1e-6, atol=1e-6)

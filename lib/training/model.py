@@ -1,23 +1,42 @@
 """A small GPT in the style of nanoGPT, with a pluggable attention backend per layer.
 
 Pre-LayerNorm blocks, no biases (Linear or LayerNorm), GELU MLP 4×, byte vocabulary (256) with the token embedding
-tied to the output head, learned positions, init N(0, 0.02) and residual projections (`c_proj`) N(0, 0.02/√(2·L)).
+tied to the output head, learned positions, init N(0, 0.02) and residual projections (`c_proj`) N(0, 0.02/√(2·L));
+LayerNorm gains start at 1. Shapes: tokens (B, T); residual stream x (B, T, C); per-head q, k, v, o (B, H, T, D)
+with C = H·D; q_h = x·W_Q[h]ᵀ with W_Q[h] (D, C) a slice of `c_attn.weight` (`GPT.qk_weights`).
 
-Attention backends (`AttnSpec.backend`):
+QK-norm (`GPTConfig.qk_norm`, off by default; Wortsman et al. 2023, the standard control of attention-logit growth):
+a LayerNorm over head_dim (learnable gain shared by the heads, no bias, like the model's other LayerNorms) on q and
+on k of every head, before any backend. Under autocast its FP32 output is cast back to v's dtype, so the backend
+sees BF16 q, k as without it. Off, the model is the same computation, parameter for parameter, as without the option.
+
+Attention backends (`AttnSpec.backend`; the dispatch table is `BACKENDS`):
 * ``"ours"``  — `kernels.attention.attention` with any numerics / fix / β / tie tolerance (imported lazily, so this
   module works before or without the kernel). BF16 q/k/v under CUDA autocast take the kernel's native path;
   FP32 q/k/v (CPU) take its emulated path.
 * ``"sdpa"``  — `torch.nn.functional.scaled_dot_product_attention`, pinned to the FlashAttention backend on CUDA
   (`sdpa_kernel(SDPBackend.FLASH_ATTENTION)`); plain SDPA (whichever CPU kernel PyTorch picks) on the CPU.
 * ``"naive"`` — softmax(scale·QKᵀ + mask)·V written out in FP32 with autocast off; output cast back to q's dtype.
+* ``"authors"`` — the authors' pure-PyTorch FA2 (`lib.training.authors_backend`: tiles, their β rule, ℓ clamp, the
+  row-zeroing control).
+* ``"dose"`` — FP32 attention whose backward gets λ·c(Δδ) of a low-precision placement added to δ
+  (`lib.training.dose_backend`).
 
-A spec is written as a string: ``"sdpa"``, ``"naive"``, or ``"<profile>[/<field>=<value>...][+fix]"`` for our
-kernel: profile one of "fp32", "fa2", "paper"; each ``/field=value`` overrides one `lib.fp.numerics.Numerics` field
-(values: true/false, integers, or names), e.g. ``"paper/delta_source=dp_p"`` (δ = rowsum(dP∘P)); "+fix" = β fix
-with the config's β and tie tolerance (per-tile detection, the paper's Algorithm 1); "+fix_split" = the same fix
-also acting on a max repeated across key tiles (`kernels.attention`, fix="beta_split"). ``GPTConfig(attn=["sdpa", "paper", "sdpa"])`` puts the paper kernel in
+A spec is written as a string: ``"sdpa"``, ``"naive"``, ``"<profile>[/<field>=<value>...][+fix]"`` for our
+kernel, ``"authors[/key=value...][+fix|+zero_rows]"`` (grammar in `lib.training.authors_backend`) or
+``"dose/<placement>[/c=<component>][/lam=<λ>]"`` (grammar in `lib.training.dose_backend`). For our kernel: profile
+one of "fp32", "fa2", "paper"; each ``/field=value`` overrides one `lib.fp.numerics.Numerics` field (values:
+true/false, integers, or names), e.g. ``"paper/delta_source=dp_p"`` (δ = rowsum(dP∘P)); "+fix" = β fix with the
+config's β and tie tolerance (per-tile detection, the paper's Algorithm 1); "+fix_split" = the same fix also acting
+on a max repeated across key tiles (`kernels.attention`, fix="beta_split"); "+zero_rows" = the row-zeroing control
+(`lib.training.zero_rows`: the plain kernel, O = 0 and no gradient on the rows whose exact-rule shift exceeds the
+config's `zero_at`, default 126·ln 2 ≈ 87.3). ``GPTConfig(attn=["sdpa", "paper", "sdpa"])`` puts the paper kernel in
 layer 1 only. Per-head overrides (Python only): ``AttnSpec.parse("paper", heads=((1, 7), "naive"))`` runs heads
 1 and 7 of that layer with FP32 attention and the others with the paper kernel.
+
+Telemetry capture (`GPT.set_capture(True)`): each attention layer keeps, for the next forward, x (B, T, C, the input
+of `c_attn`), q, k, v, o (B, H, T, D; q and k as the backend saw them, i.e. after QK-norm), dO (the gradient reaching
+o, by a tensor hook) and "stats" (counters a backend fills in: `authors_backend`, `dose_backend`), all detached.
 """
 from __future__ import annotations
 
@@ -28,10 +47,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-BACKENDS = ("ours", "sdpa", "naive")
+from lib.training import authors_backend, dose_backend
+from lib.training.zero_rows import OURS_ZERO_AT, count_rows, ours_zero_mask, zero_rows
+
 NUMERICS_NAMES = ("fp32", "fa2", "paper")
-FIXES = (None, "beta", "beta_split")
-SUFFIX_FIX = {"": None, "fix": "beta", "fix_split": "beta_split"}   # spec-string suffix -> kernel fix
+FIXES = {"ours": (None, "beta", "beta_split", "zero_rows"), "authors": (None, "beta", "zero_rows")}
+SUFFIX_FIX = {"": None, "fix": "beta", "fix_split": "beta_split", "zero_rows": "zero_rows"}  # suffix -> fix
 
 
 @dataclass(frozen=True)
@@ -39,13 +60,15 @@ class AttnSpec:
     """One layer's attention: backend, and for "ours" the kernel's numerics, fix, β, tie tolerance and path."""
     backend: str = "sdpa"
     numerics: object = "fa2"      # a profile name or a lib.fp.numerics.Numerics (only for backend "ours")
-    fix: str | None = None        # None | "beta" | "beta_split"
+    fix: str | None = None        # None | "beta" | "beta_split" ("ours") | "zero_rows" ("ours", "authors")
     beta: float = 7.0
     tie_tol: float = 0.0
     max_shift: float | None = 64.0  # the fix's underflow guard (kernels.attention); None = the paper's exact rule
     path: str | None = None       # kernel path: None (auto) | "emulated" | "native"
     heads: tuple | None = None    # ((head indices), spec): those heads use another spec (string or AttnSpec)
     text: str | None = None       # the string this spec was parsed from (its label)
+    zero_at: float | None = None  # "zero_rows": zero rows whose exact-rule shift exceeds this (None: backend default)
+    opts: object = None           # backend options: authors_backend.AuthorsOptions, dose_backend.DoseOptions
 
     def __post_init__(self):
         if self.heads is not None:
@@ -58,27 +81,46 @@ class AttnSpec:
                 raise ValueError("a per-head override must be a plain spec (no nested heads)")
             object.__setattr__(self, "heads", (idx, other))
         if self.backend not in BACKENDS:
-            raise ValueError(f"attention backend must be one of {BACKENDS}, got {self.backend!r}")
-        if self.fix not in FIXES:
-            raise ValueError(f"fix must be one of {FIXES}, got {self.fix!r}")
-        if self.backend != "ours" and self.fix is not None:
-            raise ValueError(f"fix={self.fix!r} needs backend 'ours', got {self.backend!r}")
+            raise ValueError(f"attention backend must be one of {tuple(BACKENDS)}, got {self.backend!r}")
+        if self.fix not in FIXES.get(self.backend, (None,)):
+            raise ValueError(f"fix={self.fix!r} is not available for backend {self.backend!r} (fixes: "
+                             f"{ {b: f[1:] for b, f in FIXES.items()} })")
+        if self.zero_at is not None and not (isinstance(self.zero_at, (int, float)) and self.zero_at > 0
+                                             and math.isfinite(self.zero_at)):
+            raise ValueError(f"zero_at must be a finite number > 0 or None, got {self.zero_at!r}")
+        want = {"authors": authors_backend.AuthorsOptions, "dose": dose_backend.DoseOptions}.get(self.backend)
+        if (want is None and self.opts is not None) or (want is not None and not isinstance(self.opts, want)):
+            raise ValueError(f"backend {self.backend!r} takes opts of type "
+                             f"{want.__name__ if want else None}, got {type(self.opts).__name__}")
 
     @classmethod
     def parse(cls, spec, **kw) -> "AttnSpec":
-        """An AttnSpec from a string ("sdpa", "naive", "paper", "paper+fix", "fa2", "fp32") or an AttnSpec."""
+        """An AttnSpec from a string (grammar in the module docstring: "sdpa", "naive", "paper+fix",
+        "authors/tile=512+fix", "dose/paper/c=bias/lam=30", ...) or an AttnSpec. `kw`: the config's defaults (beta,
+        tie_tol, max_shift, zero_at) and other AttnSpec fields; values written in the string win."""
         if isinstance(spec, AttnSpec):
             return replace(spec, **kw) if kw else spec
         if not isinstance(spec, str):
             raise TypeError(f"attention spec must be a str or AttnSpec, got {type(spec).__name__}")
         s = spec.strip()
         if s in ("sdpa", "naive"):
-            return cls(backend=s, text=s, **kw)
+            return cls(backend=s, text=s, **{k: v for k, v in kw.items() if k != "zero_at"})
+        head = s.partition("/")[0].partition("+")[0]
+        if head == "authors":
+            fields = kw | authors_backend.parse(s, kw)
+            if fields["fix"] != "zero_rows":
+                fields["zero_at"] = None
+            return cls(text=s, **fields)
+        if head == "dose":
+            sub = {k: v for k, v in kw.items() if k in ("beta", "tie_tol", "max_shift", "zero_at", "path")}
+            rest = {k: v for k, v in kw.items() if k not in sub}
+            return cls(text=s, **rest, **dose_backend.parse(s, lambda p: cls.parse(p, **sub)))
         body, _, suffix = s.partition("+")
         base, *overrides = body.split("/")
         if base not in NUMERICS_NAMES or suffix not in SUFFIX_FIX:
-            raise ValueError(f"unknown attention spec {spec!r}; use 'sdpa', 'naive', or one of "
-                             f"{NUMERICS_NAMES} with optional '/field=value' overrides and '+fix' or '+fix_split'")
+            raise ValueError(f"unknown attention spec {spec!r}; use 'sdpa', 'naive', 'authors[/...]', "
+                             f"'dose/<placement>[/...]', or one of {NUMERICS_NAMES} with optional '/field=value' "
+                             "overrides and '+fix', '+fix_split' or '+zero_rows'")
         numerics = base
         if overrides:
             from lib.fp.numerics import get_profile
@@ -94,17 +136,21 @@ class AttnSpec:
                 numerics = replace(get_profile(base), **changes)
             except TypeError as e:
                 raise ValueError(f"bad numerics override in {spec!r}: {e}") from e
-        return cls(backend="ours", numerics=numerics, fix=SUFFIX_FIX[suffix], text=s, **kw)
+        fix = SUFFIX_FIX[suffix]
+        zero_at = kw.get("zero_at")
+        kw = kw | {"zero_at": (OURS_ZERO_AT if zero_at is None else zero_at) if fix == "zero_rows" else None}
+        return cls(backend="ours", numerics=numerics, fix=fix, text=s, **kw)
 
     @property
     def label(self) -> str:
         if self.text is not None:
             name = self.text
         elif self.backend != "ours":
-            name = self.backend
+            name = self.backend + ({None: "", "beta": "+fix", "zero_rows": "+zero_rows"}[self.fix]
+                                   if self.backend == "authors" else "")
         else:
             name = (self.numerics if isinstance(self.numerics, str) else "custom") + \
-                {None: "", "beta": "+fix", "beta_split": "+fix_split"}[self.fix]
+                {None: "", "beta": "+fix", "beta_split": "+fix_split", "zero_rows": "+zero_rows"}[self.fix]
         if self.heads is not None:
             name += f"[heads {','.join(map(str, self.heads[0]))}: {self.heads[1].label}]"
         return name
@@ -122,6 +168,8 @@ class GPTConfig:
     beta: float = 7.0          # β of "+fix" string specs
     tie_tol: float = 0.0       # tie tolerance of "+fix" string specs
     max_shift: float | None = 64.0  # underflow guard of "+fix" string specs (None: the paper's exact rule)
+    zero_at: float | None = None  # level of "+zero_rows" string specs (None: each backend's default, see zero_rows)
+    qk_norm: bool = False      # LayerNorm on each head's q and k (module docstring)
     ln_eps: float = 1e-5
 
     def __post_init__(self):
@@ -131,6 +179,11 @@ class GPTConfig:
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd {self.n_embd} is not divisible by n_head {self.n_head}")
+        if not isinstance(self.qk_norm, bool):
+            raise TypeError(f"qk_norm must be a bool, got {self.qk_norm!r}")
+        if self.zero_at is not None and (isinstance(self.zero_at, bool) or not isinstance(self.zero_at, (int, float))
+                                         or not math.isfinite(self.zero_at) or self.zero_at <= 0):
+            raise ValueError(f"zero_at must be a finite number > 0 or None, got {self.zero_at!r}")
         self.layer_specs()  # validate
 
     @property
@@ -149,7 +202,7 @@ class GPTConfig:
         out = []
         for s in specs:
             kw = {} if isinstance(s, AttnSpec) else dict(beta=self.beta, tie_tol=self.tie_tol,
-                                                          max_shift=self.max_shift)
+                                                          max_shift=self.max_shift, zero_at=self.zero_at)
             out.append(AttnSpec.parse(s, **kw))
         return out
 
@@ -185,29 +238,60 @@ def sdpa_attention(q, k, v, *, causal=True, scale=None):
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
 
 
-def ours_attention(q, k, v, *, spec: AttnSpec, causal=True, scale=None):
-    """Our Triton flash attention (`kernels.attention.attention`), imported on first use."""
+def ours_attention(q, k, v, *, spec: AttnSpec, causal=True, scale=None, call=None):
+    """Our Triton flash attention (`kernels.attention.attention`), imported on first use. "+zero_rows": the plain
+    kernel, then the rows whose exact-rule shift exceeds `spec.zero_at` zeroed with no gradient; their count goes
+    to `call.stats` when that is a dict."""
     try:
         from kernels.attention import attention
     except ImportError as e:  # the kernel is written in parallel; say clearly what is missing
         raise ImportError(f"attention backend 'ours' needs kernels.attention: {e}") from e
+    zero = spec.fix == "zero_rows"
     with torch.autocast(device_type=q.device.type, enabled=False):
-        return attention(q, k, v, causal=causal, scale=scale, numerics=spec.numerics, fix=spec.fix,
-                         beta=spec.beta, tie_tol=spec.tie_tol, max_shift=spec.max_shift, path=spec.path)
+        o = attention(q, k, v, causal=causal, scale=scale, numerics=spec.numerics, fix=None if zero else spec.fix,
+                      beta=spec.beta, tie_tol=spec.tie_tol, max_shift=spec.max_shift, path=spec.path)
+        if not zero:
+            return o
+        mask = ours_zero_mask(q, k, numerics=spec.numerics, beta=spec.beta, tie_tol=spec.tie_tol, causal=causal,
+                              scale=scale, zero_at=OURS_ZERO_AT if spec.zero_at is None else spec.zero_at)
+    count_rows(getattr(call, "stats", None), mask)
+    return zero_rows(o, mask)
 
 
-def run_backend(spec: AttnSpec, q, k, v, *, causal=True, scale=None):
-    if spec.backend == "sdpa":
-        return sdpa_attention(q, k, v, causal=causal, scale=scale)
-    if spec.backend == "naive":
-        return naive_attention(q, k, v, causal=causal, scale=scale)
-    return ours_attention(q, k, v, spec=spec, causal=causal, scale=scale)
+def _dose_attention(q, k, v, *, spec: AttnSpec, causal=True, scale=None, call=None):
+    lp = lambda q_, k_, v_: run_backend(spec.opts.placement, q_, k_, v_, causal=causal, scale=scale)  # noqa: E731
+    return dose_backend.attention(q, k, v, spec=spec, causal=causal, scale=scale, call=call, lp_forward=lp)
 
 
-def attend(spec: AttnSpec, q, k, v):
-    """Causal attention of q, k, v (B, H, T, D) with `spec`, honouring its per-head override."""
+# backend name -> f(q, k, v, *, spec, causal, scale, call) -> O
+BACKENDS = {
+    "sdpa": lambda q, k, v, *, spec, call=None, **kw: sdpa_attention(q, k, v, **kw),
+    "naive": lambda q, k, v, *, spec, call=None, **kw: naive_attention(q, k, v, **kw),
+    "ours": ours_attention,
+    "authors": authors_backend.attention,
+    "dose": _dose_attention,
+}
+
+
+@dataclass
+class AttnCall:
+    """What a backend may need beyond q, k, v: the layer, the training step and run seed (the dose backend's random
+    signs), and `stats`, a dict the backend adds counters to at telemetry steps (None otherwise)."""
+    layer: int = 0
+    step: int = 0
+    seed: int = 0
+    stats: dict | None = None
+
+
+def run_backend(spec: AttnSpec, q, k, v, *, causal=True, scale=None, call: AttnCall | None = None):
+    return BACKENDS[spec.backend](q, k, v, spec=spec, causal=causal, scale=scale, call=call)
+
+
+def attend(spec: AttnSpec, q, k, v, call: AttnCall | None = None):
+    """Causal attention of q, k, v (B, H, T, D) with `spec`, honouring its per-head override (both parts get
+    `call`, so their counters add up)."""
     if spec.heads is None:
-        return run_backend(spec, q, k, v, causal=True)
+        return run_backend(spec, q, k, v, causal=True, call=call)
     idx, other = spec.heads
     H = q.shape[1]
     if max(idx) >= H:
@@ -218,8 +302,8 @@ def attend(spec: AttnSpec, q, k, v):
     b = torch.nonzero(sel).flatten().tolist()
     parts = {}
     if a:
-        parts.update(zip(a, run_backend(spec, q[:, a], k[:, a], v[:, a], causal=True).unbind(1)))
-    parts.update(zip(b, run_backend(other, q[:, b], k[:, b], v[:, b], causal=True).unbind(1)))
+        parts.update(zip(a, run_backend(spec, q[:, a], k[:, a], v[:, a], causal=True, call=call).unbind(1)))
+    parts.update(zip(b, run_backend(other, q[:, b], k[:, b], v[:, b], causal=True, call=call).unbind(1)))
     return torch.stack([parts[h] for h in range(H)], dim=1)
 
 
@@ -227,14 +311,23 @@ def attend(spec: AttnSpec, q, k, v):
 # the model
 # ----------------------------------------------------------------------------------------------------------------
 class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg: GPTConfig, spec: AttnSpec):
+    """x (B, T, C) -> attention output (B, T, C): q, k, v = split(c_attn(x)) per head (B, H, T, D), optional
+    QK-norm, the layer's backend, then c_proj."""
+
+    def __init__(self, cfg: GPTConfig, spec: AttnSpec, layer: int = 0):
         super().__init__()
         self.n_head, self.n_embd = cfg.n_head, cfg.n_embd
         self.spec = spec
         self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
-        # Telemetry capture: when `capture` is True the next forward keeps q, k, v, the attention output o
-        # (all (B, H, T, D), detached) and, through a tensor hook, dO (the gradient reaching o) in `captured`.
+        if cfg.qk_norm:
+            self.q_ln = nn.LayerNorm(cfg.head_dim, eps=cfg.ln_eps, bias=False)
+            self.k_ln = nn.LayerNorm(cfg.head_dim, eps=cfg.ln_eps, bias=False)
+        else:
+            self.q_ln = self.k_ln = None
+        self.attn_call = AttnCall(layer=layer)   # step and seed are set by GPT.set_step
+        # Telemetry capture: when `capture` is True the next forward keeps x, q, k, v, o, "stats" and (through a
+        # tensor hook) dO in `captured` (module docstring).
         self.capture = False
         self.captured: dict = {}
 
@@ -243,9 +336,13 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
         hd = C // self.n_head
         q, k, v = (t.view(B, T, self.n_head, hd).transpose(1, 2) for t in (q, k, v))
-        y = attend(self.spec, q, k, v)
+        if self.q_ln is not None:
+            q, k = self.q_ln(q).to(v.dtype), self.k_ln(k).to(v.dtype)
+        call = replace(self.attn_call, stats={}) if self.capture else self.attn_call
+        y = attend(self.spec, q, k, v, call)
         if self.capture:
-            self.captured = dict(q=q.detach(), k=k.detach(), v=v.detach(), o=y.detach())
+            self.captured = dict(x=x.detach(), q=q.detach(), k=k.detach(), v=v.detach(), o=y.detach(),
+                                 stats=call.stats)
             if y.requires_grad:
                 y.register_hook(self._save_do)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
@@ -267,10 +364,10 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: GPTConfig, spec: AttnSpec):
+    def __init__(self, cfg: GPTConfig, spec: AttnSpec, layer: int = 0):
         super().__init__()
         self.ln_1 = nn.LayerNorm(cfg.n_embd, eps=cfg.ln_eps, bias=False)
-        self.attn = CausalSelfAttention(cfg, spec)
+        self.attn = CausalSelfAttention(cfg, spec, layer)
         self.ln_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.ln_eps, bias=False)
         self.mlp = MLP(cfg)
 
@@ -289,7 +386,7 @@ class GPT(nn.Module):
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
             wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
-            h=nn.ModuleList([Block(cfg, s) for s in cfg.layer_specs()]),
+            h=nn.ModuleList([Block(cfg, s, i) for i, s in enumerate(cfg.layer_specs())]),
             ln_f=nn.LayerNorm(cfg.n_embd, eps=cfg.ln_eps, bias=False),
         ))
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
@@ -325,7 +422,7 @@ class GPT(nn.Module):
 
     def qk_weights(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-head W_Q and W_K of `layer`: two views of shape (n_head, head_dim, n_embd) into c_attn.weight
-        (q_h = x · W_Q[h]ᵀ)."""
+        (q_h = x · W_Q[h]ᵀ before QK-norm, with x the captured input of c_attn)."""
         cfg = self.config
         w = self.transformer.h[layer].attn.c_attn.weight  # (3C, C): rows [0, C) Q, [C, 2C) K, [2C, 3C) V
         C, hd = cfg.n_embd, cfg.head_dim
@@ -336,6 +433,11 @@ class GPT(nn.Module):
             a.capture = bool(on)
             if not on:
                 a.captured = {}
+
+    def set_step(self, step: int, seed: int = 0) -> None:
+        """Tell the attention backends the training step and run seed (the dose backend seeds its signs by them)."""
+        for a in self.attn_layers:
+            a.attn_call = replace(a.attn_call, step=int(step), seed=int(seed))
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -60,6 +60,8 @@ class TrainConfig:
     beta: float = 7.0               # β of "+fix" specs
     tie_tol: float = 0.0            # tie tolerance of "+fix" specs
     max_shift: float | None = 64.0  # underflow guard of "+fix" specs (None: the paper's exact rule, may give NaN)
+    zero_at: float | None = None    # level of "+zero_rows" specs (None: the backend's default; lib.training.zero_rows)
+    qk_norm: bool = False           # LayerNorm on each head's q and k before attention (lib.training.model)
     # optimisation
     steps: int = 2000
     batch_size: int = 32
@@ -116,7 +118,8 @@ class TrainConfig:
 
     def model_config(self) -> GPTConfig:
         return GPTConfig(n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd, block_size=self.seq_len,
-                         attn=self.attn, beta=self.beta, tie_tol=self.tie_tol, max_shift=self.max_shift)
+                         attn=self.attn, beta=self.beta, tie_tol=self.tie_tol, max_shift=self.max_shift,
+                         zero_at=self.zero_at, qk_norm=self.qk_norm)
 
 
 def lr_at(cfg: TrainConfig, step: int) -> float:
@@ -183,6 +186,22 @@ def delta_error(q, k, v, o_lp, do, scale: float) -> torch.Tensor:
     return dd.double().sum(dim=(0, 2)).cpu()
 
 
+BACKEND_STATS = ("underflow_rows", "dose_inj_rms", "dose_dd_rms", "dose_dd_mean", "dose_dd_sum_head")
+
+
+def backend_stats(stats: dict, n_head: int) -> dict:
+    """The telemetry entries of one layer from its backend's counters (`lib.training.authors_backend`,
+    `lib.training.dose_backend`, `model.ours_attention` for "+zero_rows"); NaN for what the backend did not count."""
+    nan = float("nan")
+    out = dict(underflow_rows=stats["underflow_n"] / stats["underflow_of"] if stats.get("underflow_of") else nan,
+               dose_inj_rms=nan, dose_dd_rms=nan, dose_dd_mean=nan, dose_dd_sum_head=[nan] * n_head)
+    n = stats.get("dose_n", 0)
+    if n:
+        out.update(dose_inj_rms=math.sqrt(stats["dose_inj_sq"] / n), dose_dd_rms=math.sqrt(stats["dose_dd_sq"] / n),
+                   dose_dd_mean=stats["dose_dd_sum"] / n, dose_dd_sum_head=stats["dose_dd_sum_head"].tolist())
+    return out
+
+
 @torch.no_grad()
 def collect_telemetry(model: GPT) -> dict:
     """Per-layer / per-head telemetry of the step whose forward and backward just ran with capture on.
@@ -190,10 +209,13 @@ def collect_telemetry(model: GPT) -> dict:
     Returns lists over layers: "wq_norm", "wk_norm" (per head ‖W_Q^h‖₂, ‖W_K^h‖₂, exact spectral norms of the
     (head_dim, n_embd) slices), "wq_norm_layer", "wk_norm_layer" (‖W_Q‖₂, ‖W_K‖₂ of the full (n_embd, n_embd)
     blocks), "max_logit", "tie_rate", "tie_rate_head", "tie_rate_tile" (`score_stats`), and "delta_err_sum" (Σ Δδ per head; NaN where dO was not
-    captured)."""
+    captured). From the backends' counters (`backend_stats`; NaN where the layer's backend does not report them):
+    "underflow_rows" (share of query rows whose ℓ sat at the clamp, authors' backend, or that a "+zero_rows"
+    control zeroed), "dose_inj_rms", "dose_dd_rms", "dose_dd_mean" (RMS of the injected λ·c(Δδ), RMS and mean of
+    Δδ over all rows) and "dose_dd_sum_head" (Σ Δδ per head) of the dose backend."""
     cfg = model.config
     out = {k: [] for k in ("wq_norm", "wk_norm", "wq_norm_layer", "wk_norm_layer", "max_logit", "tie_rate",
-                           "tie_rate_head", "tie_rate_tile", "delta_err_sum")}
+                           "tie_rate_head", "tie_rate_tile", "delta_err_sum") + BACKEND_STATS}
     scale = 1.0 / math.sqrt(cfg.head_dim)
     for i, attn in enumerate(model.attn_layers):
         wq, wk = (w.detach().float() for w in model.qk_weights(i))
@@ -213,6 +235,8 @@ def collect_telemetry(model: GPT) -> dict:
             out["delta_err_sum"].append(delta_error(c["q"], c["k"], c["v"], c["o"], c["do"], scale).tolist())
         else:
             out["delta_err_sum"].append([float("nan")] * cfg.n_head)
+        for k_, v_ in backend_stats(c.get("stats") or {}, cfg.n_head).items():
+            out[k_].append(v_)
     return out
 
 
@@ -400,6 +424,7 @@ def train(cfg: TrainConfig) -> dict:
             for g in opt.param_groups:
                 g["lr"] = lr
             x, y = data_mod.get_batch(train_bytes, my_starts[step], cfg.seq_len, device)
+            model.set_step(step, cfg.seed)
             model.set_capture(is_tele and rank == 0)
             with torch.autocast(device_type=device.type, dtype=amp_dtype or torch.float32,
                                 enabled=amp_dtype is not None):
@@ -545,7 +570,11 @@ def run_many(cfgs: list[TrainConfig], workers: int = 1, status_every_s: float = 
 # ----------------------------------------------------------------------------------------------------------------
 _HELP = {
     "attn": "attention per layer: one spec or a comma-separated list of n_layer specs; a spec is 'sdpa', 'naive' "
-            "(FP32), or '<fp32|fa2|paper>[/<Numerics field>=<value>...][+fix]' for our kernel",
+            "(FP32), '<fp32|fa2|paper>[/<Numerics field>=<value>...][+fix|+fix_split|+zero_rows]' for our kernel, "
+            "'authors[/tile=N][/beta=B][/tie_tol=T][/floor=F][/zero_at=X][+fix|+zero_rows]' for the authors' "
+            "PyTorch FA2, or 'dose/<placement>[/c=true|random|flip|bias|noise][/lam=L]' (see lib.training.model)",
+    "zero_at": "shift above which '+zero_rows' zeroes a row (none: the backend's default)",
+    "qk_norm": "LayerNorm on each head's q and k before attention",
     "batch_size": "global batch (windows per step), split evenly across DDP ranks",
     "seq_len": "window length in bytes (= tokens; also the model's block size)",
     "warmup": "linear warm-up steps",
@@ -566,7 +595,8 @@ def _parser() -> argparse.ArgumentParser:
     for f in dataclasses.fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
         if f.type in ("bool", bool):
-            ap.add_argument(flag, default=f.default, action=argparse.BooleanOptionalAction)
+            ap.add_argument(flag, default=f.default, action=argparse.BooleanOptionalAction,
+                            help=_HELP.get(f.name, f.name.replace("_", " ")))
         else:
             typ = {"int": int, "float": float, "str": str,
                    "float | None": lambda v: None if v.lower() == "none" else float(v)}[f.type]
