@@ -288,3 +288,14 @@ def test_captured_x_gives_the_captured_q():
         wq, wk = m.qk_weights(i)
         torch.testing.assert_close(torch.einsum("btc,hdc->bhtd", c["x"], wq), c["q"], rtol=1e-6, atol=1e-6)
         torch.testing.assert_close(torch.einsum("btc,hdc->bhtd", c["x"], wk), c["k"], rtol=1e-6, atol=1e-6)
+
+
+def test_fix_options_in_the_spec_win_over_the_config():
+    s = AttnSpec.parse("paper/beta=2/tie_tol=0.001/max_shift=none+fix", beta=7.0, tie_tol=0.0, max_shift=64.0)
+    assert (s.beta, s.tie_tol, s.max_shift, s.fix) == (2.0, 0.001, None, "beta")
+    s = AttnSpec.parse("paper/max_shift=32+fix_split", beta=7.0, tie_tol=0.0, max_shift=64.0)
+    assert (s.beta, s.max_shift, s.fix) == (7.0, 32.0, "beta_split")
+    with pytest.raises(ValueError, match="options of the fix"):
+        AttnSpec.parse("paper/beta=2")
+    with pytest.raises(ValueError, match="write a number"):
+        AttnSpec.parse("paper/beta=big+fix")

@@ -30,7 +30,9 @@ true/false, integers, or names), e.g. ``"paper/delta_source=dp_p"`` (δ = rowsum
 config's β and tie tolerance (per-tile detection, the paper's Algorithm 1); "+fix_split" = the same fix also acting
 on a max repeated across key tiles (`kernels.attention`, fix="beta_split"); "+zero_rows" = the row-zeroing control
 (`lib.training.zero_rows`: the plain kernel, O = 0 and no gradient on the rows whose exact-rule shift exceeds the
-config's `zero_at`, default 126·ln 2 ≈ 87.3). ``GPTConfig(attn=["sdpa", "paper", "sdpa"])`` puts the paper kernel in
+config's `zero_at`, default 126·ln 2 ≈ 87.3). The fix's own options can be written in the spec too and then win over
+the config's: ``/beta=<β>``, ``/tie_tol=<tolerance>``, ``/max_shift=<guard>|none`` (none: the paper's exact rule), e.g.
+``"paper/round_block=512/beta=2/tie_tol=0.001/max_shift=none+fix"``. ``GPTConfig(attn=["sdpa", "paper", "sdpa"])`` puts the paper kernel in
 layer 1 only. Per-head overrides (Python only): ``AttnSpec.parse("paper", heads=((1, 7), "naive"))`` runs heads
 1 and 7 of that layer with FP32 attention and the others with the paper kernel.
 
@@ -52,6 +54,7 @@ from lib.training.zero_rows import OURS_ZERO_AT, count_rows, ours_zero_mask, zer
 
 NUMERICS_NAMES = ("fp32", "fa2", "paper")
 FIXES = {"ours": (None, "beta", "beta_split", "zero_rows"), "authors": (None, "beta", "zero_rows")}
+FIX_OPTIONS = ("beta", "tie_tol", "max_shift")   # spec options of the fix, e.g. "paper/beta=2/tie_tol=0.001/max_shift=none+fix"
 SUFFIX_FIX = {"": None, "fix": "beta", "fix_split": "beta_split", "zero_rows": "zero_rows"}  # suffix -> fix
 
 
@@ -122,6 +125,7 @@ class AttnSpec:
                              f"'dose/<placement>[/...]', or one of {NUMERICS_NAMES} with optional '/field=value' "
                              "overrides and '+fix', '+fix_split' or '+zero_rows'")
         numerics = base
+        attn_opts = {}     # the fix's own options (not Numerics fields): beta, tie_tol, max_shift ("none": exact rule)
         if overrides:
             from lib.fp.numerics import get_profile
             changes = {}
@@ -130,6 +134,13 @@ class AttnSpec:
                 if not eq or not key:
                     raise ValueError(f"bad numerics override {ov!r} in {spec!r}; write field=value")
                 low = val.lower()
+                if key in FIX_OPTIONS:
+                    try:
+                        attn_opts[key] = None if key == "max_shift" and low == "none" else float(val)
+                    except ValueError:
+                        raise ValueError(f"bad {key} {val!r} in {spec!r}: write a number"
+                                         + (" or 'none'" if key == "max_shift" else "")) from None
+                    continue
                 changes[key] = True if low == "true" else False if low == "false" else \
                     int(val) if val.lstrip("-").isdigit() else val
             try:
@@ -137,8 +148,11 @@ class AttnSpec:
             except TypeError as e:
                 raise ValueError(f"bad numerics override in {spec!r}: {e}") from e
         fix = SUFFIX_FIX[suffix]
+        if attn_opts and fix not in ("beta", "beta_split", "zero_rows"):
+            raise ValueError(f"{sorted(attn_opts)} in {spec!r} are options of the fix: add '+fix' or '+fix_split'")
         zero_at = kw.get("zero_at")
-        kw = kw | {"zero_at": (OURS_ZERO_AT if zero_at is None else zero_at) if fix == "zero_rows" else None}
+        kw = kw | attn_opts | {"zero_at": (OURS_ZERO_AT if zero_at is None else zero_at) if fix == "zero_rows"
+                               else None}
         return cls(backend="ours", numerics=numerics, fix=fix, text=s, **kw)
 
     @property
