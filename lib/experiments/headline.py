@@ -5,9 +5,10 @@ PyTorch SDPA flash, FP32 attention, …) at `contrast_seeds`, all on one recorde
 repeat of the first run, to show that the same seed gives a bit-identical loss curve on this device. Arms are the
 names of `lib.training.proxy.ARMS`.
 
-cfg: lr (a number, or "from:lr_sweep" — the LR that the committed full `lr_sweep` chose, `lr_sweep.choose_lr`),
-steps, seeds, contrast_seeds, fix_arms, contrast_arms, repeat (true/false), train (TrainConfig overrides of the
-proxy, e.g. {"n_embd": 768}). At full scale the runs share one GPU as concurrent processes, each capped by
+cfg: lr (a number, "from:lr_sweep" — the LR that the committed full `lr_sweep` chose, `lr_sweep.choose_lr` — or
+"from:regime_sweep", the healthy LR of `lib.readings.regime`), steps, seeds, contrast_seeds, fix_arms, contrast_arms,
+specs ({arm name: attention spec string} for arms not in `proxy.ARMS`), repeat (true/false), train (TrainConfig
+overrides of the proxy, e.g. {"n_embd": 768}). At full scale the runs share one GPU as concurrent processes, each capped by
 $EXPLOSION_BUDGET_S wall seconds (a machine limit, recorded as "truncated_at"); set `steps` so that every run ends
 on its step count. At ci scale: the tiny CPU proxy, kernel arms only when `kernels.attention` imports.
 """
@@ -48,9 +49,10 @@ def pick_lr(scale: str, lr) -> tuple[float, str]:
 
 def _arms(cfg: dict, key: str) -> tuple:
     arms = tuple(cfg[key])
-    bad = [a for a in arms if a not in proxy.ARMS]
+    known = dict(proxy.ARMS) | dict(cfg.get("specs", {}))
+    bad = [a for a in arms if a not in known]
     if bad:
-        raise ValueError(f"headline: unknown arm(s) {bad} in {key}; known: {', '.join(proxy.ARMS)}")
+        raise ValueError(f"headline: unknown arm(s) {bad} in {key}; known: {', '.join(known)} (or add it to specs)")
     return arms
 
 
@@ -61,16 +63,24 @@ def plan(scale: str, cfg: dict) -> dict:
     missing = proxy.kernel_available()
     if missing is not None and scale == "full":
         raise RuntimeError(f"the headline needs kernels.attention: {missing}")
+    specs = dict(cfg.get("specs", {}))       # arms defined by the entry: {name: attention spec string}
+
+    def run(a, s, **kw):
+        return dict(arm=a, seed=s, lr=lr, **({"attn": specs[a]} if a in specs else {}), **kw)
+
+    def needs_kernel(a):
+        return a in proxy.KERNEL_ARMS or (a in specs and specs[a] not in ("sdpa", "naive"))
+
     runs = []
     for a in fix_arms:
-        if missing is None or a not in proxy.KERNEL_ARMS:
-            runs += [dict(arm=a, seed=s, lr=lr) for s in seeds]
+        if missing is None or not needs_kernel(a):
+            runs += [run(a, s) for s in seeds]
     for a in contrasts:
-        if missing is None or a not in proxy.KERNEL_ARMS:
-            runs += [dict(arm=a, seed=s, lr=lr) for s in cseeds]
+        if missing is None or not needs_kernel(a):
+            runs += [run(a, s) for s in cseeds]
     if runs and cfg.get("repeat", True):
         first = runs[0]
-        runs.append(dict(arm=first["arm"], seed=first["seed"], lr=lr, tag="repeat"))
+        runs.append(run(first["arm"], first["seed"], tag="repeat"))
     return dict(lr=lr, lr_source=lr_source, seeds=list(seeds), contrast_seeds=list(cseeds), steps=steps,
                 fix_arms=list(fix_arms), contrast_arms=list(contrasts), runs=runs, kernel_missing=missing,
                 train=dict(cfg.get("train", {})))
