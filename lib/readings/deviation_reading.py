@@ -189,3 +189,64 @@ def fa1_prediction_table(df: pd.DataFrame, *, d, inputs, fmt="bf16", sweep="seq"
                      "measured": r["rms_ulp"] ** 2 - f2["rms_ulp"].iloc[0] ** 2,
                      "predicted": float(r["pred_excess_ms"])})
     return pd.DataFrame(rows)
+
+
+def br_invariance(df: pd.DataFrame) -> tuple[int, int]:
+    """(groups whose outputs are bit-identical across Br, groups) over the tile sweep's (impl, format, inputs, Bc)
+    groups with more than one Br."""
+    t = select(df, sweep="tile")
+    g = t.groupby(["impl", "fmt", "inputs", "Bc"])
+    sizes = g["Br"].nunique()
+    same = g["hash"].nunique()
+    multi = sizes[sizes > 1].index
+    return int((same.loc[multi] == 1).sum()), int(len(multi))
+
+
+def prediction_accuracy(df: pd.DataFrame, inputs: str) -> float:
+    """Median of measured / predicted FA1 excess over every FA1 cell with a prediction > 0 (NaN if none)."""
+    rows = []
+    for sweep in ("seq", "tile"):
+        for fmt in sorted(set(df["fmt"])):
+            for d in sorted(set(df["d"])):
+                t = fa1_prediction_table(df, d=d, inputs=inputs, fmt=fmt, sweep=sweep)
+                if len(t):
+                    rows.append(t[t["predicted"] > 0])
+    if not rows:
+        return float("nan")
+    t = pd.concat(rows)
+    return float(np.median(t["measured"] / t["predicted"])) if len(t) else float("nan")
+
+
+def key_numbers(data: dict) -> dict:
+    """The numbers chapter 3 quotes from one `fa_deviation` result (floats, ints and short strings)."""
+    df = frame(data)
+    st = setup(data)
+    N, d, inputs = st["claim_seq_len"], st["claim_head_dim"], st["claim_inputs"]
+    out = {"N": N, "d": d, "inputs": inputs, "tile": tuple(data["tiles"][str(d)])}
+    seq = select(df, sweep="seq", d=d)
+    out["n_min"], out["n_max"] = int(seq["N"].min()), int(seq["N"].max())
+    impl, base = flash_and_baseline(df)
+    out["primary"], out["primary_base"] = impl, base
+    for inp in sorted(set(df["inputs"])):
+        s = dict(st, claim_inputs=inp)
+        out[f"parts:{inp}:primary"] = golden_parts(df, impl, base, s, tile_impl="fa2")
+        for v in ("fa2", *VARIANTS):
+            out[f"parts:{inp}:{v}"] = golden_parts(df, v, "baseline", s)
+        for i in ("baseline", "fa2", "fa1", "fa2-lowp", "fa1-lowp", "ours:fa2", "ours:paper", "ours:paper+fix",
+                  "gpu:eager", "gpu:sdpa_math", "gpu:sdpa_flash", "gpu:ours_fa2", "gpu:ours_paper",
+                  "gpu:ours_paper+fix"):
+            r = one(df, sweep="seq", impl=i, N=N, d=d, inputs=inp, fmt="bf16")
+            if r is not None:
+                out[f"ulp:{inp}:{i}"] = float(r["mean_abs_ulp"])
+                out[f"bias:{inp}:{i}"] = float(r["bias_ulp"])
+                out[f"max:{inp}:{i}"] = float(r["max_abs"])
+        out[f"pred_acc:{inp}"] = prediction_accuracy(df, inp)
+        dial = select(df, sweep="dial", inputs=inp)
+        for i in ("baseline", "fa2", "fa1"):
+            t = dial[dial["impl"] == i]["mean_abs_ulp"]
+            if len(t):
+                out[f"dial:{inp}:{i}"] = (float(t.min()), float(t.max()))
+    out["dial_N"] = int(select(df, sweep="dial")["N"].iloc[0]) if len(select(df, sweep="dial")) else 0
+    out["tile_N"] = int(select(df, sweep="tile")["N"].iloc[0]) if len(select(df, sweep="tile")) else 0
+    out["br_same"], out["br_groups"] = br_invariance(df)
+    return out

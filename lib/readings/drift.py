@@ -234,3 +234,29 @@ def placement_check(data: dict, arrays: dict) -> dict:
                      "step": int(arrays["steps"][at]) if at >= 0 else None}
     return out
 
+
+
+def key_numbers(data: dict, arrays: dict) -> dict:
+    """The numbers chapter 3 quotes from one `weight_drift` result."""
+    st = data["claim_setup"]
+    low, flash, seed = st["lowprec_pair"], st["flash_pair"], st["seed_pair"]
+    r, at = ratios(data, arrays, low, flash)
+    fr = r[np.isfinite(r)]
+    fi = data["matrices"].index(st["focus_matrix"])
+    out = {"horizon": int(arrays["steps"][at]) if at >= 0 else None, "steps": st["steps"],
+           "median": float(np.median(fr)) if fr.size else float("nan"),
+           "min": float(fr.min()) if fr.size else float("nan"), "max": float(fr.max()) if fr.size else float("nan"),
+           "n_ge_bound": int((fr >= BOUND_FACTOR).sum()), "n": int(fr.size), "focus": st["focus_matrix"],
+           "focus_ratio": float(r[fi])}
+    rs, _ = ratios(data, arrays, seed, flash, at=at)
+    out["seed_over_flash"] = float(np.nanmedian(rs))
+    rm, _ = ratios(data, arrays, seed, flash, metric="max_abs", at=at)
+    out["seed_over_flash_max"] = float(np.nanmedian(rm))
+    rl, _ = ratios(data, arrays, low, flash, metric="max_abs", at=at)
+    out["low_over_flash_max"] = float(np.nanmedian(rl))
+    out["placement"] = placement_check(data, arrays)
+    for pair in st.get("placement_pairs", []):
+        if pair in data["pairs"]:
+            rp, _ = ratios(data, arrays, low, pair, at=at)
+            out[f"median:{pair}"] = float(np.nanmedian(rp))
+    return out
