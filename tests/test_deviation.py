@@ -285,3 +285,20 @@ def test_experiment_rejects_unknown_implementation():
     from lib.experiments import fa_deviation
     with pytest.raises(ValueError):
         fa_deviation.plan(dict(TINY, impls=["fa3"]), "cpu")
+
+
+def test_figures_and_key_numbers(tiny_result):
+    import matplotlib.pyplot as plt
+    from lib.figures import deviation_plots as dp
+    d = tiny_result["data"]
+    for fig in (dp.format_figure(d), dp.format_figure(d, inputs="attention"), dp.seq_figure(d, d=16),
+                dp.tile_figure(d, impl="fa1"), dp.prediction_figure(d)):
+        assert fig.axes and all(ax.has_data() for ax in fig.axes if ax.get_label() != "<colorbar>")
+        plt.close(fig)
+    kn = dr.key_numbers(d)
+    assert kn["N"] == 64 and kn["br_groups"] >= 1 and kn["br_same"] == kn["br_groups"]
+    assert set(kn["parts:normal:fa2"]) >= {"ratio", "growth", "tile"}
+    assert kn["bias:attention:ours:paper"] == pytest.approx(
+        dr.one(dr.frame(d), sweep="seq", impl="ours:paper", N=64, d=16, inputs="attention", fmt="bf16")["bias_ulp"])
+    tbl = dr.summary_table(dr.frame(d), N=64, d=16, inputs="normal", impls=["baseline", "fa2"], fmts=["bf16"])
+    assert list(tbl["implementation"]) == [dr.IMPL_LABELS["baseline"], dr.IMPL_LABELS["fa2"]]

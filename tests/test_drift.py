@@ -199,3 +199,20 @@ def test_weight_drift_experiment_tiny():
         weight_drift.arm_configs(dict(cfg, pairs={"x": ["flash", "nope"]}))
     with pytest.raises(ValueError):
         weight_drift.arm_configs(dict(cfg, arms={"a": {"spec": "sdpa"}}))
+
+
+def test_drift_figures_and_key_numbers():
+    import matplotlib.pyplot as plt
+    from lib.figures import deviation_plots as dp
+    data, arrays = _fake([3, 2.5, 4, 5, 2, 2.2, 1.5, 3, 3, 3, 3, 3, 3, 3])
+    data["matrices"] = [f"h{i}.{k}" for i in range(2) for k in drift.MATRIX_KINDS] + ["wte", "wpe"]
+    data["claim_setup"]["focus_matrix"] = "h1.w_q"
+    data["pair_arms"] = {p: ("x", "y") for p in data["pairs"]}
+    data["arms"] = ["x", "y"]
+    arrays["scale"] = np.ones((2, 2, 14))
+    kn = drift.key_numbers(data, arrays)
+    assert kn["median"] == pytest.approx(3.0) and kn["n"] == 14 and kn["horizon"] == 10
+    assert kn["focus_ratio"] == pytest.approx(1.5)          # the 7th matrix, h1.w_q
+    for fig in (dp.drift_figure(data, arrays), dp.drift_ratio_figure(data, arrays)):
+        assert fig.axes
+        plt.close(fig)

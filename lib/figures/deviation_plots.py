@@ -51,7 +51,7 @@ def format_figure(data: dict, *, inputs: str = "normal", impls=None):
     s = dr.select(df, sweep="dial", inputs=inputs)
     impls = impls or [i for i in (*SIM_ORDER, "ours:paper", "ours:paper+fix") if i in set(s["impl"])]
     s = s.assign(bits=s["fmt"].map(lambda f: 7 if f == "bf16" else int(f[1:])))
-    fig, axes = plotting.figure(1, 2, width=7.0, height=3.4)
+    fig, axes = plotting.figure(1, 2, width=6.8, height=3.4)
     for impl in impls:
         t = s[s["impl"] == impl].sort_values("bits")
         _line(axes[0], t["bits"], t["max_abs"], impl)
@@ -77,7 +77,7 @@ def seq_figure(data: dict, *, inputs: str = "normal", d: int = 64, fmt: str = "b
     have = set(s["impl"])
     impls = impls or [i for i in (*SIM_ORDER, "ours:paper", "gpu:eager", "gpu:sdpa_flash", "gpu:sdpa_math",
                                   "gpu:ours_paper") if i in have]
-    fig, axes = plotting.figure(1, 3, width=7.2, height=3.3)
+    fig, axes = plotting.figure(1, 3, width=6.8, height=3.4)
     for impl in impls:
         t = s[s["impl"] == impl].sort_values("N")
         _line(axes[0], t["N"], t["max_abs"], impl)
@@ -111,7 +111,7 @@ def tile_figure(data: dict, *, fmt: str = "bf16", impl: str = "fa1", inputs: str
     s = dr.select(df, sweep="tile", inputs=inputs, fmt=fmt, impl=impl)
     brs = sorted(set(s["Br"]))
     cols = _colors(brs)
-    fig, axes = plotting.figure(1, 2, width=7.0, height=3.3, sharey=True)
+    fig, axes = plotting.figure(1, 2, width=6.8, height=3.3, sharey=True)
     for br in brs:
         t = s[s["Br"] == br].sort_values("Bc")
         axes[0].plot(t["Br"] * t["Bc"], t["max_abs"], "o", color=cols[br], ms=5, label=f"Br = {br}")
@@ -171,7 +171,7 @@ def drift_figure(data: dict, arrays: dict, *, matrix: str | None = None, pairs=N
     pairs = pairs or data["pairs"]
     steps = arrays["steps"]
     cols = _colors(list(PAIR_LABELS) + [p for p in pairs if p not in PAIR_LABELS])
-    fig, axes = plotting.figure(1, 3, width=7.2, height=3.3, sharex=True)
+    fig, axes = plotting.figure(1, 3, width=6.8, height=3.4, sharex=True)
     for p in pairs:
         kw = dict(color=cols[p], lw=1.3, label=PAIR_LABELS.get(p, p))
         for ax, y in ((axes[0], drift.series(data, arrays, p, matrix, "w1")),
@@ -194,7 +194,7 @@ def drift_ratio_figure(data: dict, arrays: dict, *, num: str | None = None, dens
     st = data["claim_setup"]
     num = num or st["lowprec_pair"]
     dens = dens or [p for p in (st["flash_pair"], *st.get("placement_pairs", [])) if p in data["pairs"]]
-    fig, axes = plotting.figure(1, len(dens), width=min(7.2, 2.6 * len(dens) + 0.6), height=3.2, sharey=True)
+    fig, axes = plotting.figure(1, len(dens), width=min(6.8, 2.4 * len(dens) + 0.6), height=3.2, sharey=True)
     axes = np.atleast_1d(axes)
     for ax, den in zip(axes, dens):
         tbl = drift.layer_table(data, arrays, num, den)

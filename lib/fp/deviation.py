@@ -328,7 +328,7 @@ def fa1_excess_prediction(q, k, v, fmt="bf16", *, block_n: int, causal: bool = F
             last = (r_idx // block_n) if causal else torch.full_like(r_idx, T - 1)
             keep = (t_idx[None, :] < last[:, None]).double()        # live tiles before the row's last one
             total += float((keep[..., None] * mass[..., None].square() * fmt.ulp(o_t).square()).sum() / 12.0)
-            u_sum += float(fmt.ulp(o_t[torch.arange(len(last)), last]).sum())
+            u_sum += float(fmt.ulp(o_t[torch.arange(len(last), device=q.device), last]).sum())
             count += qi.shape[0] * d
     u = u_sum / count
     return total / count / u ** 2
