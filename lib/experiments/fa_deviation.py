@@ -8,14 +8,14 @@ One grid, four sweeps (each a list of cells; a cell = inputs × head dim × sequ
   "fa2", "fa1" with FP32 state, "fa2-lowp", "fa1-lowp" with every intermediate in the format), plus our kernel's
   numerics profiles (`profiles`, BF16) and, on the GPU, the real kernels (`gpu_kernels`).
 * ``dial``  — mantissa bits (`dial_bits`, 8-bit exponent; m7 = BF16) at `dial_seq_len`: the simulator and our
-  kernel's profiles ("fp32", "fa2", "paper", "paper+fix" — the β fix, β = `beta`).
+  kernel's profiles ("fa2", "paper", "paper+fix" — the β fix, β = `beta`; "fp32" rounds nothing and is left out).
 * ``tile``  — every (Br, Bc) pair of `tiles` at `tile_seq_len` for `tile_formats` × `tile_impls`, plus our kernel
   (profile "fa2", and on the GPU the native path) with the same tiles where it accepts them.
 * the claim (`claim_*` keys): Golden's finding judged by `lib.readings.deviation_reading.claim_fa_deviation`.
 
 Inputs (`inputs`): "normal" — q, k, v i.i.d. N(0, 1) in FP32 (Golden et al. do not state theirs); "attention" —
-`lib.experiments.paper_placement.make_inputs(kind="attention")`: a few identical "sink" keys with exactly tied
-scores of 10–20, V ≈ N(−2, 0.3) (BF16 values). Each format's cell rounds the inputs to the format first and
+`lib.experiments.paper_placement.make_inputs(kind="attention")`: a few identical "sink" keys whose scores tie
+exactly and dominate their rows, V of one sign (BF16 values). Each format's cell rounds the inputs to the format first and
 computes the golden value on those rounded inputs, so the deviation is the algorithm's arithmetic only, not the
 quantisation of the inputs, which both implementations share. `rows` query rows per (N, d) cell (H = rows // N
 heads), so the max is taken over the same number of elements at every N. Non-causal unless `causal`. Once
@@ -29,8 +29,10 @@ tensors of the format), "sdpa_math", "sdpa_flash", "sdpa_efficient" (`torch.nn.a
 "ours_fa2", "ours_paper", "ours_paper+fix" (native path). FP32 matmuls run without TF32.
 
 Result data: "records" (one dict per measurement: the cell and `lib.fp.deviation.deviation_stats`, seconds, a hash
-of the output so bit-identical outputs can be recognised), "tiles" (Golden's tile per head dim), "claims",
-"device", "torch", "flags" (backend precision switches), "wall_s".
+of the output so bit-identical outputs can be recognised; FA1 cells also "pred_excess_ms", the derived excess
+mean-square error over FA2 in ULP², `lib.fp.deviation.fa1_excess_prediction`), "tiles" (Golden's tile per head
+dim), "claim_setup" (the claim's cell), "claims", "device", "torch", "flags" (backend precision switches),
+"wall_s".
 """
 from __future__ import annotations
 

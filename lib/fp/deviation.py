@@ -30,9 +30,10 @@ to a format is round-to-nearest-even: torch's casts for fp16/bf16 and `round_man
 `lib/fp/bf16.round_rne` and the kernels do) for the dial.
 
 Tiles: (Br, Bc) = query rows × key columns per tile. All query tiles are processed at once as a batch of
-(Br × d) @ (d × Bc) matmuls, and key tiles are visited left to right. In exact arithmetic a row's result depends
-only on Bc (the sequence of key tiles it sees); Br only sets the matmul shapes. Causal masking, when asked for,
-skips the key tiles that lie entirely above a query row's diagonal (as FA2 does), so such tiles cost no rounding.
+(Br × d) @ (d × Bc) matmuls, and key tiles are visited left to right. A row's arithmetic depends only on Bc (the
+sequence of key tiles it sees); Br only sets the matmul shapes, and the tests check that O is bit-identical across
+Br. Causal masking, when asked for, skips the key tiles that lie entirely above a query row's diagonal (as FA2
+does), so such tiles cost no rounding.
 
 Metrics (`deviation_stats`): Golden's max |O − O_gold| and mean ± std of |O − O_gold|, and the same in ULPs of the
 output format, plus what Golden's metric cannot see, the *signed* mean error (a bias). The ULP unit of one
