@@ -170,7 +170,8 @@ def summary_table(df: pd.DataFrame, *, sweep="seq", N, d, inputs, impls, fmts) -
             if r is None:
                 continue
             rows.append({"format": format_label(fmt), "implementation": IMPL_LABELS.get(impl, impl),
-                         "max |Δ|": f"{r['max_abs']:.2e}", "mean ± std |Δ|": f"{r['mean_abs']:.1e} ± {r['std_abs']:.1e}",
+                         "max |Δ|": f"{r['max_abs']:.2e}",
+                         "mean ± std |Δ|": f"{r['mean_abs']:.1e} ± {r['std_abs']:.1e}",
                          "mean |Δ| (ULP)": f"{r['mean_abs_ulp']:.2f}", "bias (ULP)": f"{r['bias_ulp']:+.3f}"})
     return pd.DataFrame(rows)
 

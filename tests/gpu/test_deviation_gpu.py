@@ -48,7 +48,8 @@ def test_fa_deviation_small_grid_on_gpu():
                max_wall_s=0.0)
     d = fa_deviation.run("full", cfg)["data"]
     errs = [r for r in d["records"] if "error" in r]
-    allowed = [r for r in errs if r["impl"] in ("gpu:sdpa_flash", "gpu:sdpa_efficient") and r["fmt"] in ("fp32", "fp64")]
+    allowed = [r for r in errs
+               if r["impl"] in ("gpu:sdpa_flash", "gpu:sdpa_efficient") and r["fmt"] in ("fp32", "fp64")]
     assert len(errs) == len(allowed), [(r["impl"], r["fmt"], r["error"]) for r in errs if r not in allowed]
     bf = [r for r in d["records"] if r.get("fmt") == "bf16" and "error" not in r]
     assert all(r["max_abs"] < 0.1 for r in bf)
