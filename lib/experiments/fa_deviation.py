@@ -16,8 +16,8 @@ One grid, four sweeps (each a list of cells; a cell = inputs × head dim × sequ
 Inputs (`inputs`): "normal" — q, k, v i.i.d. N(0, 1) in FP32 (Golden et al. do not state theirs); "attention" —
 `lib.experiments.paper_placement.make_inputs(kind="attention")`: a few identical "sink" keys whose scores tie
 exactly and dominate their rows, V of one sign (BF16 values). Each format's cell rounds the inputs to the format
-first and computes the golden value on those rounded inputs, so the deviation is the algorithm's arithmetic only, not the
-quantisation of the inputs, which both implementations share. `rows` query rows per (N, d) cell (H = rows // N
+first and computes the golden value on those rounded inputs, so the deviation is the algorithm's arithmetic only,
+not the quantisation of the inputs, which both implementations share. `rows` query rows per (N, d) cell (H = rows // N
 heads), so the max is taken over the same number of elements at every N. Non-causal unless `causal`. Once
 `max_wall_s` (> 0) has passed, the remaining (inputs, d, N) groups are recorded as skipped, so that a run on a
 device with a time limit still saves what it measured.
