@@ -3,8 +3,8 @@
 One grid, four sweeps (each a list of cells; a cell = inputs × head dim × sequence length × format × implementation
 × tile), every cell measured against the FP64 golden value on the *same* inputs (`lib.fp.deviation`):
 
-* ``seq``   — sequence length (`seq_lens`) × formats (`seq_formats`) × head dims, Golden's tile rule for each head dim
-  (FA1's Bc = ⌈M/4d⌉, Br = min(Bc, d), SRAM `sram_elems`), every simulator implementation (`impls`: "baseline",
+* ``seq``   — sequence length (`seq_lens`) × formats (`seq_formats`) × head dims, Golden's tile rule for each head
+  dim (FA1's Bc = ⌈M/4d⌉, Br = min(Bc, d), SRAM `sram_elems`), every simulator implementation (`impls`: "baseline",
   "fa2", "fa1" with FP32 state, "fa2-lowp", "fa1-lowp" with every intermediate in the format), plus our kernel's
   numerics profiles (`profiles`, BF16) and, on the GPU, the real kernels (`gpu_kernels`).
 * ``dial``  — mantissa bits (`dial_bits`, 8-bit exponent; m7 = BF16) at `dial_seq_len`: the simulator and our
