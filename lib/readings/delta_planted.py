@@ -34,11 +34,11 @@ __all__ = ["planted", "random_terms"]
 def planted(kind: str = "ties", *, n: int = 64, T: int = 32, D: int = 16, C: int = 8, gap: float = 14.0,
             do_scale: float = 0.01, spec: str = "paper", block_n: int = 64, seed: int = 0) -> dict:
     """Planted layer arrays and predictions. Returns {"arr": {q, k, v, o, do, x, wq_u, wq_s, wq_v, wk_u, wk_s,
-    wk_v}, "scale": α, "pred": {"os_mean_ulp" (mean error of O along sign(V), in ULPs, over every (row,
-    feature) of the one-signed features), "dd_mean" (mean Δδ over rows), "frac_dd_pos_min" (lower bound of the share
-    of rows with Δδ > 0 among rows t ≥ 2: 1 − 2^−D for ties), "push_q" (u₁ᵀE_Qv₁ from the formula and the
-    measured Δδ — filled by `lib.readings.delta_stats` users), ...}}. `spec`: the attention numerics that
-    produce O (`delta_stats.replay_o`)."""
+    wk_v}, "scale": α, "kind", "pred": {"os_mean_ulp" (mean error of O along sign(V), in ULPs, over every (row,
+    feature)), "dd_mean" (mean Δδ over rows), and for ties "frac_dd_pos_min" (lower bound of the share of rows t ≥ 2
+    with Δδ > 0: 1 − 2^−D), "os_frac_agree" (share of non-zero O errors with the sign of V), "pk0" ((PK)[t]·e₀ ≈ 2)
+    and "xi_norm" (‖ξ‖), so that u₁ᵀE_Qv₁ = α·ΣΔδ·pk0·xi_norm}}. `spec`: the attention numerics that produce O
+    (`lib.readings.delta_stats.replay_o`)."""
     if kind not in ("ties", "no_ties"):
         raise ValueError(f"kind must be 'ties' or 'no_ties', got {kind!r}")
     if D != 16:
@@ -78,6 +78,11 @@ def planted(kind: str = "ties", *, n: int = 64, T: int = 32, D: int = 16, C: int
         pred["os_mean_ulp"] = per * (T - 2) / T            # rows 0 (exact) and 1 (no remainder: mean 0) dilute it
         pred["dd_mean"] = do_scale * D * per * 2.0 ** -7 * (T - 2) / T
         pred["frac_dd_pos_min"] = 1.0 - 2.0 ** -D
+        # share of non-zero O errors with the sign of V: rows t ≥ 2 agree on every tie case (probability p) and by
+        # chance otherwise; row 1 errs only on its tie cases, which round to even (half agree); row 0 is exact
+        from lib.fp.theory import tie_probability
+        p = float(tie_probability(2))
+        pred["os_frac_agree"] = ((T - 2) * (p + (1 - p) / 2) + p / 2) / ((T - 2) + p)
         pred["pk0"] = 2.0                                    # (PK)[t] ≈ 2·e₀
         pred["xi_norm"] = float(np.linalg.norm(xi))
     else:

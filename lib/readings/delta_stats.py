@@ -35,6 +35,7 @@ steps, and report row-level counts only as evidence.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import torch
@@ -513,9 +514,20 @@ def run_summary(per_step: dict, E_steps: dict | None = None, n_flip: int = 2000,
     optionally "push_scale" (N,) = lr·clip factor·(capture_every)·(B/b) to extrapolate pushes to the whole run and
     batch, and "wq_growth" (L, H) = measured σ₁(W_Q^h) growth over the run. E_steps: {"q": (N, L, H, D, C), …}.
     Returns {name: (L, H) numpy} of test results and step-matrix statistics."""
-    ok = np.isfinite(per_step["n_rows"][:, 0, 0])
-    g = {k: np.asarray(v)[ok] for k, v in per_step.items() if isinstance(v, np.ndarray) and v.ndim == 3}
+    with warnings.catch_warnings():   # all-NaN heads (a statistic a caller did not compute) give NaN, silently
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _run_summary(per_step, E_steps, n_flip, seed)
+
+
+def _run_summary(per_step, E_steps, n_flip, seed) -> dict:
+    """The body of `run_summary`."""
+    ok = np.isfinite(np.asarray(per_step["n_rows"], dtype=np.float64)[:, 0, 0])
+    g = {k: np.asarray(v, dtype=np.float64)[ok] for k, v in per_step.items()
+         if isinstance(v, np.ndarray) and v.ndim == 3}
     N, L, H = g["n_rows"].shape
+    for name in _COUNT_KEYS + ("tokq_rho2", "tokq_rho2_null_q99", "tokq_cos_unsigned", "tokq_cos_signed",
+                               "tokk_rho2", "tokk_rho2_null_q99", "eq_srank", "eq_shuf_srank"):
+        g.setdefault(name, np.full((N, L, H), np.nan))   # statistics a caller did not compute read as NaN
     out = {}
     z = np.zeros((L, H))
     # L4: Δδ per step (sum over rows), and pooled rows
@@ -607,6 +619,13 @@ def claims_from_summaries(summaries: list[dict], context: dict) -> dict:
     per-seed `run_summary` outputs, by `VERDICT_RULES`. context: {"regime": str (arm, LR, shape, batch), "tile":
     str (compute / rounding tile), "seeds": [...], "horizon": str (steps and captures)} for the evidence lines.
     Returns {claim: {"status", "evidence"}}; "not yet tested" when there is no seed."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _claims(summaries, context)
+
+
+def _claims(summaries: list[dict], context: dict) -> dict:
+    """The body of `claims_from_summaries`."""
     where = f"{context.get('regime', '?')}; tile {context.get('tile', '?')}; seeds " \
             f"{', '.join(map(str, context.get('seeds', [])))}; {context.get('horizon', '?')}"
     if not summaries:
