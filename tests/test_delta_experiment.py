@@ -84,3 +84,22 @@ def test_figures(ci):
         matplotlib.pyplot.close(f)
     with pytest.raises(ValueError):
         dp.term_heatmaps(lay, c.meta["scale"], side="v")
+
+
+def test_chapter_numbers(ci):
+    from lib.readings import delta_reading as dr
+    cfg, out, res = ci
+    n4, n5 = dr.numbers_ch4(res), dr.numbers_ch5(res)
+    assert n4["n_heads"] == cfg["n_layer"] * cfg["n_head"] and n4["var_self"] == "paper"
+    assert n4["var_self_match"] == 1.0 and "paper_untiled" in n4["var_line"]
+    assert 0 <= n4["rows_lo"] <= n4["rows_hi"] <= 1 and -1 <= n4["nb_lo"] <= n4["nb_hi"] <= 1
+    assert n4["claim_delta_bias"] == res.data["claims"]["delta_bias"]["status"]
+    assert np.isfinite(n5["tok_rho2_med"]) and np.isfinite(n5["steps_rho2_med"]) and n5["push_sig"] >= 0
+    rows = dr.variant_table(res)
+    n_keep = len(res.data["keep_index"])
+    assert len(rows) == n_keep * len(cfg["variants"]) * cfg["keep_heads"]
+    assert all(r["o_match"] == 1.0 for r in rows if r["variant"] == "paper")
+    assert "live CI-scale" in dr.shown_text(res, False) and "full-scale" in dr.shown_text(res, True)
+    dc_ = dr.derivation_check()
+    assert dc_["q"] < 1e-3 and dc_["k"] < 1e-3
+    assert dr.marchenko_pastur_srank(16, 24) == pytest.approx(16 * 24 / (4 + 24 ** 0.5) ** 2)

@@ -222,9 +222,11 @@ def context(cfg: dict, steps_done: list[int], n_caps: list[int]) -> dict:
             rb = getattr(sp.numerics, "round_block", None)
     except ValueError:
         pass
-    tile = f"compute tile {cfg.get('tile', 64)} keys" + (f", rounding block {rb}" if rb is not None else "")
-    return dict(regime=f"arm {cfg['attn']}, LR {cfg['lr']:g}, warm-up {cfg['warmup']}, {cfg['n_layer']} layers × "
-                       f"{cfg['n_head']} heads, width {cfg['n_embd']}, batch {cfg['batch_size']} × {cfg['seq_len']}",
+    tile = f"{cfg.get('tile', 64)}-key compute tiles" + (f", rounding block {rb}" if rb is not None else "")
+    pl = lambda n, w: f"{n} {w}" + ("s" if n != 1 else "")  # noqa: E731
+    return dict(regime=f"arm {cfg['attn']}, LR {cfg['lr']:g}, warm-up {cfg['warmup']}, {pl(cfg['n_layer'], 'layer')} "
+                       f"× {pl(cfg['n_head'], 'head')}, width {cfg['n_embd']}, batch {cfg['batch_size']} × "
+                       f"{cfg['seq_len']}",
                 tile=tile, seeds=list(cfg["seeds"]),
                 horizon=f"steps 0–{max(steps_done) - 1 if steps_done else 0} ({'/'.join(map(str, n_caps))} captures "
                         f"of {len(cfg['capture_rows'])} rows every {cfg['capture_every']} steps)")
@@ -251,6 +253,8 @@ def run(scale: str, cfg: dict) -> dict:
     snames = sorted(set().union(*[o["summary"] for o in outs]))
     for n in snames:
         arrays[f"sum__{n}"] = _pad([np.asarray(o["summary"][n], np.float64) for o in outs])
+        if n.endswith("_cos"):   # step × step cosine matrices: figures only, 3 decimals are plenty
+            arrays[f"sum__{n}"] = arrays[f"sum__{n}"].astype(np.float16)
     vnames = [v[0] for v in cfg["variants"]]
     for vn in vnames:
         keys = sorted(set().union(*[o["rv"].get(vn, {}) for o in outs]))
@@ -270,7 +274,7 @@ def run(scale: str, cfg: dict) -> dict:
                     arrays[f"keep{base + i}__{k[len(pre):]}"] = a
     ctx = context(cfg, [o["run"]["steps_done"] for o in outs], [o["run"]["n_captures"] for o in outs])
     summaries = [{k: np.asarray(v) for k, v in o["summary"].items()} for o in outs if o["summary"]]
-    data = dict(runs=[o["run"] for o in outs], steps=[o["steps"] for o in outs], seeds=seeds,
+    data = dict(config=dict(cfg), runs=[o["run"] for o in outs], steps=[o["steps"] for o in outs], seeds=seeds,
                 keep_index=keep_index, variants=[list(v) for v in cfg["variants"]], context=ctx,
                 claims=ds.claims_from_summaries(summaries, ctx), verdict_rules=ds.VERDICT_RULES,
                 stat_names=names, summary_names=snames, scale=scale)

@@ -11,7 +11,7 @@ S[t, j] = k_j[0]:
   (`lib.fp.theory.expected_error_ulps`) then predicts, for each row t ≥ 2 and feature, a mean error of O of
   −(1/(2k) − ρ/k) ULP with k = 2 (ρ: the remainder in units of the tied terms' ULP): the sign of V. Row 0 sees one
   key (exact), row 1 two tied keys without remainder (mean error 0).
-* kind="no_ties": key 0 alone is the maximum (S = 0) and the other keys score S = −U(0.5, 6) (distinct, checked):
+* kind="no_ties": key 0 alone is the maximum (S = 0) and the other keys score S = −U(`NO_TIE_GAPS`) (distinct):
   no P̄ but one equals 1, so by the paper's Remark 1 the rounding has no bias; the prediction is 0.
 
 dO = −`do_scale` in every feature (the sign of the O error), so Δδ = rowsum(dO∘ΔO) > 0 is predicted with
@@ -28,7 +28,9 @@ import numpy as np
 
 from lib.fp.bf16 import round_rne
 
-__all__ = ["planted", "random_terms"]
+__all__ = ["planted", "random_terms", "NO_TIE_GAPS"]
+
+NO_TIE_GAPS = (0.5, 6.0)   # kind="no_ties": the other keys score this many logits below the single maximum
 
 
 def planted(kind: str = "ties", *, n: int = 64, T: int = 32, D: int = 16, C: int = 8, gap: float = 14.0,
@@ -55,7 +57,7 @@ def planted(kind: str = "ties", *, n: int = 64, T: int = 32, D: int = 16, C: int
     else:
         k[:, 0, 0, 0] = 0.0
         for b in range(n):   # distinct BF16 scores below the unique maximum
-            vals = np.unique(round_rne(-rng.uniform(0.5, 6.0, size=4 * T).astype(np.float32)))
+            vals = np.unique(round_rne(-rng.uniform(*NO_TIE_GAPS, size=4 * T).astype(np.float32)))
             k[b, 0, 1:, 0] = rng.permutation(vals)[:T - 1]
     v = -(1.0 + rng.integers(0, 128, size=(n, 1, T, D)) / 128.0).astype(np.float32)   # BF16 grid in [−2, −1)
     o = replay_o(q, k, v, spec, block_n=block_n, scale=scale)

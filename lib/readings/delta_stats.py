@@ -44,7 +44,7 @@ __all__ = ["sign_test", "normalised_bias", "clopper_pearson", "drift", "stable_r
            "coherence", "reference", "delta_delta", "ties", "v_sign", "ulp_bf16", "error_q", "error_k",
            "true_grad", "reference_grads", "term_factors", "unit_gram", "token_coherence", "term_cos_matrix",
            "layer_stats", "capture_stats", "replay_o", "variant_stats", "step_matrix_stats", "run_summary",
-           "claims", "claims_from_summaries", "VERDICT_RULES", "ALPHA", "ONE_SIGNED"]
+           "claims", "claims_from_summaries", "VERDICT_RULES", "SEED_RULE", "ALPHA", "ONE_SIGNED"]
 
 ALPHA = 0.01        # per-head significance level; Bonferroni-divided by the number of heads tested
 ONE_SIGNED = 0.9    # |Σ_t P·sign(V)| ≥ this: V one-signed in that feature for that row
@@ -489,6 +489,9 @@ VERDICT_RULES = {
                     "the head's measured σ₁ growth",
 }
 PUSH_SHARE = 0.10
+SEED_RULE = ("a seed supports a claim when at least one head passes in the claimed direction and more heads pass in "
+             "it than against it; 'reproduced' needs at least 3 seeds with support in at least two thirds of them, "
+             "'partly' support in at least one seed, 'not reproduced' none")
 
 
 def _seed_support(n_plus: int, n_minus: int) -> bool:
@@ -626,7 +629,7 @@ def claims_from_summaries(summaries: list[dict], context: dict) -> dict:
 
 def _claims(summaries: list[dict], context: dict) -> dict:
     """The body of `claims_from_summaries`."""
-    where = f"{context.get('regime', '?')}; tile {context.get('tile', '?')}; seeds " \
+    where = f"{context.get('regime', '?')}; {context.get('tile', '?')}; seeds " \
             f"{', '.join(map(str, context.get('seeds', [])))}; {context.get('horizon', '?')}"
     if not summaries:
         return {c: dict(status="not yet tested", evidence=f"no data ({where})") for c in VERDICT_RULES}
