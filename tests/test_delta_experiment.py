@@ -32,6 +32,9 @@ def test_registry_entries_resolve():
         dc.load_cfg("no_such_entry", "ci")
     with pytest.raises(ValueError):
         dc.run("ci", {"attn": "paper"})
+    with pytest.raises(ValueError, match="n_flip"):    # a permutation test that could never reach α / heads
+        dc.run("ci", dict(dc.load_cfg("delta_capture", "ci"), n_flip=100))
+    assert full["n_flip"] + 1 >= 10 * full["n_layer"] * full["n_head"] / ds.ALPHA
 
 
 def test_result_shapes_and_replay_fidelity(ci):

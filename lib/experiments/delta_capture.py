@@ -64,6 +64,12 @@ def _check(cfg: dict) -> None:
     for v in cfg["variants"]:
         if not (isinstance(v, (list, tuple)) and len(v) == 3):
             raise ValueError(f"each variant is [name, attention spec, block_n], got {v!r}")
+    # a sign-flip p-value cannot go below 1/(n_flip + 1): it must resolve the Bonferroni level α/heads ten times over
+    from lib.readings.delta_stats import ALPHA
+    need = math.ceil(10 * cfg["n_layer"] * cfg["n_head"] / ALPHA) - 1
+    if int(cfg["n_flip"]) < need:
+        raise ValueError(f"n_flip {cfg['n_flip']} cannot resolve p < {ALPHA:g}/{cfg['n_layer'] * cfg['n_head']} heads; "
+                         f"use n_flip ≥ {need}")
 
 
 def train_config(cfg: dict, seed: int):
