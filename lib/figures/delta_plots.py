@@ -80,6 +80,8 @@ def token_errors(arr: dict, scale: float, head: int = 0, token=None, row: int = 
     ax2.set_ylabel("dO (line)")
     lim = np.abs(do).max() or 1.0
     ax2.set_ylim(-1.1 * lim, 1.1 * lim)
+    elim = np.abs(e_ulp).max() or 1.0
+    ax.set_ylim(-1.1 * elim, 1.1 * elim)        # both axes symmetric: their zeros coincide
     tie_s = "its BF16 maximum repeats" if bool(tie[row, 0, token]) else "no repeated maximum"
     ax.set_title(f"head {head}, token {token} ({tie_s}); Δδ = {float(dd[token]):+.2e}; bars: V > 0 red, "
                  f"V < 0 blue, mixed grey", fontsize=FS)
