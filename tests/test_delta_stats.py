@@ -237,3 +237,34 @@ def test_expected_error_theory_is_what_the_planted_prediction_uses():
     from lib.fp.theory import expected_error_ulps
     assert expected_error_ulps(2, Fraction(0)) == 0                       # no remainder: unbiased
     assert expected_error_ulps(2, Fraction(1, 100)) == Fraction(1, 4) - Fraction(1, 200)
+
+
+def test_gradient_comparisons_on_planted_gradients():
+    """cos(E, true dW), ‖E‖/‖dW‖ and the share of the total gradient error, on gradients with a known answer: a
+    captured dq that differs from the FP64 one only by the δ error (total error = E exactly), one equal to −E's own
+    dq term (cos = −1), and one with an error orthogonal to E (cos with the total = 0); the Adam push with a constant
+    denominator c is the SGD push / c."""
+    P = planted("ties", spec="paper")
+    a = {n: torch.from_numpy(np.asarray(v, np.float64)) for n, v in P["arr"].items()}
+    s = P["scale"]
+    p, o_ref = ds.reference(a["q"], a["k"], a["v"], s)
+    dd = ds.delta_delta(a["o"], o_ref, a["do"])
+    dq_ref, dk_ref = ds.reference_grads(p, a["q"], a["k"], a["v"], a["do"], o_ref, s)
+    dq_delta = s * dd[..., None] * (p @ a["k"])                 # dQ_hp − dQ_lp of the δ channel
+    dk_delta = s * (p.transpose(-1, -2) @ (dd[..., None] * a["q"]))
+    arr = dict(P["arr"], dq=(dq_ref - dq_delta).numpy(), dk=(dk_ref - dk_delta).numpy(),
+               adam_q=np.full((1, 16, 8), 0.5, np.float32), adam_k=np.full((1, 16, 8), 0.5, np.float32))
+    st = ds.layer_stats(arr, s, n_shuffle=20)["stats"]
+    assert st["eq_cos_tot"][0] == pytest.approx(1.0, abs=1e-9) and st["ek_cos_tot"][0] == pytest.approx(1.0, abs=1e-9)
+    assert st["totq_fro"][0] == pytest.approx(st["eq_fro"][0], rel=1e-9)
+    assert st["push_adam_q"][0] == pytest.approx(st["push_sgd_q"][0] / 0.5, rel=1e-6)
+    arr2 = dict(arr, dq=(-dq_delta).numpy())                     # the true gradient is −(E's dq): cos = −1
+    st2 = ds.layer_stats(arr2, s, n_shuffle=20)["stats"]
+    assert st2["eq_cos_grad"][0] == pytest.approx(-1.0, abs=1e-9)
+    assert st2["eq_fro"][0] / st2["gq_fro"][0] == pytest.approx(1.0, rel=1e-9)
+    rng = np.random.default_rng(0)
+    noise = rng.standard_normal(dq_ref.shape) * float(dq_delta.abs().max())
+    noise[..., 0] = 0.0                     # an error orthogonal to E's direction e₀ (X is ξ for every token here)
+    arr3 = dict(arr, dq=(dq_ref.numpy() + noise))
+    st3 = ds.layer_stats(arr3, s, n_shuffle=20)["stats"]
+    assert abs(st3["eq_cos_tot"][0]) < 1e-9 and st3["totq_fro"][0] > 0
