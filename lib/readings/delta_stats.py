@@ -607,14 +607,21 @@ def _run_summary(per_step, E_steps, n_flip, seed) -> dict:
     return out
 
 
-def claims(result) -> dict:
+def claims(result, ci_as_untested: bool = True) -> dict:
     """Verdicts of a `delta_capture` result (anything with .data and .arrays, e.g. `lib.book.results.load(...)`):
-    {claim: {"status", "evidence"}} by `VERDICT_RULES`, recomputed from its per-seed test arrays ("sum__*")."""
+    {claim: {"status", "evidence"}} by `VERDICT_RULES`, recomputed from its per-seed test arrays ("sum__*").
+    A ci-scale result (a tiny model for a few steps) tests the code path, not the claim: with `ci_as_untested` its
+    status is "not yet tested" and the evidence says what the rules gave."""
     data, arrays = result.data, result.arrays
     names = [k[len("sum__"):] for k in arrays if k.startswith("sum__")]
     n_seeds = len(data.get("runs", []))
     summaries = [{n: np.asarray(arrays[f"sum__{n}"][i]) for n in names} for i in range(n_seeds)] if names else []
-    return claims_from_summaries(summaries, data.get("context", {}))
+    out = claims_from_summaries(summaries, data.get("context", {}))
+    if ci_as_untested and (data.get("scale") or getattr(result, "scale", None)) == "ci":
+        out = {c: dict(status="not yet tested", evidence=f"ci scale only (a tiny model: the code path, not the "
+                                                         f"claim); the rules gave '{v['status']}': {v['evidence']}")
+               for c, v in out.items()}
+    return out
 
 
 def claims_from_summaries(summaries: list[dict], context: dict) -> dict:
