@@ -332,7 +332,7 @@ def _jsonable(x):
 # ----------------------------------------------------------------------------------------------------------------
 # the loop
 # ----------------------------------------------------------------------------------------------------------------
-def train(cfg: TrainConfig) -> dict:
+def train(cfg: TrainConfig, step_hook=None) -> dict:
     """Run one training run; returns a dict:
 
     "config" (the TrainConfig as a dict), "model_config", "seeds" {"torch", "data"}, "versions", "world_size",
@@ -342,6 +342,11 @@ def train(cfg: TrainConfig) -> dict:
     "stopped_at" (step of a non-finite loss, or None), "truncated_at" (steps done when `max_wall_s` ran out, or
     None), "starts_sha256", "n_params", "wall_s", "steps_per_s",
     "nondeterminism_warnings".
+
+    `step_hook` (optional, rank 0 only) is called at two points of every step: ``step_hook.before_forward(step,
+    model)`` just before the forward, and ``step_hook.after_backward(step, model, optimizer)`` after the backward and
+    the gradient clipping, before the optimizer step (`lib.training.capture.CaptureHook` copies activations and
+    gradients there).
     """
     rank, world, local_rank = _dist_info()
     device = _device(cfg, local_rank)
@@ -426,6 +431,8 @@ def train(cfg: TrainConfig) -> dict:
             x, y = data_mod.get_batch(train_bytes, my_starts[step], cfg.seq_len, device)
             model.set_step(step, cfg.seed)
             model.set_capture(is_tele and rank == 0)
+            if step_hook is not None and rank == 0:
+                step_hook.before_forward(step, model)
             with torch.autocast(device_type=device.type, dtype=amp_dtype or torch.float32,
                                 enabled=amp_dtype is not None):
                 _, loss = ddp(x, y)
@@ -437,6 +444,8 @@ def train(cfg: TrainConfig) -> dict:
             pending_loss.append(loss.detach())
             pending_gn.append(gn.detach())
             result["lr"].append(lr)
+            if step_hook is not None and rank == 0:
+                step_hook.after_backward(step, model, opt)
             if is_tele and rank == 0:
                 t = collect_telemetry(model)  # weights as used in this step's forward (before the update)
                 model.set_capture(False)
