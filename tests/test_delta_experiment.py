@@ -4,7 +4,7 @@ import matplotlib
 import numpy as np
 import pytest
 
-from lib.book import results
+from lib.book import registry, results
 from lib.experiments import delta_capture as dc
 from lib.figures import delta_plots as dp
 from lib.readings import delta_stats as ds
@@ -13,7 +13,7 @@ from lib.training.capture import unpack
 
 @pytest.fixture(scope="module")
 def ci(tmp_path_factory):
-    cfg = dc.load_cfg("delta_capture", "ci")
+    cfg = registry.resolve("delta_capture", "ci")
     out = dc.run("ci", cfg)
     root = tmp_path_factory.mktemp("res")
     results.save("delta_capture", "ci", out["data"], arrays=out["arrays"], depends_on=["lib/experiments/delta_capture.py"],
@@ -22,18 +22,18 @@ def ci(tmp_path_factory):
 
 
 def test_registry_entries_resolve():
-    full = dc.load_cfg("delta_capture", "full")
-    assert full["attn"] == "paper" and full["lr"] == 2e-3 and full["warmup"] == 200
+    full = registry.resolve("delta_capture", "full")
+    assert full["attn"] == "paper/round_block=512" and full["lr"] == 1e-3 and full["warmup"] == 500
     assert (full["batch_size"], full["seq_len"], full["n_layer"], full["n_embd"]) == (32, 512, 6, 384)
-    assert all(k in full for k in dc.REQUIRED) and all(k in dc.load_cfg("delta_capture", "ci") for k in dc.REQUIRED)
-    fa2 = dc.load_cfg("delta_capture_fa2", "full")
+    assert all(k in full for k in dc.REQUIRED) and all(k in registry.resolve("delta_capture", "ci") for k in dc.REQUIRED)
+    fa2 = registry.resolve("delta_capture_fa2", "full")
     assert fa2["attn"] == "fa2" and fa2["lr"] == full["lr"] and fa2["keep_seeds"] == []
-    with pytest.raises(KeyError):
-        dc.load_cfg("no_such_entry", "ci")
+    with pytest.raises(registry.RegistryError):
+        registry.resolve("no_such_entry", "ci")
     with pytest.raises(ValueError):
         dc.run("ci", {"attn": "paper"})
     with pytest.raises(ValueError, match="n_flip"):    # a permutation test that could never reach α / heads
-        dc.run("ci", dict(dc.load_cfg("delta_capture", "ci"), n_flip=100))
+        dc.run("ci", dict(registry.resolve("delta_capture", "ci"), n_flip=100))
     assert full["n_flip"] + 1 >= 10 * full["n_layer"] * full["n_head"] / ds.ALPHA
 
 

@@ -33,23 +33,6 @@ ROOT = Path(__file__).resolve().parents[2]
 COS_SIDES = ("q", "q_shuf")
 
 
-def load_cfg(name: str, scale: str) -> dict:
-    """The resolved configuration of registry entry `name` at `scale`: its [<name>.<scale>] table merged over its
-    `extends` chain (lib/experiments/registry.toml)."""
-    import tomllib
-    reg = tomllib.loads((ROOT / "lib" / "experiments" / "registry.toml").read_text())
-    chain, n = [], name
-    while n is not None:
-        if n not in reg:
-            raise KeyError(f"no registry entry {n!r}")
-        chain.append(reg[n])
-        n = reg[n].get("extends")
-    cfg = {}
-    for entry in reversed(chain):
-        cfg.update(entry.get(scale, {}))
-    return cfg
-
-
 REQUIRED = ("attn", "lr", "warmup", "steps", "seeds", "n_layer", "n_head", "n_embd", "seq_len", "batch_size",
             "capture_every", "capture_rows", "keep_steps", "keep_rows", "keep_heads", "keep_seeds", "replay_every",
             "replay_rows", "variants", "n_shuffle", "n_flip", "one_signed", "workers", "max_wall_s")
@@ -285,37 +268,3 @@ def run(scale: str, cfg: dict) -> dict:
                 claims=ds.claims_from_summaries(summaries, ctx), verdict_rules=ds.VERDICT_RULES,
                 stat_names=names, summary_names=snames, scale=scale)
     return {"data": data, "arrays": arrays, "seeds": seeds}
-
-
-DEPENDS = ["lib/experiments/delta_capture.py", "lib/experiments/registry.toml", "lib/training/capture.py",
-           "lib/training/train.py", "lib/training/model.py", "lib/training/data.py", "lib/training/metrics.py",
-           "lib/readings/delta_stats.py", "lib/fp/*.py", "kernels/*.py", "data/corpus/pystdlib.txt.xz"]
-
-
-def main(argv=None) -> int:
-    """Stand-alone entry point (the registry's runner, `python -m lib.experiments NAME`, is the usual one):
-    ``python -m lib.experiments.delta_capture [--name ENTRY] --scale ci|full [--out DIR]``."""
-    import argparse
-
-    import lib.book.setup  # noqa: F401
-    from lib.book import results
-    from lib.book import scale as _scale
-    ap = argparse.ArgumentParser(prog="python -m lib.experiments.delta_capture", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--name", default="delta_capture", help="registry entry (delta_capture, delta_capture_fa2, ...)")
-    ap.add_argument("--scale", default=None, help="ci | full (default: $BOOK_SCALE, else full with CUDA)")
-    ap.add_argument("--out", default=None, help="results root (default: ./results)")
-    a = ap.parse_args(argv)
-    sc = _scale.resolve(a.scale)
-    cfg = load_cfg(a.name, sc)
-    t0 = time.perf_counter()
-    out = run(sc, cfg)
-    p = results.save(a.name, sc, out["data"], arrays=out["arrays"], depends_on=DEPENDS, seeds=out["seeds"],
-                     wall_s=round(time.perf_counter() - t0, 1), config=cfg, root=Path(a.out) if a.out else None)
-    print(f"{a.name} @ {sc}: {p} ({time.perf_counter() - t0:.0f} s)")
-    for c, v in out["data"]["claims"].items():
-        print(f"  {c}: {v['status']} — {v['evidence']}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,5 @@
 """The numbers chapters 4 and 5 glue, computed from a `delta_capture` result and from planted layers.
 
-* `live_ci()`: the `delta_capture` experiment at ci scale, run now (a tiny model for a few steps), as a Result.
 * `planted_numbers()`: predictions of the theory next to the statistics measured on planted layers (ties / no ties,
   paper / FA2 placement, random terms) — chapter 4's and 5's derive → predict → measure.
 * `derivation_check()`: E_Q, E_K from the formulas against the emulator's backward run with δ + Δδ.
@@ -16,21 +15,8 @@ import numpy as np
 
 from lib.readings import delta_stats as ds
 
-__all__ = ["live_ci", "shown_text", "planted_numbers", "derivation_check", "numbers_ch4", "numbers_ch5", "variant_table",
+__all__ = ["shown_text", "planted_numbers", "derivation_check", "numbers_ch4", "numbers_ch5", "variant_table",
            "marchenko_pastur_srank"]
-
-
-def live_ci():
-    """Run `delta_capture` at ci scale now; returns a `lib.book.results.Result` (meta: scale ci, this device)."""
-    import datetime as _dt
-
-    from lib.book.results import Result, environment, git_commit
-    from lib.experiments import delta_capture as dc
-    cfg = dc.load_cfg("delta_capture", "ci")
-    out = dc.run("ci", cfg)
-    meta = dict(environment(), scale="ci", git_commit=git_commit(), config=cfg,
-                created_utc=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
-    return Result("delta_capture", "ci", meta, out["data"], out["arrays"])
 
 
 def shown_text(res, full: bool) -> str:
