@@ -11,8 +11,8 @@ Two things live here.
    **bit-identical** results (round to nearest even; stochastic rounding only agrees in distribution, because the
    kernel's Philox streams are not replayed here).
 
-Arithmetic (the contract; `.notes/arithmetic-contract.md` holds the same text for the kernel author)
-------------------------------------------------------------------------------------------------------
+Arithmetic (the contract the kernels follow)
+---------------------------------------------
 Everything is float32 numpy. ``rnd(x)`` is `lib.fp.bf16.round_rne(x, mantissa_bits)` (or `round_stochastic`; under
 SR the scores S of each tile have their own random stream, which the backward's recomputation of S reuses).
 What the interpreter does, and therefore what this module does, op by op (triton 3.6 ``runtime/interpreter.py``):
@@ -39,6 +39,23 @@ Forward, one query tile, key tiles j = 0, 1, … in increasing order (m = −inf
   end: ℓ_safe = 1 where ℓ = 0; O = acc/ℓ_safe (normalize_then_round) or rnd(acc)/rnd(ℓ_safe); [round_o] rnd
        LSE = (0 if m = −inf else m) + log(ℓ_safe) ; [round_lse] rnd
 
+Logical rounding blocks (`Numerics.round_block` = R ≠ 0): the key tiles are grouped into blocks of R keys (R/BLOCK_N
+tiles, aligned at multiples of R; R = −1: all of the row's tiles), and the per-tile steps above become per-block
+steps. For each block B (its tiles j that reach the diagonal, in increasing order)::
+
+    s_j as above for every j ∈ B ; s_B = the tiles side by side (BM, |B|·BN)
+    m_t = max(s_B, 1) ; [fix] m_t = fixed_row_max(s_B, m_t, …): the tie test over the whole block
+    m_new, m_use, e, α as above (once per block)
+    ℓ_B = 0 ; pv_B = 0 ; for j ∈ B in order: x = s_j − m_use [round_s_minus_m] ; p = exp(x) ; p_op = [round_p] rnd(p)
+                                             ℓ_B = ℓ_B + sum(p_op or p, 1) ; pv_B = pv_B + dot(p_op, v_j)
+    ℓ = ℓ·α + ℓ_B ; [round_l] rnd ; acc = acc·α ; [round_acc] rnd ; [round_pv] pv_B = rnd(pv_B) ;
+    acc = acc + pv_B ; [round_acc] rnd ; m = m_new
+
+R = 0 is the same code with one tile per block (ℓ_B = 0 + sum and pv_B = 0 + dot are exact, so nothing changes).
+The kernel finds m_B and the tie in a first pass over the block's tiles (a running top two: the tie test
+"another score ≥ max − tie_tol" is "runner-up ≥ max − tie_tol") and recomputes S in a second; the result is the
+same. The backward uses the blocks only with round_grad_acc (below).
+
 δ: "saved_o"/"fp32_o": t = O∘dO on the (BM, DP) tile ; [round_delta_products] rnd ; δ = sum(t, 1) with O the saved
 O, or the O of an all-FP32 forward (same tiles and fix). "dp_p": δ = Σ_j sum(p∘dp, 1) over the key tiles of the
 dQ loop with FP32 p and FP32 dp. Then [round_delta] rnd.
@@ -51,6 +68,11 @@ in order); padding query rows have LSE = +inf and δ = 0::
     dQ: g = dot(ds_op, k) ; dK: g = dot(ds_opᵀ, q) ; dV: g = dot(p_opᵀ, dO) ;
         each: [round_grad_acc] g = rnd(g) ; acc = acc + g ; [round_grad_acc] rnd
     end: dQ·α, dK·α (FP32)
+
+With round_grad_acc and round_block = R ≠ 0, g is a logical block's FP32 sum instead of one tile's product: in the
+dQ loop g = 0 + dot(ds_op_j, k_j) + … over the key tiles of a block of R keys (in order), in the dK/dV loop over the
+query tiles of a block of R queries; then g = rnd(g) ; acc = rnd(acc + g) once per block. (With FP32 accumulators
+the blocks would only reorder FP32 sums, so the backward stays per tile.)
 
 The β fix (Qiu & Yao §4, per tile): see `fixed_row_max` (with the underflow guard `max_shift`, default 64). It is the only code that decides the fix, and the property
 tests (`tests/test_fix_property.py`) exercise it directly.
@@ -65,7 +87,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lib.fp.bf16 import round_rne, round_stochastic
-from lib.fp.numerics import FP32, Numerics, get_profile
+from lib.fp.numerics import FP32, Numerics, get_profile, tiles_per_round_block
 
 __all__ = ["attention_fp64", "fixed_row_max", "check_fix_args", "check_max_shift", "online_softmax_rows", "emulate_forward", "emulate_delta",
            "emulate_backward", "emulate_attention", "ForwardResult", "padded_head_dim", "FIXES"]
@@ -199,7 +221,7 @@ def fixed_row_max(s, m_t=None, *, beta: float = 7.0, tie_tol: float = 0.0, max_s
         tile boundary;
       * m_t = 0, a single maximum, or a fully masked row (m_t = −inf) are left unchanged;
       * where β·m_t overflows to +inf the row is left unchanged (m stays finite);
-      * underflow guard (the lead's decision; `max_shift=None` gives the paper's exact rule): the shift
+      * underflow guard (ours; `max_shift=None` gives the paper's exact rule): the shift
         d = (β−1)·m_t (m_t > 0) or −m_t (m_t < 0) of a repeated max is capped: where d > max_shift the max becomes
         m_t + max_shift, so the row's largest weight stays ≥ e^−max_shift (a normal FP32/BF16 number for 64).
     Arithmetic in the dtype of `s` (β, tie_tol, max_shift converted to it first), in exactly the kernel's order."""
@@ -356,6 +378,7 @@ def emulate_forward(q, k, v, numerics="fa2", *, causal: bool = True, scale=None,
     m_out = np.zeros((BH, N), _F32)
     l_out = np.zeros((BH, N), _F32)
     n_tiles = -(-N // bn)
+    per_block = tiles_per_round_block(nm.round_block, bn, N)
     for bh in range(BH):
         for i in range(-(-N // bm)):
             offs_m = i * bm + np.arange(bm)
@@ -364,16 +387,22 @@ def emulate_forward(q, k, v, numerics="fa2", *, causal: bool = True, scale=None,
             l_i = np.zeros(bm, _F32)
             acc = np.zeros((bm, DP), _F32)
             hi = min(N, (i + 1) * bm) if causal else N
-            for j in range(n_tiles):
-                if not j * bn < hi:
-                    continue  # entirely above the causal diagonal: FA2 skips it
-                offs_n = j * bn + np.arange(bn)
-                k_t = _tile(k3, bh, j * bn, bn, DP)
-                v_t = _tile(v3, bh, j * bn, bn, DP)
-                s = _scores(q_t, k_t, a, offs_m, offs_n, N, causal, nm, _s_rounder(nm, seed, bh, i, j))
-                m_t = np.nanmax(s, axis=1)
-                if fix is not None:
-                    m_t = fixed_row_max(s, m_t, beta=beta, tie_tol=tie_tol, max_shift=max_shift,
+            for j0 in range(0, n_tiles, per_block):
+                # one logical rounding block: its key tiles j0 … j0 + per_block − 1 that reach the diagonal (FA2
+                # skips the tiles entirely above it)
+                subs = [j for j in range(j0, min(j0 + per_block, n_tiles)) if j * bn < hi]
+                if not subs:
+                    continue
+                s_all, v_all = [], []
+                for j in subs:
+                    k_t = _tile(k3, bh, j * bn, bn, DP)
+                    v_all.append(_tile(v3, bh, j * bn, bn, DP))
+                    s_all.append(_scores(q_t, k_t, a, offs_m, j * bn + np.arange(bn), N, causal, nm,
+                                         _s_rounder(nm, seed, bh, i, j)))
+                s_blk = np.concatenate(s_all, axis=1)
+                m_t = np.nanmax(s_blk, axis=1)
+                if fix is not None:   # the tie test over the whole logical block
+                    m_t = fixed_row_max(s_blk, m_t, beta=beta, tie_tol=tie_tol, max_shift=max_shift,
                                         m_prev=m_i if fix == "beta_split" else None)
                 m_new = np.maximum(m_i, m_t)
                 m_use = np.where(m_new == _NEG_INF, _F32(0), m_new)
@@ -381,19 +410,22 @@ def emulate_forward(q, k, v, numerics="fa2", *, causal: bool = True, scale=None,
                 if nm.round_s_minus_m:
                     e = rnd(e)
                 alpha = np.exp(e)
-                x = s - m_use[:, None]
-                if nm.round_s_minus_m:
-                    x = rnd(x)
-                p = np.exp(x)
-                p_op = rnd(p) if nm.round_p else p
-                l_t = np.sum(p_op if nm.rowsum_rounded_p else p, axis=1)
+                l_t = np.zeros(bm, _F32)
+                pv = np.zeros((bm, DP), _F32)
+                for s, v_t in zip(s_all, v_all):       # the block's key tiles in order, FP32 partial sums
+                    x = s - m_use[:, None]
+                    if nm.round_s_minus_m:
+                        x = rnd(x)
+                    p = np.exp(x)
+                    p_op = rnd(p) if nm.round_p else p
+                    l_t = l_t + np.sum(p_op if nm.rowsum_rounded_p else p, axis=1)
+                    pv = pv + _dot(p_op, v_t)
                 l_i = l_i * alpha + l_t
                 if nm.round_l:
                     l_i = rnd(l_i)
                 acc = acc * alpha[:, None]
                 if nm.round_acc:
                     acc = rnd(acc)
-                pv = _dot(p_op, v_t)
                 if nm.round_pv:
                     pv = rnd(pv)
                 acc = acc + pv
@@ -463,7 +495,7 @@ def emulate_delta(o, do, numerics="fa2", *, q=None, k=None, v=None, lse=None, ca
         if nm.delta_source == "fp32_o":
             if q is None or k is None or v is None:
                 raise ValueError("delta_source='fp32_o' needs q, k, v")
-            o = emulate_forward(q, k, v, FP32, causal=causal, scale=scale, block_m=block_m, block_n=block_n,
+            o = emulate_forward(q, k, v, FP32.replace(round_block=nm.round_block), causal=causal, scale=scale, block_m=block_m, block_n=block_n,
                                 fix=fix, beta=beta, tie_tol=tie_tol, max_shift=max_shift).o
         o3 = _to_numpy(o, "o", _F32)
         if o3.shape != do_a.shape:
@@ -535,6 +567,11 @@ def emulate_backward(q, k, v, o, lse, do, numerics="fa2", *, causal: bool = True
     dk = np.zeros((BH, N, d), _F32)
     dv = np.zeros((BH, N, d), _F32)
     n_m, n_n = -(-N // bm), -(-N // bn)
+    # Logical rounding blocks of the backward: only the lp gradient accumulators (round_grad_acc) see them; with FP32
+    # accumulators the grouping would only reorder FP32 sums, so the backward then stays per tile.
+    rb = nm.round_block if nm.round_grad_acc else 0
+    per_k = tiles_per_round_block(rb, bn, N)          # key tiles per block (dQ loop)
+    per_q = tiles_per_round_block(rb, bm, N)          # query tiles per block (dK/dV loop)
     for bh in range(BH):
         qs = [_tile(q3, bh, i * bm, bm, DP) for i in range(n_m)]
         dos = [_tile(do3, bh, i * bm, bm, DP) for i in range(n_m)]
@@ -549,30 +586,41 @@ def emulate_backward(q, k, v, o, lse, do, numerics="fa2", *, causal: bool = True
                              j * bn + np.arange(bn), N, causal, nm, _Rounder(nm, seed + 2, (2, bh, i, j)),
                              _s_rounder(nm, seed, bh, i, j))
 
-        # dK/dV kernel: one key tile, query tiles in increasing order (causal: from the first that reaches it)
+        # dK/dV kernel: one key tile, query tiles in increasing order (causal: from the first that reaches it);
+        # with lp accumulators, each logical block's FP32 partial sum is rounded and added once (`_acc_add`)
         for j in range(n_n):
             lo = (j * bn) // bm * bm if causal else 0
             dk_t = np.zeros((bn, DP), _F32)
             dv_t = np.zeros((bn, DP), _F32)
-            for i in range(n_m):
-                if not i * bm >= lo:
+            for i0 in range(0, n_m, per_q):
+                subs = [i for i in range(i0, min(i0 + per_q, n_m)) if i * bm >= lo]
+                if not subs:
                     continue
-                _, p_op, ds_op, _ = tile(i, j)
-                dv_t = _acc_add(dv_t, _dot(p_op.T, dos[i]), nm, rnd)
-                dk_t = _acc_add(dk_t, _dot(ds_op.T, qs[i]), nm, rnd)
+                gv = np.zeros((bn, DP), _F32)
+                gk = np.zeros((bn, DP), _F32)
+                for i in subs:
+                    _, p_op, ds_op, _ = tile(i, j)
+                    gv = gv + _dot(p_op.T, dos[i])
+                    gk = gk + _dot(ds_op.T, qs[i])
+                dv_t = _acc_add(dv_t, gv, nm, rnd)
+                dk_t = _acc_add(dk_t, gk, nm, rnd)
             dk_t = dk_t * _F32(a)
             rows = slice(j * bn, min(N, (j + 1) * bn))
             dk[bh, rows] = dk_t[:rows.stop - rows.start, :d]
             dv[bh, rows] = dv_t[:rows.stop - rows.start, :d]
-        # dQ kernel: one query tile, key tiles in increasing order (causal: up to the diagonal)
+        # dQ kernel: one query tile, key tiles in increasing order (causal: up to the diagonal), blocks as above
         for i in range(n_m):
             hi = min(N, (i + 1) * bm) if causal else N
             dq_t = np.zeros((bm, DP), _F32)
-            for j in range(n_n):
-                if not j * bn < hi:
+            for j0 in range(0, n_n, per_k):
+                subs = [j for j in range(j0, min(j0 + per_k, n_n)) if j * bn < hi]
+                if not subs:
                     continue
-                _, _, ds_op, _ = tile(i, j)
-                dq_t = _acc_add(dq_t, _dot(ds_op, ks[j]), nm, rnd)
+                g = np.zeros((bm, DP), _F32)
+                for j in subs:
+                    _, _, ds_op, _ = tile(i, j)
+                    g = g + _dot(ds_op, ks[j])
+                dq_t = _acc_add(dq_t, g, nm, rnd)
             dq_t = dq_t * _F32(a)
             rows = slice(i * bm, min(N, (i + 1) * bm))
             dq[bh, rows] = dq_t[:rows.stop - rows.start, :d]
