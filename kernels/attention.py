@@ -46,7 +46,7 @@ from kernels.flash_bwd import attn_bwd_dkdv_kernel, attn_bwd_dq_kernel, attn_del
 from kernels.flash_fwd import attn_fwd_kernel
 
 __all__ = ["attention", "attention_fwd", "attention_bwd", "compute_delta", "EMULATED_BLOCK", "NATIVE_CONFIGS",
-           "native_config", "native_allowed", "resolve_path"]
+           "native_config", "native_allowed", "resolve_path", "fwd_kernel_key", "bwd_kernel_key"]
 
 EMULATED_BLOCK = (64, 64)        # (BLOCK_M, BLOCK_N) of the emulated path: part of its numerics
 _FIXES = (None, "beta", "beta_split")
@@ -62,17 +62,36 @@ def _interpreting() -> bool:
 # Hand-picked Hopper launch configs of the native path, keyed by (kernel, head_dim <= 64). The benchmark
 # (benchmarks/bench_attention.py --tune) times a small list of alternatives and records which one won.
 # Winners on the H100 (results/full/attention_bench.json, "tuned"): 64×64 tiles, 4 warps for every kernel.
+# "fwd_rb" / "bwd_rb": the kernels with logical rounding blocks (round_block ≠ 0; the backward's only with
+# round_grad_acc), which carry one more FP32 accumulator per output (P̄V; dK and dV, or dQ). Picked without a GPU
+# from ptxas's register report for sm_90 (benchmarks/kernel_registers.py): at head dim 64 the dK/dV kernel spills at
+# 4 warps with 2 stages and does not at 8 warps; at 128 the fewest spills are at 8 warps. Not yet timed.
 NATIVE_CONFIGS = {
     ("fwd", True): dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
     ("fwd", False): dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
     ("bwd", True): dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2),
     ("bwd", False): dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2),
+    ("fwd_rb", True): dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
+    ("fwd_rb", False): dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=2),
+    ("bwd_rb", True): dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=2),
+    ("bwd_rb", False): dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=1),
 }
 
 
 def native_config(head_dim: int, kernel: str) -> dict:
-    """Launch config of the native path for `kernel` in {"fwd", "bwd"} (a copy of NATIVE_CONFIGS' entry)."""
+    """Launch config of the native path for `kernel` in {"fwd", "bwd", "fwd_rb", "bwd_rb"} (a copy of
+    NATIVE_CONFIGS' entry)."""
     return dict(NATIVE_CONFIGS[(kernel, head_dim <= 64)])
+
+
+def fwd_kernel_key(nm: Numerics) -> str:
+    """The NATIVE_CONFIGS kernel name of the forward under `nm`: "fwd_rb" with logical rounding blocks."""
+    return "fwd_rb" if nm.round_block != 0 else "fwd"
+
+
+def bwd_kernel_key(nm: Numerics) -> str:
+    """The NATIVE_CONFIGS kernel name of the dK/dV and dQ kernels: "bwd_rb" when their lp accumulators see blocks."""
+    return "bwd_rb" if nm.round_block != 0 and nm.round_grad_acc else "bwd"
 
 
 def _flags(nm: Numerics) -> dict:
@@ -147,7 +166,7 @@ def attention_fwd(q, k, v, *, causal, scale, nm: Numerics, fix, beta, tie_tol, p
     (B, H, N) (natural log), o32 FP32 O before its final rounding (or None)."""
     B, H, N, D = q.shape
     DP = max(16, triton.next_power_of_2(D))
-    cfg = _blocks(path, D, "fwd", block)
+    cfg = _blocks(path, D, fwd_kernel_key(nm), block)
     o = torch.empty_like(q)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
     o32 = torch.empty(q.shape, device=q.device, dtype=torch.float32) if store_o32 else lse
@@ -189,7 +208,7 @@ def attention_bwd(do, q, k, v, o_for_delta, lse, *, causal, scale, nm: Numerics,
     DP = max(16, triton.next_power_of_2(D))
     delta = compute_delta(o_for_delta, do, q, k, v, lse, causal=causal, scale=scale, nm=nm, path=path, seed=seed,
                           block=block)
-    cfg = _blocks(path, D, "bwd", block)
+    cfg = _blocks(path, D, bwd_kernel_key(nm), block)
     gdt = grad_dtype or q.dtype
     dq = torch.empty(q.shape, device=q.device, dtype=gdt)
     dk = torch.empty(q.shape, device=q.device, dtype=gdt)
@@ -307,9 +326,9 @@ def attention(q, k, v, *, causal=True, scale=None, numerics="fa2", fix=None, bet
             raise ValueError(f"block must be (BLOCK_M, BLOCK_N), powers of two >= 16, got {block!r}")
     path = resolve_path(path, nm, q.dtype, q.device)
     if nm.round_block > 0:     # a logical block must be whole tiles, in the forward and in the backward's loops
-        for kernel in ("fwd", "bwd"):
+        for kernel in (fwd_kernel_key(nm), bwd_kernel_key(nm)):
             cfg = _blocks(path, q.shape[-1], kernel, block)
-            for width in ((cfg["BLOCK_N"],) if kernel == "fwd" else (cfg["BLOCK_M"], cfg["BLOCK_N"])):
+            for width in ((cfg["BLOCK_N"],) if kernel.startswith("fwd") else (cfg["BLOCK_M"], cfg["BLOCK_N"])):
                 tiles_per_round_block(nm.round_block, width, q.shape[2])
     return _FlashAttention.apply(q, k, v, bool(causal), float(scale), nm, fix, float(beta), float(tie_tol),
                                  None if max_shift is None else float(max_shift), path,

@@ -346,6 +346,11 @@ def attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, scale, N, seed, rb_row
     delta_base = DELTA + bh.to(tl.int64) * N
     offs_acc = (offs_n % 4096)[:, None] * 128 + offs_d[None, :]
     if ROUND_BLOCK:
+        if NATIVE:
+            # Between blocks dK and dV only hold lp values (M <= 7 mantissa bits, BF16's exponent): exact in BF16,
+            # and half the registers next to the block's two FP32 partial sums (no spills at 4 warps, head dim 64).
+            dk = dk.to(tl.bfloat16)
+            dv = dv.to(tl.bfloat16)
         if STATIC_LOOPS:
             for b in range(0, (M_TILES + RB_TILES - 1) // RB_TILES):
                 if ((b + 1) * RB_TILES * BLOCK_M > lo) & (b * RB_TILES * BLOCK_M < N):
@@ -380,8 +385,9 @@ def attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, scale, N, seed, rb_row
                                               CAUSAL, False, CHECK_D, NATIVE, M_BITS, SR, ROUND_S,
                                               ROUND_BWD_S_MINUS_LSE, ROUND_BWD_P, ROUND_DS, ROUND_DP, ROUND_DELTA)
                 tid = (bh * 131 + b0 // BLOCK_M) * 1031 + pid_n
-                dv = grad_acc(dv, gv, M_BITS, SR, seed, tid, offs_acc, ROUND_GRAD_ACC)
-                dk = grad_acc(dk, gk, M_BITS, SR, seed, tid + 104729, offs_acc, ROUND_GRAD_ACC)
+                dv = grad_acc(dv.to(tl.float32), gv, M_BITS, SR, seed, tid, offs_acc, ROUND_GRAD_ACC).to(dv.dtype)
+                dk = grad_acc(dk.to(tl.float32), gk, M_BITS, SR, seed, tid + 104729, offs_acc,
+                              ROUND_GRAD_ACC).to(dk.dtype)
     else:
         if STATIC_LOOPS:
             for i in range(0, M_TILES):
@@ -402,7 +408,7 @@ def attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, scale, N, seed, rb_row
                                     scale, N, seed, (bh * 131 + start_m // BLOCK_M) * 1031 + pid_n, D, BLOCK_M,
                                     BLOCK_N, CAUSAL, False, CHECK_D, NATIVE, M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE,
                                     ROUND_BWD_P, ROUND_DS, ROUND_DP, ROUND_DELTA, ROUND_GRAD_ACC)
-    dk = dk * scale
+    dk = dk.to(tl.float32) * scale
     out = base + offs_n[:, None] * D + offs_d[None, :]
     mask = (offs_n[:, None] < N) & (offs_d[None, :] < D)
     tl.store(DK + out, dk.to(DK.dtype.element_ty), mask=mask)

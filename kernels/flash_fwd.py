@@ -32,6 +32,7 @@ BLOCK_N, aligned at multiples of R; R = -1: the whole row) instead of the comput
 Per logical block B (its key tiles j ∈ B that reach the diagonal, in order):
     pass 1, each j ∈ B: s_j as above; m_B = max over B of rowmax(s_j); with the fix, the runner-up r_B (the second
           largest score of B counting multiplicity: a max held twice gives r_B = m_B), merged tile by tile
+          (under RNE the rounding of S is applied to m_B and r_B instead of the tile: rounding is monotone)
     [fix "beta"] the tie test over all of B: r_B >= m_B - tie_tol (= "another score >= max - tie_tol"), then the
           same β rule as above on m_B; [fix "beta_split"] also |m_B - m_i| <= tie_tol (m_i: the running max)
     m_new = max(m_i, m_B) ; e = m_i - m_new [round_s_minus_m] ; alpha = exp(e)        (once per block)
@@ -258,7 +259,9 @@ def _block_max_step(m1, m2, q, K_base, start_n, offs_m, offs_d, scale, N, seed, 
                     ROUND_S: tl.constexpr):
     """Pass 1 over one key tile of a logical block: merge the tile's scores into the running top two of each row,
     m1 ≥ m2 (m2 counts multiplicity: a max held twice gives m2 = m1; tracked only with the fix). S is the same
-    `score_tile` (same tile id, so the same SR bits) that pass 2 recomputes, so the block max is P̄'s max exactly."""
+    `score_tile` (same tile id, so the same SR bits) that pass 2 recomputes, so the block max is P̄'s max exactly.
+    ROUND_S here is only passed for stochastic rounding: RNE is monotone, so the top two of rnd(S) are rnd of the
+    top two of S (multiplicity included) and the caller rounds the two row vectors instead of the tile."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k = load_rows(K_base, offs_n, offs_d, N, D, MASK, CHECK_D)
     s = score_tile(q, k, scale, offs_m, offs_n, N, seed, tile_id, CAUSAL, MASK, ROUND_S, M_BITS, SR, NATIVE,
@@ -317,16 +320,21 @@ def _fwd_block(acc, l_i, m_i, q, K_base, V_base, b0, b1, lo, tile0, offs_m, offs
             if b0 + t * BLOCK_N < b1:
                 m1, m2 = _block_max_step(m1, m2, q, K_base, b0 + t * BLOCK_N, offs_m, offs_d, scale, N, seed,
                                          bid + t, D, BLOCK_N, CAUSAL, True, CHECK_D, FIX, NATIVE, M_BITS, SR,
-                                         ROUND_S)
+                                         ROUND_S and SR)
     else:
         for start_n in range(b0, tl.minimum(b1, lo), BLOCK_N):
             m1, m2 = _block_max_step(m1, m2, q, K_base, start_n, offs_m, offs_d, scale, N, seed,
                                      tile0 + start_n // BLOCK_N, D, BLOCK_N, CAUSAL, False, CHECK_D, FIX, NATIVE,
-                                     M_BITS, SR, ROUND_S)
+                                     M_BITS, SR, ROUND_S and SR)
         for start_n in range(tl.maximum(b0, lo), b1, BLOCK_N):
             m1, m2 = _block_max_step(m1, m2, q, K_base, start_n, offs_m, offs_d, scale, N, seed,
                                      tile0 + start_n // BLOCK_N, D, BLOCK_N, CAUSAL, True, CHECK_D, FIX, NATIVE,
-                                     M_BITS, SR, ROUND_S)
+                                     M_BITS, SR, ROUND_S and SR)
+    if ROUND_S and not SR:
+        # monotone RNE: the rounded tile's top two are the rounded top two (no seed or stream is used)
+        m1 = round_point(m1, M_BITS, False, seed, SALT_S, bid, tl.arange(0, BLOCK_M), NATIVE)
+        if FIX:
+            m2 = round_point(m2, M_BITS, False, seed, SALT_S, bid, tl.arange(0, BLOCK_M), NATIVE)
     m_t = m1
     if FIX:
         # The tie test over the whole block: "another score >= max − tie_tol" is "runner-up >= max − tie_tol".
