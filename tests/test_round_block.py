@@ -1,5 +1,5 @@
 """Logical rounding blocks (`Numerics.round_block`): the kernels in the CPU interpreter bit-exact against the oracle
-for blocks of 2 and 4 tiles and whole rows, the GPU's runtime-bound loop structure run in the interpreter, a planted
+(RNE and stochastic rounding) for blocks of 2 and 4 tiles and whole rows, the GPU's runtime-bound loop structure run in the interpreter, a planted
 tie bias with a known sign, mutants that the bit-exact check must catch, validation, and the tie-bias measurement
 of `lib.fp.round_block_bias` at CI scale. Small shapes: the interpreter costs ~0.1 ms per tl op."""
 import math
@@ -35,8 +35,11 @@ def _inputs(seed, N, D, stride=16, big=1.0):
     return q, k, v, do
 
 
+SEED = 1234      # the kernels' stochastic-rounding seed, replayed by the oracle
+
+
 def _kernel(q, k, v, do, nm, causal, fix, block, **fx):
-    kw = dict(causal=causal, scale=1.0 / math.sqrt(q.shape[-1]), path="emulated", block=block)
+    kw = dict(causal=causal, scale=1.0 / math.sqrt(q.shape[-1]), path="emulated", block=block, seed=SEED)
     fx = dict(dict(beta=7.0, tie_tol=0.0, max_shift=64.0), **fx)
     o, lse, _ = attention_fwd(q, k, v, nm=nm, fix=fix, **fx, **kw)
     o_delta = o
@@ -48,7 +51,7 @@ def _kernel(q, k, v, do, nm, causal, fix, block, **fx):
 
 
 def _oracle(q, k, v, do, nm, causal, fix, block, **fx):
-    kw = dict(causal=causal, block_m=block[0], block_n=block[1], fix=fix, **fx)
+    kw = dict(causal=causal, block_m=block[0], block_n=block[1], fix=fix, seed=SEED, **fx)
     f = emulate_forward(q, k, v, nm, **kw)
     b = emulate_backward(q, k, v, f.o, f.lse, do, nm, **kw)
     return {"o": f.o, "lse": f.lse, **b}
@@ -64,8 +67,9 @@ def _assert_bitwise(ours, ref, names=("o", "lse", "delta", "dq", "dk", "dv")):
 
 
 # (numerics, fix, fix kwargs, round_block, N, D, causal, block, seed): every round_block kind (2 and 4 tiles, the
-# row, 0 on these inputs), both maskings, head dims 16/32/64/48, N not a multiple of the block, 7 and 5 mantissa
-# bits, both fixes, tie_tol 0 and 1e-3, max_shift 64 and None, the δ sources, non-square tiles.
+# row, 0 on these inputs), both maskings, head dims 16/32/64/48, N not a multiple of the block, 7, 5 and 3 mantissa
+# bits, RNE and stochastic rounding, both fixes, tie_tol 0 and 1e-3, max_shift 64 and None, the δ sources,
+# non-square tiles.
 CASES = {
     "paper-2tiles-causal": (PAPER, None, {}, 32, 70, 16, True, (16, 16), 1),
     "paper-beta-4tiles": (PAPER, "beta", {}, 128, 90, 32, False, (32, 32), 2),
@@ -79,6 +83,8 @@ CASES = {
     "paper-dpp-m5-row": (PAPER.replace(delta_source="dp_p", mantissa_bits=5), "beta", dict(tie_tol=1e-3), -1, 50,
                          16, False, (32, 32), 9),
     "paper-rect-tiles": (PAPER, "beta", {}, 64, 77, 16, True, (16, 32), 10),
+    "paper-sr-m3-2tiles": (PAPER.replace(rounding="sr", mantissa_bits=3), "beta", {}, 32, 40, 16, True, (16, 16), 14),
+    "fa2-sr-split-row": (FA2.replace(rounding="sr"), "beta_split", {}, -1, 40, 16, False, (16, 16), 15),
 }
 
 
@@ -167,8 +173,7 @@ def test_bit_exact_check_catches_a_mutant(mutant_base, mutant):
 def test_one_tile_blocks_equal_round_block_0_under_sr():
     """round_block = the tile width runs the two-pass block code with one tile per block; it must draw the same SR
     bits as the per-tile code (a tile's own points keep its stream, the block's points use its first tile's id)
-    and so give the same O and gradients bit for bit. Stochastic rounding has no bit-exact oracle (the kernel's
-    Philox streams are not replayed in numpy), so this and the RNE cases above check the block code's SR ids."""
+    and so give the same O and gradients bit for bit, through the autograd entry point (the seed drawn per call)."""
     q, k, v, do = _inputs(12, 32, 16)
     sr = PAPER.replace(rounding="sr", mantissa_bits=3)
     outs = []
