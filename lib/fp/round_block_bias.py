@@ -16,6 +16,10 @@ ULPs of O_fp64's binade at `m` bits, mean over all outputs, 95 % Student-t inter
 Prediction: the bias needs both maxima in one block, so with k = 2 maxima at uniformly random keys the mean error
 is the untiled error times `same_block_probability` (for N keys in blocks of w: (w − 1)/(N − 1)).
 
+`grad_error_by_round_block` measures the backward's side: with lp gradient accumulators (round_grad_acc, the paper
+placement) the dQ/dK/dV accumulators take one rounded sum per tile or per logical block; fewer, larger sums mean
+fewer roundings.
+
 `tie_coverage` counts how many rows whose global maximum repeats have the repeat inside one rounding block, i.e.
 how often a per-block tie test (the β fix's trigger) can see it at all.
 """
@@ -29,7 +33,7 @@ from lib.fp.reference import attention_fp64, emulate_forward
 from lib.fp.rounding_bias import cluster_ci, make_rows
 
 __all__ = ["tied_attention_rows", "o_error_by_round_block", "tie_coverage", "round_block_label",
-           "same_block_probability"]
+           "same_block_probability", "grad_error_by_round_block"]
 
 
 def round_block_label(round_block: int, block_n: int = 64) -> str:
@@ -101,3 +105,28 @@ def same_block_probability(n_keys: int, round_block: int, block_n: int = 64) -> 
     width = block_n if round_block == 0 else (n_keys if round_block == -1 else round_block)
     sizes = [min(width, n_keys - start) for start in range(0, n_keys, width)]
     return sum(w * (w - 1) for w in sizes) / (n_keys * (n_keys - 1))
+
+
+def grad_error_by_round_block(seed: int = 0, n: int = 1024, head_dim: int = 64, heads: int = 2, round_block: int = 512,
+                              block: int = 64, profile="paper") -> dict:
+    """Relative RMS error of dQ, dK, dV against FP64 (causal, BF16-valued N(0, 1) q, k, v, dO from torch seed
+    `seed`), with the forward of `profile` at `round_block` and three backwards on its O and LSE: lp accumulators
+    rounded per `block`-wide tile ("per tile": round_block 0 in the backward), per logical block ("per block": the
+    kernels' semantics) and FP32 accumulators ("FP32": round_grad_acc off). Returns {"config", "arms": {name:
+    {"dq", "dk", "dv"}}}; each value is ‖g − g_fp64‖₂ / ‖g_fp64‖₂ over the whole tensor."""
+    import torch
+    from lib.fp.reference import emulate_backward
+    g = torch.Generator().manual_seed(seed)
+    q, k, v, do = (torch.randn(1, heads, n, head_dim, generator=g).bfloat16().float().numpy() for _ in range(4))
+    nm = get_profile(profile).replace(round_block=round_block)
+    ref = attention_fp64(q, k, v, do, causal=True)
+    fwd = emulate_forward(q, k, v, nm, causal=True, block_m=block, block_n=block)
+    arms = {"per tile": nm.replace(round_block=0), "per block": nm, "FP32": nm.replace(round_grad_acc=False)}
+    out = {}
+    for name, bnm in arms.items():
+        b = emulate_backward(q, k, v, fwd.o, fwd.lse, do, bnm, causal=True, block_m=block, block_n=block)
+        out[name] = {key: float(np.linalg.norm(b[key] - ref[key]) / np.linalg.norm(ref[key]))
+                     for key in ("dq", "dk", "dv")}
+    return {"config": dict(seed=seed, n=n, head_dim=head_dim, heads=heads, round_block=round_block, block=block,
+                           profile=profile if isinstance(profile, str) else "custom", causal=True),
+            "arms": out}
