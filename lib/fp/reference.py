@@ -386,8 +386,9 @@ def emulate_forward(q, k, v, numerics="fa2", *, causal: bool = True, scale=None,
     """FA2 forward under `numerics` on BLOCK_M × BLOCK_N tiles (module docstring: the exact order).
 
     q, k, v: (..., N, d), any float dtype (converted exactly to float32; BF16 values stay BF16 values).
-    `seed` only drives stochastic rounding; `max_shift` is the fix's underflow guard (None: the paper's rule).
-    Returns a `ForwardResult`."""
+    `seed` only drives stochastic rounding (the kernels' seed); `max_shift` is the fix's underflow guard (None: the
+    paper's rule); `numerics.round_block` groups the key tiles into logical rounding blocks (module docstring; a
+    positive value must be a multiple of block_n). Returns a `ForwardResult`."""
     nm, fix, beta, tie_tol, bm, bn, q3, k3, v3, lead, a = _prep(q, k, v, numerics, causal, scale, block_m,
                                                                   block_n, fix, beta, tie_tol, max_shift)
     rnd = _Rounder(nm, seed)
