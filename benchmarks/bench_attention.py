@@ -6,9 +6,10 @@ FLOPs (the Triton tutorial's convention): fwd = 4·B·H·N²·D, halved for caus
 The round_block kernels do more work than these FLOPs (the forward computes QKᵀ twice); their TFLOP/s use the same
 count, so the ratios are ratios of times.
 
-    python benchmarks/bench_attention.py [--out DIR] [--quick] [--no-tune] [--round-blocks] [--skip-fa2]
+    python -m lib.experiments attention_bench --scale full [--out DIR]      (or: python benchmarks/bench_attention.py)
 
-writes DIR/full/attention_bench.json (default DIR: ./results) through `lib.book.results.save`. With tuning on, a small
+writes DIR/full/attention_bench.json (default DIR: ./results) with provenance; its configuration (sequence lengths,
+tuning, the round_block and fa2 sections) is the registry entry's (lib/experiments/registry.toml). With tuning on, a small
 hand-made list of launch configs is timed at N = 4096 per head dim and kernel, and the winner is used (and recorded).
 The JSON also holds "path_agreement": how often native and emulated O agree bit for bit on random inputs, and their
 max difference (tensor-core BF16 accumulation vs FP32 FMA accumulation).
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -166,7 +166,7 @@ def path_agreement(D=64, N=1000):
     return res
 
 
-def _save(rows, tuned, agree, seqs, t0, out, rb_rows=()):
+def _data(rows, tuned, agree, rb_rows) -> dict:
     fb = [r for r in rows if r["mode"] == "fwd+bwd"]
     summary = {"complete": agree is not None}
     if fb:
@@ -177,51 +177,31 @@ def _save(rows, tuned, agree, seqs, t0, out, rb_rows=()):
     rb_summary = {f"D{r['D']}_N{r['N']}_{r['mode']}": {k: r[k] for k in r if k.endswith("_over_rb0")
                                                          or k == "rb0_over_sdpa"} for r in rb_rows}
     print(f"summary: {summary}", flush=True)
-    from lib.book import results
-    return results.save("attention_bench", "full",
-                        {"rows": rows, "summary": summary, "tuned": {str(d): t for d, t in tuned.items()},
-                         "round_block_rows": list(rb_rows), "round_block_summary": rb_summary,
-                         "configs_used": {f"{k[0]}_{'d<=64' if k[1] else 'd>64'}": v
-                                          for k, v in NATIVE_CONFIGS.items()},
-                         "path_agreement": agree},
-                        depends_on=["kernels/flash_fwd.py", "kernels/flash_bwd.py", "kernels/attention.py",
-                                    "benchmarks/bench_attention.py"],
-                        seeds=[0, 1], wall_s=round(time.perf_counter() - t0, 1),
-                        config={"seqs": seqs, "head_dims": [64, 128], "causal": True, "dtype": "bfloat16",
-                                "tokens_per_batch": 16384, "heads_x_dim": 2048,
-                                "timer": "triton.testing.do_bench median", "torch": torch.__version__,
-                                "triton": triton.__version__},
-                        root=out)
+    return {"rows": rows, "summary": summary, "tuned": {str(d): t for d, t in tuned.items()},
+            "round_block_rows": list(rb_rows), "round_block_summary": rb_summary,
+            "configs_used": {f"{k[0]}_{'d<=64' if k[1] else 'd>64'}": v for k, v in NATIVE_CONFIGS.items()},
+            "path_agreement": agree}
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=None, help="results root (writes OUT/full/attention_bench.json)")
-    ap.add_argument("--quick", action="store_true", help="seq 1k and 4k only")
-    ap.add_argument("--no-tune", action="store_true", help="use NATIVE_CONFIGS as they are")
-    ap.add_argument("--round-blocks", action="store_true",
-                    help="also the paper placement with round_block 0/512/-1 (fwd, fwd+bwd)")
-    ap.add_argument("--skip-fa2", action="store_true", help="leave out the fa2 / fa2+fix section")
-    args = ap.parse_args(argv)
+def run(scale: str, cfg: dict) -> dict:
+    """cfg: seqs (sequence lengths), head_dims, tune (time the candidate launch configs first), round_blocks (the
+    paper placement with round_block 0 / 512 / -1), fa2 (the fa2 / fa2+fix section). GPU only."""
     if not torch.cuda.is_available():
-        raise SystemExit("bench_attention.py needs a CUDA GPU")
-    t0 = time.perf_counter()
+        raise RuntimeError("attention_bench needs a CUDA GPU")
     log = lambda s: print(s, flush=True)  # noqa: E731
-    seqs = [1024, 4096] if args.quick else [1024, 2048, 4096, 8192, 16384]
+    seqs = list(cfg["seqs"])
     impls = {"ours": lambda q, k, v: attention(q, k, v, causal=True, numerics="fa2", path="native"),
              "ours_fix": lambda q, k, v: attention(q, k, v, causal=True, numerics="fa2", fix="beta", path="native"),
              "sdpa_flash": _sdpa}
-    tuned = {}
-    rows = []
-    rb_rows = []
-    for D in (64, 128):
-        if not args.no_tune:
+    tuned, rows, rb_rows = {}, [], []
+    for D in cfg["head_dims"]:
+        if cfg["tune"]:
             log(f"tuning D={D}")
-            tuned[D] = tune(D, log, (() if args.skip_fa2 else ("fwd", "bwd")) +
-                            (("fwd_rb", "bwd_rb") if args.round_blocks else ()))
-        if args.round_blocks:
+            tuned[D] = tune(D, log, (("fwd", "bwd") if cfg["fa2"] else ()) +
+                            (("fwd_rb", "bwd_rb") if cfg["round_blocks"] else ()))
+        if cfg["round_blocks"]:
             rb_rows += round_block_rows(D, seqs, log)
-        for N in seqs if not args.skip_fa2 else ():
+        for N in seqs if cfg["fa2"] else ():
             q, k, v = _inputs(N, D)
             B, H = q.shape[0], q.shape[1]
             for mode in ("fwd", "bwd", "fwd+bwd"):
@@ -238,12 +218,23 @@ def main(argv=None):
                 rows.append(row)
             del q, k, v
             torch.cuda.empty_cache()
-        _save(rows, tuned, None, seqs, t0, args.out, rb_rows)      # partial result, in case the run is cut short
     agree = path_agreement()
     log(f"path agreement: {agree}")
-    path = _save(rows, tuned, agree, seqs, t0, args.out, rb_rows)
-    log(f"wrote {path}")
+    return {"data": _data(rows, tuned, agree, rb_rows), "seeds": [0, 1],
+            "config": {"causal": True, "dtype": "bfloat16", "tokens_per_batch": 16384, "heads_x_dim": 2048,
+                       "timer": "triton.testing.do_bench median"}}
+
+
+def main(argv=None) -> int:
+    """The registry entry through `python -m lib.experiments` (``--quick``: sequence lengths 1k and 4k only)."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=None, help="results root (writes OUT/full/attention_bench.json)")
+    ap.add_argument("--quick", action="store_true", help="sequence lengths 1k and 4k only")
+    a = ap.parse_args(argv)
+    from lib.experiments.__main__ import main as cli
+    return cli(["attention_bench", "--scale", "full"] + (["--out", a.out] if a.out else [])
+               + (["--set", "seqs=[1024,4096]"] if a.quick else []))
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

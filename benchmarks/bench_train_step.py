@@ -9,15 +9,15 @@ paper placement rounding per 512-key block as the authors' code does, "paper_rb-
 the same with the fix; each / paper). Target: the paper placement, with 64-key or 512-key rounding blocks, at most
 1.3 × the SDPA step.
 
-    python benchmarks/bench_train_step.py [--out DIR] [--quick] [--arms sdpa,paper,paper_rb512]
+    python -m lib.experiments train_step_bench --scale full [--out DIR]    (or: python benchmarks/bench_train_step.py)
 
-writes DIR/full/train_step_bench.json (default DIR: ./results) through `lib.book.results.save`.
+writes DIR/full/train_step_bench.json (default DIR: ./results) with provenance; the arms, rounds and repetition time
+are the registry entry's (lib/experiments/registry.toml).
 """
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -58,29 +58,20 @@ def step_fn(arm: str, batch_size: int, seq_len: int):
     return step, cfg
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=None, help="results root (default ./results)")
-    ap.add_argument("--quick", action="store_true", help="one round of rep=200 ms instead of rounds of 1000 ms")
-    ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (default 5)")
-    ap.add_argument("--arms", default=",".join(ORDER), help=f"comma-separated arms (default all: {','.join(ORDER)})")
-    a = ap.parse_args(argv)
-    order = tuple(x for x in a.arms.split(",") if x)
+def run(scale: str, cfg: dict) -> dict:
+    """cfg: arms (names of `SPECS`; must include sdpa), rounds (interleaved timing rounds), rep_ms (do_bench's
+    repetition time per arm and round). GPU only."""
+    order = tuple(cfg["arms"])
     bad = [x for x in order if x not in SPECS]
     if bad or "sdpa" not in order:
-        print(f"--arms must include sdpa and name arms from {sorted(SPECS)}; got {a.arms!r}", file=sys.stderr)
-        return 2
+        raise ValueError(f"train_step_bench: arms must include sdpa and name arms from {sorted(SPECS)}; got {order}")
     if not torch.cuda.is_available():
-        print("bench_train_step needs a CUDA GPU", file=sys.stderr)
-        return 2
+        raise RuntimeError("train_step_bench needs a CUDA GPU")
     import triton
-    from lib.book import results
-    rep = 200 if a.quick else 1000
-    rounds = 1 if a.quick else a.rounds
-    t0 = time.perf_counter()
+    rep, rounds = int(cfg["rep_ms"]), int(cfg["rounds"])
     steps = {}
     for arm in order:
-        step, cfg = step_fn(arm, 32, 512)
+        step, _ = step_fn(arm, 32, 512)
         for _ in range(3):          # compile the Triton kernels and warm the allocator
             step()
         steps[arm] = step
@@ -108,13 +99,18 @@ def main(argv=None) -> int:
         data["paper_within_1p3_of_sdpa"] = bool(ratios["paper"] <= 1.3)
     print({k: round(v, 3) for k, v in ratios.items()}, "fix cost", data["fix_cost"],
           "round_block cost", data["round_block_cost"])
-    p = results.save("train_step_bench", "full", data,
-                     depends_on=["benchmarks/bench_train_step.py", "lib/training/train.py", "lib/training/model.py", "kernels/*.py",
-                                 "lib/training/proxy.py"],
-                     seeds=[0], wall_s=round(time.perf_counter() - t0, 3),
-                     config=dict(proxy_config("full").__dict__, rep_ms=rep, rounds=rounds), root=Path(a.out) if a.out else None)
-    print(p)
-    return 0
+    return {"data": data, "seeds": [0], "config": dict(proxy_config("full").__dict__)}
+
+
+def main(argv=None) -> int:
+    """The registry entry through `python -m lib.experiments` (``--quick``: one round of 200 ms per arm)."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=None, help="results root (default ./results)")
+    ap.add_argument("--quick", action="store_true", help="one round of rep=200 ms instead of rounds of 1000 ms")
+    a = ap.parse_args(argv)
+    from lib.experiments.__main__ import main as cli
+    return cli(["train_step_bench", "--scale", "full"] + (["--out", a.out] if a.out else [])
+               + (["--set", "rounds=1", "--set", "rep_ms=200"] if a.quick else []))
 
 
 if __name__ == "__main__":
