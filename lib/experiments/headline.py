@@ -31,10 +31,10 @@ def pick_lr(scale: str, lr) -> tuple[float, str]:
         from lib.readings import regime
         if scale != "full":
             return 2e-3, "ci: no pilot at ci scale"
-        if not results.exists("regime_sweep", "full"):
+        have = [n for n in regime.REGIME_RESULTS if results.exists(n, "full")]
+        if not have:
             raise ValueError("headline: lr 'from:regime_sweep' needs the full regime_sweep result")
-        res = results.load("regime_sweep", "full")
-        chosen, why = regime.select_lr(res.data, res.arrays)
+        chosen, why = regime.select_lr(*regime.union([results.load(n, "full") for n in have]))
         if chosen is None:
             raise ValueError(f"headline: regime_sweep chose no LR ({why})")
         return chosen, f"regime_sweep (full): {why}"

@@ -11,7 +11,9 @@ arms — FP32 attention and PyTorch SDPA — train without failing and their lar
 The pilot (`regime_sweep`) trains the reference arms at candidate LRs for `PILOT` steps, shorter than the headline's
 horizon, so the logit must also *stay* below the bound when extrapolated: the largest logit's linear trend over the
 pilot's last `TREND_STEPS` steps, continued to `HORIZON` steps, must be ≤ `MAX_LOGIT` as well. The chosen LR is the
-largest candidate whose every pilot run passes; the healthy headline then runs at it for `HORIZON` steps and its own
+largest candidate whose every pilot run passes. Candidates are tried from the paper's LR (1e-3) down: when no
+candidate tried so far passes, the next one is half the smallest tried (each a registry entry `regime_sweep*`,
+read together: `select_lr` takes the union of their runs). The healthy headline then runs at the chosen LR for `HORIZON` steps and its own
 FP32 and SDPA arms (3 seeds) must pass the same test over the whole horizon (`health`), which is what the chapter
 reports as "the regime is healthy".
 """
@@ -19,7 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["MAX_LOGIT", "HORIZON", "TREND_STEPS", "REFERENCE_ARMS", "run_health", "health", "select_lr"]
+__all__ = ["MAX_LOGIT", "HORIZON", "TREND_STEPS", "REFERENCE_ARMS", "run_health", "health", "select_lr", "union",
+           "REGIME_RESULTS"]
+
+REGIME_RESULTS = ("regime_sweep", "regime_sweep_5e4")   # the pilots so far, in the order they were run
 
 MAX_LOGIT = 100.0          # largest attention logit (score units, scale·q·k) a healthy run may reach
 HORIZON = 6000             # steps of the healthy headline
@@ -65,6 +70,16 @@ def health(data: dict, arrays: dict, arms=REFERENCE_ARMS, horizon: int | None = 
         complete = all(any(h["arm"] == a for h in hs) for a in arms)
         out[lr] = dict(runs=hs, healthy=bool(complete and hs and all(h["healthy"] for h in hs)))
     return out
+
+
+def union(res_list) -> tuple[dict, dict]:
+    """(data, arrays) with the runs and arrays of several training results (run ids carry the LR, so the regime
+    sweeps' ids do not collide)."""
+    runs, arrays = [], {}
+    for r in res_list:
+        runs += r.data["runs"]
+        arrays.update(r.arrays)
+    return dict(runs=runs), arrays
 
 
 def select_lr(data: dict, arrays: dict) -> tuple[float | None, str]:
