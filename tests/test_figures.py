@@ -77,6 +77,14 @@ def fig_ch2_error():
     return ac.error_figure(err, title="emulator, ci scale")
 
 
+def fig_ch2_bench():
+    from lib.readings import attention_checks as ac
+    st = ac.bench_status("attention_bench")
+    if st["result"] is None:
+        pytest.skip("no committed attention benchmark: chapter 2 shows a placeholder")
+    return ac.bench_figure(st["result"].data, meta=st["result"].meta)
+
+
 def fig_ch6_headline(which: str):
     from lib.figures import explosion_plots as ep
     res = _full("headline")
@@ -138,6 +146,7 @@ FIGURES = {
     "ch1: precision dial": fig_ch1_dial,
     "ch1: kernel": fig_ch1_kernel,
     "ch2: error vs FP64": fig_ch2_error,
+    "ch2: benchmark": fig_ch2_bench,
     "ch6: loss curves": functools.partial(fig_ch6_headline, "loss"),
     "ch6: max logit": functools.partial(fig_ch6_headline, "logit"),
     "ch6: W_Q norms": functools.partial(fig_ch6_headline, "wq"),
@@ -186,10 +195,10 @@ def test_check_catches_a_planted_5pt_label():
 
 
 def test_check_counts_the_column_scaling():
-    """8.5-pt text passes in a full-width figure but fails once the figure is so wide that the column shrinks it."""
+    """9-pt text passes in a full-width figure but fails once the figure is so wide that the column shrinks it."""
     fig, ax = plotting.figure(width=14, height=3)
     ax.plot([0, 1], [0, 1])
-    ax.set_xlabel("step", fontsize=8.5)
+    ax.set_xlabel("step", fontsize=9.1)
     assert any("'step'" in p for p in plotting.check_figure(fig))
     assert not any("'step'" in p for p in plotting.check_figure(fig, column_px=1400))
     plt.close(fig)
@@ -201,6 +210,16 @@ def test_check_catches_two_planted_overlapping_labels():
     ax.text(0.33, 0.52, "second label", fontsize=9, transform=ax.transAxes)
     probs = plotting.check_figure(fig)
     assert len(probs) == 1 and "'first label' overlaps text 'second label'" in probs[0]
+    plt.close(fig)
+
+
+def test_check_sees_multi_line_text():
+    """A two-line label is drawn line by line; it must still be seen (and here overlaps a legend)."""
+    fig, ax = plotting.figure(height=3.0)
+    ax.plot([0, 1], [0, 1], label="a line")
+    plotting.legend_outside(ax)
+    ax.text(1.0, 0.9, "two\nlines", transform=ax.transAxes, fontsize=9)
+    assert any("'two lines' overlaps legend" in p for p in plotting.check_figure(fig))
     plt.close(fig)
 
 

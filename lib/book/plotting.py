@@ -1,7 +1,7 @@
 """One figure style for the whole book, and a machine check that a figure is readable at its rendered size.
 
-**The rendered size.** The HTML book's content column is `COLUMN_PX` CSS pixels wide at a 1280-px window (measured
-by `lib.book.htmlcheck`). A glued figure is a PNG of width W px (the figure's tight bounding box at `fig.dpi`); the
+**The rendered size.** A figure in the HTML book's content column is at most `COLUMN_PX` CSS pixels wide at a
+1280-px window (measured by `lib.book.htmlcheck`). A glued figure is a PNG of width W px (the figure's tight bounding box at `fig.dpi`); the
 browser shows it at min(W, column) CSS px, and a CSS px is 1/96 in. A font of s pt in the figure therefore renders
 at  s · (dpi / 96) · min(1, column / W)  pt. A figure of at most `WIDTH` inches (≈ the column) shows its text at
 about its nominal size; a wider figure shrinks it. The book asks for ≥ `MIN_TEXT_PT` pt after that scaling.
@@ -41,11 +41,12 @@ from matplotlib.path import Path as _MplPath  # noqa: E402
 from matplotlib.transforms import Bbox  # noqa: E402
 
 PALETTE = "colorblind"
-COLUMN_PX = 740          # CSS px: the book's content column at a 1280-px browser window (sphinx-book-theme)
+COLUMN_PX = 672          # CSS px: width of a figure image in the content column at a 1280-px window (measured by
+                         # lib.book.htmlcheck: article 752 px, minus 32-px paddings and the figure's margins)
 CSS_PX_PER_INCH = 96.0   # CSS: 1 in = 96 px = 72 pt
 MIN_TEXT_PT = 8.0        # smallest text the book allows, at the rendered size
 DPI = 150                # PNG resolution; a full-width figure is scaled down to the column, so text size is set by WIDTH
-WIDTH = 7.2              # in: a full-column figure (its tight PNG, with 0.05-in pads, stays under 740/96 = 7.7 in)
+WIDTH = 6.8              # in: a full-column figure (its tight PNG, with 0.05-in pads, stays under 672/96 = 7.0 in)
 PAD_INCHES = 0.05        # pad of the tight bounding box, as in the saved PNG
 FONT = {"text": 9.5, "label": 9.5, "title": 9.5, "tick": 8.5, "legend": 8.5, "small": 8.5}
 STAMP_PT = 8.5           # the provenance stamp
@@ -128,22 +129,27 @@ def legend_outside(ax, loc: str = "right", **kw):
 
 # ------------------------------------------------------------------------------------------------------ the check
 def _drawn_texts(fig):
-    """Draw `fig` once and return (renderer, [Text artists the renderer drew, in draw order, each once])."""
+    """Draw `fig` once and return (renderer, [Text artists drawn, in draw order, each once]).
+
+    Every `Text.draw` call made while drawing the figure with this renderer is recorded (tick labels, labels,
+    titles, legend entries, annotations, multi-line texts), except invisible, empty or fully transparent texts."""
+    from matplotlib.text import Text
     renderer = fig.canvas.get_renderer()  # Figure.draw runs the layout engine first
     seen, drawn = set(), []
-    orig = renderer.draw_text
+    orig = Text.draw
 
-    def record(gc, x, y, s, prop, angle, ismath=False, mtext=None):
-        if mtext is not None and id(mtext) not in seen and s.strip() and gc.get_alpha() != 0:
-            seen.add(id(mtext))
-            drawn.append(mtext)
-        return orig(gc, x, y, s, prop, angle, ismath=ismath, mtext=mtext)
+    def record(self, r, *args, **kw):
+        if (r is renderer and self.get_visible() and self.get_text().strip() and self.get_alpha() != 0
+                and id(self) not in seen):
+            seen.add(id(self))
+            drawn.append(self)
+        return orig(self, r, *args, **kw)
 
-    renderer.draw_text = record
+    Text.draw = record
     try:
         fig.draw(renderer)
     finally:
-        del renderer.draw_text            # back to the class method
+        Text.draw = orig
     return renderer, drawn
 
 

@@ -240,7 +240,7 @@ def dial_figure(res_list, window: int = SMOOTH, horizons: dict | None = None):
     for i in range(0, n, ncols):
         axes[i].set_ylabel(f"train loss (nats/byte,\n{window}-step mean)")
     extra = [("common horizon (step)", dict(color="k", ls=":", lw=0.8))] if horizons else []
-    _style_legend(fig, {**kinds_seen, **controls_seen}, {f"seed {sd}": sty[sd] for sd in seeds}, extra, ncol=4)
+    _style_legend(fig, {**kinds_seen, **controls_seen}, {f"seed {sd}": sty[sd] for sd in seeds}, extra, ncol=3)
     plotting.label_provenance(fig, [dict(r.meta, name=r.name) for r in res_list])
     return fig
 
