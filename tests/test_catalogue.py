@@ -33,4 +33,7 @@ def test_results_outside_the_registry_get_their_script(tmp_path):
     assert not rows["my_bench"]["in_registry"] and rows["my_bench"]["gpu_min"] == 2.0
     assert rows["rounding_exhaustive"]["committed"] and not rows["headline"]["committed"]
     md = catalogue.markdown_table(list(rows.values()))
-    assert md.count("\n") == len(rows) + 1 and "not produced yet" in md and "(not a registry entry)" in md
+    assert md.count("\n") == len(rows) + 1 and "| not produced |" in md and "ffffffff" in md
+    det = catalogue.markdown_details(list(rows.values()))
+    assert det.count("\n* ") == len(rows) - 1 and "(not a registry entry)" in det and "not produced yet" in det
+    assert "`python benchmarks/bench_attention.py --quick --out results`" in det

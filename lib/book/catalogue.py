@@ -63,20 +63,42 @@ def _cell(s: str) -> str:
     return str(s).replace("|", "\\|").replace("\n", " ")
 
 
+def _gpu(r: dict) -> str:
+    return "—" if r["gpu_min"] is None else ("CPU" if r.get("device") == "cpu" else f"{r['gpu_min']:g}")
+
+
 def markdown_table(rs: list[dict]) -> str:
-    """The appendix table: result and its command, what it shows, GPU minutes and prerequisites, the committed
-    result's provenance and freshness (each staleness reason on its own)."""
-    lines = ["| result · command | what it shows | GPU min · needs | committed result |", "|---|---|---|---|"]
+    """An overview that fits the text column: result, chapter, GPU minutes, the committed result's date and commit,
+    fresh / stale / not produced. `markdown_details` gives the rest."""
+    lines = ["| result | ch. | GPU min | committed (commit · date) | state |", "|---|---|---|---|---|"]
     for r in rs:
-        cmd = f"`{r['command']}`" if r["command"] else "(no command recorded)"
-        head = f"**{r['name']}**{'' if r['in_registry'] else ' (not a registry entry)'} {cmd}"
-        gpu = "—" if r["gpu_min"] is None else ("CPU" if r.get("device") == "cpu" else f"{r['gpu_min']:g}")
-        if r["needs"]:
-            gpu += " · after " + ", ".join(f"`{n}`" for n in r["needs"])
+        if r["committed"]:
+            parts = r["label"].split(" · ")
+            com = " · ".join(parts[2:4]) if len(parts) >= 4 else r["label"]
+            state = "**stale**" if r["stale"] else "fresh"
+        else:
+            com, state = "—", "not produced"
+        lines.append(f"| {_cell(r['name'])} | {_cell(r['chapter'] or '—')} | {_gpu(r)} | {_cell(com)} | {state} |")
+    return "\n".join(lines)
+
+
+def markdown_details(rs: list[dict]) -> str:
+    """One list item per result: what it shows, the one command that regenerates it, what it needs first, the
+    committed result's provenance and every reason it is stale."""
+    items = []
+    for r in rs:
+        head = f"**{r['name']}**" + ("" if r["in_registry"] else " (not a registry entry)")
+        meta = [f"chapter {r['chapter']}" if r["chapter"] else None,
+                ("CPU only" if r.get("device") == "cpu" else f"{r['gpu_min']:g} GPU min")
+                if r["gpu_min"] is not None else None,
+                ("after " + ", ".join(r["needs"])) if r["needs"] else None]
+        meta = "; ".join(m for m in meta if m)
+        cmd = f"`{r['command']}`" if r["command"] else "no command recorded"
         if not r["committed"]:
-            com = "not produced yet"
+            com = "not produced yet."
         else:
             com = r["label"] + (f", {r['wall_s']:.0f} s" if isinstance(r["wall_s"], (int, float)) else "")
-            com += ("; **stale**: " + "; ".join(r["stale"])) if r["stale"] else "; fresh"
-        lines.append(f"| {_cell(head)} | {_cell(r['summary'])} | {_cell(gpu)} | {_cell(com)} |")
-    return "\n".join(lines)
+            com += (" — **stale**: " + "; ".join(r["stale"]) + ".") if r["stale"] else " — fresh."
+        items.append(f"* {head}{' (' + meta + ')' if meta else ''}: {r['summary'] or '(no summary)'}  \n"
+                     f"  Regenerate: {cmd}  \n  Committed: {com}")
+    return "\n".join(items)

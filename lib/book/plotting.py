@@ -32,6 +32,9 @@ import matplotlib
 # PNG representation (under Agg the book would show "<Figure size ...>" instead of the image).
 if "ipykernel" in sys.modules:
     matplotlib.use("module://matplotlib_inline.backend_inline")
+    # import the backend now: its import registers IPython's PNG formatter for figures, which `install_formatter`
+    # (end of this module) must replace afterwards, not before
+    import matplotlib_inline.backend_inline  # noqa: E402,F401
 else:
     matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -76,7 +79,9 @@ def figure(nrows: int = 1, ncols: int = 1, width: float = WIDTH, height: float =
     width, height: inches. Keep width ≤ `WIDTH` (the column) so that the text keeps its nominal size."""
     if not _applied:
         apply_style()
-    return plt.subplots(nrows, ncols, figsize=(width, height), layout="constrained", **kw)
+    out = plt.subplots(nrows, ncols, figsize=(width, height), layout="constrained", **kw)
+    install_formatter()      # after the first figure: a backend loaded lazily may have replaced the formatter
+    return out
 
 
 def provenance_text(meta) -> str:

@@ -11,7 +11,7 @@ Two things live here.
    **bit-identical** results (round to nearest even; stochastic rounding only agrees in distribution, because the
    kernel's Philox streams are not replayed here).
 
-Arithmetic (the contract; `.notes/arithmetic-contract.md` holds the same text for the kernel author)
+Arithmetic (the contract that the kernels in `kernels/` implement bit for bit)
 ------------------------------------------------------------------------------------------------------
 Everything is float32 numpy. ``rnd(x)`` is `lib.fp.bf16.round_rne(x, mantissa_bits)` (or `round_stochastic`; under
 SR the scores S of each tile have their own random stream, which the backward's recomputation of S reuses).
@@ -199,7 +199,7 @@ def fixed_row_max(s, m_t=None, *, beta: float = 7.0, tie_tol: float = 0.0, max_s
         tile boundary;
       * m_t = 0, a single maximum, or a fully masked row (m_t = −inf) are left unchanged;
       * where β·m_t overflows to +inf the row is left unchanged (m stays finite);
-      * underflow guard (the lead's decision; `max_shift=None` gives the paper's exact rule): the shift
+      * underflow guard (our addition; `max_shift=None` gives the paper's exact rule): the shift
         d = (β−1)·m_t (m_t > 0) or −m_t (m_t < 0) of a repeated max is capped: where d > max_shift the max becomes
         m_t + max_shift, so the row's largest weight stays ≥ e^−max_shift (a normal FP32/BF16 number for 64).
     Arithmetic in the dtype of `s` (β, tie_tol, max_shift converted to it first), in exactly the kernel's order."""
