@@ -52,7 +52,8 @@ def fig_ch1_theory():
     from lib.fp import theory
     data, _ = _result_or_live("bias_montecarlo")
     table = theory.theory_table(range(1, 9))
-    marks = [{"k": k, "mean_ulps": rb.enumerate_bias(k, m, Fraction(1, 1024))["mean_ulps"]} for k, m in ((2, 7), (3, 7))]
+    marks = [{"k": k, "mean_ulps": rb.enumerate_bias(k, m, Fraction(1, 1024))["mean_ulps"]}
+             for k, m in ((2, 7), (3, 7))]
     saw = [(r["rho_mean"], -r["rne_pv"], r["rne_pv_ci"]) for r in data["grid"]
            if r["k"] == 2 and 0 < r["rho_mean"] < 3 and r["rho_lost"] < 0.01]
     return rb.fig_theory(table, marks, saw)

@@ -96,8 +96,8 @@ def _driver():
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     opts = webdriver.ChromeOptions()
-    for a in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--allow-file-access-from-files",
-              f"--window-size={WINDOW[0]},{WINDOW[1]}", "--force-device-scale-factor=1", "--hide-scrollbars"):
+    for a in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              "--allow-file-access-from-files", f"--window-size={WINDOW[0]},{WINDOW[1]}", "--force-device-scale-factor=1", "--hide-scrollbars"):
         opts.add_argument(a)
     binary = shutil.which("chromium") or shutil.which("chromium-browser")
     drv = shutil.which("chromedriver")

@@ -1,9 +1,9 @@
 """One figure style for the whole book, and a machine check that a figure is readable at its rendered size.
 
 **The rendered size.** A figure in the HTML book's content column is at most `COLUMN_PX` CSS pixels wide at a
-1280-px window (measured by `lib.book.htmlcheck`). A glued figure is a PNG of width W px (the figure's tight bounding box at `fig.dpi`); the
-browser shows it at min(W, column) CSS px, and a CSS px is 1/96 in. A font of s pt in the figure therefore renders
-at  s · (dpi / 96) · min(1, column / W)  pt. A figure of at most `WIDTH` inches (≈ the column) shows its text at
+1280-px window (measured by `lib.book.htmlcheck`). A glued figure is a PNG of width W px (the figure's tight
+bounding box at `fig.dpi`); the browser shows it at min(W, column) CSS px, and a CSS px is 1/96 in. A font of s pt
+in the figure therefore renders at  s · (dpi / 96) · min(1, column / W)  pt. A figure of at most `WIDTH` inches (≈ the column) shows its text at
 about its nominal size; a wider figure shrinks it. The book asks for ≥ `MIN_TEXT_PT` pt after that scaling.
 
 **The style** (`apply_style`): seaborn "ticks", colour-blind palette, `DPI` dots per inch, fonts of 8.5–10 pt,
@@ -48,7 +48,7 @@ COLUMN_PX = 672          # CSS px: width of a figure image in the content column
                          # lib.book.htmlcheck: article 752 px, minus 32-px paddings and the figure's margins)
 CSS_PX_PER_INCH = 96.0   # CSS: 1 in = 96 px = 72 pt
 MIN_TEXT_PT = 8.0        # smallest text the book allows, at the rendered size
-DPI = 150                # PNG resolution; a full-width figure is scaled down to the column, so text size is set by WIDTH
+DPI = 150                # PNG resolution; a full-width figure is scaled down to the column: WIDTH sets the text size
 WIDTH = 6.8              # in: a full-column figure (its tight PNG, with 0.05-in pads, stays under 672/96 = 7.0 in)
 PAD_INCHES = 0.05        # pad of the tight bounding box, as in the saved PNG
 FONT = {"text": 9.5, "label": 9.5, "title": 9.5, "tick": 8.5, "legend": 8.5, "small": 8.5}

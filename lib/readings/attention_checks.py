@@ -301,7 +301,8 @@ def bench_figure(data, meta=None):
                     ax.plot(sel["N"], sel["tflops"], marker=markers[k % len(markers)], ms=4, color=f"C{k}",
                             label=name if (i, j) == (0, 0) else None)
             ax.set_xscale("log", base=2)
-            ax.set_xticks(sorted(set(lf["N"])), [f"{n // 1024}k" if n >= 1024 else str(n) for n in sorted(set(lf["N"]))])
+            ns = sorted(set(lf["N"]))
+            ax.set_xticks(ns, [f"{n // 1024}k" if n >= 1024 else str(n) for n in ns])
             if i == 0:
                 ax.set_title(f"head dim {d}")
             if i == len(modes) - 1:
