@@ -4,17 +4,20 @@ The step is what `lib.training.train.train` does per step without telemetry: for
 grad-norm clip, fused AdamW step, zero_grad. Proxy model of `lib.proxy.proxy_config("full")` (6 layers, width
 384, 6 heads, batch 32 × 512 bytes). Times are `triton.testing.do_bench` medians (ms) of the same fixed batch, all
 arms in one process on one GPU, so the ratios compare like with like. Reported: ms per arm, each arm / sdpa, and the
-cost of the fix (paper+fix / paper). The issue's target: paper placement ≤ 1.3 × the SDPA step.
+cost of the fix (paper+fix / paper), and of logical rounding blocks (`Numerics.round_block`: "paper_rb512" is the
+paper placement rounding per 512-key block as the authors' code does, "paper_rb-1" per whole row, "paper+fix_rb512"
+the same with the fix; each / paper). Target: the paper placement, with 64-key or 512-key rounding blocks, at most
+1.3 × the SDPA step.
 
-    python benchmarks/bench_train_step.py [--out DIR] [--quick]
+    python -m lib.experiments train_step_bench --scale full [--out DIR]    (or: python benchmarks/bench_train_step.py)
 
-writes DIR/full/train_step_bench.json (default DIR: ./results) through `lib.book.results.save`.
+writes DIR/full/train_step_bench.json (default DIR: ./results) with provenance; the arms, rounds and repetition time
+are the registry entry's (lib/experiments/registry.toml).
 """
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -28,12 +31,16 @@ from lib.training.proxy import ARMS, proxy_config  # noqa: E402
 from lib.training.model import GPT  # noqa: E402
 from lib.training.train import make_optimizer  # noqa: E402
 
-ORDER = ("sdpa", "fa2", "paper", "paper+fix", "paper+fix_split", "fp32")
+# arm -> attention spec string (`lib.training.model`): the proxy's arms plus the rounding-block variants
+SPECS = dict(ARMS, **{"paper_rb512": "paper/round_block=512", "paper_rb-1": "paper/round_block=-1",
+                      "paper+fix_rb512": "paper/round_block=512+fix"})
+ORDER = ("sdpa", "fa2", "paper", "paper+fix", "paper+fix_split", "fp32", "paper_rb512", "paper_rb-1",
+         "paper+fix_rb512")
 
 
 def step_fn(arm: str, batch_size: int, seq_len: int):
     """A closure running one training step of the proxy model with attention `arm` on a fixed batch."""
-    cfg = proxy_config("full", attn=ARMS[arm], lr=1e-4, warmup=0, batch_size=batch_size, seq_len=seq_len)
+    cfg = proxy_config("full", attn=SPECS[arm], lr=1e-4, warmup=0, batch_size=batch_size, seq_len=seq_len)
     torch.manual_seed(0)
     model = GPT(cfg.model_config()).cuda()
     opt = make_optimizer(model, cfg)
@@ -51,51 +58,59 @@ def step_fn(arm: str, batch_size: int, seq_len: int):
     return step, cfg
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=None, help="results root (default ./results)")
-    ap.add_argument("--quick", action="store_true", help="one round of rep=200 ms instead of rounds of 1000 ms")
-    ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (default 5)")
-    a = ap.parse_args(argv)
+def run(scale: str, cfg: dict) -> dict:
+    """cfg: arms (names of `SPECS`; must include sdpa), rounds (interleaved timing rounds), rep_ms (do_bench's
+    repetition time per arm and round). GPU only."""
+    order = tuple(cfg["arms"])
+    bad = [x for x in order if x not in SPECS]
+    if bad or "sdpa" not in order:
+        raise ValueError(f"train_step_bench: arms must include sdpa and name arms from {sorted(SPECS)}; got {order}")
     if not torch.cuda.is_available():
-        print("bench_train_step needs a CUDA GPU", file=sys.stderr)
-        return 2
+        raise RuntimeError("train_step_bench needs a CUDA GPU")
     import triton
-    from lib.book import results
-    rep = 200 if a.quick else 1000
-    rounds = 1 if a.quick else a.rounds
-    t0 = time.perf_counter()
+    rep, rounds = int(cfg["rep_ms"]), int(cfg["rounds"])
     steps = {}
-    for arm in ORDER:
-        step, cfg = step_fn(arm, 32, 512)
+    for arm in order:
+        step, _ = step_fn(arm, 32, 512)
         for _ in range(3):          # compile the Triton kernels and warm the allocator
             step()
         steps[arm] = step
     torch.cuda.synchronize()
     # The step is partly CPU-bound (launch overhead), so the timings drift with the host's load: time the arms in
     # interleaved rounds and report each arm's median over rounds and the spread of the ratio to SDPA.
-    per_round = {arm: [] for arm in ORDER}
+    per_round = {arm: [] for arm in order}
     for r in range(rounds):
-        for arm in ORDER:
+        for arm in order:
             per_round[arm].append(triton.testing.do_bench(steps[arm], warmup=100, rep=rep, return_mode="median"))
             print(f"round {r}  {arm:10s} {per_round[arm][-1]:8.3f} ms/step", flush=True)
     ms = {arm: float(np.median(v)) for arm, v in per_round.items()}
-    ratio_rounds = {arm: [a / b for a, b in zip(per_round[arm], per_round["sdpa"])] for arm in ORDER}
-    ratios = {arm: ms[arm] / ms["sdpa"] for arm in ORDER}
-    data = dict(ms_per_step=ms, ratio_to_sdpa=ratios, fix_cost=ms["paper+fix"] / ms["paper"],
-                fix_split_cost=ms["paper+fix_split"] / ms["paper"],
+    ratio_rounds = {arm: [a / b for a, b in zip(per_round[arm], per_round["sdpa"])] for arm in order}
+    ratios = {arm: ms[arm] / ms["sdpa"] for arm in order}
+    over_paper = lambda arm: ms[arm] / ms["paper"] if arm in ms and "paper" in ms else None  # noqa: E731
+    data = dict(ms_per_step=ms, ratio_to_sdpa=ratios, fix_cost=over_paper("paper+fix"),
+                fix_split_cost=over_paper("paper+fix_split"),
+                round_block_cost={arm: over_paper(arm) for arm in order if "_rb" in arm},
                 ms_per_step_rounds=per_round, ratio_to_sdpa_rounds=ratio_rounds, rounds=rounds,
-                paper_within_1p3_of_sdpa=bool(ratios["paper"] <= 1.3),
+                within_1p3_of_sdpa={arm: bool(ratios[arm] <= 1.3) for arm in order if arm.startswith("paper")},
+                arms={arm: SPECS[arm] for arm in order},
                 tokens_per_step=32 * 512, method="triton.testing.do_bench median per round, median over "
                                                   "interleaved rounds, one process, one GPU")
-    print({k: round(v, 3) for k, v in ratios.items()}, "fix cost", round(data["fix_cost"], 3))
-    p = results.save("train_step_bench", "full", data,
-                     depends_on=["benchmarks/bench_train_step.py", "lib/training/train.py", "lib/training/model.py", "kernels/*.py",
-                                 "lib/training/proxy.py"],
-                     seeds=[0], wall_s=round(time.perf_counter() - t0, 3),
-                     config=dict(proxy_config("full").__dict__, rep_ms=rep, rounds=rounds), root=Path(a.out) if a.out else None)
-    print(p)
-    return 0
+    if "paper" in ratios:
+        data["paper_within_1p3_of_sdpa"] = bool(ratios["paper"] <= 1.3)
+    print({k: round(v, 3) for k, v in ratios.items()}, "fix cost", data["fix_cost"],
+          "round_block cost", data["round_block_cost"])
+    return {"data": data, "seeds": [0], "config": dict(proxy_config("full").__dict__)}
+
+
+def main(argv=None) -> int:
+    """The registry entry through `python -m lib.experiments` (``--quick``: one round of 200 ms per arm)."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=None, help="results root (default ./results)")
+    ap.add_argument("--quick", action="store_true", help="one round of rep=200 ms instead of rounds of 1000 ms")
+    a = ap.parse_args(argv)
+    from lib.experiments.__main__ import main as cli
+    return cli(["train_step_bench", "--scale", "full"] + (["--out", a.out] if a.out else [])
+               + (["--set", "rounds=1", "--set", "rep_ms=200"] if a.quick else []))
 
 
 if __name__ == "__main__":

@@ -17,12 +17,22 @@ Paths (`path=`):
   (tensor-core FP32 accumulation instead of FP32 `ieee` products of FP32 operands).
 * None: native on CUDA for BF16 inputs when the numerics allow it, else emulated.
 
+Rounding blocks (`numerics.round_block`, keys): 0 rounds P̄V, ℓ and the O accumulator and runs the fix's tie test per
+key tile (64 keys), as before. A positive multiple of the tile width (e.g. 512, the authors' tile) or -1 (the whole
+row) makes these per logical block instead: one block max and α rescale per block, the tie test over the whole
+block, P̄V and ℓ summed in FP32 over the block's 64-key tiles and rounded once (the kernel walks each block twice:
+a max pass, then the P̄V pass); with round_grad_acc the backward's lp gradient accumulators also take one rounded
+sum per block (dQ: blocks of keys; dK, dV: blocks of queries). Both paths; the compute tile is unchanged, so
+round_block is numerics, not a launch parameter. A positive round_block that is not a multiple of the tile width
+raises ValueError.
+
 `fix="beta"` is the β-scaled max of Qiu & Yao §4 in the forward (rows whose tile max occurs ≥ 2 times, or within
-`tie_tol` below it, use β·max as their max if max > 0 and 0 if max < 0; the shift is capped at `max_shift`, the
-lead's underflow guard, unless max_shift=None); the backward is unchanged. Detection is per key tile, as in the
-paper's Algorithm 1 (the authors' code uses 512-key tiles; ours are 64 wide). `fix="beta_split"` also fires when a
-tile's max equals the running max of the earlier tiles (a max repeated across a tile boundary, which the per-tile
-test misses), so it acts on every row in which two P̄ entries would be exactly 1.
+`tie_tol` below it, use β·max as their max if max > 0 and 0 if max < 0; the shift is capped at `max_shift`, our
+underflow guard, unless max_shift=None); the backward is unchanged. Detection is per key tile, as in the paper's
+Algorithm 1 (the authors' code uses 512-key tiles; ours are 64 wide), or per logical block with round_block (512:
+the authors' detection). `fix="beta_split"` also fires when a tile's (block's) max equals the running max of the
+earlier tiles (a max repeated across a boundary, which the per-tile test misses), so it acts on every row in which
+two P̄ entries would be exactly 1.
 """
 from __future__ import annotations
 
@@ -31,12 +41,12 @@ import math
 import torch
 import triton
 
-from lib.fp.numerics import FP32, Numerics, get_profile
+from lib.fp.numerics import FP32, Numerics, get_profile, tiles_per_round_block
 from kernels.flash_bwd import attn_bwd_dkdv_kernel, attn_bwd_dq_kernel, attn_delta_kernel
 from kernels.flash_fwd import attn_fwd_kernel
 
 __all__ = ["attention", "attention_fwd", "attention_bwd", "compute_delta", "EMULATED_BLOCK", "NATIVE_CONFIGS",
-           "native_config", "native_allowed", "resolve_path"]
+           "native_config", "native_allowed", "resolve_path", "fwd_kernel_key", "bwd_kernel_key"]
 
 EMULATED_BLOCK = (64, 64)        # (BLOCK_M, BLOCK_N) of the emulated path: part of its numerics
 _FIXES = (None, "beta", "beta_split")
@@ -52,17 +62,36 @@ def _interpreting() -> bool:
 # Hand-picked Hopper launch configs of the native path, keyed by (kernel, head_dim <= 64). The benchmark
 # (benchmarks/bench_attention.py --tune) times a small list of alternatives and records which one won.
 # Winners on the H100 (results/full/attention_bench.json, "tuned"): 64×64 tiles, 4 warps for every kernel.
+# "fwd_rb" / "bwd_rb": the kernels with logical rounding blocks (round_block ≠ 0; the backward's only with
+# round_grad_acc), which carry one more FP32 accumulator per output (P̄V; dK and dV, or dQ). Picked without a GPU
+# from ptxas's register report for sm_90 (benchmarks/kernel_registers.py): at head dim 64 the dK/dV kernel spills at
+# 4 warps with 2 stages and does not at 8 warps; at 128 the fewest spills are at 8 warps. Not yet timed.
 NATIVE_CONFIGS = {
     ("fwd", True): dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
     ("fwd", False): dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
     ("bwd", True): dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2),
     ("bwd", False): dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2),
+    ("fwd_rb", True): dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
+    ("fwd_rb", False): dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=2),
+    ("bwd_rb", True): dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=2),
+    ("bwd_rb", False): dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=1),
 }
 
 
 def native_config(head_dim: int, kernel: str) -> dict:
-    """Launch config of the native path for `kernel` in {"fwd", "bwd"} (a copy of NATIVE_CONFIGS' entry)."""
+    """Launch config of the native path for `kernel` in {"fwd", "bwd", "fwd_rb", "bwd_rb"} (a copy of
+    NATIVE_CONFIGS' entry)."""
     return dict(NATIVE_CONFIGS[(kernel, head_dim <= 64)])
+
+
+def fwd_kernel_key(nm: Numerics) -> str:
+    """The NATIVE_CONFIGS kernel name of the forward under `nm`: "fwd_rb" with logical rounding blocks."""
+    return "fwd_rb" if nm.round_block != 0 else "fwd"
+
+
+def bwd_kernel_key(nm: Numerics) -> str:
+    """The NATIVE_CONFIGS kernel name of the dK/dV and dQ kernels: "bwd_rb" when their lp accumulators see blocks."""
+    return "bwd_rb" if nm.round_block != 0 and nm.round_grad_acc else "bwd"
 
 
 def _flags(nm: Numerics) -> dict:
@@ -108,6 +137,18 @@ def _ntiles(n, block):
     return triton.cdiv(n, block) if _interpreting() else 1
 
 
+def _round_block(round_block, block_n, n):
+    """(rb_keys, RB_TILES) of the kernels for `Numerics.round_block` with key tiles of `block_n`: the logical block's
+    width in keys (a runtime loop step: the whole row, rounded up to tiles, for -1; 0 when off) and its tile count
+    for the interpreter's static loops (1 on the compiled path for -1, whose width varies with N: no recompile)."""
+    tiles = tiles_per_round_block(round_block, block_n, n)     # raises on a width that is not a multiple of tiles
+    if round_block == 0:
+        return 0, 1
+    if round_block == -1 and not _interpreting():
+        return tiles * block_n, 1
+    return tiles * block_n, tiles
+
+
 def _blocks(path, d, kernel, block):
     if path == "native":
         cfg = native_config(d, kernel)
@@ -125,14 +166,16 @@ def attention_fwd(q, k, v, *, causal, scale, nm: Numerics, fix, beta, tie_tol, p
     (B, H, N) (natural log), o32 FP32 O before its final rounding (or None)."""
     B, H, N, D = q.shape
     DP = max(16, triton.next_power_of_2(D))
-    cfg = _blocks(path, D, "fwd", block)
+    cfg = _blocks(path, D, fwd_kernel_key(nm), block)
     o = torch.empty_like(q)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
     o32 = torch.empty(q.shape, device=q.device, dtype=torch.float32) if store_o32 else lse
     grid = (triton.cdiv(N, cfg["BLOCK_M"]), B * H)
+    rb_keys, rb_tiles = _round_block(nm.round_block, cfg["BLOCK_N"], N)
     attn_fwd_kernel[grid](q, k, v, o, o32, lse, float(scale), float(beta), float(tie_tol),
-                          float(max_shift) if max_shift is not None else 0.0, N, seed,
-                          CLAMP_SHIFT=max_shift is not None, D=D, DP=DP, N_TILES=_ntiles(N, cfg["BLOCK_N"]), CAUSAL=causal, FIX=_FIX_CODE[fix],
+                          float(max_shift) if max_shift is not None else 0.0, N, seed, rb_keys,
+                          CLAMP_SHIFT=max_shift is not None, D=D, DP=DP, N_TILES=_ntiles(N, cfg["BLOCK_N"]),
+                          ROUND_BLOCK=nm.round_block != 0, RB_TILES=rb_tiles, CAUSAL=causal, FIX=_FIX_CODE[fix],
                           NATIVE=path == "native", STATIC_LOOPS=_interpreting(), STORE_O32=store_o32,
                           **_fwd_flags(nm), **cfg)
     return o, lse, (o32 if store_o32 else None)
@@ -146,8 +189,8 @@ def compute_delta(o, do, q, k, v, lse, *, causal, scale, nm: Numerics, path, see
     cfg = _blocks(path, D, "bwd", block)
     if nm.delta_source == "dp_p":
         attn_bwd_dq_kernel[(triton.cdiv(N, cfg["BLOCK_M"]), B * H)](
-            q, k, v, do, lse, delta, delta, float(scale), N, seed, D=D, DP=DP,
-            N_TILES=_ntiles(N, cfg["BLOCK_N"]), CAUSAL=causal, NATIVE=path == "native",
+            q, k, v, do, lse, delta, delta, float(scale), N, seed, 0, D=D, DP=DP,
+            N_TILES=_ntiles(N, cfg["BLOCK_N"]), ROUND_BLOCK=False, RB_TILES=1, CAUSAL=causal, NATIVE=path == "native",
             STATIC_LOOPS=_interpreting(), DELTA_ONLY=True, **_bwd_flags(nm), **cfg)
     else:
         bm = cfg["BLOCK_M"]
@@ -165,19 +208,24 @@ def attention_bwd(do, q, k, v, o_for_delta, lse, *, causal, scale, nm: Numerics,
     DP = max(16, triton.next_power_of_2(D))
     delta = compute_delta(o_for_delta, do, q, k, v, lse, causal=causal, scale=scale, nm=nm, path=path, seed=seed,
                           block=block)
-    cfg = _blocks(path, D, "bwd", block)
+    cfg = _blocks(path, D, bwd_kernel_key(nm), block)
     gdt = grad_dtype or q.dtype
     dq = torch.empty(q.shape, device=q.device, dtype=gdt)
     dk = torch.empty(q.shape, device=q.device, dtype=gdt)
     dv = torch.empty(q.shape, device=q.device, dtype=gdt)
     common = dict(D=D, DP=DP, CAUSAL=causal, NATIVE=path == "native", STATIC_LOOPS=_interpreting(), **_bwd_flags(nm),
                   **cfg)
+    # Logical rounding blocks reach the backward only through its lp gradient accumulators (round_grad_acc): key
+    # blocks in the dQ loop, query blocks in the dK/dV loop. With FP32 accumulators they would only reorder sums.
+    rb = nm.round_block if nm.round_grad_acc else 0
+    rb_rows, rb_m_tiles = _round_block(rb, cfg["BLOCK_M"], N)
+    rb_keys, rb_n_tiles = _round_block(rb, cfg["BLOCK_N"], N)
     attn_bwd_dkdv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), B * H)](
-        q, k, v, do, lse, delta, dk, dv, float(scale), N, seed, M_TILES=_ntiles(N, cfg["BLOCK_M"]),
-        ROUND_BWD_P=nm.round_bwd_p, **common)
+        q, k, v, do, lse, delta, dk, dv, float(scale), N, seed, rb_rows, M_TILES=_ntiles(N, cfg["BLOCK_M"]),
+        ROUND_BLOCK=rb != 0, RB_TILES=rb_m_tiles, ROUND_BWD_P=nm.round_bwd_p, **common)
     attn_bwd_dq_kernel[(triton.cdiv(N, cfg["BLOCK_M"]), B * H)](
-        q, k, v, do, lse, delta, dq, float(scale), N, seed, N_TILES=_ntiles(N, cfg["BLOCK_N"]),
-        DELTA_ONLY=False, **common)
+        q, k, v, do, lse, delta, dq, float(scale), N, seed, rb_keys, N_TILES=_ntiles(N, cfg["BLOCK_N"]),
+        ROUND_BLOCK=rb != 0, RB_TILES=rb_n_tiles, DELTA_ONLY=False, **common)
     return dq, dk, dv, delta
 
 
@@ -200,7 +248,8 @@ class _FlashAttention(torch.autograd.Function):
         if nm.delta_source == "fp32_o":
             # The paper's "recompute O in FP32" ablation: O from the same inputs with every rounding off (FP32
             # matmuls on either path), same fix.
-            o_delta, _, _ = attention_fwd(q.float(), k.float(), v.float(), causal=causal, scale=scale, nm=FP32,
+            o_delta, _, _ = attention_fwd(q.float(), k.float(), v.float(), causal=causal, scale=scale,
+                                          nm=FP32.replace(round_block=nm.round_block),
                                           fix=fix, beta=beta, tie_tol=tie_tol, max_shift=max_shift, path="emulated",
                                           block=block if path == "emulated" else None)
         ctx.save_for_backward(q, k, v, o_delta, lse)
@@ -247,7 +296,8 @@ def attention(q, k, v, *, causal=True, scale=None, numerics="fa2", fix=None, bet
 
     q, k, v: (batch, heads, seq, head_dim), bfloat16 or float32, same device; head_dim in [16, 128].
     causal: mask keys after the query (top-left aligned). scale: softmax scale, default 1/sqrt(head_dim).
-    numerics: "fp32" | "fa2" | "paper" or a `lib.fp.numerics.Numerics`. fix: None, "beta" (per-tile detection, the
+    numerics: "fp32" | "fa2" | "paper" or a `lib.fp.numerics.Numerics` (its `round_block` sets the logical
+    rounding block: module docstring). fix: None, "beta" (per-tile detection, the
     paper's Algorithm 1) or "beta_split" (also a max repeated across tiles). beta > 1: the β of the
     fix. tie_tol >= 0: a row's tile max counts as repeated when another score is >= max − tie_tol (0: exact ties).
     max_shift > 0 or None: underflow guard of the fix — a repeated max is never shifted by more than max_shift
@@ -275,6 +325,11 @@ def attention(q, k, v, *, causal=True, scale=None, numerics="fa2", fix=None, bet
         if len(block) != 2 or any(not isinstance(b, int) or b < 16 or b & (b - 1) for b in block):
             raise ValueError(f"block must be (BLOCK_M, BLOCK_N), powers of two >= 16, got {block!r}")
     path = resolve_path(path, nm, q.dtype, q.device)
+    if nm.round_block > 0:     # a logical block must be whole tiles, in the forward and in the backward's loops
+        for kernel in (fwd_kernel_key(nm), bwd_kernel_key(nm)):
+            cfg = _blocks(path, q.shape[-1], kernel, block)
+            for width in ((cfg["BLOCK_N"],) if kernel.startswith("fwd") else (cfg["BLOCK_M"], cfg["BLOCK_N"])):
+                tiles_per_round_block(nm.round_block, width, q.shape[2])
     return _FlashAttention.apply(q, k, v, bool(causal), float(scale), nm, fix, float(beta), float(tie_tol),
                                  None if max_shift is None else float(max_shift), path,
                                  tuple(block) if block is not None else None)

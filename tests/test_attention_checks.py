@@ -22,8 +22,9 @@ def test_rounding_table_marks_follow_the_profiles():
             val = getattr(nm, row["field"].strip("`"))
             if isinstance(val, bool):
                 assert row[prof] == ("✓" if val else "–")
-    rounds = t["field"].str.startswith("`round_")
+    rounds = t["field"].str.startswith("`round_") & (t["field"] != "`round_block`")   # the bool switches
     assert (t.loc[rounds, "fp32"] == "–").all()          # fp32 rounds nothing
+    assert (t.loc[t["field"] == "`round_block`", ["fp32", "fa2", "paper"]] == "0").all(axis=None)   # per tile
 
 
 def test_error_vs_fp64_orders_the_profiles_and_plots():

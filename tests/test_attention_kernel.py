@@ -73,17 +73,19 @@ def test_bit_exact_against_oracle(profile, fix, seed, N, D, causal):
     _assert_bitwise(_kernel(q, k, v, do, nm, causal, fix), _oracle(q, k, v, do, nm, causal, fix))
 
 
-@pytest.mark.parametrize("variant", ["dp_p", "fp32_o", "m3", "tie_tol", "clamp", "paper_rule"])
+@pytest.mark.parametrize("variant", ["dp_p", "fp32_o", "m3", "sr", "tie_tol", "clamp", "paper_rule"])
 def test_bit_exact_variants(variant):
-    """δ sources, the precision dial (3 mantissa bits), a tie tolerance, and large repeated maxima with the
-    underflow guard (max_shift = 64: the shift is capped) and without it (the paper's rule: rows underflow), on
-    one small causal shape."""
+    """δ sources, the precision dial (3 mantissa bits, RNE and stochastic rounding: the oracle replays the kernels'
+    Philox bits for seed 0), a tie tolerance, and large repeated maxima with the underflow guard (max_shift = 64:
+    the shift is capped) and without it (the paper's rule: rows underflow), on one small causal shape."""
     q, k, v, do = _inputs(10, 40, 16, ties=True)
     nm, fix, fx = get_profile("fa2"), "beta", {}
     if variant in ("dp_p", "fp32_o"):
         nm = nm.replace(delta_source=variant)
     elif variant == "m3":
         nm = get_profile("paper").replace(mantissa_bits=3)
+    elif variant == "sr":
+        nm = get_profile("paper").replace(mantissa_bits=3, rounding="sr")
     elif variant == "tie_tol":
         fx = dict(tie_tol=0.05)
     else:
@@ -158,8 +160,8 @@ def _sr_call(q, k, v, nm, torch_seed):
 
 @pytest.mark.parametrize("profile", ["fa2", "paper"])
 def test_stochastic_rounding_fresh_bits_per_call(profile):
-    """SR has no bit-exact oracle (Philox streams are not replayed). Each call draws its Philox seed from torch's
-    generator: the same torch seed gives the same O, another seed other bits (a fixed seed would be a per-position
+    """Each call draws its Philox seed from torch's generator (the bit-exact SR check against the oracle, which
+    replays the Philox bits of a given seed, is test_bit_exact_variants["sr"]): the same torch seed gives the same O, another seed other bits (a fixed seed would be a per-position
     systematic bias over training steps); O differs from RNE and stays within a few 3-bit ulps of fp64. "paper"
     rounds the (BLOCK_M, head dim) P̄V and accumulator tiles, whose element ids once had the wrong shape whenever
     the head dim differed from the key tile (here 16 vs 32)."""

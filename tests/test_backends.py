@@ -291,3 +291,25 @@ def test_dose_backend_in_a_model_trains_and_logs():
     u = train(TrainConfig(**(TINY | dict(steps=2)), attn="authors/tile=16+fix,authors+zero_rows"))
     uf = np.asarray(u["telemetry"]["underflow_rows"])
     assert uf.shape == (2, 2) and ((uf >= 0) & (uf <= 1)).all()
+
+
+def test_fix_row_stats_count_shifted_zeroed_and_guarded_rows():
+    """Planted q, k: rows whose max repeats get shifted; with β = 7 a tied max above 87.3/6 ≈ 14.6 is zeroed by the
+    exact rule and capped by a 64 guard; untied rows are left alone; the tie test uses the rounding block."""
+    from lib.training.zero_rows import fix_row_stats, tie_block
+    from lib.fp.numerics import PAPER
+    T, D = 128, 16
+    k = torch.zeros(1, 1, T, D)
+    k[0, 0, 3, 0] = k[0, 0, 70, 0] = 1.0                  # two identical keys, in different 64-key tiles
+    q = torch.zeros(1, 1, T, D)
+    q[0, 0, :, 0] = torch.linspace(0, 20, T) * math.sqrt(D)   # the tied score grows along the rows: 11 to 20
+    pb = PAPER.replace(round_block=128)
+    assert tie_block(PAPER, T) == 64 and tie_block(pb, T) == 128 and tie_block(PAPER.replace(round_block=-1), T) == T
+    per_tile = fix_row_stats(q, k, numerics=PAPER, beta=7.0, tie_tol=0.0, max_shift=None)
+    per_block = fix_row_stats(q, k, numerics=pb, beta=7.0, tie_tol=0.0, max_shift=None)
+    guarded = fix_row_stats(q, k, numerics=pb, beta=7.0, tie_tol=0.0, max_shift=64.0)
+    # the two maxima never share a 64-key tile, so a per-tile test sees no tie; one 128-key block holds both: every
+    # row from key 70 on (58 of 128) ties, and those whose tied score exceeds 87.3/6 ≈ 14.6 are zeroed
+    assert per_tile["fix_rows"] == 0.0 and per_block["fix_rows"] == 58 / 128
+    assert 0 < per_block["fix_zero_rows"] < per_block["fix_rows"] and guarded["fix_zero_rows"] == 0.0
+    assert guarded["fix_guard_rows"] > 0 and per_block["fix_guard_rows"] == 0.0

@@ -26,8 +26,13 @@ def test_every_entry_resolves_and_its_base_runs_on_cfg():
         params = list(inspect.signature(mod.run).parameters)
         assert params[:2] == ["scale", "cfg"], (e.name, params)
         assert (mod.__doc__ or "").strip(), f"{e.module} has no docstring"
-        for s in registry.SCALES:
+        assert "full" in e.configs, f"{e.name} has no full configuration"
+        for s in e.configs:
             assert isinstance(registry.resolve(e.name, s), dict)
+    gpu_only = [e for e in es.values() if "ci" not in e.configs]
+    for e in gpu_only:
+        with pytest.raises(registry.RegistryError, match="needs a GPU"):
+            registry.resolve(e.name, "ci")
         assert e.summary and e.device in ("cpu", "gpu") and e.gpu_min >= 0
 
 

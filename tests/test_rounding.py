@@ -127,3 +127,20 @@ def test_bit_string_layout():
     assert s == "1 10000000 0011010 | 0000000000000000"
     f = ref.bit_fields(1.0, m=3)
     assert f["exponent"] == "01111111" and f["fraction"] == "000" and len(f["dropped"]) == 20
+
+
+@pytest.mark.parametrize("seed", [0, 7, 2**30 - 5, -3])
+def test_philox_randint_replays_triton_randint(seed):
+    """`lib.fp.bf16.philox_randint` is Triton's tl.randint: stochastic rounding with its bits for element offsets
+    0..n-1 equals the kernel's `stochastic_round(x, m, seed)` (Philox(seed, element index)) bit for bit, and the
+    bits themselves look uniform (a wrong round constant or key schedule would still give bits, but other ones)."""
+    x = _random_patterns(4096, 11)
+    x = torch.where(torch.isfinite(x), x, torch.zeros_like(x))
+    bits = ref.philox_randint(seed, np.arange(x.numel()))
+    assert bits.dtype == np.uint32 and abs(bits.mean() / 2.0 ** 32 - 0.5) < 0.02
+    if seed >= 0:                                          # the host wrapper takes non-negative seeds only
+        for m in (7, 3):
+            ours = ref.round_stochastic(x.numpy(), m, random_bits=bits)
+            got = stochastic_round(x.to(DEVICE), m, seed).cpu().numpy()
+            assert np.array_equal(got.view(np.uint32), ours.view(np.uint32))
+    assert not np.array_equal(bits, ref.philox_randint(seed + 1, np.arange(x.numel())))

@@ -13,7 +13,7 @@ Each TOML table is one result::
     inputs = ["data/corpus/pystdlib.txt.xz"]   # files read by the run (sha256 recorded)
     [precision_dial_m6.full]       # the configuration at full scale (merged over the extended entry's)
     bits = [6]
-    [precision_dial_m6.ci]         # ... and at ci scale
+    [precision_dial_m6.ci]         # ... and at ci scale (an entry without a ci table runs only on a GPU)
     bits = [3]
 
 `resolve(name, scale)` merges the scale tables along the `extends` chain (later entries win, key by key) into the
@@ -49,7 +49,7 @@ class Entry:
     inputs: tuple = ()
     device: str = "gpu"        # "cpu": the full scale needs no GPU
     code: str = "run"          # the function of the base module whose reachable code is fingerprinted
-    configs: dict = field(default_factory=dict)   # scale -> resolved cfg
+    configs: dict = field(default_factory=dict)   # scale -> resolved cfg (only the scales the entry has)
 
     @property
     def module(self) -> str:
@@ -78,13 +78,14 @@ def _merge(raw: dict, name: str, seen=()) -> dict:
     if name in seen:
         raise RegistryError(f"registry: 'extends' cycle through {' -> '.join(seen + (name,))}")
     t = raw[name]
-    parent = _merge(raw, t["extends"], seen + (name,)) if "extends" in t else {"ci": {}, "full": {}}
+    parent = _merge(raw, t["extends"], seen + (name,)) if "extends" in t else {"ci": {}, "full": {}, "scales": ()}
     out = {k: v for k, v in parent.items() if k not in ("ci", "full", "summary", "chapter", "gpu_min")}
     for k, v in t.items():
         if k not in ("ci", "full", "extends"):
             out[k] = v
     for s in SCALES:
         out[s] = {**parent.get(s, {}), **t.get(s, {})}
+    out["scales"] = tuple(s for s in SCALES if s in t or s in parent["scales"])
     return out
 
 
@@ -101,7 +102,7 @@ def entries(path: Path | str = REGISTRY_FILE) -> dict[str, Entry]:
                           gpu_min=float(m.get("gpu_min", 0.0)), needs=tuple(m.get("needs", ())),
                           inputs=tuple(m.get("inputs", ())), code=m.get("code", "run"),
                           device=m.get("device", "gpu"),
-                          configs={s: m[s] for s in SCALES})
+                          configs={s: m[s] for s in m["scales"]})
     for e in out.values():
         if e.device not in ("cpu", "gpu"):
             raise RegistryError(f"registry: [{e.name}] device must be 'cpu' or 'gpu', got {e.device!r}")
@@ -122,7 +123,11 @@ def resolve(name: str, scale: str, overrides: dict | None = None, path: Path | s
     """The resolved configuration of `name` at `scale` (a new dict), with `overrides` applied last."""
     if scale not in SCALES:
         raise RegistryError(f"unknown scale {scale!r}; choose one of {SCALES}")
-    cfg = json.loads(json.dumps(get(name, path).configs[scale]))   # a deep copy of plain JSON values
+    e = get(name, path)
+    if scale not in e.configs:
+        raise RegistryError(f"{name} has no {scale} configuration (it runs at {', '.join(e.configs) or 'no scale'}"
+                            f"{': it needs a GPU' if scale == 'ci' else ''})")
+    cfg = json.loads(json.dumps(e.configs[scale]))   # a deep copy of plain JSON values
     for k, v in (overrides or {}).items():
         cfg[k] = v
     return cfg

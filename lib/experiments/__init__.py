@@ -69,3 +69,14 @@ def run_live(name: str, scale: str, overrides: dict | None = None) -> dict:
     """Run registry entry `name` at `scale` without saving (what a chapter shows live at ci scale): the base
     module's return value, {"data", "arrays", "seeds", ...}."""
     return base_module(registry.get(name)).run(scale, registry.resolve(name, scale, overrides))
+
+
+def live_result(name: str, scale: str, overrides: dict | None = None) -> results.Result:
+    """`run_live` wrapped as a `lib.book.results.Result` (meta: this machine, the commit, the resolved configuration),
+    so a chapter handles its live ci-scale run and a committed full-scale result alike."""
+    import datetime as _dt
+    cfg = registry.resolve(name, scale, overrides)
+    out = base_module(registry.get(name)).run(scale, cfg)
+    meta = dict(results.environment(), name=name, scale=scale, git_commit=results.git_commit(), config=cfg,
+                created_utc=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    return results.Result(name, scale, meta, out["data"], out.get("arrays", {}))

@@ -82,6 +82,11 @@ def main(argv=None) -> int:
     except (_scale.ScaleError, ValueError) as e:
         return _fail(str(e))
     from lib.experiments import ExperimentError, run_and_save
+    if a.names == ["all"]:
+        skipped = [n for n in names if scale not in es[n].configs]
+        names = [n for n in names if scale in es[n].configs]
+        if skipped:
+            print(f"(skipped, no {scale} configuration: {', '.join(skipped)})", flush=True)
     failed, done = [], []
     for n in names:
         print(f"=== {n} @ {scale}  ({es[n].summary})", flush=True)
@@ -89,7 +94,7 @@ def main(argv=None) -> int:
             p = run_and_save(n, scale, Path(a.out) if a.out else None, overrides)
             print(f"    -> {p}", flush=True)
             done.append((n, str(p)))
-        except ExperimentError as e:
+        except (ExperimentError, registry.RegistryError) as e:
             print(f"error: {e}", file=sys.stderr)
             failed.append(n)
         except Exception:  # keep going: one failing experiment must not lose the others' results

@@ -7,8 +7,9 @@ names of `lib.training.proxy.ARMS`.
 
 cfg: lr (a number, "from:lr_sweep" — the LR that the committed full `lr_sweep` chose, `lr_sweep.choose_lr` — or
 "from:regime_sweep", the healthy LR of `lib.readings.regime`), steps, seeds, contrast_seeds, fix_arms, contrast_arms,
-specs ({arm name: attention spec string} for arms not in `proxy.ARMS`), repeat (true/false), train (TrainConfig
-overrides of the proxy, e.g. {"n_embd": 768}). At full scale the runs share one GPU as concurrent processes, each capped by
+specs ({arm name: attention spec string} for arms not in `proxy.ARMS`), arm_train ({arm name: TrainConfig
+overrides of that arm only}, e.g. QK-norm), repeat (true/false), train (TrainConfig overrides of every run, e.g.
+{"n_embd": 768}). At full scale the runs share one GPU as concurrent processes, each capped by
 $EXPLOSION_BUDGET_S wall seconds (a machine limit, recorded as "truncated_at"); set `steps` so that every run ends
 on its step count. At ci scale: the tiny CPU proxy, kernel arms only when `kernels.attention` imports.
 """
@@ -65,8 +66,11 @@ def plan(scale: str, cfg: dict) -> dict:
         raise RuntimeError(f"the headline needs kernels.attention: {missing}")
     specs = dict(cfg.get("specs", {}))       # arms defined by the entry: {name: attention spec string}
 
+    arm_train = dict(cfg.get("arm_train", {}))   # per-arm TrainConfig overrides, e.g. {"sdpa_qknorm": {"qk_norm": true}}
+
     def run(a, s, **kw):
-        return dict(arm=a, seed=s, lr=lr, **({"attn": specs[a]} if a in specs else {}), **kw)
+        return dict(arm=a, seed=s, lr=lr, **({"attn": specs[a]} if a in specs else {}),
+                    **({"config": dict(arm_train[a])} if a in arm_train else {}), **kw)
 
     def needs_kernel(a):
         return a in proxy.KERNEL_ARMS or (a in specs and specs[a] not in ("sdpa", "naive"))

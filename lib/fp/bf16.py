@@ -21,7 +21,7 @@ import numpy as np
 __all__ = [
     "MANTISSA_BF16", "check_mantissa_bits", "f32_bits", "bits_f32",
     "round_bits_rne", "round_rne", "round_stochastic", "to_bf16_bits", "bf16_bits_to_f32",
-    "ulp", "bit_fields", "bit_string", "exact_round_rne",
+    "ulp", "bit_fields", "bit_string", "exact_round_rne", "philox_randint",
 ]
 
 MANTISSA_BF16 = 7
@@ -163,3 +163,31 @@ def exact_round_rne(q: Fraction, m: int) -> Fraction:
     if rem > Fraction(1, 2) or (rem == Fraction(1, 2) and lo % 2 == 1):
         lo += 1
     return sign * lo * spacing
+
+
+_PHILOX_ROUND = (0xD2511F53, 0xCD9E8D57)     # Triton's 32-bit Philox constants (triton/language/random.py)
+_PHILOX_KEY = (0x9E3779B9, 0xBB67AE85)
+_U32 = 0xFFFFFFFF
+
+
+def philox_randint(seed: int, offsets, n_rounds: int = 10) -> np.ndarray:
+    """Triton's `tl.randint(seed, offsets)` in numpy: Philox-4x32 with `n_rounds` rounds, key = the seed as a 64-bit
+    unsigned integer (a negative int32 seed sign-extends, as in Triton), counter = (offset, 0, 0, 0) for int32
+    offsets; returns the first output word (uint32, the shape of `offsets`). The kernels' stochastic rounding draws
+    these bits, so the oracle can replay them."""
+    seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+    k0 = np.uint64(seed & _U32)
+    k1 = np.uint64((seed >> 32) & _U32)
+    c0 = np.asarray(offsets).astype(np.int64).astype(np.uint64) & np.uint64(_U32)
+    c1 = np.zeros_like(c0)
+    c2 = np.zeros_like(c0)
+    c3 = np.zeros_like(c0)
+    a, b = np.uint64(_PHILOX_ROUND[0]), np.uint64(_PHILOX_ROUND[1])
+    m32, s32 = np.uint64(_U32), np.uint64(32)
+    for _ in range(n_rounds):
+        p0 = a * c0                      # < 2**64: exact in uint64
+        p2 = b * c2
+        c0, c2, c1, c3 = ((p2 >> s32) ^ c1 ^ k0) & m32, ((p0 >> s32) ^ c3 ^ k1) & m32, p2 & m32, p0 & m32
+        k0 = (k0 + np.uint64(_PHILOX_KEY[0])) & m32
+        k1 = (k1 + np.uint64(_PHILOX_KEY[1])) & m32
+    return c0.astype(np.uint32)

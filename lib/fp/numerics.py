@@ -15,13 +15,22 @@ Profiles
               autocast (einsum outputs, BF16 − BF16, in-place updates of BF16 buffers), FP32 where autocast runs the
               op in FP32 (exp, log, sum). Checked on the GPU by `lib/experiments/paper_placement.py` (chapter 2).
 
+Rounding blocks
+---------------
+`round_block` (keys) decouples the rounding points that depend on tiling from the kernels' compute tile (64 keys).
+0: they follow the compute tile (the default; every profile). R > 0, a multiple of the tile width (e.g. 512, the
+authors' tile): per logical block of R keys the forward takes one block max (the α rescale once per block), runs
+the fix's tie test over the whole block, sums P̄V and ℓ over the block's tiles in FP32 and rounds them (round_pv,
+round_l, round_acc) once per block; with round_grad_acc the backward rounds dQ per block of R keys and dK, dV per
+block of R queries. -1: one block per row (the paper's untiled analysis). Spec strings: ``paper/round_block=512``.
+
 The exact arithmetic order each flag guards is written down in `lib/fp/reference.py` (module docstring).
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
-__all__ = ["Numerics", "PROFILES", "get_profile", "rounding_point_table"]
+__all__ = ["Numerics", "PROFILES", "get_profile", "rounding_point_table", "tiles_per_round_block"]
 
 _DELTA_SOURCES = ("saved_o", "fp32_o", "dp_p")
 _ROUNDINGS = ("rne", "sr")
@@ -40,6 +49,7 @@ class Numerics:
     normalize_then_round: bool = True  # True: O = lp(acc/ℓ) with FP32 acc (fa2); False: O = lp(lp(acc)/lp(ℓ))
     round_lse: bool = False        # LSE = m + log ℓ stored in lp
     round_o: bool = True           # O as returned and saved for backward, in lp
+    round_block: int = 0           # keys per logical rounding block: 0 = the compute tile, k·tile width, -1 = row
     # --- backward -----------------------------------------------------------------------------------------------
     delta_source: str = "saved_o"  # δ from the saved O ("saved_o"), an FP32 recompute ("fp32_o"), or rowsum(dP∘P)
     round_delta: bool = False      # δ itself stored in lp (paper code)
@@ -61,6 +71,10 @@ class Numerics:
         if isinstance(self.mantissa_bits, bool) or not isinstance(self.mantissa_bits, int) \
                 or not 1 <= self.mantissa_bits <= 23:
             raise ValueError(f"mantissa_bits must be an int in [1, 23], got {self.mantissa_bits!r}")
+        rb = self.round_block
+        if isinstance(rb, bool) or not isinstance(rb, int) or not (rb in (-1, 0) or (rb > 0 and rb % 16 == 0)):
+            raise ValueError(f"round_block must be 0 (the compute tile), -1 (the whole key row) or a positive "
+                             f"multiple of the compute tile width (a multiple of 16, e.g. 512), got {rb!r}")
         for f in fields(self):
             if f.type in ("bool", bool) and not isinstance(getattr(self, f.name), bool):
                 raise TypeError(f"{f.name} must be a bool, got {getattr(self, f.name)!r}")
@@ -97,6 +111,7 @@ DESCRIPTIONS = {
     "normalize_then_round": "normalise in FP32, then round once",
     "round_lse": "LSE = m + log ℓ",
     "round_o": "O returned / saved for backward",
+    "round_block": "keys per rounding block (0: compute tile, −1: row)",
     "delta_source": "δ source",
     "round_delta": "δ stored",
     "round_delta_products": "δ's products dO∘O",
@@ -125,3 +140,17 @@ def rounding_point_table(profiles=("fp32", "fa2", "paper")):
     """Rows (field, description, value per profile) for the chapter-2 table."""
     ps = [get_profile(p) for p in profiles]
     return [(f.name, DESCRIPTIONS[f.name], *[getattr(p, f.name) for p in ps]) for f in fields(Numerics)]
+
+
+def tiles_per_round_block(round_block: int, block: int, n: int) -> int:
+    """Tiles of width `block` per logical rounding block (`Numerics.round_block`) along a row (or column) of `n`
+    keys (or queries): 1 for round_block = 0, all `ceil(n / block)` tiles for -1, round_block / block otherwise.
+    Raises ValueError when a positive round_block is not a multiple of `block` (the kernels' tiles are 64 wide)."""
+    if round_block == 0:
+        return 1
+    if round_block == -1:
+        return max(1, -(-int(n) // int(block)))
+    if round_block % block:
+        raise ValueError(f"round_block={round_block} must be a multiple of the tile width {block}; use a "
+                         f"multiple of {block}, 0 (per tile) or -1 (the whole row)")
+    return round_block // block

@@ -8,13 +8,16 @@ Two things live here.
 2. `emulate_forward`, `emulate_delta`, `emulate_backward` (and `emulate_attention` for both): the FlashAttention-2
    algorithm on BLOCK_M × BLOCK_N tiles with every rounding point of a `lib.fp.numerics.Numerics` value, written so that
    Triton's CPU interpreter running `kernels/flash_fwd.py` / `kernels/flash_bwd.py` on the emulated path gives
-   **bit-identical** results (round to nearest even; stochastic rounding only agrees in distribution, because the
-   kernel's Philox streams are not replayed here).
+   **bit-identical** results, under round-to-nearest-even and under stochastic rounding (the kernels' Philox bits
+   are replayed: `lib.fp.bf16.philox_randint`), given the kernels' `seed` and the same tiles.
 
-Arithmetic (the contract that the kernels in `kernels/` implement bit for bit)
-------------------------------------------------------------------------------------------------------
-Everything is float32 numpy. ``rnd(x)`` is `lib.fp.bf16.round_rne(x, mantissa_bits)` (or `round_stochastic`; under
-SR the scores S of each tile have their own random stream, which the backward's recomputation of S reuses).
+Arithmetic (the contract the kernels follow)
+---------------------------------------------
+Everything is float32 numpy. ``rnd(x)`` is `lib.fp.bf16.round_rne(x, mantissa_bits)`, or under SR
+`round_stochastic(x, random_bits=Philox(seed + salt·1000003 + tile id, element ids))` as in the kernels'
+`round_point`: each rounding point has its salt, each tile (query tile i, key tile j of head bh) the id
+(bh·131 + i)·1031 + j (a logical block: its first tile's), each element its id; the backward recomputes S with the
+forward's salt and ids, so it draws the forward's bits.
 What the interpreter does, and therefore what this module does, op by op (triton 3.6 ``runtime/interpreter.py``):
 ``tl.dot(a, b)`` is ``np.matmul(a, b, dtype=float32) + 0`` on the zero-padded tile shapes (BM, DP) @ (DP, BN) etc.,
 with a transposed *view* where the kernel writes ``tl.trans``; ``tl.sum(x, 1)`` is ``np.sum(x, axis=1)`` on the
@@ -39,6 +42,23 @@ Forward, one query tile, key tiles j = 0, 1, … in increasing order (m = −inf
   end: ℓ_safe = 1 where ℓ = 0; O = acc/ℓ_safe (normalize_then_round) or rnd(acc)/rnd(ℓ_safe); [round_o] rnd
        LSE = (0 if m = −inf else m) + log(ℓ_safe) ; [round_lse] rnd
 
+Logical rounding blocks (`Numerics.round_block` = R ≠ 0): the key tiles are grouped into blocks of R keys (R/BLOCK_N
+tiles, aligned at multiples of R; R = −1: all of the row's tiles), and the per-tile steps above become per-block
+steps. For each block B (its tiles j that reach the diagonal, in increasing order)::
+
+    s_j as above for every j ∈ B ; s_B = the tiles side by side (BM, |B|·BN)
+    m_t = max(s_B, 1) ; [fix] m_t = fixed_row_max(s_B, m_t, …): the tie test over the whole block
+    m_new, m_use, e, α as above (once per block)
+    ℓ_B = 0 ; pv_B = 0 ; for j ∈ B in order: x = s_j − m_use [round_s_minus_m] ; p = exp(x) ; p_op = [round_p] rnd(p)
+                                             ℓ_B = ℓ_B + sum(p_op or p, 1) ; pv_B = pv_B + dot(p_op, v_j)
+    ℓ = ℓ·α + ℓ_B ; [round_l] rnd ; acc = acc·α ; [round_acc] rnd ; [round_pv] pv_B = rnd(pv_B) ;
+    acc = acc + pv_B ; [round_acc] rnd ; m = m_new
+
+R = 0 is the same code with one tile per block (ℓ_B = 0 + sum and pv_B = 0 + dot are exact, so nothing changes).
+The kernel finds m_B and the tie in a first pass over the block's tiles (a running top two: the tie test
+"another score ≥ max − tie_tol" is "runner-up ≥ max − tie_tol") and recomputes S in a second; the result is the
+same. The backward uses the blocks only with round_grad_acc (below).
+
 δ: "saved_o"/"fp32_o": t = O∘dO on the (BM, DP) tile ; [round_delta_products] rnd ; δ = sum(t, 1) with O the saved
 O, or the O of an all-FP32 forward (same tiles and fix). "dp_p": δ = Σ_j sum(p∘dp, 1) over the key tiles of the
 dQ loop with FP32 p and FP32 dp. Then [round_delta] rnd.
@@ -52,6 +72,11 @@ in order); padding query rows have LSE = +inf and δ = 0::
         each: [round_grad_acc] g = rnd(g) ; acc = acc + g ; [round_grad_acc] rnd
     end: dQ·α, dK·α (FP32)
 
+With round_grad_acc and round_block = R ≠ 0, g is a logical block's FP32 sum instead of one tile's product: in the
+dQ loop g = 0 + dot(ds_op_j, k_j) + … over the key tiles of a block of R keys (in order), in the dK/dV loop over the
+query tiles of a block of R queries; then g = rnd(g) ; acc = rnd(acc + g) once per block. (With FP32 accumulators
+the blocks would only reorder FP32 sums, so the backward stays per tile.)
+
 The β fix (Qiu & Yao §4, per tile): see `fixed_row_max` (with the underflow guard `max_shift`, default 64). It is the only code that decides the fix, and the property
 tests (`tests/test_fix_property.py`) exercise it directly.
 
@@ -64,8 +89,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lib.fp.bf16 import round_rne, round_stochastic
-from lib.fp.numerics import FP32, Numerics, get_profile
+from lib.fp.bf16 import philox_randint, round_rne, round_stochastic
+from lib.fp.numerics import FP32, Numerics, get_profile, tiles_per_round_block
 
 __all__ = ["attention_fp64", "fixed_row_max", "check_fix_args", "check_max_shift", "online_softmax_rows", "emulate_forward", "emulate_delta",
            "emulate_backward", "emulate_attention", "ForwardResult", "padded_head_dim", "FIXES"]
@@ -199,7 +224,7 @@ def fixed_row_max(s, m_t=None, *, beta: float = 7.0, tie_tol: float = 0.0, max_s
         tile boundary;
       * m_t = 0, a single maximum, or a fully masked row (m_t = −inf) are left unchanged;
       * where β·m_t overflows to +inf the row is left unchanged (m stays finite);
-      * underflow guard (our addition; `max_shift=None` gives the paper's exact rule): the shift
+      * underflow guard (ours; `max_shift=None` gives the paper's exact rule): the shift
         d = (β−1)·m_t (m_t > 0) or −m_t (m_t < 0) of a repeated max is capped: where d > max_shift the max becomes
         m_t + max_shift, so the row's largest weight stays ≥ e^−max_shift (a normal FP32/BF16 number for 64).
     Arithmetic in the dtype of `s` (β, tie_tol, max_shift converted to it first), in exactly the kernel's order."""
@@ -261,24 +286,42 @@ def online_softmax_rows(s, *, block_n: int, fix=None, beta: float = 7.0, tie_tol
 
 # --------------------------------------------------------------------------------------------------- emulator
 class _Rounder:
-    """rnd(·) of one Numerics value: RNE to `mantissa_bits`, or stochastic with a seeded generator."""
+    """rnd(x, salt, tile_id, offs) of one Numerics value: RNE to `mantissa_bits`, or stochastic rounding with the
+    kernels' random bits, Philox(seed + salt·1000003 + tile_id, offs) in int32 arithmetic
+    (`kernels.flash_fwd.round_point`), so that SR replays the kernels bit for bit. `offs` broadcasts to x's shape."""
 
-    def __init__(self, nm: Numerics, seed: int, key=()):
+    def __init__(self, nm: Numerics, seed: int):
         self.m = nm.mantissa_bits
         self.sr = nm.rounding == "sr"
-        self.rng = np.random.default_rng([seed, *key]) if self.sr else None
+        self.seed = int(seed)
 
-    def __call__(self, x):
+    def __call__(self, x, salt: int, tile_id: int, offs):
         x = np.asarray(x, dtype=_F32)
-        if self.sr:
-            return round_stochastic(x, self.m, rng=self.rng)
-        return round_rne(x, self.m)
+        if not self.sr:
+            return round_rne(x, self.m)
+        key = (self.seed + salt * 1000003 + int(tile_id) + 2 ** 31) % 2 ** 32 - 2 ** 31    # int32 wrap-around
+        bits = philox_randint(key, np.broadcast_to(np.asarray(offs, np.int64), x.shape))
+        return round_stochastic(x, self.m, random_bits=bits)
 
 
-def _s_rounder(nm: Numerics, seed: int, bh: int, i: int, j: int) -> _Rounder:
-    """The rounder of S on (query tile i, key tile j) of head bh: its own stream, so the backward's recomputed S
-    (in both of its loops, and in the dP∘P δ) draws the forward's bits under SR, as the kernels do."""
-    return _Rounder(nm, seed, (1, bh, i, j))
+# The kernels' salts (kernels/flash_fwd.py): one random stream per rounding point.
+(SALT_S, SALT_SM, SALT_P, SALT_L, SALT_PV, SALT_ACC, SALT_O, SALT_LSE, SALT_DELTA, SALT_BP, SALT_DS, SALT_GRAD,
+ SALT_BSM) = range(1, 14)
+
+
+def _tile_id(bh: int, i: int, j: int) -> int:
+    """The kernels' id of (head bh, query tile i, key tile j): (bh·131 + i)·1031 + j."""
+    return (bh * 131 + i) * 1031 + j
+
+
+def _el(offs_m, width):
+    """Element ids of a (len(offs_m), width) tile: (row mod 4096)·width + column."""
+    return (np.asarray(offs_m) % 4096)[:, None] * width + np.arange(width)[None, :]
+
+
+def _acc_el(offs, DP):
+    """Element ids of a (len(offs), DP) accumulator tile: (row mod 4096)·128 + column (stride 128 ≥ any DP)."""
+    return (np.asarray(offs) % 4096)[:, None] * 128 + np.arange(DP)[None, :]
 
 
 def _dot(a, b):
@@ -305,10 +348,10 @@ def _vec(x2, bh, start, rows, fill):
     return t
 
 
-def _scores(q_t, k_t, scale, offs_m, offs_n, N, causal, nm, rnd):
+def _scores(q_t, k_t, scale, offs_m, offs_n, N, causal, nm, rnd, tile_id):
     s = _dot(q_t, k_t.T) * _F32(scale)
     if nm.round_s:
-        s = rnd(s)
+        s = rnd(s, SALT_S, tile_id, _el(offs_m, len(offs_n)))
     valid = offs_n[None, :] < N
     if causal:
         valid = valid & (offs_n[None, :] <= offs_m[:, None])
@@ -343,8 +386,9 @@ def emulate_forward(q, k, v, numerics="fa2", *, causal: bool = True, scale=None,
     """FA2 forward under `numerics` on BLOCK_M × BLOCK_N tiles (module docstring: the exact order).
 
     q, k, v: (..., N, d), any float dtype (converted exactly to float32; BF16 values stay BF16 values).
-    `seed` only drives stochastic rounding; `max_shift` is the fix's underflow guard (None: the paper's rule).
-    Returns a `ForwardResult`."""
+    `seed` only drives stochastic rounding (the kernels' seed); `max_shift` is the fix's underflow guard (None: the
+    paper's rule); `numerics.round_block` groups the key tiles into logical rounding blocks (module docstring; a
+    positive value must be a multiple of block_n). Returns a `ForwardResult`."""
     nm, fix, beta, tie_tol, bm, bn, q3, k3, v3, lead, a = _prep(q, k, v, numerics, causal, scale, block_m,
                                                                   block_n, fix, beta, tie_tol, max_shift)
     rnd = _Rounder(nm, seed)
@@ -356,6 +400,7 @@ def emulate_forward(q, k, v, numerics="fa2", *, causal: bool = True, scale=None,
     m_out = np.zeros((BH, N), _F32)
     l_out = np.zeros((BH, N), _F32)
     n_tiles = -(-N // bn)
+    per_block = tiles_per_round_block(nm.round_block, bn, N)
     for bh in range(BH):
         for i in range(-(-N // bm)):
             offs_m = i * bm + np.arange(bm)
@@ -364,53 +409,67 @@ def emulate_forward(q, k, v, numerics="fa2", *, causal: bool = True, scale=None,
             l_i = np.zeros(bm, _F32)
             acc = np.zeros((bm, DP), _F32)
             hi = min(N, (i + 1) * bm) if causal else N
-            for j in range(n_tiles):
-                if not j * bn < hi:
-                    continue  # entirely above the causal diagonal: FA2 skips it
-                offs_n = j * bn + np.arange(bn)
-                k_t = _tile(k3, bh, j * bn, bn, DP)
-                v_t = _tile(v3, bh, j * bn, bn, DP)
-                s = _scores(q_t, k_t, a, offs_m, offs_n, N, causal, nm, _s_rounder(nm, seed, bh, i, j))
-                m_t = np.nanmax(s, axis=1)
-                if fix is not None:
-                    m_t = fixed_row_max(s, m_t, beta=beta, tie_tol=tie_tol, max_shift=max_shift,
+            for j0 in range(0, n_tiles, per_block):
+                # one logical rounding block: its key tiles j0 … j0 + per_block − 1 that reach the diagonal (FA2
+                # skips the tiles entirely above it)
+                subs = [j for j in range(j0, min(j0 + per_block, n_tiles)) if j * bn < hi]
+                if not subs:
+                    continue
+                s_all, v_all = [], []
+                for j in subs:
+                    k_t = _tile(k3, bh, j * bn, bn, DP)
+                    v_all.append(_tile(v3, bh, j * bn, bn, DP))
+                    s_all.append(_scores(q_t, k_t, a, offs_m, j * bn + np.arange(bn), N, causal, nm, rnd,
+                                         _tile_id(bh, i, j)))
+                bid = _tile_id(bh, i, j0)        # the block's SR id: its first tile's
+                s_blk = np.concatenate(s_all, axis=1)
+                m_t = np.nanmax(s_blk, axis=1)
+                if fix is not None:   # the tie test over the whole logical block
+                    m_t = fixed_row_max(s_blk, m_t, beta=beta, tie_tol=tie_tol, max_shift=max_shift,
                                         m_prev=m_i if fix == "beta_split" else None)
                 m_new = np.maximum(m_i, m_t)
                 m_use = np.where(m_new == _NEG_INF, _F32(0), m_new)
                 e = m_i - m_use
                 if nm.round_s_minus_m:
-                    e = rnd(e)
+                    e = rnd(e, SALT_SM, bid + 7919, np.arange(bm))
                 alpha = np.exp(e)
-                x = s - m_use[:, None]
-                if nm.round_s_minus_m:
-                    x = rnd(x)
-                p = np.exp(x)
-                p_op = rnd(p) if nm.round_p else p
-                l_t = np.sum(p_op if nm.rowsum_rounded_p else p, axis=1)
+                l_t = np.zeros(bm, _F32)
+                pv = np.zeros((bm, DP), _F32)
+                el = _el(offs_m, bn)
+                for j, s, v_t in zip(subs, s_all, v_all):       # the block's key tiles in order, FP32 partial sums
+                    x = s - m_use[:, None]
+                    if nm.round_s_minus_m:
+                        x = rnd(x, SALT_SM, _tile_id(bh, i, j), el)
+                    p = np.exp(x)
+                    p_op = rnd(p, SALT_P, _tile_id(bh, i, j), el) if nm.round_p else p
+                    l_t = l_t + np.sum(p_op if nm.rowsum_rounded_p else p, axis=1)
+                    pv = pv + _dot(p_op, v_t)
                 l_i = l_i * alpha + l_t
                 if nm.round_l:
-                    l_i = rnd(l_i)
+                    l_i = rnd(l_i, SALT_L, bid, np.arange(bm))
                 acc = acc * alpha[:, None]
+                acc_el = _acc_el(offs_m, DP)
                 if nm.round_acc:
-                    acc = rnd(acc)
-                pv = _dot(p_op, v_t)
+                    acc = rnd(acc, SALT_ACC, bid, acc_el)
                 if nm.round_pv:
-                    pv = rnd(pv)
+                    pv = rnd(pv, SALT_PV, bid, acc_el)
                 acc = acc + pv
                 if nm.round_acc:
-                    acc = rnd(acc)
+                    acc = rnd(acc, SALT_ACC, bid + 7919, acc_el)
                 m_i = m_new
             l_safe = np.where(l_i == 0, _F32(1), l_i)
+            tile0 = _tile_id(bh, i, 0)
             if nm.normalize_then_round:
                 o_t = acc / l_safe[:, None]
             else:
-                o_t = rnd(acc) / rnd(l_safe)[:, None]
+                o_t = rnd(acc, SALT_O, tile0, _el(offs_m, DP)) / \
+                    rnd(l_safe, SALT_L, tile0, offs_m % 4096 + 12288)[:, None]
             o_pre = o_t
             if nm.round_o:
-                o_t = rnd(o_t)
+                o_t = rnd(o_t, SALT_O, tile0 + 1, _el(offs_m, DP))
             lse_t = np.where(m_i == _NEG_INF, _F32(0), m_i) + np.log(l_safe)
             if nm.round_lse:
-                lse_t = rnd(lse_t)
+                lse_t = rnd(lse_t, SALT_LSE, tile0, offs_m % 4096)
             rows = slice(i * bm, min(N, (i + 1) * bm))
             nr = rows.stop - rows.start
             o[bh, rows] = o_t[:nr, :d]
@@ -422,28 +481,29 @@ def emulate_forward(q, k, v, numerics="fa2", *, causal: bool = True, scale=None,
     return ForwardResult(shp(o), shp(lse), shp(o32), shp(m_out), shp(l_out))
 
 
-def _bwd_tile(q_t, k_t, v_t, do_t, lse_t, delta_t, a, offs_m, offs_n, N, causal, nm, rnd, rnd_s):
-    """(p, p_op, ds_op, dp_fp32) of one (query tile, key tile), per the contract. `rnd_s` rounds S (the forward's
-    stream for this tile, `_s_rounder`); `rnd` the backward's own rounding points."""
-    s = _scores(q_t, k_t, a, offs_m, offs_n, N, causal, nm, rnd_s)
+def _bwd_tile(q_t, k_t, v_t, do_t, lse_t, delta_t, a, offs_m, offs_n, N, causal, nm, rnd, tile_id):
+    """(p, p_op, ds_op, dp_fp32) of one (query tile, key tile), per the contract; `tile_id` keys the SR streams
+    (S draws the forward's bits)."""
+    s = _scores(q_t, k_t, a, offs_m, offs_n, N, causal, nm, rnd, tile_id)
+    el = _el(offs_m, len(offs_n))
     x = s - lse_t[:, None]
     if nm.round_bwd_s_minus_lse:
-        x = rnd(x)
+        x = rnd(x, SALT_BSM, tile_id, el)
     p = np.exp(x)
-    p_op = rnd(p) if nm.round_bwd_p else p
+    p_op = rnd(p, SALT_BP, tile_id, el) if nm.round_bwd_p else p
     dp32 = _dot(do_t, v_t.T)
-    dp = rnd(dp32) if nm.round_dp else dp32
+    dp = rnd(dp32, SALT_DS, tile_id + 7919, el) if nm.round_dp else dp32
     t = dp - delta_t[:, None]
     if nm.round_dp and nm.round_delta:
-        t = rnd(t)
+        t = rnd(t, SALT_DS, tile_id + 15485863, el)
     ds = p * t
-    ds_op = rnd(ds) if nm.round_ds else ds
+    ds_op = rnd(ds, SALT_DS, tile_id, el) if nm.round_ds else ds
     return p, p_op, ds_op, dp32
 
 
-def _acc_add(acc, g, nm, rnd):
+def _acc_add(acc, g, nm, rnd, tile_id, offs):
     if nm.round_grad_acc:
-        return rnd(acc + rnd(g))
+        return rnd(acc + rnd(g, SALT_GRAD, tile_id, offs), SALT_GRAD, tile_id + 7919, offs)
     return acc + g
 
 
@@ -453,7 +513,7 @@ def emulate_delta(o, do, numerics="fa2", *, q=None, k=None, v=None, lse=None, ca
     """δ (..., N) float32 per `numerics.delta_source` (module docstring). `o` is the saved O for "saved_o"; "fp32_o"
     needs q, k, v (it reruns an all-FP32 forward with the same tiles and fix); "dp_p" needs q, k, v and lse."""
     nm = get_profile(numerics)
-    rnd = _Rounder(nm, seed + 1)
+    rnd = _Rounder(nm, seed)
     do_a = _to_numpy(do, "do", _F32)
     N, d = do_a.shape[-2:]
     lead = do_a.shape[:-2]
@@ -463,8 +523,9 @@ def emulate_delta(o, do, numerics="fa2", *, q=None, k=None, v=None, lse=None, ca
         if nm.delta_source == "fp32_o":
             if q is None or k is None or v is None:
                 raise ValueError("delta_source='fp32_o' needs q, k, v")
-            o = emulate_forward(q, k, v, FP32, causal=causal, scale=scale, block_m=block_m, block_n=block_n,
-                                fix=fix, beta=beta, tie_tol=tie_tol, max_shift=max_shift).o
+            o = emulate_forward(q, k, v, FP32.replace(round_block=nm.round_block), causal=causal, scale=scale,
+                                block_m=block_m, block_n=block_n, fix=fix, beta=beta, tie_tol=tie_tol,
+                                max_shift=max_shift).o
         o3 = _to_numpy(o, "o", _F32)
         if o3.shape != do_a.shape:
             raise ValueError(f"o and do must have the same shape, got {o3.shape} and {do_a.shape}")
@@ -475,10 +536,10 @@ def emulate_delta(o, do, numerics="fa2", *, q=None, k=None, v=None, lse=None, ca
             for i in range(-(-N // bm)):
                 t = _tile(o3, bh, i * bm, bm, DP) * _tile(do3, bh, i * bm, bm, DP)
                 if nm.round_delta_products:
-                    t = rnd(t)
+                    t = rnd(t, SALT_DELTA, bh * 131 + i + 7919, np.arange(bm)[:, None] * DP + np.arange(DP))
                 dl = np.sum(t, axis=1)
                 if nm.round_delta:
-                    dl = rnd(dl)
+                    dl = rnd(dl, SALT_DELTA, bh * 131 + i, np.arange(bm))
                 rows = slice(i * bm, min(N, (i + 1) * bm))
                 delta[bh, rows] = dl[:rows.stop - rows.start]
         return delta.reshape(*lead, N)
@@ -501,10 +562,10 @@ def emulate_delta(o, do, numerics="fa2", *, q=None, k=None, v=None, lse=None, ca
                 offs_n = j * bn + np.arange(bn)
                 k_t, v_t = _tile(k3, bh, j * bn, bn, DP), _tile(v3, bh, j * bn, bn, DP)
                 p, _, _, dp32 = _bwd_tile(q_t, k_t, v_t, do_t, lse_t, np.zeros(bm, _F32), a, offs_m, offs_n, N,
-                                          causal, nm, rnd, _s_rounder(nm, seed, bh, i, j))
+                                          causal, nm, rnd, _tile_id(bh, i, j))
                 dsum = dsum + np.sum(p * dp32, axis=1)
             if nm.round_delta:
-                dsum = rnd(dsum)
+                dsum = rnd(dsum, SALT_DELTA, bh * 131 + i, np.arange(bm))
             rows = slice(i * bm, min(N, (i + 1) * bm))
             delta[bh, rows] = dsum[:rows.stop - rows.start]
     return delta.reshape(*lead, N)
@@ -530,11 +591,16 @@ def emulate_backward(q, k, v, o, lse, do, numerics="fa2", *, causal: bool = True
         delta = emulate_delta(o, do, nm, q=q, k=k, v=v, lse=lse, causal=causal, scale=scale, block_m=bm,
                               block_n=bn, fix=fix, beta=beta, tie_tol=tie_tol, max_shift=max_shift, seed=seed)
     delta2 = _to_numpy(delta, "delta", _F32).reshape(BH, N)
-    rnd = _Rounder(nm, seed + 2)
+    rnd = _Rounder(nm, seed)
     dq = np.zeros((BH, N, d), _F32)
     dk = np.zeros((BH, N, d), _F32)
     dv = np.zeros((BH, N, d), _F32)
     n_m, n_n = -(-N // bm), -(-N // bn)
+    # Logical rounding blocks of the backward: only the lp gradient accumulators (round_grad_acc) see them; with FP32
+    # accumulators the grouping would only reorder FP32 sums, so the backward then stays per tile.
+    rb = nm.round_block if nm.round_grad_acc else 0
+    per_k = tiles_per_round_block(rb, bn, N)          # key tiles per block (dQ loop)
+    per_q = tiles_per_round_block(rb, bm, N)          # query tiles per block (dK/dV loop)
     for bh in range(BH):
         qs = [_tile(q3, bh, i * bm, bm, DP) for i in range(n_m)]
         dos = [_tile(do3, bh, i * bm, bm, DP) for i in range(n_m)]
@@ -546,33 +612,44 @@ def emulate_backward(q, k, v, o, lse, do, numerics="fa2", *, causal: bool = True
         def tile(i, j):
             # Per-tile streams: the dK/dV and dQ loops see the same P and dS of a tile (as the two kernels do).
             return _bwd_tile(qs[i], ks[j], vs[j], dos[i], lses[i], dls[i], a, i * bm + np.arange(bm),
-                             j * bn + np.arange(bn), N, causal, nm, _Rounder(nm, seed + 2, (2, bh, i, j)),
-                             _s_rounder(nm, seed, bh, i, j))
+                             j * bn + np.arange(bn), N, causal, nm, rnd, _tile_id(bh, i, j))
 
-        # dK/dV kernel: one key tile, query tiles in increasing order (causal: from the first that reaches it)
+        # dK/dV kernel: one key tile, query tiles in increasing order (causal: from the first that reaches it);
+        # with lp accumulators, each logical block's FP32 partial sum is rounded and added once (`_acc_add`)
         for j in range(n_n):
             lo = (j * bn) // bm * bm if causal else 0
             dk_t = np.zeros((bn, DP), _F32)
             dv_t = np.zeros((bn, DP), _F32)
-            for i in range(n_m):
-                if not i * bm >= lo:
+            for i0 in range(0, n_m, per_q):
+                subs = [i for i in range(i0, min(i0 + per_q, n_m)) if i * bm >= lo]
+                if not subs:
                     continue
-                _, p_op, ds_op, _ = tile(i, j)
-                dv_t = _acc_add(dv_t, _dot(p_op.T, dos[i]), nm, rnd)
-                dk_t = _acc_add(dk_t, _dot(ds_op.T, qs[i]), nm, rnd)
+                gv = np.zeros((bn, DP), _F32)
+                gk = np.zeros((bn, DP), _F32)
+                for i in subs:
+                    _, p_op, ds_op, _ = tile(i, j)
+                    gv = gv + _dot(p_op.T, dos[i])
+                    gk = gk + _dot(ds_op.T, qs[i])
+                kv_el = _acc_el(j * bn + np.arange(bn), DP)
+                dv_t = _acc_add(dv_t, gv, nm, rnd, _tile_id(bh, i0, j), kv_el)
+                dk_t = _acc_add(dk_t, gk, nm, rnd, _tile_id(bh, i0, j) + 104729, kv_el)
             dk_t = dk_t * _F32(a)
             rows = slice(j * bn, min(N, (j + 1) * bn))
             dk[bh, rows] = dk_t[:rows.stop - rows.start, :d]
             dv[bh, rows] = dv_t[:rows.stop - rows.start, :d]
-        # dQ kernel: one query tile, key tiles in increasing order (causal: up to the diagonal)
+        # dQ kernel: one query tile, key tiles in increasing order (causal: up to the diagonal), blocks as above
         for i in range(n_m):
             hi = min(N, (i + 1) * bm) if causal else N
             dq_t = np.zeros((bm, DP), _F32)
-            for j in range(n_n):
-                if not j * bn < hi:
+            for j0 in range(0, n_n, per_k):
+                subs = [j for j in range(j0, min(j0 + per_k, n_n)) if j * bn < hi]
+                if not subs:
                     continue
-                _, _, ds_op, _ = tile(i, j)
-                dq_t = _acc_add(dq_t, _dot(ds_op, ks[j]), nm, rnd)
+                g = np.zeros((bm, DP), _F32)
+                for j in subs:
+                    _, _, ds_op, _ = tile(i, j)
+                    g = g + _dot(ds_op, ks[j])
+                dq_t = _acc_add(dq_t, g, nm, rnd, _tile_id(bh, i, j0), _acc_el(i * bm + np.arange(bm), DP))
             dq_t = dq_t * _F32(a)
             rows = slice(i * bm, min(N, (i + 1) * bm))
             dq[bh, rows] = dq_t[:rows.stop - rows.start, :d]

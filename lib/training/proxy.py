@@ -68,7 +68,7 @@ def run_id(arm: str, seed: int, lr: float, tag: str = "") -> str:
 
 TELEMETRY_ARRAYS = ("step", "wq_norm", "wk_norm", "wq_norm_layer", "wk_norm_layer", "max_logit", "tie_rate",
                     "tie_rate_head", "tie_rate_tile", "delta_err_sum", "underflow_rows", "dose_inj_rms",
-                    "dose_dd_rms", "dose_dd_mean", "dose_dd_sum_head")
+                    "dose_dd_rms", "dose_dd_mean", "dose_dd_sum_head", "fix_rows", "fix_zero_rows", "fix_guard_rows")
 
 
 def run_arms(scale: str, runs: list[dict], workers: int, **overrides) -> tuple[list[dict], dict, dict]:

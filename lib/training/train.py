@@ -41,6 +41,7 @@ import torch  # noqa: E402
 from lib.training import data as data_mod  # noqa: E402
 from lib.training.metrics import bf16_row_ties, bf16_tile_ties, spectral_norm  # noqa: E402
 from lib.training.model import GPT, GPTConfig, naive_attention  # noqa: E402
+from lib.training.zero_rows import fix_row_stats  # noqa: E402
 
 _SCHEDULES = ("constant", "cosine")
 TIE_TILE = 64   # key-tile width of the tie telemetry: the native kernel's BLOCK_N (kernels.attention.NATIVE_CONFIGS)
@@ -202,6 +203,9 @@ def backend_stats(stats: dict, n_head: int) -> dict:
     return out
 
 
+FIX_STATS = ("fix_rows", "fix_zero_rows", "fix_guard_rows")
+
+
 @torch.no_grad()
 def collect_telemetry(model: GPT) -> dict:
     """Per-layer / per-head telemetry of the step whose forward and backward just ran with capture on.
@@ -212,10 +216,12 @@ def collect_telemetry(model: GPT) -> dict:
     captured). From the backends' counters (`backend_stats`; NaN where the layer's backend does not report them):
     "underflow_rows" (share of query rows whose ℓ sat at the clamp, authors' backend, or that a "+zero_rows"
     control zeroed), "dose_inj_rms", "dose_dd_rms", "dose_dd_mean" (RMS of the injected λ·c(Δδ), RMS and mean of
-    Δδ over all rows) and "dose_dd_sum_head" (Σ Δδ per head) of the dose backend."""
+    Δδ over all rows) and "dose_dd_sum_head" (Σ Δδ per head) of the dose backend. For our kernel's β fix
+    (`lib.training.zero_rows.fix_row_stats`; NaN for other layers): "fix_rows" (share of rows whose max it shifts),
+    "fix_zero_rows" (rows the exact rule zeroes: ℓ underflows) and "fix_guard_rows" (rows whose shift the guard caps)."""
     cfg = model.config
     out = {k: [] for k in ("wq_norm", "wk_norm", "wq_norm_layer", "wk_norm_layer", "max_logit", "tie_rate",
-                           "tie_rate_head", "tie_rate_tile", "delta_err_sum") + BACKEND_STATS}
+                           "tie_rate_head", "tie_rate_tile", "delta_err_sum") + BACKEND_STATS + FIX_STATS}
     scale = 1.0 / math.sqrt(cfg.head_dim)
     for i, attn in enumerate(model.attn_layers):
         wq, wk = (w.detach().float() for w in model.qk_weights(i))
@@ -237,6 +243,14 @@ def collect_telemetry(model: GPT) -> dict:
             out["delta_err_sum"].append([float("nan")] * cfg.n_head)
         for k_, v_ in backend_stats(c.get("stats") or {}, cfg.n_head).items():
             out[k_].append(v_)
+        spec = attn.spec
+        if spec.backend == "ours" and spec.fix in ("beta", "beta_split") and spec.heads is None:
+            fs = fix_row_stats(c["q"], c["k"], numerics=spec.numerics, beta=spec.beta, tie_tol=spec.tie_tol,
+                               max_shift=spec.max_shift, scale=scale)
+        else:
+            fs = dict.fromkeys(FIX_STATS, float("nan"))
+        for k_ in FIX_STATS:
+            out[k_].append(fs[k_])
     return out
 
 
@@ -332,7 +346,7 @@ def _jsonable(x):
 # ----------------------------------------------------------------------------------------------------------------
 # the loop
 # ----------------------------------------------------------------------------------------------------------------
-def train(cfg: TrainConfig) -> dict:
+def train(cfg: TrainConfig, step_hook=None) -> dict:
     """Run one training run; returns a dict:
 
     "config" (the TrainConfig as a dict), "model_config", "seeds" {"torch", "data"}, "versions", "world_size",
@@ -342,6 +356,11 @@ def train(cfg: TrainConfig) -> dict:
     "stopped_at" (step of a non-finite loss, or None), "truncated_at" (steps done when `max_wall_s` ran out, or
     None), "starts_sha256", "n_params", "wall_s", "steps_per_s",
     "nondeterminism_warnings".
+
+    `step_hook` (optional, rank 0 only) is called at two points of every step: ``step_hook.before_forward(step,
+    model)`` just before the forward, and ``step_hook.after_backward(step, model, optimizer)`` after the backward and
+    the gradient clipping, before the optimizer step (`lib.training.capture.CaptureHook` copies activations and
+    gradients there).
     """
     rank, world, local_rank = _dist_info()
     device = _device(cfg, local_rank)
@@ -426,6 +445,8 @@ def train(cfg: TrainConfig) -> dict:
             x, y = data_mod.get_batch(train_bytes, my_starts[step], cfg.seq_len, device)
             model.set_step(step, cfg.seed)
             model.set_capture(is_tele and rank == 0)
+            if step_hook is not None and rank == 0:
+                step_hook.before_forward(step, model)
             with torch.autocast(device_type=device.type, dtype=amp_dtype or torch.float32,
                                 enabled=amp_dtype is not None):
                 _, loss = ddp(x, y)
@@ -437,6 +458,8 @@ def train(cfg: TrainConfig) -> dict:
             pending_loss.append(loss.detach())
             pending_gn.append(gn.detach())
             result["lr"].append(lr)
+            if step_hook is not None and rank == 0:
+                step_hook.after_backward(step, model, opt)
             if is_tele and rank == 0:
                 t = collect_telemetry(model)  # weights as used in this step's forward (before the update)
                 model.set_capture(False)

@@ -30,7 +30,8 @@ import math
 
 import torch
 
-__all__ = ["OURS_ZERO_AT", "authors_zero_at", "tile_rule", "authors_shift", "ours_shift", "ours_zero_mask",
+__all__ = ["OURS_ZERO_AT", "authors_zero_at", "tile_rule", "authors_shift", "ours_shift", "ours_zero_mask", "tie_block",
+           "fix_row_stats",
            "zero_rows", "count_rows"]
 
 OURS_ZERO_AT = 126 * math.log(2.0)   # ≈ 87.34: exp(−x) leaves FP32's normal range (flushed to 0 on the GPU)
@@ -98,17 +99,43 @@ def ours_shift(q, k, *, beta: float, tie_tol: float, round_s: bool, causal: bool
 @torch.no_grad()
 def ours_zero_mask(q, k, *, numerics, beta: float, tie_tol: float, zero_at: float, causal: bool = True,
                    scale: float | None = None) -> torch.Tensor:
-    """(B, H, T) bool: rows whose exact-rule shift, with our kernel's ties (`ours_shift`: its 64-key tile, S rounded
-    as `numerics` rounds it), exceeds `zero_at`."""
-    from kernels.attention import EMULATED_BLOCK   # 64 keys, the native path's BLOCK_N too (NATIVE_CONFIGS)
+    """(B, H, T) bool: rows whose exact-rule shift, with our kernel's ties (`ours_shift`: its tie-test block — the
+    rounding block `numerics.round_block`, else the 64-key tile — S rounded as `numerics` rounds it), exceeds
+    `zero_at`."""
     from lib.fp.numerics import get_profile
     nm = get_profile(numerics)
     if nm.round_s and (nm.mantissa_bits != 7 or nm.rounding != "rne"):
         raise ValueError("+zero_rows rebuilds the kernel's ties from BF16 (RNE) scores: with round_s on it needs "
                          f"mantissa_bits=7 and rounding='rne', got {nm.mantissa_bits}, {nm.rounding!r}")
-    shift = ours_shift(q, k, beta=beta, tie_tol=tie_tol, round_s=nm.round_s, causal=causal, tile=EMULATED_BLOCK[1],
-                       scale=scale)
+    shift = ours_shift(q, k, beta=beta, tie_tol=tie_tol, round_s=nm.round_s, causal=causal,
+                       tile=tie_block(nm, q.shape[-2]), scale=scale)
     return shift > zero_at
+
+
+def tie_block(numerics, seq_len: int) -> int:
+    """Keys per tie test of our kernel's fix: the logical rounding block (`Numerics.round_block`; -1 = the whole row)
+    or, with round_block 0, the compute tile (64 keys on both paths: `kernels.attention.EMULATED_BLOCK`, the native
+    path's BLOCK_N)."""
+    from kernels.attention import EMULATED_BLOCK
+    from lib.fp.numerics import get_profile
+    rb = get_profile(numerics).round_block
+    return EMULATED_BLOCK[1] if rb == 0 else seq_len if rb == -1 else rb
+
+
+def fix_row_stats(q, k, *, numerics, beta: float, tie_tol: float, max_shift, causal: bool = True,
+                  scale: float | None = None) -> dict:
+    """Telemetry of our kernel's β fix on one layer's q, k (B, H, T, D): the share of query rows whose max it shifts
+    ("fix_rows"), whose shift the exact rule takes past the level where exp(−shift) leaves FP32's normal range, so
+    the row's ℓ underflows and the kernel returns O = 0 for it ("fix_zero_rows", with max_shift None), and whose shift
+    the underflow guard caps ("fix_guard_rows", with a max_shift)."""
+    from lib.fp.numerics import get_profile
+    nm = get_profile(numerics)
+    shift = ours_shift(q, k, beta=beta, tie_tol=tie_tol, round_s=nm.round_s, causal=causal,
+                       tile=tie_block(nm, q.shape[-2]), scale=scale)
+    n = shift.numel()
+    return dict(fix_rows=(shift != 0).sum().item() / n,
+                fix_zero_rows=((shift > OURS_ZERO_AT).sum().item() / n) if max_shift is None else 0.0,
+                fix_guard_rows=((shift > max_shift).sum().item() / n) if max_shift is not None else 0.0)
 
 
 def count_rows(stats: dict | None, rows: torch.Tensor) -> None:

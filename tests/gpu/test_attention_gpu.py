@@ -8,6 +8,9 @@
   (integer-valued q, k, v, dO with all scores of a row tied), so only the shared elementwise code and the
   BF16 roundings remain. Where tensor-core accumulation differs (random inputs) the benchmark script records the
   measured differences instead (benchmarks/bench_attention.py, "path_agreement").
+* Logical rounding blocks (`round_block`): the same rules with blocks of 512 keys, whole rows (-1) and 128-key
+  blocks, head dims 64, 128 and 48; one-tile blocks equal the per-tile kernels on the native path; the per-block
+  fix sees a tie split across two 64-key tiles.
 """
 import math
 
@@ -167,3 +170,134 @@ def test_fix_native_detects_like_emulated_on_split_ties(fix):
     assert ((nat - emu).abs() <= ulp).all()
     changed = not torch.equal(nat, nofix)
     assert changed == (fix == "beta_split"), f"fix {fix}: native O {'changed' if changed else 'unchanged'}"
+
+
+# ------------------------------------------------------------------------------ logical rounding blocks (round_block)
+_PAPER = get_profile("paper")
+
+
+# Each distinct set of constexprs compiles four kernels (~5 s each on the H100 host): the cases below are few and
+# chosen to cover head dims 64/128/48, both maskings, both fixes, RNE and SR, blocks of 128/512 keys and whole rows.
+@pytest.mark.parametrize("shape,causal,rb,fix", [((2, 3, 1000, 64), True, 512, "beta"),
+                                                 ((1, 2, 1100, 128), False, -1, None),
+                                                 ((1, 4, 700, 48), True, 512, "beta_split")])
+def test_native_round_block_error_at_most_twice_pytorch_bf16(shape, causal, rb, fix):
+    """fa2 numerics with logical rounding blocks (block max, tie test and ℓ per block; FP32 accumulators), native
+    path, head dims 64, 128 and 48 (both native configs): the FA2 test rule as above, O and gradients."""
+    torch.manual_seed(1)
+    q, k, v, do = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    scale = 1.0 / math.sqrt(shape[-1])
+    ref = _grads(lambda a, b, c: _ref(a, b, c, causal, scale, torch.float64), q, k, v, do.double())
+    pt = _grads(lambda a, b, c: _ref(a, b, c, causal, scale, torch.bfloat16), q, k, v, do)
+    nm = get_profile("fa2").replace(round_block=rb)
+    ours = _grads(lambda a, b, c: attention(a, b, c, causal=causal, numerics=nm, fix=fix, path="native"), q, k, v,
+                  do)
+    for name, r, p, o in zip(("O", "dQ", "dK", "dV"), ref, pt, ours):
+        assert o.dtype == torch.bfloat16 and torch.isfinite(o).all(), name
+        err = (o.double() - r).abs().max().item()
+        err_pt = (p.double() - r).abs().max().item()
+        assert err <= 2 * err_pt + 1e-5, f"{name}: ours {err:.3e} > 2 x PyTorch bf16 {err_pt:.3e}"
+
+
+@pytest.mark.parametrize("nm,D", [(_PAPER.replace(round_block=512), 64), (_PAPER.replace(round_block=-1), 128)])
+def test_round_block_native_matches_emulated_on_random_inputs(nm, D):
+    """The paper placement with logical rounding blocks, native vs emulated on random inputs with the same tiles,
+    head dims 64 and 128 (the block backward kernels of both native configs): they differ only in the matmuls, so the native error against fp64 is at most 2x the
+    emulated path's for O, dQ, dK, dV (the rule of the dial test above). Prints the bit-identical share of O."""
+    torch.manual_seed(0)
+    shape = (2, 3, 1100, D)
+    q, k, v, do = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    # no fix: where tensor-core and FP32 `ieee` sums give S one BF16 step apart, a tie (and so the fix) can differ
+    # between the paths; that detection is checked on exact inputs below
+    cfg = dict(causal=True, numerics=nm, block=(64, 64))
+
+    def run(path):
+        def fn(a, b, c):
+            torch.manual_seed(7)
+            return attention(a, b, c, path=path, **cfg)
+        return _grads(fn, q, k, v, do)
+
+    nat, emu = run("native"), run("emulated")
+    ref = _grads(lambda a, b, c: _ref(a, b, c, True, 1.0 / math.sqrt(D), torch.float64), q, k, v, do.double())
+    for name, n_, e_, r_ in zip(("O", "dQ", "dK", "dV"), nat, emu, ref):
+        assert torch.isfinite(n_).all(), name
+        err_n = (n_.double() - r_).abs().max().item()
+        err_e = (e_.double() - r_).abs().max().item()
+        assert err_n <= 2 * err_e + 1e-6, f"{name}: native {err_n:.3e} > 2 x emulated {err_e:.3e}"
+    print(f"round_block={nm.round_block} m={nm.mantissa_bits} {nm.rounding}: O bit-identical on "
+          f"{(nat[0] == emu[0]).float().mean().item():.4f} of elements")
+
+
+@pytest.mark.parametrize("profile,causal,rb", [("paper", True, 512), (_DIAL3.replace(rounding="sr"), False, 128)])
+def test_round_block_exact_matmul_inputs_native_equals_emulated_bitwise(profile, causal, rb):
+    """As test_exact_matmul_inputs_native_equals_emulated_bitwise, with logical blocks of several 64-key tiles (N =
+    600: blocks of 512 and 88 keys; 128-key blocks with SR at m = 3): every matmul exact, so O and dV agree bit for
+    bit and the two passes, the block sums and the block roundings are the same arithmetic on both paths."""
+    g = torch.Generator(device="cpu").manual_seed(4)
+    B, H, N, D = 1, 2, 600, 64
+    q = torch.randint(-2, 3, (B, H, N, D), generator=g).float()
+    k = torch.randint(-2, 3, (B, H, 1, D), generator=g).float().expand(B, H, N, D).contiguous()
+    v = torch.randint(-3, 4, (B, H, N, D), generator=g).float()
+    do = torch.randint(-2, 3, (B, H, N, D), generator=g).float()
+    q, k, v, do = (t.to("cuda", torch.bfloat16) for t in (q, k, v, do))
+    nm = get_profile(profile).replace(round_block=rb)
+
+    def run(path):
+        def fn(a, b, c):
+            torch.manual_seed(5)
+            return attention(a, b, c, path=path, causal=causal, scale=0.125, numerics=nm, block=(64, 64))
+        return _grads(fn, q, k, v, do)
+
+    nat, emu = run("native"), run("emulated")
+    assert torch.equal(nat[0], emu[0]), "O differs"
+    assert torch.equal(nat[3], emu[3]), "dV differs"
+
+
+@pytest.mark.parametrize("nm,fix", [(_PAPER, "beta")])
+def test_native_one_tile_blocks_equal_round_block_0(monkeypatch, nm, fix):
+    """round_block = 64 (the native tile) runs the two-pass block kernels with one tile per block; with the launch
+    configs forced equal to the per-tile kernels' (so only the code differs), O and the gradients must equal
+    round_block = 0's: pass 1's scores are pass 2's bit for bit, and the block's FP32 sums of one tile are the tile's.
+    A failure here means the native two-pass code is not the per-tile arithmetic (e.g. the compiler fused an FMA
+    differently, or pass 1's QKᵀ differs from pass 2's)."""
+    from kernels.attention import NATIVE_CONFIGS
+    for d64 in (True, False):
+        monkeypatch.setitem(NATIVE_CONFIGS, ("fwd_rb", d64), NATIVE_CONFIGS[("fwd", d64)])
+        monkeypatch.setitem(NATIVE_CONFIGS, ("bwd_rb", d64), NATIVE_CONFIGS[("bwd", d64)])
+    torch.manual_seed(2)
+    shape = (2, 3, 700, 64)
+    q, k, v, do = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    k[:, :, 1::7] = k[:, :, 0::7][:, :, : k[:, :, 1::7].shape[2]]      # repeated maxima: the fix fires
+
+    def run(rb):
+        def fn(a, b, c):
+            torch.manual_seed(9)
+            return attention(a, b, c, causal=True, numerics=nm.replace(round_block=rb), fix=fix, path="native")
+        return _grads(fn, q, k, v, do)
+
+    for name, a, b in zip(("O", "dQ", "dK", "dV"), run(0), run(64)):
+        assert torch.equal(a, b), f"{name}: round_block=64 differs from 0 on the native path"
+
+
+@pytest.mark.parametrize("rb", [0, 128])
+def test_native_round_block_fix_sees_ties_split_across_tiles(rb):
+    """A row max repeated in two 64-key tiles of one 128-key block (keys 10 and 70; integer inputs, exact scores):
+    the per-block fix fires with round_block 128 and not with 0 (64-key tiles), on the native and emulated paths
+    alike, whose O agree within one BF16 ulp."""
+    B, H, N, D = 1, 1, 128, 64
+    g = torch.Generator(device="cpu").manual_seed(3)
+    q = torch.zeros(B, H, N, D)
+    q[..., 0] = 1.0
+    k = torch.randint(-2, 2, (B, H, N, D), generator=g).float()
+    k[..., 0] = torch.randint(-3, 2, (B, H, N), generator=g).float()
+    k[:, :, [10, 70], 0] = 4.0
+    v = torch.randint(1, 4, (B, H, N, D), generator=g).float()
+    q, k, v = (t.to("cuda", torch.bfloat16) for t in (q, k, v))
+    cfg = dict(causal=False, scale=1.0, numerics=_PAPER.replace(round_block=rb), block=(64, 64))
+    nat = attention(q, k, v, path="native", fix="beta", **cfg).float()
+    emu = attention(q, k, v, path="emulated", fix="beta", **cfg).float()
+    nofix = attention(q, k, v, path="native", fix=None, **cfg).float()
+    ulp = 2.0 ** (torch.floor(torch.log2(emu.abs().clamp_min(1e-30))) - 7)
+    assert ((nat - emu).abs() <= ulp).all()
+    changed = not torch.equal(nat, nofix)
+    assert changed == (rb != 0), f"round_block {rb}: native O {'changed' if changed else 'unchanged'} by the fix"

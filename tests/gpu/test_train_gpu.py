@@ -24,7 +24,8 @@ SMALL = dict(n_layer=2, n_head=2, n_embd=128, seq_len=256, batch_size=8, steps=3
              telemetry_every=10, eval_batches=0, progress=False)
 
 
-@pytest.mark.parametrize("attn,det", [("paper", "warn"), ("paper+fix", "warn"), ("sdpa", "strict")])
+@pytest.mark.parametrize("attn,det", [("paper", "warn"), ("paper+fix", "warn"), ("sdpa", "strict"),
+                                      ("paper/round_block=128+fix", "warn")])
 def test_same_seed_bit_identical_on_gpu(attn, det):
     a = train(TrainConfig(**SMALL, attn=attn, deterministic=det))
     b = train(TrainConfig(**SMALL, attn=attn, deterministic=det))

@@ -1,0 +1,711 @@
+"""The middle of the causal chain, measured: ΔO, Δδ and the dW_Q / dW_K error they cause, from captured steps.
+
+Pure functions on arrays (numpy or torch; computed in float64 with torch, on any device). Links of Qiu & Yao tested:
+
+* L3  the error of O has the sign of V where V is one-signed;
+* L4  Δδ = δ_lp − δ_hp = rowsum(dO∘ΔO) > 0 systematically, ΔO = O_lp − O_ref;
+* L5  that error enters dW_Q as E_Q = dW_Q,hp − dW_Q,lp = α Σ_T Δδ[T]·(PK)[T]ᵀ X[T] (rank-1 terms), and dW_K as
+      E_K = α Σ_T Δδ[T]·Q[T]ᵀ (PX)[T] — derived in the same way: dS_lp − dS_hp = −diag(Δδ)·P because
+      dS = P∘(dP − δ), so dQ_hp − dQ_lp = α·diag(Δδ)·P·K and dK_hp − dK_lp = α·Pᵀ·diag(Δδ)·Q; dW = dQᵀX, dKᵀX;
+* L6  the terms are similar across tokens and steps, so E accumulates instead of cancelling;
+* L7  that error pushes ‖W_Q‖₂ up.
+
+Conventions (stated once, used everywhere):
+* O_ref is FP64 softmax attention of the captured q, k, v (no tiles); P is its probability matrix. ΔO, Δδ, E are
+  "low precision minus reference" for O and δ, and "reference minus low precision" for gradients (the paper's
+  sign): the gradient training applied is g_lp = g_hp − E.
+* Sign that raises the norm: an optimiser step is W ← W − lr·g_lp = W − lr·g_hp + lr·E, so to first order the
+  error changes σ₁(W) by +lr·u₁ᵀE v₁ (SGD); with Adam the error's share of the update is ≈ +lr·E ⊘ (√v̂ + ε)
+  (summed over the momentum's lifetime, v̂ taken as unchanged by the error), so `push_adam` = u₁ᵀ(E ⊘ (√v̂ + ε))v₁.
+  **Positive push raises ‖W‖₂.** (u₁, σ₁, v₁): top singular triplet of W^h (D × C, nn.Linear layout).
+* "Rows whose BF16 maximum repeats": the row max of the BF16-rounded FP32 scores α·q·kᵀ occurs ≥ 2 times
+  (`lib.training.metrics.bf16_row_ties`); "tile ties": two of them in one key tile of `tile` keys.
+* V one-signed in feature i for row T: s[T, i] = Σ_t P[T, t]·sign(V[t, i]) has |s| ≥ `one_signed` (default 0.9):
+  at least 95% of the row's attention mass sits on keys whose V[:, i] has one sign. ULP of O: BF16 ULP of O_ref.
+* Baselines. Rank-1 terms of different tokens: *random directions* (a, b replaced by Gaussian vectors of the same
+  shapes: pairwise cosine 0 ± 1/√(D·C)) for their similarity, and *shuffled signs* (Δδ[T] → ±|Δδ[T]| with fair
+  random signs, geometry kept) for whether their signs make them add up. E at different steps: shuffled signs (E
+  recomputed from the same step's terms with random Δδ signs). The coherence ρ² = ‖Σ terms‖²_F / Σ‖term‖²_F is 1
+  in expectation under either null and up to n for n identical terms.
+
+Statistical tests: exact binomial sign tests (scipy), sign-flip permutation tests (seeded), Clopper–Pearson
+intervals. Rows of one sequence are not independent; the verdicts (`claims`) therefore test per-step sums across
+steps, and report row-level counts only as evidence.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import torch
+
+__all__ = ["sign_test", "normalised_bias", "clopper_pearson", "drift", "stable_rank", "frob_cos", "top_component",
+           "coherence", "reference", "delta_delta", "ties", "v_sign", "ulp_bf16", "error_q", "error_k",
+           "true_grad", "reference_grads", "term_factors", "unit_gram", "token_coherence", "term_cos_matrix",
+           "layer_stats", "capture_stats", "replay_o", "variant_stats", "step_matrix_stats", "run_summary",
+           "claims", "claims_from_summaries", "VERDICT_RULES", "SEED_RULE", "ALPHA", "ONE_SIGNED"]
+
+ALPHA = 0.01        # per-head significance level; Bonferroni-divided by the number of heads tested
+ONE_SIGNED = 0.9    # |Σ_t P·sign(V)| ≥ this: V one-signed in that feature for that row
+F64 = torch.float64
+
+
+# ================================================================================================ plain statistics
+def sign_test(x=None, *, n_pos=None, n_neg=None) -> dict:
+    """Exact binomial sign test of x ≠ 0 (zeros dropped), or of given counts. Returns n_pos, n_neg, n (= n_pos +
+    n_neg), frac_pos (NaN if n = 0), p_two (two-sided), p_greater (H1: P(x > 0) > ½), p_less."""
+    from scipy.stats import binomtest
+    if x is not None:
+        x = np.asarray(x, dtype=np.float64).ravel()
+        x = x[np.isfinite(x)]
+        n_pos, n_neg = int((x > 0).sum()), int((x < 0).sum())
+    n_pos, n_neg = int(n_pos), int(n_neg)
+    n = n_pos + n_neg
+    if n == 0:
+        return dict(n_pos=0, n_neg=0, n=0, frac_pos=float("nan"), p_two=1.0, p_greater=1.0, p_less=1.0)
+    return dict(n_pos=n_pos, n_neg=n_neg, n=n, frac_pos=n_pos / n,
+                p_two=float(binomtest(n_pos, n, 0.5).pvalue),
+                p_greater=float(binomtest(n_pos, n, 0.5, alternative="greater").pvalue),
+                p_less=float(binomtest(n_pos, n, 0.5, alternative="less").pvalue))
+
+
+def normalised_bias(x) -> float:
+    """mean(x) / mean|x| ∈ [−1, 1] (1: every value positive; 0: no bias); NaN if every value is 0."""
+    x = np.asarray(x, dtype=np.float64).ravel()
+    x = x[np.isfinite(x)]
+    a = np.abs(x).sum()
+    return float(x.sum() / a) if a > 0 else float("nan")
+
+
+def clopper_pearson(k, n, level: float = 0.95) -> tuple:
+    """Exact (Clopper–Pearson) interval of a binomial proportion k/n; arrays broadcast. (NaN, NaN) where n = 0."""
+    from scipy.stats import beta
+    k, n = np.asarray(k, dtype=np.float64), np.asarray(n, dtype=np.float64)
+    a = (1 - level) / 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lo = np.where(k > 0, beta.ppf(a, k, n - k + 1), 0.0)
+        hi = np.where(k < n, beta.ppf(1 - a, k + 1, n - k), 1.0)
+    bad = n <= 0
+    return np.where(bad, np.nan, lo), np.where(bad, np.nan, hi)
+
+
+def drift(increments, n_flip: int = 10000, seed: int = 0) -> dict:
+    """Is the cumulative sum of `increments` (one per step) a drift or a random walk?
+
+    Returns cum (cumulative sum), band (√(cumulative Σx²): the ±1σ envelope of a sum of independent symmetric
+    increments of these sizes — the random-walk scaling, √n for equal sizes), z = Σx / √Σx² (≈ N(0, 1) under
+    that null), and p_flip: two-sided sign-flip permutation p-value of |Σx| (seeded; exact null for independent,
+    symmetric increments), p_greater its one-sided version (H1: positive drift)."""
+    x = np.asarray(increments, dtype=np.float64).ravel()
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return dict(cum=np.zeros(0), band=np.zeros(0), z=float("nan"), p_flip=1.0, p_greater=1.0, n=0)
+    cum, band = np.cumsum(x), np.sqrt(np.cumsum(x * x))
+    tot = float(np.sqrt((x * x).sum()))
+    z = float(x.sum() / tot) if tot > 0 else 0.0
+    rng = np.random.default_rng(seed)
+    flips = rng.choice(np.array([-1.0, 1.0]), size=(n_flip, x.size)) @ x
+    obs = x.sum()
+    p_two = float((1 + np.sum(np.abs(flips) >= abs(obs) - 1e-12 * abs(obs))) / (n_flip + 1))
+    p_gt = float((1 + np.sum(flips >= obs - 1e-12 * abs(obs))) / (n_flip + 1))
+    return dict(cum=cum, band=band, z=z, p_flip=p_two, p_greater=p_gt, n=int(x.size))
+
+
+def stable_rank(m) -> float:
+    """‖M‖_F² / ‖M‖₂² of a matrix (1 for rank 1, up to min(shape)); NaN for the zero matrix."""
+    m = torch.as_tensor(np.asarray(m) if not isinstance(m, torch.Tensor) else m).to(F64)
+    s = torch.linalg.svdvals(m)
+    return float((s * s).sum() / (s[0] ** 2)) if s[0] > 0 else float("nan")
+
+
+def frob_cos(a, b) -> float:
+    """⟨A, B⟩_F / (‖A‖_F ‖B‖_F); NaN if either is zero."""
+    a = torch.as_tensor(np.asarray(a) if not isinstance(a, torch.Tensor) else a).to(F64)
+    b = torch.as_tensor(np.asarray(b) if not isinstance(b, torch.Tensor) else b).to(F64)
+    na, nb = torch.linalg.norm(a), torch.linalg.norm(b)
+    return float((a * b).sum() / (na * nb)) if na > 0 and nb > 0 else float("nan")
+
+
+def top_component(e, u, v) -> float:
+    """uᵀ E v: the first-order change of σ₁(W) when E is added to W (u, v: W's top singular vectors)."""
+    e, u, v = (torch.as_tensor(np.asarray(t) if not isinstance(t, torch.Tensor) else t).to(F64) for t in (e, u, v))
+    return float(u @ e @ v)
+
+
+def coherence(mats, n_flip: int = 2000, seed: int = 0) -> dict:
+    """Do matrices M_1…M_n (e.g. E at successive steps) add up along one direction?
+
+    rho2 = ‖Σ M_i‖²_F / Σ‖M_i‖²_F (1 in expectation for independent, sign-symmetric M_i; n for n identical ones);
+    p_flip: P(ρ² under random signs ε_i M_i ≥ observed) (seeded Monte Carlo on the Gram matrix); null_q99."""
+    m = torch.stack([torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x).to(F64).reshape(-1)
+                     for x in mats])
+    g = m @ m.T
+    tr = float(torch.trace(g))
+    if tr == 0:
+        return dict(rho2=float("nan"), p_flip=1.0, null_q99=float("nan"), n=int(m.shape[0]))
+    rho2 = float(g.sum()) / tr
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    eps = (torch.randint(0, 2, (n_flip, m.shape[0]), generator=gen) * 2 - 1).to(F64)
+    null = ((eps @ g.cpu()) * eps).sum(1) / tr
+    return dict(rho2=rho2, p_flip=float((1 + (null >= rho2 - 1e-12 * abs(rho2)).sum()) / (n_flip + 1)),
+                null_q99=float(torch.quantile(null, 0.99)), n=int(m.shape[0]))
+
+
+# ================================================================================================ replay (float64)
+def _t(x, device=None, dtype=F64) -> torch.Tensor:
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(np.ascontiguousarray(x))
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"expected a numpy array or a torch tensor, got {type(x).__name__}")
+    return x.to(device=device if device is not None else x.device, dtype=dtype)
+
+
+def _causal_mask(T, device):
+    return torch.ones(T, T, dtype=torch.bool, device=device).tril()
+
+
+def reference(q, k, v, scale: float, causal: bool = True):
+    """FP64 softmax attention of q, k, v (..., T, D): (P (..., T, T), O_ref (..., T, D))."""
+    s = scale * (q @ k.transpose(-1, -2))
+    if causal:
+        s = s.masked_fill(~_causal_mask(s.shape[-1], s.device), float("-inf"))
+    p = torch.softmax(s, dim=-1)
+    return p, p @ v
+
+
+def delta_delta(o_lp, o_ref, do):
+    """Δδ = rowsum(dO∘(O_lp − O_ref)) over the last axis (float64)."""
+    return (do * (o_lp - o_ref)).sum(-1)
+
+
+def ties(q, k, scale: float, causal: bool = True, tile: int = 64):
+    """(row_tie, tile_tie) bool (..., T): the BF16-rounded FP32 scores' row max occurs ≥ 2 times (anywhere / in one
+    key tile of `tile` keys)."""
+    from lib.training.metrics import bf16_row_ties, bf16_tile_ties
+    s = (scale * (q.to(F64) @ k.to(F64).transpose(-1, -2))).float()
+    if causal:
+        s = s.masked_fill(~_causal_mask(s.shape[-1], s.device), float("-inf"))
+    return bf16_row_ties(s), bf16_tile_ties(s, int(tile))
+
+
+def v_sign(p, v):
+    """s = P·sign(V) (..., T, D): +1 where all of a row's attention mass sits on keys with V[:, i] > 0."""
+    return p @ torch.sign(v)
+
+
+def ulp_bf16(x):
+    """BF16 ULP of |x| (float64; NaN where x = 0)."""
+    _, e = torch.frexp(x.abs())
+    u = torch.ldexp(torch.ones_like(x), (e - 8).to(torch.int32))
+    return torch.where(x == 0, torch.full_like(x, float("nan")), u)
+
+
+def error_q(dd, p, k, x, scale: float):
+    """E_Q^h = α Σ_{rows, T} Δδ[T]·(PK)[T]ᵀ X[T]: dd (b, H, T), p (b, H, T, T), k (b, H, T, D), x (b, T, C) ->
+    (H, D, C)."""
+    return scale * torch.einsum("bht,bhtd,btc->hdc", dd, p @ k, x)
+
+
+def error_k(dd, p, q, x, scale: float):
+    """E_K^h = α Σ_{rows, T} Δδ[T]·Q[T]ᵀ (PX)[T] -> (H, D, C)."""
+    return scale * torch.einsum("bht,bhtd,bhtc->hdc", dd, q, p @ x[:, None])
+
+
+def true_grad(g, x):
+    """dW^h = Σ_{rows, T} g[T]ᵀ X[T] for g (b, H, T, D) (dq or dk), x (b, T, C) -> (H, D, C)."""
+    return torch.einsum("bhtd,btc->hdc", g, x)
+
+
+def reference_grads(p, q, k, v, do, o_ref, scale: float):
+    """FP64 dq, dk of attention with probabilities p: dS = P∘(dO·Vᵀ − rowsum(dO∘O_ref)); dq = α dS K,
+    dk = α dSᵀ Q."""
+    ds = p * (do @ v.transpose(-1, -2) - (do * o_ref).sum(-1, keepdim=True))
+    return scale * ds @ k, scale * ds.transpose(-1, -2) @ q
+
+
+def term_factors(dd, a, b, scale: float):
+    """The rank-1 terms w_T·â_T b̂_Tᵀ of one head, flattened over (rows, T) and restricted to tokens with Δδ ≠ 0:
+    dd (n,), a (n, D), b (n, C) -> (w (m,) signed term norms α·Δδ·‖a‖‖b‖, â (m, D), b̂ (m, C), kept index)."""
+    na, nb = torch.linalg.norm(a, dim=-1), torch.linalg.norm(b, dim=-1)
+    keep = (dd != 0) & (na > 0) & (nb > 0)
+    w = scale * dd[keep] * na[keep] * nb[keep]
+    return w, a[keep] / na[keep, None], b[keep] / nb[keep, None], torch.nonzero(keep).flatten()
+
+
+def unit_gram(ah, bh):
+    """Ĝ[i, j] = ⟨â_i b̂_iᵀ, â_j b̂_jᵀ⟩_F = (â_i·â_j)(b̂_i·b̂_j): cosines between unit rank-1 terms (m, m)."""
+    return (ah @ ah.T) * (bh @ bh.T)
+
+
+def token_coherence(w, g, n_shuffle: int = 200, seed: int = 0) -> dict:
+    """Coherence of the rank-1 terms of one head and step, from signed term norms w (m,) and their unit Gram ĝ.
+
+    rho2 = ‖Σ w_T u_T‖² / Σ w_T² (1 in expectation under shuffled signs; m if the terms are identical and
+    same-signed); rho2_null_q99 and p_shuffle from `n_shuffle` fair random sign draws (seeded); cos_unsigned: mean
+    pairwise cosine of the unit terms u_T (their similarity, sign of Δδ ignored; random directions: 0 ± 1/√(D·C));
+    cos_signed: the same with the sign of Δδ (> 0: the terms add up); frac_pos: share of terms with Δδ > 0."""
+    m = int(w.numel())
+    if m < 2:
+        nan = float("nan")
+        return dict(m=m, rho2=nan, rho2_null_q99=nan, p_shuffle=1.0, cos_unsigned=nan, cos_signed=nan,
+                    frac_pos=nan)
+    s = torch.sign(w)
+    wg = (g @ w)
+    rho2 = float(w @ wg / (w @ w))
+    ones = torch.ones_like(w)
+    cos_u = float((ones @ (g @ ones) - m) / (m * (m - 1)))
+    cos_s = float((s @ (g @ s) - m) / (m * (m - 1)))
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    eps = (torch.randint(0, 2, (n_shuffle, m), generator=gen) * 2 - 1).to(dtype=w.dtype, device=w.device)
+    ew = eps * w.abs()
+    null = ((ew @ g) * ew).sum(1) / (w @ w)
+    return dict(m=m, rho2=rho2, rho2_null_q99=float(torch.quantile(null.cpu(), 0.99)),
+                p_shuffle=float((1 + (null >= rho2 - 1e-12 * abs(rho2)).sum().item()) / (n_shuffle + 1)),
+                cos_unsigned=cos_u, cos_signed=cos_s, frac_pos=float((w > 0).double().mean()))
+
+
+def term_cos_matrix(w, ah, bh, top: int = 64, baseline: str | None = None, seed: int = 0) -> np.ndarray:
+    """Signed cosines sign(w_i)·sign(w_j)·Ĝ[i, j] between the rank-1 terms of the `top` tokens with the largest
+    |w| (in token order), as a (top, top) numpy array. baseline="shuffled": fair random signs instead of
+    sign(Δδ); baseline="random": Gaussian â, b̂ of the same shapes instead of the real ones."""
+    idx = torch.argsort(w.abs(), descending=True)[:top].sort().values
+    w, ah, bh = w[idx], ah[idx], bh[idx]
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    s = torch.sign(w)
+    if baseline == "shuffled":
+        s = (torch.randint(0, 2, s.shape, generator=gen) * 2 - 1).to(w)
+    elif baseline == "random":
+        ah = torch.randn(ah.shape, generator=gen, dtype=F64).to(ah.device)
+        bh = torch.randn(bh.shape, generator=gen, dtype=F64).to(bh.device)
+        ah, bh = ah / torch.linalg.norm(ah, dim=-1, keepdim=True), bh / torch.linalg.norm(bh, dim=-1, keepdim=True)
+    elif baseline is not None:
+        raise ValueError(f"baseline must be None, 'shuffled' or 'random', got {baseline!r}")
+    return (s[:, None] * unit_gram(ah, bh) * s[None, :]).cpu().numpy()
+
+
+# ------------------------------------------------------------------------------------------- one layer, one capture
+_COUNT_KEYS = ("n_rows", "n_pos", "n_neg", "sum_dd", "sum_abs_dd", "sum_dd2", "sum_abs_delta",
+               "n_tie", "n_pos_tie", "n_neg_tie", "sum_dd_tie", "sum_abs_dd_tie",
+               "n_pos_notie", "n_neg_notie", "sum_dd_notie", "sum_abs_dd_notie", "n_tiletie",
+               "n_el_agree", "n_el_disagree",
+               "n_os", "n_os_agree", "n_os_disagree", "sum_os_err", "sum_os_abs", "sum_os_ulp",
+               "n_os_tie", "n_os_agree_tie", "n_os_disagree_tie", "sum_os_ulp_tie",
+               "n_mix_agree", "n_mix_disagree", "sum_mix_ulp", "n_mix")
+
+
+def delta_counts(dd, tie, tile_tie, delta_ref=None) -> dict:
+    """Per-head counts and sums of Δδ (b, H, T), overall and split by row ties: {name: (H,) float64 numpy}."""
+    r = lambda t: t.sum(dim=(0, 2)).double().cpu().numpy()  # noqa: E731
+    pos, neg = (dd > 0).double(), (dd < 0).double()
+    tie_d, no = tie.double(), (~tie).double()
+    out = dict(n_rows=r(torch.ones_like(dd)), n_pos=r(pos), n_neg=r(neg), sum_dd=r(dd), sum_abs_dd=r(dd.abs()),
+               sum_dd2=r(dd * dd), n_tie=r(tie_d), n_pos_tie=r(pos * tie_d), n_neg_tie=r(neg * tie_d),
+               sum_dd_tie=r(dd * tie_d), sum_abs_dd_tie=r(dd.abs() * tie_d), n_pos_notie=r(pos * no),
+               n_neg_notie=r(neg * no), sum_dd_notie=r(dd * no), sum_abs_dd_notie=r(dd.abs() * no),
+               n_tiletie=r(tile_tie.double()))
+    if delta_ref is not None:
+        out["sum_abs_delta"] = r(delta_ref.abs())
+    return out
+
+
+def o_error_counts(err, do, s, o_ref, tie, one_signed: float = ONE_SIGNED) -> dict:
+    """L3/L4 counts per head from ΔO, dO, s = P·sign(V), O_ref (b, H, T, D) and row ties (b, H, T)."""
+    r = lambda t: t.sum(dim=(0, 2, 3)).double().cpu().numpy()  # noqa: E731
+    prod = do * err
+    ulp = ulp_bf16(o_ref)
+    e_ulp = torch.where(torch.isfinite(ulp), err / ulp, torch.zeros_like(err))
+    os_ = (s.abs() >= one_signed).double()
+    mix = 1.0 - os_
+    sg = torch.sign(s)
+    agree = ((torch.sign(err) * sg) > 0).double()
+    disagree = ((torch.sign(err) * sg) < 0).double()
+    t4 = tie[..., None].double()
+    return dict(n_el_agree=r((prod > 0).double()), n_el_disagree=r((prod < 0).double()),
+                n_os=r(os_), n_os_agree=r(agree * os_), n_os_disagree=r(disagree * os_),
+                sum_os_err=r(err * sg * os_), sum_os_abs=r(err.abs() * os_), sum_os_ulp=r(e_ulp * sg * os_),
+                n_os_tie=r(os_ * t4), n_os_agree_tie=r(agree * os_ * t4), n_os_disagree_tie=r(disagree * os_ * t4),
+                sum_os_ulp_tie=r(e_ulp * sg * os_ * t4),
+                n_mix=r(mix), n_mix_agree=r(agree * mix), n_mix_disagree=r(disagree * mix),
+                sum_mix_ulp=r(e_ulp * sg * mix))
+
+
+def layer_stats(arr: dict, scale: float, *, causal: bool = True, tile: int = 64, one_signed: float = ONE_SIGNED,
+                n_shuffle: int = 200, seed: int = 0, device=None, o_lp=None, keep_matrices: bool = True) -> dict:
+    """Every per-head statistic of one layer of one capture.
+
+    arr: decoded arrays of the layer (`lib.training.capture.Capture.layer`): q, k, v, o, do (b, H, T, D), x
+    (b, T, C), optional dq, dk (b, H, T, D), wq_u/wq_s/wq_v, wk_*, adam_q, adam_k. `o_lp` replaces the captured O
+    (a replay under other numerics). Returns {"stats": {name: (H,) numpy}, "E": {"q", "k", "q_shuf", "k_shuf":
+    (H, D, C) float64 tensors} (if keep_matrices)}."""
+    dev = device if device is not None else "cpu"
+    q, k, v, do = (_t(arr[n], dev) for n in ("q", "k", "v", "do"))
+    o = _t(arr["o"] if o_lp is None else o_lp, dev)
+    x = _t(arr["x"], dev)
+    H = q.shape[1]
+    p, o_ref = reference(q, k, v, scale, causal)
+    err = o - o_ref
+    dd = delta_delta(o, o_ref, do)
+    tie, tile_tie = ties(q, k, scale, causal, tile)
+    st = delta_counts(dd, tie, tile_tie, delta_ref=(do * o_ref).sum(-1))
+    st.update(o_error_counts(err, do, v_sign(p, v), o_ref, tie, one_signed))
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    shuf = (torch.randint(0, 2, dd.shape, generator=gen) * 2 - 1).to(dd)
+    E = {"q": error_q(dd, p, k, x, scale), "k": error_k(dd, p, q, x, scale),
+         "q_shuf": error_q(dd * shuf, p, k, x, scale), "k_shuf": error_k(dd * shuf, p, q, x, scale)}
+    px = p @ x[:, None]                                    # (b, H, T, C)
+    pk = p @ k
+    dq_ref, dk_ref = reference_grads(p, q, k, v, do, o_ref, scale)
+    for side in ("q", "k"):
+        e, es = E[side], E[f"{side}_shuf"]
+        fro = torch.linalg.norm(e, dim=(1, 2))
+        sv = torch.linalg.svdvals(e)
+        svs = torch.linalg.svdvals(es)
+        st[f"e{side}_fro"] = fro.cpu().numpy()
+        st[f"e{side}_sigma1"] = sv[:, 0].cpu().numpy()
+        st[f"e{side}_srank"] = ((sv ** 2).sum(1) / sv[:, 0] ** 2).cpu().numpy()
+        st[f"e{side}_shuf_fro"] = torch.linalg.norm(es, dim=(1, 2)).cpu().numpy()
+        st[f"e{side}_shuf_srank"] = ((svs ** 2).sum(1) / svs[:, 0] ** 2).cpu().numpy()
+        if f"d{side}" in arr:
+            g = true_grad(_t(arr[f"d{side}"], dev), x)
+            gref = true_grad(dq_ref if side == "q" else dk_ref, x)
+            tot = gref - g                                 # the whole gradient error (hp − lp) of these rows
+            st[f"g{side}_fro"] = torch.linalg.norm(g, dim=(1, 2)).cpu().numpy()
+            st[f"e{side}_cos_grad"] = np.array([frob_cos(e[h], g[h]) for h in range(H)])
+            st[f"tot{side}_fro"] = torch.linalg.norm(tot, dim=(1, 2)).cpu().numpy()
+            st[f"e{side}_cos_tot"] = np.array([frob_cos(e[h], tot[h]) for h in range(H)])
+        w_ = f"w{side}"
+        if f"{w_}_u" in arr:
+            u, sig, vv = (_t(arr[f"{w_}_{n}"], dev) for n in ("u", "s", "v"))
+            st[f"{w_}_sigma1"] = sig.cpu().numpy()
+            st[f"push_sgd_{side}"] = torch.einsum("hd,hdc,hc->h", u, e, vv).cpu().numpy()
+            st[f"push_sgd_{side}_shuf"] = torch.einsum("hd,hdc,hc->h", u, es, vv).cpu().numpy()
+            if f"adam_{side}" in arr:
+                den = _t(arr[f"adam_{side}"], dev)
+                st[f"push_adam_{side}"] = torch.einsum("hd,hdc,hc->h", u, e / den, vv).cpu().numpy()
+                st[f"push_adam_{side}_shuf"] = torch.einsum("hd,hdc,hc->h", u, es / den, vv).cpu().numpy()
+        # token coherence of the rank-1 terms
+        a_all, b_all = (pk, x[:, None].expand(-1, H, -1, -1)) if side == "q" else (q, px)
+        res = {n: np.zeros(H) for n in ("m", "rho2", "rho2_null_q99", "p_shuffle", "cos_unsigned", "cos_signed")}
+        for h in range(H):
+            w, ah, bh, _ = term_factors(dd[:, h].reshape(-1), a_all[:, h].reshape(-1, a_all.shape[-1]),
+                                        b_all[:, h].reshape(-1, b_all.shape[-1]), scale)
+            c = token_coherence(w, unit_gram(ah, bh), n_shuffle, seed + 1 + h)
+            for n in res:
+                res[n][h] = c[n]
+        for n, a in res.items():
+            st[f"tok{side}_{n}"] = a
+    out = {"stats": st}
+    if keep_matrices:
+        out["E"] = E
+    return out
+
+
+def capture_stats(cap, *, tile: int = 64, one_signed: float = ONE_SIGNED, n_shuffle: int = 200, seed: int = 0,
+                  device=None, keep_matrices: bool = True) -> dict:
+    """`layer_stats` of every layer of a `Capture`: {"step", "lr", "layers", "stats": {name: (L, H)},
+    "E": {side: (L, H, D, C) float32 numpy}}."""
+    per = [layer_stats(cap.layer(l), cap.meta["scale"], tile=tile, one_signed=one_signed, n_shuffle=n_shuffle,
+                       seed=seed + 1000 * l, device=device, keep_matrices=keep_matrices) for l in cap.layers]
+    names = sorted(set().union(*[p["stats"] for p in per]))
+    H = len(cap.heads)
+    stats = {n: np.stack([p["stats"].get(n, np.full(H, np.nan)) for p in per]) for n in names}
+    out = {"step": cap.meta["step"], "lr": cap.meta["lr"], "layers": cap.layers, "stats": stats}
+    if keep_matrices:
+        out["E"] = {s: np.stack([p["E"][s].float().cpu().numpy() for p in per]) for s in per[0]["E"]}
+    return out
+
+
+# ------------------------------------------------------------------------------ replay under any Numerics
+def replay_o(q, k, v, spec: str, *, block_m: int = 64, block_n: int = 64, scale=None, causal: bool = True):
+    """O of the emulator (`lib.fp.reference.emulate_forward`) for attention spec `spec` (a `lib.training.model`
+    kernel spec such as "paper", "fa2", "fp32", "paper+fix", "paper/<Numerics field>=<value>"; the Numerics value
+    is passed through whole, so fields such as a rounding-block size act once the emulator reads them) on q, k, v
+    (b, H, T, D) float32. Returns float32 numpy (b, H, T, D)."""
+    from lib.fp.reference import emulate_forward
+    from lib.training.model import AttnSpec
+    sp = AttnSpec.parse(spec)
+    if sp.backend != "ours":
+        raise ValueError(f"replay needs one of our kernel's specs (a Numerics), got {spec!r}")
+    return emulate_forward(np.asarray(q, np.float32), np.asarray(k, np.float32), np.asarray(v, np.float32),
+                           sp.numerics, causal=causal, scale=scale, block_m=block_m, block_n=block_n, fix=sp.fix,
+                           beta=sp.beta, tie_tol=sp.tie_tol, max_shift=sp.max_shift).o
+
+
+def variant_stats(arr: dict, scale: float, spec: str, *, block_n: int = 64, tile: int = 64, causal: bool = True,
+                  one_signed: float = ONE_SIGNED) -> dict:
+    """Δδ and O-error counts per head when the captured q, k, v, dO are replayed under `spec` (see `replay_o`),
+    plus "o_match": the fraction of O elements equal to the captured O (1.0 when the replay reproduces training's
+    own numerics bit for bit)."""
+    o = replay_o(arr["q"], arr["k"], arr["v"], spec, block_n=block_n, scale=scale, causal=causal)
+    q, k, v, do = (_t(arr[n]) for n in ("q", "k", "v", "do"))
+    o_t = _t(o)
+    p, o_ref = reference(q, k, v, scale, causal)
+    dd = delta_delta(o_t, o_ref, do)
+    tie, tile_tie = ties(q, k, scale, causal, tile)
+    st = delta_counts(dd, tie, tile_tie, delta_ref=(do * o_ref).sum(-1))
+    st.update(o_error_counts(o_t - o_ref, do, v_sign(p, v), o_ref, tie, one_signed))
+    st["o_match"] = (o == np.asarray(arr["o"], np.float32)).mean(axis=(0, 2, 3)).astype(np.float64)
+    return st
+
+
+# ------------------------------------------------------------------------------------- across steps, per head
+def step_matrix_stats(E_steps: np.ndarray, n_flip: int = 2000, seed: int = 0) -> dict:
+    """E at successive steps of one head, (N, D, C): cosine matrix (N, N), coherence across steps (`coherence`),
+    and the stable rank and Frobenius norm of the cumulative error Σ E."""
+    e = torch.as_tensor(np.asarray(E_steps)).to(F64)
+    ok = torch.isfinite(e).flatten(1).all(1) & (torch.linalg.norm(e.flatten(1), dim=1) > 0)
+    e = e[ok]
+    n = e.shape[0]
+    if n == 0:
+        return dict(cos=np.zeros((0, 0)), rho2=float("nan"), p_flip=1.0, null_q99=float("nan"),
+                    cum_srank=float("nan"), cum_fro=float("nan"), n=0)
+    f = e.flatten(1)
+    f = f / torch.linalg.norm(f, dim=1, keepdim=True)
+    coh = coherence(list(e), n_flip=n_flip, seed=seed)
+    cum = e.sum(0)
+    return dict(cos=(f @ f.T).numpy(), rho2=coh["rho2"], p_flip=coh["p_flip"], null_q99=coh["null_q99"],
+                cum_srank=stable_rank(cum), cum_fro=float(torch.linalg.norm(cum)), n=n)
+
+
+# ========================================================================================= reading a result
+# The verdict rules, fixed before any full-scale data existed. "Per head" tests are Bonferroni-corrected over all
+# heads of all layers of a seed (α / (L·H)); a seed supports a claim when at least one head passes and more heads
+# pass in the claimed direction than in the opposite one; "reproduced" needs ≥ 3 seeds and support in ≥ 2/3 of them,
+# "partly" support in at least one seed (or, for wq_norm_push, the sign without the size), "not reproduced" none.
+VERDICT_RULES = {
+    "o_error_v_sign": "L3: per head, the per-step mean ULP error of O along sign(V) in one-signed features "
+                      "(|Σ P·sign V| ≥ 0.9) is positive at more steps than chance (exact sign test across steps, "
+                      "one-sided p < 0.01 / heads)",
+    "delta_bias": "L4: per head, the per-step sum of Δδ over the captured rows is positive at more steps than "
+                  "chance (exact sign test across steps, one-sided p < 0.01 / heads) and the pooled normalised "
+                  "bias mean(Δδ)/mean|Δδ| is > 0",
+    "low_rank": "L5–L6: per head, E_Q accumulates across steps (ρ² = ‖Σ_t E_t‖²/Σ‖E_t‖² beyond the sign-flip "
+                "null, p < 0.01 / heads) and within more than half of the steps its rank-1 token terms add up "
+                "beyond shuffled signs (token ρ² above the null's 99th percentile)",
+    "wq_norm_push": "L7: per head, the Adam-scaled error's component along W_Q's top singular pair, "
+                    "u₁ᵀ(E ⊘ (√v̂+ε))v₁, is positive (raises ‖W_Q^h‖₂) at more steps than chance (one-sided "
+                    "p < 0.01 / heads); full support also needs its extrapolated sum over the run to be ≥ 10% of "
+                    "the head's measured σ₁ growth",
+}
+PUSH_SHARE = 0.10
+SEED_RULE = ("a seed supports a claim when at least one head passes in the claimed direction and more heads pass in "
+             "it than against it; 'reproduced' needs at least 3 seeds with support in at least two thirds of them, "
+             "'partly' support in at least one seed, 'not reproduced' none")
+
+
+def _seed_support(n_plus: int, n_minus: int) -> bool:
+    return n_plus >= 1 and n_plus > n_minus
+
+
+def _status(support: list[bool], partial: list[bool] | None = None) -> str:
+    n = len(support)
+    if n == 0:
+        return "not yet tested"
+    k = sum(support)
+    if n >= 3 and k >= math.ceil(2 * n / 3):
+        return "reproduced"
+    if k >= 1 or (partial is not None and any(partial)):
+        return "partly"
+    return "not reproduced"
+
+
+def run_summary(per_step: dict, E_steps: dict | None = None, n_flip: int = 2000, seed: int = 0) -> dict:
+    """Per-head tests of one seed from its per-step statistics.
+
+    per_step: {name: (N, L, H)} stacked `capture_stats` (NaN rows for steps not captured), plus "step" (N,) and
+    optionally "push_scale" (N,) = lr·clip factor·(capture_every)·(B/b) to extrapolate pushes to the whole run and
+    batch, and "wq_growth" (L, H) = measured σ₁(W_Q^h) growth over the run. E_steps: {"q": (N, L, H, D, C), …}.
+    Returns {name: (L, H) numpy} of test results and step-matrix statistics."""
+    with warnings.catch_warnings():   # all-NaN heads (a statistic a caller did not compute) give NaN, silently
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _run_summary(per_step, E_steps, n_flip, seed)
+
+
+def _run_summary(per_step, E_steps, n_flip, seed) -> dict:
+    """The body of `run_summary`."""
+    ok = np.isfinite(np.asarray(per_step["n_rows"], dtype=np.float64)[:, 0, 0])
+    g = {k: np.asarray(v, dtype=np.float64)[ok] for k, v in per_step.items()
+         if isinstance(v, np.ndarray) and v.ndim == 3}
+    N, L, H = g["n_rows"].shape
+    for name in _COUNT_KEYS + ("tokq_rho2", "tokq_rho2_null_q99", "tokq_cos_unsigned", "tokq_cos_signed",
+                               "tokk_rho2", "tokk_rho2_null_q99", "eq_srank", "eq_shuf_srank"):
+        g.setdefault(name, np.full((N, L, H), np.nan))   # statistics a caller did not compute read as NaN
+    out = {}
+    z = np.zeros((L, H))
+    # L4: Δδ per step (sum over rows), and pooled rows
+    out["dd_step_pos"], out["dd_step_n"] = z.copy(), z.copy()
+    out["dd_step_p_greater"], out["dd_step_p_less"] = z.copy(), z.copy()
+    out["dd_drift_z"], out["dd_drift_p"] = z.copy(), z.copy()
+    out["os_step_p_greater"], out["os_step_p_less"] = z.copy(), z.copy()
+    out["push_p_greater"], out["push_p_less"] = z.copy(), z.copy()
+    for l in range(L):
+        for h in range(H):
+            inc = g["sum_dd"][:, l, h]
+            t = sign_test(inc)
+            out["dd_step_pos"][l, h], out["dd_step_n"][l, h] = t["n_pos"], t["n"]
+            out["dd_step_p_greater"][l, h], out["dd_step_p_less"][l, h] = t["p_greater"], t["p_less"]
+            d = drift(inc, n_flip=n_flip, seed=seed + 7 * (l * H + h))
+            out["dd_drift_z"][l, h], out["dd_drift_p"][l, h] = d["z"], d["p_flip"]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                os_mean = g["sum_os_ulp"][:, l, h] / g["n_os"][:, l, h]
+            t = sign_test(os_mean)
+            out["os_step_p_greater"][l, h], out["os_step_p_less"][l, h] = t["p_greater"], t["p_less"]
+            if "push_adam_q" in g:
+                t = sign_test(g["push_adam_q"][:, l, h])
+                out["push_p_greater"][l, h], out["push_p_less"][l, h] = t["p_greater"], t["p_less"]
+            else:
+                out["push_p_greater"][l, h] = out["push_p_less"][l, h] = np.nan
+    tot = lambda n: g[n].sum(0)  # noqa: E731
+    out["rows_pos"], out["rows_neg"] = tot("n_pos"), tot("n_neg")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out["rows_frac_pos"] = out["rows_pos"] / (out["rows_pos"] + out["rows_neg"])
+        out["norm_bias"] = tot("sum_dd") / tot("sum_abs_dd")
+        out["norm_bias_tie"] = tot("sum_dd_tie") / tot("sum_abs_dd_tie")
+        out["norm_bias_notie"] = tot("sum_dd_notie") / tot("sum_abs_dd_notie")
+        out["tie_frac"] = tot("n_tie") / tot("n_rows")
+        out["rel_dd"] = tot("sum_abs_dd") / tot("sum_abs_delta")
+        out["os_frac_agree"] = tot("n_os_agree") / (tot("n_os_agree") + tot("n_os_disagree"))
+        out["os_mean_ulp"] = tot("sum_os_ulp") / tot("n_os")
+        out["mix_mean_ulp"] = tot("sum_mix_ulp") / tot("n_mix")
+        out["el_frac_agree"] = tot("n_el_agree") / (tot("n_el_agree") + tot("n_el_disagree"))
+        out["tokq_rho2_med"] = np.nanmedian(g["tokq_rho2"], 0)
+        out["tokq_frac_beyond"] = np.mean(g["tokq_rho2"] > g["tokq_rho2_null_q99"], 0)
+        out["tokq_cos_unsigned"] = np.nanmean(g["tokq_cos_unsigned"], 0)
+        out["tokq_cos_signed"] = np.nanmean(g["tokq_cos_signed"], 0)
+        out["tokk_rho2_med"] = np.nanmedian(g["tokk_rho2"], 0)
+        out["tokk_frac_beyond"] = np.mean(g["tokk_rho2"] > g["tokk_rho2_null_q99"], 0)
+        out["eq_srank_med"] = np.nanmedian(g["eq_srank"], 0)
+        out["eq_shuf_srank_med"] = np.nanmedian(g["eq_shuf_srank"], 0)
+        if "eq_cos_grad" in g:
+            out["eq_cos_grad_med"] = np.nanmedian(g["eq_cos_grad"], 0)
+            out["eq_ratio_med"] = np.nanmedian(g["eq_fro"] / g["gq_fro"], 0)
+            out["eq_share_tot_med"] = np.nanmedian(g["eq_fro"] / g["totq_fro"], 0)
+            out["eq_cos_tot_med"] = np.nanmedian(g["eq_cos_tot"], 0)
+    if "push_adam_q" in g and "push_scale" in per_step:
+        sc = np.asarray(per_step["push_scale"], dtype=np.float64)[ok]
+        out["push_adam_total"] = np.einsum("n,nlh->lh", sc, g["push_adam_q"])
+        out["push_sgd_total"] = np.einsum("n,nlh->lh", sc, g["push_sgd_q"])
+    if "wq_growth" in per_step:
+        out["wq_growth"] = np.asarray(per_step["wq_growth"], dtype=np.float64)
+    if E_steps is not None:
+        for side in E_steps:
+            e = np.asarray(E_steps[side])[ok]
+            rho = np.zeros((L, H)); p = np.zeros((L, H)); q99 = np.zeros((L, H))
+            srank = np.zeros((L, H)); cosm = np.zeros((L, H, e.shape[0], e.shape[0]))
+            for l in range(L):
+                for h in range(H):
+                    s = step_matrix_stats(e[:, l, h], n_flip=n_flip, seed=seed + 11 * (l * H + h))
+                    rho[l, h], p[l, h], q99[l, h], srank[l, h] = s["rho2"], s["p_flip"], s["null_q99"], s["cum_srank"]
+                    if s["n"] == e.shape[0]:
+                        cosm[l, h] = s["cos"]
+                    else:
+                        cosm[l, h] = np.nan
+            out[f"steps_{side}_rho2"], out[f"steps_{side}_p"] = rho, p
+            out[f"steps_{side}_null_q99"], out[f"steps_{side}_cum_srank"] = q99, srank
+            out[f"steps_{side}_cos"] = cosm
+    return out
+
+
+def claims(result, ci_as_untested: bool = True) -> dict:
+    """Verdicts of a `delta_capture` result (anything with .data and .arrays, e.g. `lib.book.results.load(...)`):
+    {claim: {"status", "evidence"}} by `VERDICT_RULES`, recomputed from its per-seed test arrays ("sum__*").
+    A ci-scale result (a tiny model for a few steps) tests the code path, not the claim: with `ci_as_untested` its
+    status is "not yet tested" and the evidence says what the rules gave."""
+    data, arrays = result.data, result.arrays
+    names = [k[len("sum__"):] for k in arrays if k.startswith("sum__")]
+    n_seeds = len(data.get("runs", []))
+    summaries = [{n: np.asarray(arrays[f"sum__{n}"][i]) for n in names} for i in range(n_seeds)] if names else []
+    out = claims_from_summaries(summaries, data.get("context", {}))
+    if ci_as_untested and (data.get("scale") or getattr(result, "scale", None)) == "ci":
+        out = {c: dict(status="not yet tested", evidence=f"ci scale only (a tiny model: the code path, not the "
+                                                         f"claim); the rules gave '{v['status']}': {v['evidence']}")
+               for c, v in out.items()}
+    return out
+
+
+def claims_from_summaries(summaries: list[dict], context: dict) -> dict:
+    """Verdicts on o_error_v_sign (L3), delta_bias (L4), low_rank (L5–L6) and wq_norm_push (L7) from the
+    per-seed `run_summary` outputs, by `VERDICT_RULES`. context: {"regime": str (arm, LR, shape, batch), "tile":
+    str (compute / rounding tile), "seeds": [...], "horizon": str (steps and captures)} for the evidence lines.
+    Returns {claim: {"status", "evidence"}}; "not yet tested" when there is no seed."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _claims(summaries, context)
+
+
+def _claims(summaries: list[dict], context: dict) -> dict:
+    """The body of `claims_from_summaries`."""
+    where = f"{context.get('regime', '?')}; {context.get('tile', '?')}; seeds " \
+            f"{', '.join(map(str, context.get('seeds', [])))}; {context.get('horizon', '?')}"
+    if not summaries:
+        return {c: dict(status="not yet tested", evidence=f"no data ({where})") for c in VERDICT_RULES}
+    out = {}
+    nh = lambda s: s["dd_step_p_greater"].size  # noqa: E731
+    # L3
+    sup, words = [], []
+    for s in summaries:
+        thr = ALPHA / nh(s)
+        plus, minus = int((s["os_step_p_greater"] < thr).sum()), int((s["os_step_p_less"] < thr).sum())
+        sup.append(_seed_support(plus, minus))
+        words.append(f"{plus}+/{minus}− of {nh(s)}")
+    agree = [float(np.nanmean(s["os_frac_agree"])) for s in summaries]
+    ulp = [float(np.nanmean(s["os_mean_ulp"])) for s in summaries]
+    out["o_error_v_sign"] = dict(status=_status(sup), evidence=(
+        f"heads whose O error follows sign(V) in one-signed features, per seed: {'; '.join(words)}; mean share "
+        f"agreeing {', '.join(f'{a:.3f}' for a in agree)} (0.5 = no effect); mean error along sign(V) "
+        f"{', '.join(f'{u:+.3f}' for u in ulp)} ULP ({where})"))
+    # L4
+    sup, words = [], []
+    for s in summaries:
+        thr = ALPHA / nh(s)
+        plus = int(((s["dd_step_p_greater"] < thr) & (s["norm_bias"] > 0)).sum())
+        minus = int(((s["dd_step_p_less"] < thr) & (s["norm_bias"] < 0)).sum())
+        sup.append(_seed_support(plus, minus))
+        words.append(f"{plus}+/{minus}− of {nh(s)}")
+    fr = np.concatenate([np.ravel(s["rows_frac_pos"]) for s in summaries])
+    nb = np.concatenate([np.ravel(s["norm_bias"]) for s in summaries])
+    out["delta_bias"] = dict(status=_status(sup), evidence=(
+        f"heads with Δδ > 0 at more steps than chance (p < {ALPHA:g}/heads), per seed: {'; '.join(words)}; "
+        f"rows with Δδ > 0 per head {np.nanmin(fr):.3f}–{np.nanmax(fr):.3f}; normalised bias per head "
+        f"{np.nanmin(nb):+.3f}…{np.nanmax(nb):+.3f} ({where})"))
+    # L5–L6
+    sup, words = [], []
+    for s in summaries:
+        if "steps_q_p" not in s:
+            sup.append(False)
+            words.append("no step matrices")
+            continue
+        thr = ALPHA / nh(s)
+        ok = (s["steps_q_p"] < thr) & (s["tokq_frac_beyond"] > 0.5)
+        sup.append(bool(ok.sum() >= 1))
+        words.append(f"{int(ok.sum())} of {nh(s)} (ρ² across steps median {np.nanmedian(s['steps_q_rho2']):.2f}, "
+                     f"sign-flip 99% {np.nanmedian(s['steps_q_null_q99']):.2f})")
+    med_tok = [float(np.nanmedian(s["tokq_rho2_med"])) for s in summaries]
+    cos_u = [float(np.nanmedian(s["tokq_cos_unsigned"])) for s in summaries]
+    out["low_rank"] = dict(status=_status(sup), evidence=(
+        f"heads whose E_Q accumulates across steps and within steps, per seed: {'; '.join(words)}; token ρ² "
+        f"median {', '.join(f'{m:.2f}' for m in med_tok)} (1 = no coherence); rank-1 terms' mean cosine "
+        f"{', '.join(f'{c:.2f}' for c in cos_u)} (random directions: 0) ({where})"))
+    # L7
+    sup, part, words = [], [], []
+    for s in summaries:
+        thr = ALPHA / nh(s)
+        sig = s["push_p_greater"] < thr
+        minus = int((s["push_p_less"] < thr).sum())
+        big = np.zeros_like(sig)
+        if "push_adam_total" in s and "wq_growth" in s:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                big = (s["wq_growth"] > 0) & (s["push_adam_total"] >= PUSH_SHARE * s["wq_growth"])
+        sup.append(_seed_support(int((sig & big).sum()), minus))
+        part.append(_seed_support(int(sig.sum()), minus))
+        share = ""
+        if "push_adam_total" in s and "wq_growth" in s:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                r = s["push_adam_total"] / s["wq_growth"]
+            share = f", extrapolated push / σ₁ growth median {np.nanmedian(r):+.2g}"
+        words.append(f"{int(sig.sum())}+/{minus}− of {nh(s)} heads{share}")
+    out["wq_norm_push"] = dict(status=_status(sup, part), evidence=(
+        f"heads whose Adam-scaled E_Q pushes ‖W_Q^h‖₂ up at more steps than chance, per seed: {'; '.join(words)} "
+        f"({where})"))
+    return out

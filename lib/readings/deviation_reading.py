@@ -1,0 +1,253 @@
+"""Reading the `fa_deviation` result: tables, ratios along one axis at a time, and the verdict on Golden et al.'s claim.
+
+The claim (Golden et al. 2024): at BF16, flash attention deviates from an FP64 golden value about an order of
+magnitude more than baseline attention does, the deviation grows with the sequence length, and larger tiles lower
+it. `claim_fa_deviation` judges it with these rules (fixed before any GPU run):
+
+* ratio — max |Δ| of flash over max |Δ| of baseline at BF16, at the claim's (N, d, inputs) and Golden's tile rule:
+  holds if ≥ RATIO_MIN = √10 ≈ 3.16 ("about an order of magnitude": within a factor √10 of 10×, or more).
+* growth — mean |Δ| in ULPs of the output (u = mean ULP at the golden values) at the largest N over that at the
+  smallest N of the sweep: holds if ≥ GROWTH_MIN = 1.5. ULP-scaled because the absolute scale of O changes with N
+  in a way that depends on the input distribution, which Golden et al. do not state (|O| ~ N^−1/2 for N(0, 1)
+  inputs, constant for inputs with a mean).
+* tile — max |Δ| at the smallest square tile over that at the largest (BF16, the tile sweep's N): holds if ≥
+  TILE_MIN = 1.5.
+
+"Flash" is the production kernel: PyTorch SDPA's flash backend (vs PyTorch eager in BF16) where the result has it
+(GPU), else the simulator's FA2 with FP32 state (vs the simulated baseline; the same numerics); the tile part always
+uses the simulator's FA2 (the real kernel's tiles are fixed). Status: "reproduced" if all three parts hold for it;
+"partly" if at least one does, or if all three hold for one of the per-tile-rounding variants (FA1-style storage,
+or every intermediate in BF16); "not reproduced" otherwise.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+RATIO_MIN = math.sqrt(10.0)
+GROWTH_MIN = 1.5
+TILE_MIN = 1.5
+VARIANTS = ("fa1", "fa1-lowp", "fa2-lowp")
+
+IMPL_LABELS = {
+    "baseline": "baseline (materialised)", "fa2": "FA2, FP32 state", "fa1": "FA1, FP32 state",
+    "fa2-lowp": "FA2, all in format", "fa1-lowp": "FA1, all in format",
+    "ours:fp32": "our kernel, fp32 profile", "ours:fa2": "our kernel, fa2 profile",
+    "ours:paper": "our kernel, paper profile", "ours:paper+fix": "our kernel, paper + β fix",
+    "gpu:eager": "PyTorch eager (GPU)", "gpu:sdpa_math": "SDPA math (GPU)", "gpu:sdpa_flash": "SDPA flash (GPU)",
+    "gpu:sdpa_efficient": "SDPA mem-efficient (GPU)", "gpu:ours_fa2": "our kernel, native fa2 (GPU)",
+    "gpu:ours_paper": "our kernel, native paper (GPU)", "gpu:ours_paper+fix": "our kernel, native paper + fix (GPU)",
+}
+FORMAT_LABELS = {"fp64": "FP64", "fp32": "FP32", "fp16": "FP16", "bf16": "BF16"}
+
+
+def format_label(fmt: str) -> str:
+    return FORMAT_LABELS.get(fmt, f"m = {fmt[1:]}" if fmt.startswith("m") else fmt)
+
+
+def frame(data: dict) -> pd.DataFrame:
+    """The records as a DataFrame (one row per measurement; block split into Br, Bc; failed cells keep `error`)."""
+    df = pd.DataFrame(data["records"])
+    if df.empty:
+        return df
+    df["Br"] = df["block"].map(lambda b: int(b[0]))
+    df["Bc"] = df["block"].map(lambda b: int(b[1]))
+    if "error" not in df:
+        df["error"] = None
+    return df
+
+
+def _ok(df):
+    return df[df["error"].isna()] if "error" in df else df
+
+
+def select(df: pd.DataFrame, **key) -> pd.DataFrame:
+    """Rows matching every key=value (values compared as given), errors dropped."""
+    m = np.ones(len(df), bool)
+    for k, v in key.items():
+        m &= (df[k] == v).to_numpy()
+    return _ok(df[m])
+
+
+def one(df: pd.DataFrame, **key) -> pd.Series | None:
+    """The single row matching `key`, or None."""
+    s = select(df, **key)
+    if len(s) > 1:
+        raise ValueError(f"{len(s)} rows match {key}")
+    return None if s.empty else s.iloc[0]
+
+
+def setup(data: dict) -> dict:
+    return data.get("claim_setup", {})
+
+
+def flash_and_baseline(df: pd.DataFrame) -> tuple[str, str]:
+    """(flash impl, its baseline) for the claim: the real SDPA flash kernel vs PyTorch eager if measured, else the
+    simulator's FA2 (FP32 state) vs the simulated baseline."""
+    real = select(df, impl="gpu:sdpa_flash", fmt="bf16")
+    if not real.empty and not select(df, impl="gpu:eager", fmt="bf16").empty:
+        return "gpu:sdpa_flash", "gpu:eager"
+    return "fa2", "baseline"
+
+
+def seq_ratio(df, impl, base, *, N, d, inputs, fmt="bf16", metric="max_abs") -> float:
+    """metric(impl) / metric(base) in the sequence sweep at one (N, d, inputs, fmt); NaN if either is missing."""
+    a = one(df, sweep="seq", impl=impl, N=N, d=d, inputs=inputs, fmt=fmt)
+    b = one(df, sweep="seq", impl=base, N=N, d=d, inputs=inputs, fmt=fmt)
+    return float(a[metric] / b[metric]) if a is not None and b is not None else float("nan")
+
+
+def seq_growth(df, impl, *, d, inputs, fmt="bf16", metric="mean_abs_ulp") -> tuple[float, int, int]:
+    """(metric at the largest N / at the smallest N, smallest N, largest N) of `impl` in the sequence sweep."""
+    s = select(df, sweep="seq", impl=impl, d=d, inputs=inputs, fmt=fmt).sort_values("N")
+    if len(s) < 2:
+        return float("nan"), 0, 0
+    return float(s[metric].iloc[-1] / s[metric].iloc[0]), int(s["N"].iloc[0]), int(s["N"].iloc[-1])
+
+
+def tile_shrink(df, impl, *, inputs, fmt="bf16", metric="max_abs") -> tuple[float, int, int]:
+    """(metric at the smallest square tile / at the largest, smallest, largest tile) in the tile sweep."""
+    s = select(df, sweep="tile", impl=impl, inputs=inputs, fmt=fmt)
+    s = s[s["Br"] == s["Bc"]].sort_values("Bc")
+    if len(s) < 2:
+        return float("nan"), 0, 0
+    return float(s[metric].iloc[0] / s[metric].iloc[-1]), int(s["Bc"].iloc[0]), int(s["Bc"].iloc[-1])
+
+
+def golden_parts(df: pd.DataFrame, impl: str, base: str, st: dict, tile_impl: str | None = None) -> dict:
+    """The three parts of the claim for one implementation: {part: (value, holds)} plus their axes."""
+    N, d, inputs = st["claim_seq_len"], st["claim_head_dim"], st["claim_inputs"]
+    r = seq_ratio(df, impl, base, N=N, d=d, inputs=inputs)
+    g, n0, n1 = seq_growth(df, impl, d=d, inputs=inputs)
+    t, b0, b1 = tile_shrink(df, tile_impl or impl, inputs=st["tile_inputs"][0])
+    return {"ratio": (r, bool(r >= RATIO_MIN)), "growth": (g, bool(g >= GROWTH_MIN)),
+            "tile": (t, bool(t >= TILE_MIN)), "N": N, "d": d, "inputs": inputs, "n_range": (n0, n1),
+            "tile_range": (b0, b1)}
+
+
+def _verdict(primary: dict, variants: dict) -> str:
+    held = [primary[p][1] for p in ("ratio", "growth", "tile")]
+    if all(held):
+        return "reproduced"
+    if any(held) or any(all(v[p][1] for p in ("ratio", "growth", "tile")) for v in variants.values()):
+        return "partly"
+    return "not reproduced"
+
+
+def claim_fa_deviation(data: dict) -> dict:
+    """{"status", "evidence"} for the claim `fa_deviation` (module docstring: the rule)."""
+    df = frame(data)
+    st = setup(data)
+    if df.empty or not st:
+        return {"status": "not yet tested", "evidence": "no records"}
+    impl, base = flash_and_baseline(df)
+    primary = golden_parts(df, impl, base, st, tile_impl="fa2")
+    variants = {v: golden_parts(df, v, "baseline", st) for v in VARIANTS}
+    status = _verdict(primary, variants)
+
+    def parts(p):
+        return (f"ratio {p['ratio'][0]:.2g}× ({'≥' if p['ratio'][1] else '<'} {RATIO_MIN:.2f}), "
+                f"mean |Δ| in ULPs ×{p['growth'][0]:.2g} from N = {p['n_range'][0]} to {p['n_range'][1]}, "
+                f"max |Δ| ×{p['tile'][0]:.2g} from tile {p['tile_range'][0]}² to {p['tile_range'][1]}²")
+
+    who = "SDPA flash vs PyTorch eager" if impl.startswith("gpu:") else "FA2 numerics (simulated) vs baseline"
+    ev = (f"{data.get('device', '?')}, BF16, N = {primary['N']}, d = {primary['d']}, {primary['inputs']} inputs, "
+          f"seed {st.get('seed', '?')}: {who}: {parts(primary)}; "
+          + "; ".join(f"{IMPL_LABELS[v]}: {parts(p)}" for v, p in variants.items()))
+    return {"status": status, "evidence": ev}
+
+
+# ------------------------------------------------------------------------------------------- chapter tables
+def summary_table(df: pd.DataFrame, *, sweep="seq", N, d, inputs, impls, fmts) -> pd.DataFrame:
+    """A narrow table: one row per (format, implementation) at one cell: max |Δ|, mean ± std |Δ|, mean |Δ| and the
+    signed mean in ULPs."""
+    rows = []
+    for fmt in fmts:
+        for impl in impls:
+            r = one(df, sweep=sweep, N=N, d=d, inputs=inputs, fmt=fmt, impl=impl)
+            if r is None:
+                continue
+            rows.append({"format": format_label(fmt), "implementation": IMPL_LABELS.get(impl, impl),
+                         "max |Δ|": f"{r['max_abs']:.2e}",
+                         "mean ± std |Δ|": f"{r['mean_abs']:.1e} ± {r['std_abs']:.1e}",
+                         "mean |Δ| (ULP)": f"{r['mean_abs_ulp']:.2f}", "bias (ULP)": f"{r['bias_ulp']:+.3f}"})
+    return pd.DataFrame(rows)
+
+
+def fa1_prediction_table(df: pd.DataFrame, *, d, inputs, fmt="bf16", sweep="seq") -> pd.DataFrame:
+    """Measured excess mean-square error of FA1-style storage over FA2 (FP32 state), rms²(FA1) − rms²(FA2) in u²,
+    next to the prediction stored with the FA1 record (`lib.fp.deviation.fa1_excess_prediction`), per cell."""
+    rows = []
+    for _, r in select(df, sweep=sweep, impl="fa1", d=d, inputs=inputs, fmt=fmt).iterrows():
+        key = dict(sweep=sweep, impl="fa2", d=d, inputs=inputs, fmt=fmt, N=r["N"])
+        f2 = select(df, **key)
+        f2 = f2[f2["Bc"] == r["Bc"]] if sweep == "tile" else f2
+        if f2.empty or "pred_excess_ms" not in r or pd.isna(r["pred_excess_ms"]):
+            continue
+        rows.append({"N": int(r["N"]), "Br": int(r["Br"]), "Bc": int(r["Bc"]), "tiles": -(-int(r["N"]) // int(r["Bc"])),
+                     "measured": r["rms_ulp"] ** 2 - f2["rms_ulp"].iloc[0] ** 2,
+                     "predicted": float(r["pred_excess_ms"])})
+    return pd.DataFrame(rows)
+
+
+def br_invariance(df: pd.DataFrame) -> tuple[int, int]:
+    """(groups whose outputs are bit-identical across Br, groups) over the tile sweep's (impl, format, inputs, Bc)
+    groups with more than one Br."""
+    t = select(df, sweep="tile")
+    g = t.groupby(["impl", "fmt", "inputs", "Bc"])
+    sizes = g["Br"].nunique()
+    same = g["hash"].nunique()
+    multi = sizes[sizes > 1].index
+    return int((same.loc[multi] == 1).sum()), int(len(multi))
+
+
+def prediction_accuracy(df: pd.DataFrame, inputs: str) -> float:
+    """Median of measured / predicted FA1 excess over every FA1 cell with a prediction > 0 (NaN if none)."""
+    rows = []
+    for sweep in ("seq", "tile"):
+        for fmt in sorted(set(df["fmt"])):
+            for d in sorted(set(df["d"])):
+                t = fa1_prediction_table(df, d=d, inputs=inputs, fmt=fmt, sweep=sweep)
+                if len(t):
+                    rows.append(t[t["predicted"] > 0])
+    if not rows:
+        return float("nan")
+    t = pd.concat(rows)
+    return float(np.median(t["measured"] / t["predicted"])) if len(t) else float("nan")
+
+
+def key_numbers(data: dict) -> dict:
+    """The numbers chapter 3 quotes from one `fa_deviation` result (floats, ints and short strings)."""
+    df = frame(data)
+    st = setup(data)
+    N, d, inputs = st["claim_seq_len"], st["claim_head_dim"], st["claim_inputs"]
+    out = {"N": N, "d": d, "inputs": inputs, "tile": tuple(data["tiles"][str(d)])}
+    seq = select(df, sweep="seq", d=d)
+    out["n_min"], out["n_max"] = int(seq["N"].min()), int(seq["N"].max())
+    impl, base = flash_and_baseline(df)
+    out["primary"], out["primary_base"] = impl, base
+    for inp in sorted(set(df["inputs"])):
+        s = dict(st, claim_inputs=inp)
+        out[f"parts:{inp}:primary"] = golden_parts(df, impl, base, s, tile_impl="fa2")
+        for v in ("fa2", *VARIANTS):
+            out[f"parts:{inp}:{v}"] = golden_parts(df, v, "baseline", s)
+        for i in ("baseline", "fa2", "fa1", "fa2-lowp", "fa1-lowp", "ours:fa2", "ours:paper", "ours:paper+fix",
+                  "gpu:eager", "gpu:sdpa_math", "gpu:sdpa_flash", "gpu:ours_fa2", "gpu:ours_paper",
+                  "gpu:ours_paper+fix"):
+            r = one(df, sweep="seq", impl=i, N=N, d=d, inputs=inp, fmt="bf16")
+            if r is not None:
+                out[f"ulp:{inp}:{i}"] = float(r["mean_abs_ulp"])
+                out[f"bias:{inp}:{i}"] = float(r["bias_ulp"])
+                out[f"max:{inp}:{i}"] = float(r["max_abs"])
+        out[f"pred_acc:{inp}"] = prediction_accuracy(df, inp)
+        dial = select(df, sweep="dial", inputs=inp)
+        for i in ("baseline", "fa2", "fa1"):
+            t = dial[dial["impl"] == i]["mean_abs_ulp"]
+            if len(t):
+                out[f"dial:{inp}:{i}"] = (float(t.min()), float(t.max()))
+    out["dial_N"] = int(select(df, sweep="dial")["N"].iloc[0]) if len(select(df, sweep="dial")) else 0
+    out["tile_N"] = int(select(df, sweep="tile")["N"].iloc[0]) if len(select(df, sweep="tile")) else 0
+    out["br_same"], out["br_groups"] = br_invariance(df)
+    return out
