@@ -229,9 +229,13 @@ def bench_table(path=None):
 
 # Implementations of the benchmark, by the prefix of their "<prefix>_ms" / "<prefix>_tflops" columns; a prefix not
 # listed here (a new mode of the kernel) is shown under its own name.
-BENCH_NAMES = {"ours": "ours (fa2)", "ours_fix": "ours + β fix", "sdpa_flash": "SDPA flash"}
-BENCH_REFERENCE = "ours"       # ratios and overheads are against this implementation's time
-BENCH_BASELINE = "sdpa_flash"  # the outside baseline: its time / ours (> 1: ours is faster)
+BENCH_NAMES = {"ours": "ours (fa2)", "ours_fix": "ours + β fix", "sdpa_flash": "SDPA flash",
+               "paper_rb0": "paper, per tile", "paper_rb512": "paper, 512-key blocks",
+               "paper_rb-1": "paper, whole-row blocks", "paper_rb512_fix": "paper, 512-key blocks + β fix"}
+# Sections of the result ("<name>rows": lists of row dicts) and the implementation each section's ratios are taken
+# against; a section not listed here uses its first implementation.
+BENCH_SECTIONS = {"rows": "ours", "round_block_rows": "paper_rb0"}
+BENCH_BASELINE = "sdpa_flash"  # the outside baseline: its time / the reference (> 1: the reference is faster)
 _KEYS = ("B", "H", "D", "N", "mode")
 
 
@@ -249,31 +253,42 @@ def bench_status(name: str = "attention_bench", root=None) -> dict:
     return {"status": "ok", "result": res, "note": f"Benchmark {res.label}; it is up to date with the code."}
 
 
+def _sections(data) -> dict:
+    """{section name: list of row dicts} for every list of rows in `data` that has D, N and mode keys."""
+    if isinstance(data, list):
+        return {"rows": data}
+    out = {}
+    for key, val in (data or {}).items():
+        if (key.endswith("rows") or key == "results") and isinstance(val, list) and val and isinstance(val[0], dict) \
+                and {"D", "N", "mode"} <= set(val[0]):
+            out[key] = val
+    return out
+
+
 def bench_frame(data) -> pd.DataFrame:
-    """Long form of the benchmark rows: one row per (head dim D, sequence length N, mode, implementation) with
-    columns D, N, mode, impl (prefix), name (readable), ms, tflops. Implementations are read from the
-    "<prefix>_ms" columns, so a kernel mode added later appears without code changes; a non-numeric column other
-    than the keys (e.g. a rounding mode) splits an implementation into variants named "<name>, <col>=<value>"."""
-    rows = data.get("rows") or data.get("results") if isinstance(data, dict) else data
-    df = pd.DataFrame(rows or [])
-    if df.empty or not {"D", "N", "mode"} <= set(df.columns):
-        return pd.DataFrame(columns=["D", "N", "mode", "impl", "name", "ms", "tflops"])
-    prefixes = [c[:-3] for c in df.columns if c.endswith("_ms")]
-    variant_cols = [c for c in df.columns if c not in _KEYS and not c.endswith(("_ms", "_tflops"))
-                    and not pd.api.types.is_numeric_dtype(df[c])]
-    known = [p for p in BENCH_NAMES if p in prefixes]
-    prefixes = known + [p for p in prefixes if p not in known]      # known implementations first, stable colours
+    """Long form of the benchmark: one row per (section, head dim D, sequence length N, mode, implementation) with
+    columns section, D, N, mode, impl (prefix), name (readable), ms, tflops. Every list of rows in the result
+    (`rows`, `round_block_rows`, …) is read and implementations come from the "<prefix>_ms" columns, so a section or
+    a kernel mode added later appears without code changes; a non-numeric column other than the keys splits an
+    implementation into variants named "<name>, <col>=<value>"."""
     out = []
-    for _, r in df.iterrows():
-        suffix = "".join(f", {c}={r[c]}" for c in variant_cols if pd.notna(r[c]))
-        for p in prefixes:
-            if pd.isna(r.get(f"{p}_ms")):
-                continue
-            out.append({"D": int(r["D"]), "N": int(r["N"]), "mode": r["mode"], "impl": p + suffix.replace(", ", "|"),
-                        "name": BENCH_NAMES.get(p, p.replace("_", " ")) + suffix, "ms": float(r[f"{p}_ms"]),
-                        "tflops": float(r[f"{p}_tflops"]) if f"{p}_tflops" in r and pd.notna(r[f"{p}_tflops"])
-                        else np.nan})
-    return pd.DataFrame(out)
+    for section, rows in _sections(data).items():
+        df = pd.DataFrame(rows)
+        prefixes = [c[:-3] for c in df.columns if c.endswith("_ms")]
+        known = [p for p in BENCH_NAMES if p in prefixes]
+        prefixes = known + [p for p in prefixes if p not in known]      # known implementations first
+        variant_cols = [c for c in df.columns if c not in _KEYS and not c.endswith(("_ms", "_tflops"))
+                        and not pd.api.types.is_numeric_dtype(df[c])]
+        for _, r in df.iterrows():
+            suffix = "".join(f", {c}={r[c]}" for c in variant_cols if pd.notna(r[c]))
+            for p in prefixes:
+                if pd.isna(r.get(f"{p}_ms")):
+                    continue
+                out.append({"section": section, "D": int(r["D"]), "N": int(r["N"]), "mode": r["mode"],
+                            "impl": p + suffix.replace(", ", "|"), "name": BENCH_NAMES.get(p, p.replace("_", " "))
+                            + suffix, "ms": float(r[f"{p}_ms"]),
+                            "tflops": float(r[f"{p}_tflops"]) if pd.notna(r.get(f"{p}_tflops")) else np.nan})
+    return pd.DataFrame(out, columns=["section", "D", "N", "mode", "impl", "name", "ms", "tflops"])
 
 
 _MODES = ("fwd", "bwd", "fwd+bwd")
@@ -281,83 +296,102 @@ _MODES = ("fwd", "bwd", "fwd+bwd")
 
 def bench_figure(data, meta=None):
     """TFLOP/s against sequence length N (log 2 axis): one row of panels per mode (forward, backward, both), one
-    column per head dim, one line per implementation. Returns the figure."""
+    column per head dim, one line per implementation (solid: the first section's, dashed: later sections'; the
+    baseline drawn once, from the first section that has it). Returns the figure."""
     from lib.book import plotting
     lf = bench_frame(data)
     if lf.empty:
         raise ValueError("bench_figure: the benchmark has no rows with D, N, mode and <impl>_ms columns")
+    sections = list(dict.fromkeys(lf["section"]))
+    base_sec = next((s for s in sections if (lf[(lf["section"] == s)]["impl"] == BENCH_BASELINE).any()), None)
+    lf = lf[(lf["impl"] != BENCH_BASELINE) | (lf["section"] == base_sec)]
     modes = [m for m in _MODES if m in set(lf["mode"])] + sorted(set(lf["mode"]) - set(_MODES))
     dims = sorted(set(lf["D"]))
-    names = list(dict.fromkeys(lf["name"]))
-    fig, axes = plotting.figure(len(modes), len(dims), height=1.3 + 1.9 * len(modes), sharex=True, sharey="row",
+    lines = list(dict.fromkeys(zip(lf["section"], lf["name"])))
+    ns = sorted(set(lf["N"]))
+    fig, axes = plotting.figure(len(modes), len(dims), height=1.6 + 1.9 * len(modes), sharex=True, sharey="row",
                                 squeeze=False)
     markers = "os^vDP*X"
+    labelled = set()                     # each line gets its legend entry where it is first drawn
     for i, mode in enumerate(modes):
         for j, d in enumerate(dims):
             ax = axes[i, j]
-            for k, name in enumerate(names):
-                sel = lf[(lf["mode"] == mode) & (lf["D"] == d) & (lf["name"] == name)].sort_values("N")
+            for k, (sec, name) in enumerate(lines):
+                sel = lf[(lf["mode"] == mode) & (lf["D"] == d) & (lf["name"] == name) & (lf["section"] == sec)]
+                sel = sel.sort_values("N")
                 if len(sel):
                     ax.plot(sel["N"], sel["tflops"], marker=markers[k % len(markers)], ms=4, color=f"C{k}",
-                            label=name if (i, j) == (0, 0) else None)
+                            ls="-" if sec == sections[0] else "--",
+                            label=None if (sec, name) in labelled else name)
+                    labelled.add((sec, name))
             ax.set_xscale("log", base=2)
-            ns = sorted(set(lf["N"]))
             ax.set_xticks(ns, [f"{n // 1024}k" if n >= 1024 else str(n) for n in ns])
+            ax.minorticks_off()
             if i == 0:
                 ax.set_title(f"head dim {d}")
             if i == len(modes) - 1:
                 ax.set_xlabel("sequence length N")
             if j == 0:
                 ax.set_ylabel(f"{mode}\nTFLOP/s")
-    fig.legend(loc="outside upper center", ncol=min(3, len(names)))
+    handles = [h for ax in axes.ravel() for h in ax.get_legend_handles_labels()[0]]
+    names = [name for _, name in lines]
+    handles.sort(key=lambda h: names.index(h.get_label()))        # legend in line order, whichever panel came first
+    fig.legend(handles=handles, loc="outside upper center", ncol=min(3, len(handles)))
     if meta:
         plotting.label_provenance(fig, meta)
     return fig
 
 
 def bench_ratios(data) -> pd.DataFrame:
-    """Per mode (columns) and comparison (rows): median and range over (D, N) of
-    * `BENCH_BASELINE` time / ours ("SDPA flash time / ours": above 1 means ours is faster), and
-    * every other implementation's overhead, its time / ours − 1 (a fraction; above 0 means slower than ours).
-    Cells are (median, min, max) tuples; comparisons with no data are left out."""
+    """Per mode (columns) and comparison (rows), the median, min and max over (D, N), per section of the result:
+    * `BENCH_BASELINE` time / the section's reference (`BENCH_SECTIONS`): above 1 means the reference is faster;
+    * every other implementation's overhead, its time / the reference − 1 (above 0: slower than the reference).
+    Cells are (median, min, max) tuples (NaN where a mode was not measured); comparisons without data are left out."""
     lf = bench_frame(data)
-    cols = {}
     if lf.empty:
         return pd.DataFrame()
-    ref = lf[lf["impl"] == BENCH_REFERENCE].set_index(["D", "N", "mode"])["ms"]
     out = {}
-    others = lf[lf["impl"] != BENCH_REFERENCE]
-    order = sorted(dict.fromkeys(others["impl"]), key=lambda i: i != BENCH_BASELINE)   # the baseline first
-    for impl, g in ((i, others[others["impl"] == i]) for i in order):
-        name = g["name"].iloc[0]
-        t = g.set_index(["D", "N", "mode"])["ms"]
-        both = pd.concat({"x": t, "ref": ref}, axis=1, join="inner")
-        if both.empty:
+    for section in dict.fromkeys(lf["section"]):
+        sf = lf[lf["section"] == section]
+        ref_impl = BENCH_SECTIONS.get(section, sf["impl"].iloc[0])
+        if not (sf["impl"] == ref_impl).any():
             continue
-        if impl == BENCH_BASELINE:
-            label, v = f"{name} time / ours", both["x"] / both["ref"]
-        else:
-            label, v = f"{name}: overhead, time / ours − 1", both["x"] / both["ref"] - 1
-        row = {}
-        for mode in [m for m in _MODES if m in set(v.index.get_level_values("mode"))]:
-            vm = v.xs(mode, level="mode")
-            row[mode] = (float(vm.median()), float(vm.min()), float(vm.max()))
-        out[label] = row
-        cols.update(dict.fromkeys(row))
-    order = [m for m in _MODES if m in cols]
-    return pd.DataFrame.from_dict(out, orient="index")[order] if out else pd.DataFrame()
+        ref_name = sf.loc[sf["impl"] == ref_impl, "name"].iloc[0]
+        ref = sf[sf["impl"] == ref_impl].set_index(["D", "N", "mode"])["ms"]
+        others = sf[sf["impl"] != ref_impl]
+        order = sorted(dict.fromkeys(others["impl"]), key=lambda i: i != BENCH_BASELINE)   # the baseline first
+        for impl in order:
+            g = others[others["impl"] == impl]
+            both = pd.concat({"x": g.set_index(["D", "N", "mode"])["ms"], "ref": ref}, axis=1, join="inner")
+            if both.empty:
+                continue
+            name = g["name"].iloc[0]
+            if impl == BENCH_BASELINE:
+                label, v = f"{name} time / {ref_name}", both["x"] / both["ref"]
+            else:
+                label, v = f"{name}: overhead, time / {ref_name} − 1", both["x"] / both["ref"] - 1
+            out[label] = {m: (float(v.xs(m, level="mode").median()), float(v.xs(m, level="mode").min()),
+                              float(v.xs(m, level="mode").max())) for m in set(v.index.get_level_values("mode"))}
+    if not out:
+        return pd.DataFrame()
+    modes = [m for m in _MODES if any(m in r for r in out.values())] + \
+        sorted({m for r in out.values() for m in r} - set(_MODES))
+    return pd.DataFrame.from_dict(out, orient="index").reindex(columns=modes)
 
 
 def bench_ratio_markdown(ratios: pd.DataFrame) -> str:
     """`bench_ratios` as a Markdown table: ratios as ×1.23 (1.05–1.50), overheads as +3.6 % (−0.2 %–+9.9 %)."""
     if ratios.empty:
         return ""
-    lines = ["| comparison, median (range) over N and head dim | " + " | ".join(ratios.columns) + " |",
+    lines = ["| comparison: median (range) over N and head dims | " + " | ".join(ratios.columns) + " |",
              "|---|" + "---|" * len(ratios.columns)]
     for label, row in ratios.iterrows():
         overhead = "overhead" in label
         cells = []
         for m in ratios.columns:
+            if not isinstance(row[m], tuple):
+                cells.append("—")            # not measured in this mode
+                continue
             med, lo, hi = row[m]
             cells.append((f"{med:+.1%} ({lo:+.1%} to {hi:+.1%})" if overhead else
                           f"{med:.2f} ({lo:.2f}–{hi:.2f})").replace("-", "−"))
