@@ -21,7 +21,7 @@ def test_image_rule():
     # natural 1000 px shown at 672: 8.5 pt · 150/72 px · 0.672 · 3/4 = 8.9 pt
     assert htmlcheck.image_problems(rec, 672, 1000) == []
     small = htmlcheck.image_problems(rec, 400, 1000)                           # 5.3 pt
-    assert len(small) == 1 and "renders at 5.3 pt" in small[0]
+    assert len(small) == 1 and "renders at 5.31 pt" in small[0]
     assert htmlcheck.image_problems({**rec, "problems": ["text 'a' overlaps text 'b'"]}, 672, 1000) == [
         "figure: text 'a' overlaps text 'b'"]
     assert htmlcheck.image_problems(None, 500, 500, software="Matplotlib version3.11") != []

@@ -74,7 +74,7 @@ def image_problems(rec: dict | None, rendered_w: float, natural_w: float, softwa
         px = rec["min_text_pt"] * rec["dpi"] / 72.0 * rendered_w / natural_w
         pt = px * 72.0 / 96.0
         if pt < min_pt - 1e-6:
-            out.append(f"figure text renders at {pt:.1f} pt (< {min_pt:g} pt): smallest text "
+            out.append(f"figure text renders at {pt:.2f} pt (< {min_pt:g} pt): smallest text "
                        f"{rec['min_text_pt']:g} pt at {rec['dpi']:g} dpi, image shown at {rendered_w:.0f} of "
                        f"{natural_w:.0f} px")
     return out
