@@ -31,7 +31,13 @@ book-ci: $(STAMP)
 	rm -rf _build/html _build/jupyter_execute
 	TRITON_INTERPRET=1 BOOK_SCALE=ci $(BIN)/jupyter-book build . $(JB_FLAGS)
 
+## make html-check: headless Chromium at a 1280-px window over _build/html (pages, math, images, links, table widths,
+## figure text sizes). Needs Debian's chromium + chromium-driver.
 html-check: $(STAMP)
+	@if ! { command -v chromium >/dev/null || command -v chromium-browser >/dev/null; } || ! command -v chromedriver >/dev/null; then \
+	  echo "html-check needs headless Chromium and its driver, which are not installed. Install them with:"; \
+	  echo "    sudo apt-get install -y chromium chromium-driver"; \
+	  exit 1; fi
 	$(BIN)/python -m lib.book.htmlcheck _build/html
 
 ## GPU path (plain Python; the GPU image has no Jupyter). Writes results under $${OUT:-results}/full.

@@ -2,6 +2,7 @@
 on the CPU (CPU autocast; the GPU result is what the chapter shows)."""
 import json
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
@@ -99,3 +100,80 @@ def test_claim_verdict_follows_the_best_candidate():
     best = {"random/512/eager_bwd_autocast": "all BF16 (provisional reading)"}
     assert pp._claims([rec], best, cands, "cuda")["paper_placement"]["status"] == "reproduced"
     assert pp._claims([rec], best, cands, "cpu") == {}
+
+
+def _bench_data():
+    """Two head dims × two lengths; section "rows": SDPA 1.5× ours' time, the fix +10 % (fwd and fwd+bwd, plus a bwd
+    mode without SDPA); section "round_block_rows": SDPA 0.5× the per-tile paper time, 512-key blocks +20 %, and a
+    new kernel mode "paper_rb128" the code does not know by name."""
+    rows, rb_rows = [], []
+    for D in (64, 128):
+        for N in (1024, 4096):
+            for mode, base in (("fwd", 1.0), ("fwd+bwd", 3.5)):
+                ms = base * N / 1024 * D / 64
+                rows.append({"B": 1, "H": 4, "D": D, "N": N, "mode": mode, "ours_ms": ms, "ours_tflops": 100.0 / ms,
+                             "sdpa_flash_ms": 1.5 * ms, "sdpa_flash_tflops": 100.0 / (1.5 * ms),
+                             "ours_fix_ms": 1.1 * ms, "ours_fix_tflops": 100.0 / (1.1 * ms), "fix_overhead": 0.1})
+                rb_rows.append({"B": 1, "H": 4, "D": D, "N": N, "mode": mode, "paper_rb0_ms": 2 * ms,
+                                "paper_rb512_ms": 2.4 * ms, "paper_rb128_ms": 2.2 * ms, "sdpa_flash_ms": ms,
+                                "rb512_over_rb0": 1.2})
+            rows.append({"B": 1, "H": 4, "D": D, "N": N, "mode": "bwd", "ours_ms": 2.5, "ours_fix_ms": 2.5})
+    return {"rows": rows, "round_block_rows": rb_rows, "summary": {"complete": True}}
+
+
+def test_bench_frame_reads_every_section_and_implementation():
+    lf = ac.bench_frame(_bench_data())
+    assert set(lf["section"]) == {"rows", "round_block_rows"}
+    names = list(dict.fromkeys(lf["name"]))
+    assert names == ["ours (fa2)", "ours + β fix", "SDPA flash", "paper, per tile", "paper, 512-key blocks",
+                     "paper rb128"]
+    assert set(lf["mode"]) == {"fwd", "bwd", "fwd+bwd"} and lf["ms"].notna().all()
+    assert lf[lf["impl"] == "paper_rb0"]["tflops"].isna().all()          # no TFLOP/s column: NaN, not made up
+    assert ac.bench_frame({"rows": []}).empty and ac.bench_frame({"rows": [{"x": 1}]}).empty
+    split = ac.bench_frame({"rows": [{"D": 64, "N": 1024, "mode": "fwd", "kind": k, "ours_ms": 1.0} for k in "ab"]})
+    assert list(split["name"]) == ["ours (fa2), kind=a", "ours (fa2), kind=b"]
+
+
+def test_bench_ratios_direction_and_values():
+    rat = ac.bench_ratios(_bench_data())
+    assert list(rat.index) == ["SDPA flash time / ours (fa2)", "ours + β fix: overhead, time / ours (fa2) − 1",
+                               "SDPA flash time / paper, per tile",
+                               "paper, 512-key blocks: overhead, time / paper, per tile − 1",
+                               "paper rb128: overhead, time / paper, per tile − 1"]
+    assert list(rat.columns) == ["fwd", "bwd", "fwd+bwd"]
+    assert rat.loc["SDPA flash time / ours (fa2)", "fwd"] == pytest.approx((1.5, 1.5, 1.5))
+    assert rat.loc["SDPA flash time / paper, per tile", "fwd+bwd"] == pytest.approx((0.5, 0.5, 0.5))
+    assert rat.loc["ours + β fix: overhead, time / ours (fa2) − 1", "bwd"] == pytest.approx((0.0, 0.0, 0.0))
+    assert rat.loc["paper rb128: overhead, time / paper, per tile − 1", "fwd"] == pytest.approx((0.1, 0.1, 0.1))
+    assert not isinstance(rat.loc["SDPA flash time / ours (fa2)", "bwd"], tuple)     # SDPA's bwd was not timed
+    md = ac.bench_ratio_markdown(rat)
+    assert "1.50 (1.50–1.50)" in md and "+10.0% (+10.0% to +10.0%)" in md and "0.50 (0.50–0.50)" in md
+    assert md.count("\n") == 6 and "| — |" in md
+
+
+def test_bench_figure_one_panel_per_mode_and_head_dim():
+    fig = ac.bench_figure(_bench_data(), meta={"scale": "full", "device": "H100", "git_commit": "a" * 40})
+    assert len(fig.axes) == 3 * 2                                           # fwd, bwd, fwd+bwd × two head dims
+    ax = fig.axes[0]                                                        # fwd, D = 64
+    assert ax.get_xscale() == "log"
+    labels = fig.legends[0].get_texts()
+    assert [t.get_text() for t in labels] == ["ours (fa2)", "ours + β fix", "SDPA flash", "paper, per tile",
+                                              "paper, 512-key blocks", "paper rb128"]      # SDPA drawn once
+    np.testing.assert_allclose(ax.lines[0].get_xdata(), [1024, 4096])
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), [100.0, 25.0])
+    assert [ln.get_linestyle() for ln in ax.lines] == ["-", "-", "-", "--", "--", "--"]
+    with pytest.raises(ValueError):
+        ac.bench_figure({"rows": []})
+    plt.close(fig)
+
+
+def test_bench_status_missing_stale_ok(tmp_path):
+    assert ac.bench_status("attention_bench", root=tmp_path)["status"] == "missing"
+    (tmp_path / "full").mkdir()
+    meta = {"name": "b", "scale": "full", "device": "H100", "git_commit": "c" * 40, "wall_s": 1.0}
+    (tmp_path / "full" / "b.json").write_text(json.dumps({"meta": {**meta, "depends_on": {}}, "data": _bench_data()}))
+    assert ac.bench_status("b", root=tmp_path)["status"] == "ok"
+    (tmp_path / "full" / "b.json").write_text(json.dumps(
+        {"meta": {**meta, "depends_on": {"kernels/attention.py": "0" * 64}}, "data": _bench_data()}))
+    st = ac.bench_status("b", root=tmp_path)
+    assert st["status"] == "stale" and "kernels/attention.py" in st["note"]

@@ -98,10 +98,20 @@ def test_grid_and_figures():
             rb.fig_theory(theory.theory_table(range(1, 4)), [{"k": 2, "mean_ulps": Fraction(1, 4)}],
                           [(0.1, 0.2, 0.01)], k_saw=(2,)),
             rb.fig_precision_dial([dict(recs[0], m=3), dict(recs[1], m=4)])]
-    for rec in recs:
-        rec.update({"pv": rec["rne_pv"], "pv_ci": rec["rne_pv_ci"], "o_rtn": rec["rne_o_rtn"],
-                    "o_rtn_ci": rec["rne_o_rtn_ci"], "o_ntr": rec["rne_o_ntr"], "o_ntr_ci": rec["rne_o_ntr_ci"]})
-    figs.append(rb.fig_kernel_compare([dict(r, label=str(i)) for i, r in enumerate(recs)]))
+    cells = [{"k": r["k"], "gap": r["gap"], "method": m, "path": p, **{q: r[f"{m}_{q}"] + (p == "numpy")
+                                                                       for q in ("pv", "o_rtn", "o_ntr")},
+              **{f"{q}_ci": r[f"{m}_{q}_ci"] for q in ("pv", "o_rtn", "o_ntr")}}
+             for r in recs for m in rb.METHODS for p in ("numpy", "emulated")]
+    kfig = rb.fig_kernel_compare(cells, k=2)
+    assert len(kfig.axes) == 3 * 2                   # outputs × gaps
+    bars = [c for c in kfig.axes[0].containers if type(c).__name__ == "BarContainer"]   # P̄V, first gap: per path
+    assert [len(b) for b in bars] == [3, 3]
+    first = next(r for r in recs if r["k"] == 2 and r["gap"] == 8.0)
+    assert bars[1][0].get_height() == pytest.approx(first["rne_pv"]) and bars[0][0].get_height() == pytest.approx(
+        first["rne_pv"] + 1)
+    with pytest.raises(ValueError):
+        rb.fig_kernel_compare(cells, k=5)
+    figs.append(kfig)
     for f in figs:
         assert f.axes
         plt.close(f)

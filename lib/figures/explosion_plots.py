@@ -44,7 +44,7 @@ def _seed_style(res):
 def loss_curves(res, run_ids=None, window: int = SMOOTH):
     """Two panels over optimiser steps: smoothed training loss (nats/byte) and pre-clip grad norm (log)."""
     col, sty = _colors(res), _seed_style(res)
-    fig, (a0, a1) = plotting.figure(1, 2, width=10, height=3.6)
+    fig, (a0, a1) = plotting.figure(1, 2, height=3.8)
     for r in _runs(res, run_ids):
         loss = res.arrays[f"{r['id']}__loss"]
         gn = res.arrays[f"{r['id']}__grad_norm"]
@@ -55,7 +55,7 @@ def loss_curves(res, run_ids=None, window: int = SMOOTH):
     a0.set(xlabel="step", ylabel=f"train loss (nats/byte, {window}-step mean)")
     a1.set(xlabel="step", ylabel="grad norm before clipping", yscale="log")
     a1.axhline(1.0, color="0.5", lw=0.8, ls=":")
-    a0.legend(fontsize=7, ncol=2)
+    fig.legend(*a0.get_legend_handles_labels(), loc="outside upper center", ncol=4)
     plotting.label_provenance(fig, res.meta)
     return fig
 
@@ -63,7 +63,7 @@ def loss_curves(res, run_ids=None, window: int = SMOOTH):
 def lr_sweep_figure(res):
     """Loss rise (final − best smoothed loss) against LR per arm; marker shape = outcome."""
     col = _colors(res)
-    fig, ax = plotting.figure(width=6.4, height=3.8)
+    fig, ax = plotting.figure(height=3.8)
     for arm in res.data["arms"]:
         rs = sorted((r for r in res.data["runs"] if r["arm"] == arm), key=lambda r: r["lr"])
         lrs = [r["lr"] for r in rs]
@@ -76,15 +76,17 @@ def lr_sweep_figure(res):
     ax.axhline(th["rise_exploded"], color="0.4", ls="--", lw=0.8)
     ax.axhline(th["rise_degraded"], color="0.6", ls=":", lw=0.8)
     ax.set(xscale="log", xlabel="peak learning rate", ylabel="loss rise: final − best (nats/byte)")
-    ax.legend(fontsize=8, title="arm (markers: o stable, s degraded, X exploded, v non-finite)", title_fontsize=7)
+    plotting.legend_outside(ax, "right", title="arm")
+    ax.set_title("markers: o stable, s degraded, X exploded, v non-finite", loc="left")
     plotting.label_provenance(fig, res.meta)
     return fig
 
 
 def qk_norm_figure(res, run_ids, layer: int):
     """Left: per-layer ‖W_Q‖₂ over steps (colour = layer, style = run); right: per-head ‖W_Q^h‖₂ of `layer`."""
+    from matplotlib.lines import Line2D
     runs = _runs(res, run_ids)
-    fig, (a0, a1) = plotting.figure(1, 2, width=10, height=3.6)
+    fig, (a0, a1) = plotting.figure(1, 2, height=4.0)
     for i, r in enumerate(runs):
         st = res.arrays[f"{r['id']}__step"]
         wl = res.arrays[f"{r['id']}__wq_norm_layer"]          # (n_tele, L)
@@ -94,12 +96,13 @@ def qk_norm_figure(res, run_ids, layer: int):
             a0.plot(st, wl[:, l], color=f"C{l}", ls=ls, label=f"layer {l}" if i == 0 else None)
         for h in range(wh.shape[1]):
             a1.plot(st, wh[:, h], color=f"C{h}", ls=ls, label=f"head {h}" if i == 0 else None)
-    a0.set(xlabel="step", ylabel="‖W_Q‖₂ (whole layer)", title=" / ".join(f"{_STYLES[i % 4]} {r['id']}"
-                                                                        for i, r in enumerate(runs)))
+    a0.set(xlabel="step", ylabel="‖W_Q‖₂ (whole layer)")
     a1.set(xlabel="step", ylabel=f"‖W_Q^h‖₂, layer {layer}")
-    a0.title.set_fontsize(7)
-    a0.legend(fontsize=7)
-    a1.legend(fontsize=7, ncol=2)
+    plotting.legend_above(a0, ncol=3)
+    plotting.legend_above(a1, ncol=3)
+    fig.legend(handles=[Line2D([], [], color="0.2", ls=_STYLES[i % len(_STYLES)], label=r["id"])
+                        for i, r in enumerate(runs)], loc="outside upper center", ncol=min(3, len(runs)),
+               title="line style = run")
     plotting.label_provenance(fig, res.meta)
     return fig
 
@@ -107,16 +110,15 @@ def qk_norm_figure(res, run_ids, layer: int):
 def tie_rate_figure(res, run_ids):
     """Per-layer fraction of query rows whose BF16 row max repeats, over telemetry steps, one panel per run."""
     runs = _runs(res, run_ids)
-    fig, axes = plotting.figure(1, len(runs), width=3.6 * len(runs), height=3.4, sharey=True, squeeze=False)
+    fig, axes = plotting.figure(1, len(runs), height=3.6, sharey=True, squeeze=False)
     for ax, r in zip(axes[0], runs):
         st = res.arrays[f"{r['id']}__step"]
         tr = res.arrays[f"{r['id']}__tie_rate"]
         for l in range(tr.shape[1]):
             ax.plot(st, tr[:, l], color=f"C{l}", label=f"layer {l}")
         ax.set(xlabel="step", title=r["id"])
-        ax.title.set_fontsize(8)
-    axes[0][0].set_ylabel("tie rate (rows with a repeated BF16 max)")
-    axes[0][0].legend(fontsize=7)
+    axes[0][0].set_ylabel("tie rate (rows with a\nrepeated BF16 max)")
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside upper center", ncol=6)
     plotting.label_provenance(fig, res.meta)
     return fig
 
@@ -124,7 +126,7 @@ def tie_rate_figure(res, run_ids):
 def delta_error_figure(res, run_ids, layer: int):
     """Cumulative Σ Δδ = Σ rowsum(dO∘(O_lp − O_hp)) per head of `layer`, summed over telemetry steps only."""
     runs = _runs(res, run_ids)
-    fig, axes = plotting.figure(1, len(runs), width=3.6 * len(runs), height=3.4, squeeze=False)
+    fig, axes = plotting.figure(1, len(runs), height=3.6, squeeze=False)
     for ax, r in zip(axes[0], runs):
         st = res.arrays[f"{r['id']}__step"]
         d = np.nan_to_num(res.arrays[f"{r['id']}__delta_err_sum"][:, layer])   # (n_tele, H)
@@ -133,9 +135,8 @@ def delta_error_figure(res, run_ids, layer: int):
             ax.plot(st, cum[:, h], color=f"C{h}", label=f"head {h}")
         ax.axhline(0, color="0.5", lw=0.8)
         ax.set(xlabel="step", title=r["id"])
-        ax.title.set_fontsize(8)
     axes[0][0].set_ylabel(f"cumulative Σ Δδ, layer {layer}")
-    axes[0][0].legend(fontsize=7, ncol=2)
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside upper center", ncol=6)
     plotting.label_provenance(fig, res.meta)
     return fig
 
@@ -147,7 +148,7 @@ def max_logit_figure(res, run_ids, layer: int | None = None):
     runs = _runs(res, run_ids)
     colors = _colors(res)
     styles = _seed_style(res)
-    fig, ax = plotting.figure(width=6.4, height=3.6)
+    fig, ax = plotting.figure(height=3.8)
     for r in runs:
         st = res.arrays[f"{r['id']}__step"]
         ml = res.arrays[f"{r['id']}__max_logit"]
@@ -158,7 +159,7 @@ def max_logit_figure(res, run_ids, layer: int | None = None):
     sec = ax.secondary_yaxis("right", functions=(lambda v: np.maximum(v, 1e-30) * 2.0 ** -8,
                                                   lambda u: np.maximum(u, 1e-30) * 2.0 ** 8))
     sec.set_ylabel("≈ BF16 spacing at that logit")
-    ax.legend(fontsize=7, ncol=2)
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside upper center", ncol=3)
     plotting.label_provenance(fig, res.meta)
     return fig
 
@@ -182,20 +183,37 @@ def _smoothed_curve(loss: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarr
     return np.arange(len(loss)), smooth(loss, max(1, min(window, len(loss) // 10 or 1)))
 
 
+def _style_legend(fig, colours: dict, styles: dict, extra=(), title=None, ncol: int = 4):
+    """One figure legend above the panels that explains colours and line styles separately: `colours` {label:
+    colour} (solid lines), `styles` {label: line style} (dark grey), `extra` more (label, Line2D kwargs) entries."""
+    from matplotlib.lines import Line2D
+    hs = [Line2D([], [], color=c, lw=1.5, label=lab) for lab, c in colours.items()]
+    hs += [Line2D([], [], color="0.25", ls=ls, lw=1.2, label=lab) for lab, ls in styles.items()]
+    hs += [Line2D([], [], label=lab, **kw) for lab, kw in extra]
+    return fig.legend(handles=hs, loc="outside upper center", ncol=ncol, title=title)
+
+
 def dial_figure(res_list, window: int = SMOOTH, horizons: dict | None = None):
     """Smoothed training loss over steps, one panel per mantissa width m of the precision dial, for the per-m arms
     (colour = kind, line style = seed) and the BF16 / FP32 controls (grey) of the same results. SR arms of results
     with the SR backward bug (`lib.readings.dial_reading.SR_BACKWARD_BUG`) are left out: they measure a broken gradient.
-    horizons: optional {m: step} (`lib.readings.dial_reading.at_common_horizon`), drawn as a dotted vertical line."""
+    horizons: optional {m: step} (`lib.readings.dial_reading.at_common_horizon`), drawn as a dotted vertical line.
+    One legend above the panels explains colours (kind), line styles (seed) and the controls."""
     from lib.readings import dial_reading
     t = dial_reading.merged_table(res_list)
     if not t["bits"]:
         raise ValueError("no dial runs in the given results")
     arrays = dial_reading.result_arrays(res_list)
-    fig, axes = plotting.figure(1, len(t["bits"]), width=3.6 * len(t["bits"]), height=3.9, sharey=True)
-    axes = np.atleast_1d(axes)
+    n = len(t["bits"])
+    ncols = 2 if n in (2, 4) else min(n, 3)
+    nrows = -(-n // ncols)
+    fig, axes = plotting.figure(nrows, ncols, height=1.6 + 2.4 * nrows, sharey=True, squeeze=False)
+    axes = axes.ravel()
+    for ax in axes[n:]:
+        ax.set_visible(False)
     seeds = sorted({r["seed"] for r in t["rows"]})
     sty = {sd: _STYLES[i % len(_STYLES)] for i, sd in enumerate(seeds)}
+    kinds_seen, controls_seen = {}, {}
 
     def curve(r):
         return _smoothed_curve(arrays[(r["result"], f"{r['id']}__loss")], window)
@@ -205,24 +223,25 @@ def dial_figure(res_list, window: int = SMOOTH, horizons: dict | None = None):
         for c in t["controls"]:
             if c["result"] in src:
                 x, y = curve(c)
-                ax.plot(x, y, color="0.35" if c["arm"] == "paper" else "0.7", lw=1.0,
-                        label=f"control {'BF16 paper' if c['arm'] == 'paper' else 'FP32 attention'} s{c['seed']}")
+                colour = "0.35" if c["arm"] == "paper" else "0.7"
+                ax.plot(x, y, color=colour, lw=1.0, ls=sty.get(c["seed"], "-"))
+                controls_seen[f"control: {'BF16 paper' if c['arm'] == 'paper' else 'FP32 attention'}"] = colour
         for r in t["rows"]:
             if r["m"] != m or not r["valid"]:
                 continue
             col, name = _DIAL_STYLE[r["kind"]]
             x, y = curve(r)
-            ax.plot(x, y, color=col, ls=sty[r["seed"]], lw=1.3, label=f"{name} s{r['seed']}")
+            ax.plot(x, y, color=col, ls=sty[r["seed"]], lw=1.3)
+            kinds_seen[name] = col
         if horizons and horizons.get(m):
-            ax.axvline(horizons[m], color="k", ls=":", lw=0.8, label=f"common horizon ({horizons[m]} steps)")
+            ax.axvline(horizons[m], color="k", ls=":", lw=0.8)
+            ax.text(horizons[m], 1.0, f" {horizons[m]}", transform=ax.get_xaxis_transform(), ha="left", va="top")
         ax.set(title=f"m = {m} mantissa bits", xlabel="step", yscale="log")
-        ax.legend(fontsize=6, framealpha=0.7)
-    axes[0].set_ylabel(f"train loss (nats/byte, {window}-step mean)")
-    # several results: stamp each one's commit (a supxlabel, so the constrained layout leaves room for it)
-    m0 = res_list[0].meta
-    fig.supxlabel(f"{m0.get('scale', '?')} · {m0.get('device', '?')} · "
-                  + ", ".join(f"{r.name} {str(r.meta.get('git_commit', '?'))[:7]}" for r in res_list),
-                  fontsize=6, color="0.45", x=0.995, ha="right")
+    for i in range(0, n, ncols):
+        axes[i].set_ylabel(f"train loss (nats/byte,\n{window}-step mean)")
+    extra = [("common horizon (step)", dict(color="k", ls=":", lw=0.8))] if horizons else []
+    _style_legend(fig, {**kinds_seen, **controls_seen}, {f"seed {sd}": sty[sd] for sd in seeds}, extra, ncol=3)
+    plotting.label_provenance(fig, [dict(r.meta, name=r.name) for r in res_list])
     return fig
 
 
@@ -230,21 +249,21 @@ def beta_sweep_figure(res_list, window: int = SMOOTH):
     """The β sweep (`beta_sweep`, `beta_sweep_seeds`) judged by `lib.readings.beta_reading.table`. Left: smoothed training
     loss per run (colour = β with the exact rule, black = the guarded arm; line style = seed) and the common horizon
     (dotted). Right: the largest attention logit of any layer (score units, log scale) per run, with the tied-max
-    level above which each exact β underflows a BF16 row (dashed, same colour)."""
+    level above which each exact β underflows a BF16 row (dashed, same colour). One legend above both panels."""
     import seaborn as sns
     from lib.readings import beta_reading, dial_reading
     t = beta_reading.table(res_list)
     arrays = dial_reading.result_arrays(res_list)
     exact = sorted({r["beta"] for r in t["rows"] if not r["guarded"]})
+    guarded = sorted({r["beta"] for r in t["rows"] if r["guarded"]})
     col = dict(zip(exact, sns.color_palette("viridis", len(exact))))
     seeds = sorted({r["seed"] for r in t["rows"]})
     sty = {sd: _STYLES[i % len(_STYLES)] for i, sd in enumerate(seeds)}
-    fig, (ax, bx) = plotting.figure(1, 2, width=10.5, height=4.0)
+    fig, (ax, bx) = plotting.figure(1, 2, height=4.2)
     for r in t["rows"]:
         c = "k" if r["guarded"] else col[r["beta"]]
-        lab = f"β = {r['beta']:g} {'guarded' if r['guarded'] else 'exact'} s{r['seed']}"
         ax.plot(*_smoothed_curve(arrays[(r["result"], f"{r['id']}__loss")], window), color=c, ls=sty[r["seed"]],
-                lw=1.2, label=lab)
+                lw=1.2)
         st = arrays[(r["result"], f"{r['id']}__step")]
         ml = arrays[(r["result"], f"{r['id']}__max_logit")].reshape(len(st), -1).max(axis=1)
         bx.plot(st, ml, color=c, ls=sty[r["seed"]], lw=1.1)
@@ -253,14 +272,14 @@ def beta_sweep_figure(res_list, window: int = SMOOTH):
         if xu < 1e5:                    # β → 1 puts the level far above any logit: leave it off the axis
             bx.axhline(xu, color=col[b], ls="--", lw=0.8)
     if t["horizon"]:
-        ax.axvline(t["horizon"], color="k", ls=":", lw=0.8, label=f"common horizon ({t['horizon']} steps)")
+        ax.axvline(t["horizon"], color="k", ls=":", lw=0.8)
     ax.set(xlabel="step", ylabel=f"train loss (nats/byte, {window}-step mean)", yscale="log")
-    ax.legend(fontsize=6, ncol=2, framealpha=0.7)
-    bx.set(xlabel="step", ylabel="largest attention logit (score units)", yscale="log",
-           title="dashed: tied max above which an exact-rule β underflows a BF16 row")
-    bx.title.set_fontsize(8)
-    m0 = res_list[0].meta
-    fig.supxlabel(f"{m0.get('scale', '?')} · {m0.get('device', '?')} · "
-                  + ", ".join(f"{r.name} {str(r.meta.get('git_commit', '?'))[:7]}" for r in res_list),
-                  fontsize=6, color="0.45", x=0.995, ha="right")
+    bx.set(xlabel="step", ylabel="largest attention logit (score units)", yscale="log")
+    colours = {f"β = {b:g} exact": col[b] for b in exact}
+    colours.update({f"β = {b:g} guarded": "k" for b in guarded})
+    extra = [("underflow level of an exact β (its colour)", dict(color="0.4", ls="--", lw=0.8))]
+    if t["horizon"]:
+        extra.append((f"common horizon ({t['horizon']} steps)", dict(color="k", ls=":", lw=0.8)))
+    _style_legend(fig, colours, {f"seed {sd}": sty[sd] for sd in seeds}, extra, ncol=3)
+    plotting.label_provenance(fig, [dict(r.meta, name=r.name) for r in res_list])
     return fig

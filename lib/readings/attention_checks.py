@@ -1,5 +1,5 @@
 """Tables and figures of chapter 2 (the flash-attention kernel): rounding points, correctness against FP64, the
-kernel-vs-oracle bit check, the autocast placement finding, and the benchmark table.
+kernel-vs-oracle bit check, the autocast placement finding, and the benchmark (TFLOP/s figure and time ratios).
 
 Every function returns plain data (a pandas DataFrame or a dict) or a matplotlib figure; nothing here knows about
 Jupyter. The kernels are imported lazily: when `kernels/attention.py` is missing or fails to import, the functions
@@ -18,7 +18,8 @@ from lib.fp.reference import attention_fp64, emulate_attention
 
 __all__ = ["rounding_table", "make_inputs", "error_vs_fp64", "error_figure", "kernel_vs_oracle",
            "placement_table", "placement_summary", "bench_table", "load_kernel", "dtype_table",
-           "stable_clamp_effect"]
+           "stable_clamp_effect", "bench_status", "bench_frame", "bench_figure", "bench_ratios",
+           "bench_ratio_markdown", "BENCH_NAMES"]
 
 ROOT = Path(__file__).resolve().parents[2]
 QUANTITIES = ("o", "dq", "dk", "dv")
@@ -100,16 +101,15 @@ def error_figure(df: pd.DataFrame, title: str = ""):
     import seaborn as sns
 
     from lib.book import plotting
-    fig, ax = plotting.figure(width=6.4, height=3.4)
+    fig, ax = plotting.figure(height=3.4)
     sns.stripplot(data=df, x="quantity", y="rel_err", hue="profile", dodge=True, ax=ax, size=4, jitter=0.15)
     ax.set_yscale("log")
     ax.set_xlabel("gradient / output")
     ax.set_ylabel("max |error| / max |FP64|")
-    ax.axhline(2.0 ** -8, color="0.6", lw=0.8, ls="--")
-    ax.text(3.45, 2.0 ** -8, "BF16 unit roundoff 2⁻⁸", fontsize=7, color="0.4", ha="right", va="bottom")
+    ax.axhline(2.0 ** -8, color="0.6", lw=0.8, ls="--", label="BF16 unit\nroundoff 2⁻⁸")
     if title:
-        ax.set_title(title, fontsize=10)
-    ax.legend(title="profile", fontsize=8, title_fontsize=8, loc="lower right")
+        ax.set_title(title)
+    plotting.legend_outside(ax, "right", title="profile")
     return fig
 
 
@@ -213,7 +213,7 @@ def stable_clamp_effect(data: dict) -> pd.DataFrame:
 
 
 def bench_table(path=None):
-    """The benchmark written by KERNEL (`results/full/attention_bench.json`) as a DataFrame, or None if absent.
+    """The rows of the attention benchmark (`results/full/attention_bench.json`) as a DataFrame, or None if absent.
 
     Accepts a list of row dicts under data["rows"] / data["results"] or a list at the top level of data."""
     path = Path(path) if path else ROOT / "results" / "full" / "attention_bench.json"
@@ -225,3 +225,175 @@ def bench_table(path=None):
     if not rows:
         return pd.DataFrame()
     return pd.DataFrame(rows)
+
+
+# Implementations of the benchmark, by the prefix of their "<prefix>_ms" / "<prefix>_tflops" columns; a prefix not
+# listed here (a new mode of the kernel) is shown under its own name.
+BENCH_NAMES = {"ours": "ours (fa2)", "ours_fix": "ours + β fix", "sdpa_flash": "SDPA flash",
+               "paper_rb0": "paper, per tile", "paper_rb512": "paper, 512-key blocks",
+               "paper_rb-1": "paper, whole-row blocks", "paper_rb512_fix": "paper, 512-key blocks + β fix"}
+# Sections of the result ("<name>rows": lists of row dicts) and the implementation each section's ratios are taken
+# against; a section not listed here uses its first implementation.
+BENCH_SECTIONS = {"rows": "ours", "round_block_rows": "paper_rb0"}
+BENCH_BASELINE = "sdpa_flash"  # the outside baseline: its time / the reference (> 1: the reference is faster)
+_KEYS = ("B", "H", "D", "N", "mode")
+
+
+def bench_status(name: str = "attention_bench", root=None) -> dict:
+    """{"status": "missing" | "stale" | "ok", "result": Result or None, "note": one sentence for the chapter}."""
+    from lib.book import results
+    if not results.exists(name, "full", root):
+        return {"status": "missing", "result": None,
+                "note": f"**Not yet measured**: `results/full/{name}.json` does not exist in this checkout."}
+    res = results.load(name, "full", root)
+    if res.stale:
+        return {"status": "stale", "result": res,
+                "note": f"**This benchmark is stale** ({res.label}): " + "; ".join(res.stale)
+                        + ". The numbers below are from the kernel as it was then, not as it is now."}
+    return {"status": "ok", "result": res, "note": f"Benchmark {res.label}; it is up to date with the code."}
+
+
+def _sections(data) -> dict:
+    """{section name: list of row dicts} for every list of rows in `data` that has D, N and mode keys."""
+    if isinstance(data, list):
+        return {"rows": data}
+    out = {}
+    for key, val in (data or {}).items():
+        if (key.endswith("rows") or key == "results") and isinstance(val, list) and val and isinstance(val[0], dict) \
+                and {"D", "N", "mode"} <= set(val[0]):
+            out[key] = val
+    return out
+
+
+def bench_frame(data) -> pd.DataFrame:
+    """Long form of the benchmark: one row per (section, head dim D, sequence length N, mode, implementation) with
+    columns section, D, N, mode, impl (prefix), name (readable), ms, tflops. Every list of rows in the result
+    (`rows`, `round_block_rows`, …) is read and implementations come from the "<prefix>_ms" columns, so a section or
+    a kernel mode added later appears without code changes; a non-numeric column other than the keys splits an
+    implementation into variants named "<name>, <col>=<value>"."""
+    out = []
+    for section, rows in _sections(data).items():
+        df = pd.DataFrame(rows)
+        prefixes = [c[:-3] for c in df.columns if c.endswith("_ms")]
+        known = [p for p in BENCH_NAMES if p in prefixes]
+        prefixes = known + [p for p in prefixes if p not in known]      # known implementations first
+        variant_cols = [c for c in df.columns if c not in _KEYS and not c.endswith(("_ms", "_tflops"))
+                        and not pd.api.types.is_numeric_dtype(df[c])]
+        for _, r in df.iterrows():
+            suffix = "".join(f", {c}={r[c]}" for c in variant_cols if pd.notna(r[c]))
+            for p in prefixes:
+                if pd.isna(r.get(f"{p}_ms")):
+                    continue
+                out.append({"section": section, "D": int(r["D"]), "N": int(r["N"]), "mode": r["mode"],
+                            "impl": p + suffix.replace(", ", "|"), "name": BENCH_NAMES.get(p, p.replace("_", " "))
+                            + suffix, "ms": float(r[f"{p}_ms"]),
+                            "tflops": float(r[f"{p}_tflops"]) if pd.notna(r.get(f"{p}_tflops")) else np.nan})
+    return pd.DataFrame(out, columns=["section", "D", "N", "mode", "impl", "name", "ms", "tflops"])
+
+
+_MODES = ("fwd", "bwd", "fwd+bwd")
+
+
+def bench_figure(data, meta=None):
+    """TFLOP/s against sequence length N (log 2 axis): one row of panels per mode (forward, backward, both), one
+    column per head dim, one line per implementation (solid: the first section's, dashed: later sections'; the
+    baseline drawn once, from the first section that has it). Returns the figure."""
+    from lib.book import plotting
+    lf = bench_frame(data)
+    if lf.empty:
+        raise ValueError("bench_figure: the benchmark has no rows with D, N, mode and <impl>_ms columns")
+    sections = list(dict.fromkeys(lf["section"]))
+    base_sec = next((s for s in sections if (lf[(lf["section"] == s)]["impl"] == BENCH_BASELINE).any()), None)
+    lf = lf[(lf["impl"] != BENCH_BASELINE) | (lf["section"] == base_sec)]
+    modes = [m for m in _MODES if m in set(lf["mode"])] + sorted(set(lf["mode"]) - set(_MODES))
+    dims = sorted(set(lf["D"]))
+    lines = list(dict.fromkeys(zip(lf["section"], lf["name"])))
+    ns = sorted(set(lf["N"]))
+    fig, axes = plotting.figure(len(modes), len(dims), height=1.6 + 1.9 * len(modes), sharex=True, sharey="row",
+                                squeeze=False)
+    markers = "os^vDP*X"
+    labelled = set()                     # each line gets its legend entry where it is first drawn
+    for i, mode in enumerate(modes):
+        for j, d in enumerate(dims):
+            ax = axes[i, j]
+            for k, (sec, name) in enumerate(lines):
+                sel = lf[(lf["mode"] == mode) & (lf["D"] == d) & (lf["name"] == name) & (lf["section"] == sec)]
+                sel = sel.sort_values("N")
+                if len(sel):
+                    ax.plot(sel["N"], sel["tflops"], marker=markers[k % len(markers)], ms=4, color=f"C{k}",
+                            ls="-" if sec == sections[0] else "--",
+                            label=None if (sec, name) in labelled else name)
+                    labelled.add((sec, name))
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(ns, [f"{n // 1024}k" if n >= 1024 else str(n) for n in ns])
+            ax.minorticks_off()
+            if i == 0:
+                ax.set_title(f"head dim {d}")
+            if i == len(modes) - 1:
+                ax.set_xlabel("sequence length N")
+            if j == 0:
+                ax.set_ylabel(f"{mode}\nTFLOP/s")
+    handles = [h for ax in axes.ravel() for h in ax.get_legend_handles_labels()[0]]
+    names = [name for _, name in lines]
+    handles.sort(key=lambda h: names.index(h.get_label()))        # legend in line order, whichever panel came first
+    fig.legend(handles=handles, loc="outside upper center", ncol=min(3, len(handles)))
+    if meta:
+        plotting.label_provenance(fig, meta)
+    return fig
+
+
+def bench_ratios(data) -> pd.DataFrame:
+    """Per mode (columns) and comparison (rows), the median, min and max over (D, N), per section of the result:
+    * `BENCH_BASELINE` time / the section's reference (`BENCH_SECTIONS`): above 1 means the reference is faster;
+    * every other implementation's overhead, its time / the reference − 1 (above 0: slower than the reference).
+    Cells are (median, min, max) tuples (NaN where a mode was not measured); comparisons without data are left out."""
+    lf = bench_frame(data)
+    if lf.empty:
+        return pd.DataFrame()
+    out = {}
+    for section in dict.fromkeys(lf["section"]):
+        sf = lf[lf["section"] == section]
+        ref_impl = BENCH_SECTIONS.get(section, sf["impl"].iloc[0])
+        if not (sf["impl"] == ref_impl).any():
+            continue
+        ref_name = sf.loc[sf["impl"] == ref_impl, "name"].iloc[0]
+        ref = sf[sf["impl"] == ref_impl].set_index(["D", "N", "mode"])["ms"]
+        others = sf[sf["impl"] != ref_impl]
+        order = sorted(dict.fromkeys(others["impl"]), key=lambda i: i != BENCH_BASELINE)   # the baseline first
+        for impl in order:
+            g = others[others["impl"] == impl]
+            both = pd.concat({"x": g.set_index(["D", "N", "mode"])["ms"], "ref": ref}, axis=1, join="inner")
+            if both.empty:
+                continue
+            name = g["name"].iloc[0]
+            if impl == BENCH_BASELINE:
+                label, v = f"{name} time / {ref_name}", both["x"] / both["ref"]
+            else:
+                label, v = f"{name}: overhead, time / {ref_name} − 1", both["x"] / both["ref"] - 1
+            out[label] = {m: (float(v.xs(m, level="mode").median()), float(v.xs(m, level="mode").min()),
+                              float(v.xs(m, level="mode").max())) for m in set(v.index.get_level_values("mode"))}
+    if not out:
+        return pd.DataFrame()
+    modes = [m for m in _MODES if any(m in r for r in out.values())] + \
+        sorted({m for r in out.values() for m in r} - set(_MODES))
+    return pd.DataFrame.from_dict(out, orient="index").reindex(columns=modes)
+
+
+def bench_ratio_markdown(ratios: pd.DataFrame) -> str:
+    """`bench_ratios` as a Markdown table: ratios as ×1.23 (1.05–1.50), overheads as +3.6 % (−0.2 %–+9.9 %)."""
+    if ratios.empty:
+        return ""
+    lines = ["| comparison: median (range) over N and head dims | " + " | ".join(ratios.columns) + " |",
+             "|---|" + "---|" * len(ratios.columns)]
+    for label, row in ratios.iterrows():
+        overhead = "overhead" in label
+        cells = []
+        for m in ratios.columns:
+            if not isinstance(row[m], tuple):
+                cells.append("—")            # not measured in this mode
+                continue
+            med, lo, hi = row[m]
+            cells.append((f"{med:+.1%} ({lo:+.1%} to {hi:+.1%})" if overhead else
+                          f"{med:.2f} ({lo:.2f}–{hi:.2f})").replace("-", "−"))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
