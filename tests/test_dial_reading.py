@@ -97,7 +97,8 @@ def test_claim_bias_not_coarseness_follows_the_runs():
     rne = _result("precision_dial_fine", "abc", [4], [("paper_m4", 0, dict(n=600, blow_at=200))])
     sr_fails = _result("precision_dial_sr", "abc", [4], [("paper_m4_sr", 0, dict(n=500, blow_at=250))])
     sr_trains = _result("precision_dial_sr", "abc", [4], [("paper_m4_sr", 0, dict(n=500))])
-    assert derive_dial([rne, sr_fails])["bias_not_coarseness"]["status"] == "not reproduced"
+    # SR failing where RNE fails cannot refute the bias: SR's √2 × larger noise alone predicts it
+    assert derive_dial([rne, sr_fails])["bias_not_coarseness"]["status"] == "inconclusive"
     assert derive_dial([rne, sr_trains])["bias_not_coarseness"]["status"] == "reproduced"
     assert derive_dial([rne]) == {} and derive_dial([]) == {}       # no SR run: no verdict
     buggy = _result("precision_dial_sr", "675045d", [4], [("paper_m4_sr", 0, dict(n=500))])

@@ -125,3 +125,18 @@ def test_headline_variants_are_registry_entries():
     assert cliff["lr"] == 0.007 and cliff["contrast_seeds"] == [0, 1, 2]
     assert base["fix_arms"] == ["paper", "paper+fix"] and base["contrast_arms"] == ["fa2", "sdpa", "fp32"]
 
+
+
+def test_outcome_thresholds_are_pinned():
+    """The outcome thresholds are definitions fixed before the runs they judge: a curve whose smoothed loss rises
+    0.15 nats/byte above its best is "degraded" and one rising 0.6 "exploded" — moving RISE_DEGRADED to 0.2 or
+    RISE_EXPLODED to 0.7 breaks this test, as it should (every committed verdict was judged with these values)."""
+    assert (outcome.RISE_DEGRADED, outcome.RISE_EXPLODED, outcome.GN_SPIKE, outcome.SMOOTH) == (0.1, 0.5, 10.0, 50)
+    n, warm = 1000, 100
+    base = np.full(n, 1.0)
+    for rise, want in ((0.05, "stable"), (0.15, "degraded"), (0.6, "exploded")):
+        loss = base.copy()
+        loss[600:] += rise
+        assert outcome.classify(loss, np.ones(n), warm)["outcome"] == want, (rise, want)
+    assert outcome.failed("exploded") and outcome.failed("nonfinite") and not outcome.failed("degraded")
+    assert outcome.stayed_stable("stable") and not outcome.stayed_stable("degraded")

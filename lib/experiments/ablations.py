@@ -91,7 +91,7 @@ def verdicts(summaries: list[dict]) -> dict:
     for arm in dict.fromkeys(s["arm"] for s in summaries):
         oc = [s["outcome"] for s in summaries if s["arm"] == arm]
         stable = all(o == "stable" for o in oc)
-        failed = all(o in ("exploded", "nonfinite") for o in oc)
+        failed = all(outcome.failed(o) for o in oc)
         ours = "stable" if stable else "fails" if failed else "mixed"
         out[arm] = dict(outcomes=oc, ours=ours, paper=PAPER_EXPECTS.get(arm), agrees=ours == PAPER_EXPECTS.get(arm))
     return out

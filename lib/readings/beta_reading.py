@@ -11,6 +11,8 @@ every run on the first H steps, H = the fewest steps of any finite run (`lib.rea
 """
 from __future__ import annotations
 
+from lib.training import outcome  # noqa: E402  (one definition of a failed run)
+
 import numpy as np
 
 from lib.fp import beta_theory
@@ -61,7 +63,7 @@ def table(res_list) -> dict:
         g["outcomes"].append(r["outcome"])
     for g in groups.values():
         g["n"] = len(g["outcomes"])
-        g["failed"] = sum(o in ("exploded", "nonfinite") for o in g["outcomes"])
+        g["failed"] = sum(outcome.failed(o) for o in g["outcomes"])
     return dict(horizon=h, lr=sorted({r["lr"] for r in rows}), rows=rows, groups=list(groups.values()))
 
 

@@ -1,14 +1,16 @@
 """How many tracked claims have each replication status, as one sentence for the intro.
 
 Every status that occurs is counted (so that "not reproduced" and "partly" are never dropped from the summary),
-in a fixed order: reproduced, partly, not reproduced, not yet tested, then any other status alphabetically."""
+in a fixed order: reproduced, partly, not reproduced, inconclusive, not yet tested, then any other status
+alphabetically."""
 from __future__ import annotations
 
 from collections import Counter
 
-ORDER = ("reproduced", "partly", "not reproduced", "not yet tested")
+ORDER = ("reproduced", "partly", "not reproduced", "inconclusive", "not yet tested")
 _PHRASE = {"reproduced": "{n} {are} reproduced", "partly": "{n} {are} partly reproduced",
-           "not reproduced": "{n} {are} not reproduced", "not yet tested": "{n} {are} not yet tested"}
+           "not reproduced": "{n} {are} not reproduced", "inconclusive": "{n} {are} inconclusive",
+           "not yet tested": "{n} {are} not yet tested"}
 
 
 def counts(rows) -> dict[str, int]:

@@ -15,6 +15,8 @@ steps, H_m = the fewest steps of any finite run at that m, with the same rule (`
 """
 from __future__ import annotations
 
+from lib.training import outcome  # noqa: E402  (one definition of a failed run)
+
 from itertools import combinations
 
 import numpy as np
@@ -49,7 +51,7 @@ def verdicts(summaries: list[dict], bits, sr_valid: bool = True) -> dict:
         return [s["outcome"] for s in summaries if s["arm"] == arm and ok(s) == good]
 
     def failed(oc):
-        return bool(oc) and all(o in ("exploded", "nonfinite") for o in oc)
+        return bool(oc) and all(outcome.failed(o) for o in oc)
 
     def trained(oc):
         return bool(oc) and all(o in ("stable", "degraded") for o in oc)
@@ -123,7 +125,7 @@ def _facts(table: dict) -> dict:
     {"<kind>_failed", "<kind>_trained" for every kind of `KIND_SUFFIX`, "fix_breaks" (RNE trained, the fix failed),
     "dfp32o_run"} — so prose can state outcomes without typing them. A kind not run at m is in neither list."""
     def failed(oc):
-        return bool(oc) and all(o in ("exploded", "nonfinite") for o in oc)
+        return bool(oc) and all(outcome.failed(o) for o in oc)
 
     def trained(oc):
         return bool(oc) and all(o in ("stable", "degraded") for o in oc)
@@ -173,7 +175,7 @@ def at_common_horizon(res_list) -> dict:
 
 def _counts(verdicts: dict) -> dict:
     """{m: {kind: {"n": runs, "failed": exploded or non-finite}}} over the kinds run at m, from `verdicts`."""
-    return {int(m): {k: dict(n=len(x[k]), failed=sum(o in ("exploded", "nonfinite") for o in x[k]))
+    return {int(m): {k: dict(n=len(x[k]), failed=sum(outcome.failed(o) for o in x[k]))
                      for k in KIND_SUFFIX if x.get(k)} for m, x in verdicts.items()}
 
 

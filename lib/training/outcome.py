@@ -19,6 +19,21 @@ ONSET_RISE = 0.25           # onset: first step whose smoothed loss exceeds the 
 
 
 
+# How every reader counts outcomes (one definition for all claims, tables and chapters): a run *failed* when it
+# exploded or went non-finite; it *stayed stable* only when "stable"; "degraded" is neither — it did not fail, and it
+# did not stay stable — so a claim that something "stabilises" needs "stable", and a claim that something "fails"
+# needs a failure.
+FAILED = frozenset({"exploded", "nonfinite"})
+
+
+def failed(outcome: str) -> bool:
+    return outcome in FAILED
+
+
+def stayed_stable(outcome: str) -> bool:
+    return outcome == "stable"
+
+
 def smooth(x: np.ndarray, window: int) -> np.ndarray:
     """Trailing moving average (NaN-propagating), same length as x."""
     x = np.asarray(x, dtype=np.float64)
