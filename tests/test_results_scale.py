@@ -68,11 +68,14 @@ def test_atomic_write_leaves_no_temp_files(tmp_path):
 
 
 def test_committed_results_have_provenance():
-    """Every committed result names its commit, device, versions and hashes (staleness itself is reported, not failed)."""
+    """Every committed result names its commit, device, versions, and the code / configuration / input provenance that
+    decides its freshness (staleness itself is reported, not failed)."""
     for r in results.all_results():
-        for key in ("git_commit", "device", "torch", "triton", "python", "depends_on", "created_utc"):
+        for key in ("git_commit", "device", "torch", "triton", "python", "created_utc", "provenance"):
             assert key in r.meta, (r.name, key)
-        assert r.meta["depends_on"], r.name
+        prov = r.meta["provenance"]
+        assert prov["code"] and all(len(h) == 64 for h in prov["code"].values()), r.name
+        assert prov["registry"] == r.name and isinstance(prov["cfg"], dict), r.name
 
 
 def test_scale_resolution(monkeypatch):

@@ -283,3 +283,68 @@ def beta_sweep_figure(res_list, window: int = SMOOTH):
     _style_legend(fig, colours, {f"seed {sd}": sty[sd] for sd in seeds}, extra, ncol=3)
     plotting.label_provenance(fig, [dict(r.meta, name=r.name) for r in res_list])
     return fig
+
+
+# ------------------------------------------------------------------------------------- the healthy regime (chapter 6)
+_REF_COLORS = {"fp32": "0.15", "sdpa": "0.55"}
+
+
+def _max_logit(arrays, rid):
+    """(telemetry steps, largest logit over layers) of run `rid`."""
+    ml = np.asarray(arrays[f"{rid}__max_logit"], dtype=np.float64)
+    return np.asarray(arrays[f"{rid}__step"]), (ml.max(axis=1) if ml.ndim > 1 else ml)
+
+
+def regime_figure(res_list, bound: float = 100.0):
+    """The regime pilots: the largest attention logit over telemetry steps of every FP32 (dark) and SDPA (grey) run,
+    line style = seed, one panel per LR, with the health bound. `res_list`: the pilot Results (`regime_sweep*`)."""
+    runs = [(res, r) for res in res_list for r in res.data["runs"]]
+    lrs = sorted({r["lr"] for _, r in runs}, reverse=True)
+    if not lrs:
+        raise ValueError("no pilot runs")
+    seeds = sorted({r["seed"] for _, r in runs})
+    sty = {s: _STYLES[i % len(_STYLES)] for i, s in enumerate(seeds)}
+    fig, axes = plotting.figure(1, len(lrs), height=3.2, sharey=True)
+    axes = np.atleast_1d(axes)
+    top = bound
+    for ax, lr in zip(axes, lrs):
+        for res, r in runs:
+            if r["lr"] != lr:
+                continue
+            st, ml = _max_logit(res.arrays, r["id"])
+            top = max(top, float(np.nanmax(ml)))
+            ax.plot(st, ml, color=_REF_COLORS.get(r["arm"], "C0"), ls=sty[r["seed"]], lw=1.2)
+        ax.axhline(bound, color="C3", lw=1.0, ls="--")
+        ax.set(title=f"LR {lr:g}", xlabel="step")
+    axes[0].set_ylabel("largest attention logit")
+    axes[0].set_ylim(0, top * 1.05)
+    _style_legend(fig, {a: c for a, c in _REF_COLORS.items()}, {f"seed {s}": v for s, v in sty.items()},
+                  extra=[(f"bound {bound:g}", dict(color="C3", ls="--"))], ncol=6)
+    plotting.label_provenance(fig, res_list[0].meta)
+    return fig
+
+
+def healthy_figure(res, refs, window: int = 200):
+    """The healthy headline: smoothed training loss (left) and the largest attention logit (right) over steps for
+    every arm of `res` (colour) and the FP32 / SDPA references of the pilots `refs` at the same LR (greys), line style
+    = seed. `res`: the `healthy_headline` Result; `refs`: a Result holding the pilots' runs (`regime.union`)."""
+    lr = res.data["lr"]
+    rows = [(res, r) for r in res.data["runs"]] + [(refs, r) for r in refs.data["runs"] if r["lr"] == lr]
+    arms = list(dict.fromkeys(r["arm"] for _, r in rows))
+    col = {a: _REF_COLORS.get(a, f"C{i}") for i, a in enumerate(arms)}
+    seeds = sorted({r["seed"] for _, r in rows})
+    sty = {s: _STYLES[i % len(_STYLES)] for i, s in enumerate(seeds)}
+    fig, (a0, a1) = plotting.figure(1, 2, height=3.3)
+    for src, r in rows:
+        loss = src.arrays[f"{r['id']}__loss"]
+        x, y = _smoothed_curve(loss, window)
+        a0.plot(x, y, color=col[r["arm"]], ls=sty[r["seed"]], lw=1.1)
+        st, ml = _max_logit(src.arrays, r["id"])
+        a1.plot(st, ml, color=col[r["arm"]], ls=sty[r["seed"]], lw=1.1)
+    lo = min(np.nanmin(_smoothed_curve(src.arrays[f"{r['id']}__loss"], window)[1][len(src.arrays[f"{r['id']}__loss"])
+                                                                                   // 5:]) for src, r in rows)
+    a0.set(xlabel="step", ylabel=f"train loss, {window}-step mean", ylim=(lo - 0.05, lo + 0.6))
+    a1.set(xlabel="step", ylabel="largest attention logit")
+    _style_legend(fig, col, {f"seed {s}": v for s, v in sty.items()}, ncol=4)
+    plotting.label_provenance(fig, res.meta)
+    return fig
