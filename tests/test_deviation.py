@@ -302,3 +302,27 @@ def test_figures_and_key_numbers(tiny_result):
         dr.one(dr.frame(d), sweep="seq", impl="ours:paper", N=64, d=16, inputs="attention", fmt="bf16")["bias_ulp"])
     tbl = dr.summary_table(dr.frame(d), N=64, d=16, inputs="normal", impls=["baseline", "fa2"], fmts=["bf16"])
     assert list(tbl["implementation"]) == [dr.IMPL_LABELS["baseline"], dr.IMPL_LABELS["fa2"]]
+
+
+def test_gpu_note_reports_failed_bf16_cells():
+    """gpu_note names the failures and, where the real kernels ran, their ratio beside the simulator's."""
+    recs = []
+    for fmt in ("fp16", "bf16"):
+        for impl, mx in (("baseline", 2.0), ("fa2", 0.6), ("gpu:eager", 2.0), ("gpu:sdpa_flash", 0.7)):
+            r = dict(sweep="seq", inputs="normal", d=16, N=64, H=1, fmt=fmt, impl=impl, block=[16, 16],
+                     max_abs=mx, mean_abs_ulp=mx / 2)
+            if fmt == "bf16" and impl.startswith("gpu:"):
+                r = {k: v for k, v in r.items() if k not in ("max_abs", "mean_abs_ulp")}
+                r["error"] = "TypeError: Got unsupported ScalarType BFloat16"
+            recs.append(r)
+    recs.append(dict(sweep="seq", inputs="normal", d=16, N=64, H=1, fmt="fp32", impl="gpu:sdpa_flash", block=[16, 16],
+                     error="RuntimeError: No available kernel."))
+    df = dr.frame({"records": recs})
+    assert [(f["impl"], f["fmt"], f["n"]) for f in dr.failed_cells(df)] == [
+        ("gpu:eager", "bf16", 1), ("gpu:sdpa_flash", "bf16", 1), ("gpu:sdpa_flash", "fp32", 1)]
+    note = dr.gpu_note(df, N=64, d=16)
+    assert "every BF16 measurement of a real GPU kernel failed (2 cells" in note and "NumPy has no BF16" in note
+    assert "SDPA flash (GPU) at FP32 (RuntimeError" in note
+    assert "At FP16, where the real kernels ran, SDPA flash's max |Δ| is 0.35× PyTorch eager's" in note
+    assert "the simulator gives 0.3×" in note
+    assert dr.gpu_note(df[~df["impl"].str.startswith("gpu:")], N=64, d=16) == ""
