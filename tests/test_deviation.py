@@ -304,6 +304,24 @@ def test_figures_and_key_numbers(tiny_result):
     assert list(tbl["implementation"]) == [dr.IMPL_LABELS["baseline"], dr.IMPL_LABELS["fa2"]]
 
 
+def test_output_hash_reads_bf16_tensors():
+    """The GPU kernels return BF16 tensors: their hash must not go through NumPy's dtypes (NumPy has no bfloat16);
+    it is the hash of the bit pattern, so equal bits hash alike, one flipped bit does not, and other dtypes keep
+    the hash of their own bytes."""
+    import hashlib
+
+    from lib.experiments.fa_deviation import _hash
+    o = torch.randn(3, 8, 16).to(torch.bfloat16)
+    h = _hash(o)
+    assert h == hashlib.sha1(o.view(torch.int16).numpy().tobytes()).hexdigest()[:16]
+    assert _hash(o.clone()) == h
+    p = o.clone().view(torch.int16)
+    p[0, 0, 0] ^= 1
+    assert _hash(p.view(torch.bfloat16)) != h
+    f = torch.randn(4, 5)
+    assert _hash(f) == hashlib.sha1(f.numpy().tobytes()).hexdigest()[:16]
+
+
 def test_gpu_note_reports_failed_bf16_cells():
     """gpu_note names the failures and, where the real kernels ran, their ratio beside the simulator's."""
     recs = []
