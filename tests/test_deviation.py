@@ -302,3 +302,45 @@ def test_figures_and_key_numbers(tiny_result):
         dr.one(dr.frame(d), sweep="seq", impl="ours:paper", N=64, d=16, inputs="attention", fmt="bf16")["bias_ulp"])
     tbl = dr.summary_table(dr.frame(d), N=64, d=16, inputs="normal", impls=["baseline", "fa2"], fmts=["bf16"])
     assert list(tbl["implementation"]) == [dr.IMPL_LABELS["baseline"], dr.IMPL_LABELS["fa2"]]
+
+
+def test_output_hash_reads_bf16_tensors():
+    """The GPU kernels return BF16 tensors: their hash must not go through NumPy's dtypes (NumPy has no bfloat16);
+    it is the hash of the bit pattern, so equal bits hash alike, one flipped bit does not, and other dtypes keep
+    the hash of their own bytes."""
+    import hashlib
+
+    from lib.experiments.fa_deviation import _hash
+    o = torch.randn(3, 8, 16).to(torch.bfloat16)
+    h = _hash(o)
+    assert h == hashlib.sha1(o.view(torch.int16).numpy().tobytes()).hexdigest()[:16]
+    assert _hash(o.clone()) == h
+    p = o.clone().view(torch.int16)
+    p[0, 0, 0] ^= 1
+    assert _hash(p.view(torch.bfloat16)) != h
+    f = torch.randn(4, 5)
+    assert _hash(f) == hashlib.sha1(f.numpy().tobytes()).hexdigest()[:16]
+
+
+def test_gpu_note_reports_failed_bf16_cells():
+    """gpu_note names the failures and, where the real kernels ran, their ratio beside the simulator's."""
+    recs = []
+    for fmt in ("fp16", "bf16"):
+        for impl, mx in (("baseline", 2.0), ("fa2", 0.6), ("gpu:eager", 2.0), ("gpu:sdpa_flash", 0.7)):
+            r = dict(sweep="seq", inputs="normal", d=16, N=64, H=1, fmt=fmt, impl=impl, block=[16, 16],
+                     max_abs=mx, mean_abs_ulp=mx / 2)
+            if fmt == "bf16" and impl.startswith("gpu:"):
+                r = {k: v for k, v in r.items() if k not in ("max_abs", "mean_abs_ulp")}
+                r["error"] = "TypeError: Got unsupported ScalarType BFloat16"
+            recs.append(r)
+    recs.append(dict(sweep="seq", inputs="normal", d=16, N=64, H=1, fmt="fp32", impl="gpu:sdpa_flash", block=[16, 16],
+                     error="RuntimeError: No available kernel."))
+    df = dr.frame({"records": recs})
+    assert [(f["impl"], f["fmt"], f["n"]) for f in dr.failed_cells(df)] == [
+        ("gpu:eager", "bf16", 1), ("gpu:sdpa_flash", "bf16", 1), ("gpu:sdpa_flash", "fp32", 1)]
+    note = dr.gpu_note(df, N=64, d=16)
+    assert "every BF16 measurement of a real GPU kernel failed (2 cells" in note and "NumPy has no BF16" in note
+    assert "SDPA flash (GPU) at FP32 (RuntimeError" in note
+    assert "At FP16, where the real kernels ran, SDPA flash's max |Δ| is 0.35× PyTorch eager's" in note
+    assert "the simulator gives 0.3×" in note
+    assert dr.gpu_note(df[~df["impl"].str.startswith("gpu:")], N=64, d=16) == ""

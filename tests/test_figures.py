@@ -140,6 +140,84 @@ def fig_ch7_beta_sweep():
     return ep.beta_sweep_figure(bres)
 
 
+def _fa_deviation():
+    data, _ = _result_or_live("fa_deviation")
+    return data
+
+
+@functools.lru_cache(maxsize=None)
+def _weight_drift():
+    """(data, arrays) as chapter 3 reads them: the committed full result, else the live CI-scale run."""
+    if results.exists("weight_drift", "full"):
+        r = results.load("weight_drift", "full")
+        return r.data, r.arrays
+    from lib.experiments import run_live
+    out = run_live("weight_drift", "ci")
+    return out["data"], out["arrays"]
+
+
+def fig_ch3(which: str):
+    from lib.figures import deviation_plots as dp
+    from lib.readings import deviation_reading as dr
+    if which in ("drift", "drift_ratio"):
+        data, arrays = _weight_drift()
+        return (dp.drift_figure if which == "drift" else dp.drift_ratio_figure)(data, arrays)
+    dev = _fa_deviation()
+    if which == "format":
+        return dp.format_figure(dev)
+    if which == "seq":
+        return dp.seq_figure(dev, d=dr.key_numbers(dev)["d"], inputs="normal")
+    if which == "pred":
+        return dp.prediction_figure(dev)
+    return dp.tile_figure(dev, impl="fa1")
+
+
+@functools.lru_cache(maxsize=None)
+def _delta_capture():
+    """The `delta_capture` result chapters 4 and 5 show: the committed full one, else the live CI-scale run."""
+    if results.exists("delta_capture", "full"):
+        return results.load("delta_capture", "full")
+    from lib.experiments import live_result
+    return live_result("delta_capture", "ci")
+
+
+def _last_capture():
+    from lib.training.capture import unpack
+    R = _delta_capture()
+    return unpack(R.data["keep_index"], R.arrays, prefix="keep")[-1]
+
+
+def fig_ch45(which: str):
+    """The figures of chapters 4 and 5, drawn by the calls the chapters make."""
+    from lib.figures import delta_plots as dp
+    R = _delta_capture()
+    if which == "planted_token":
+        from lib.readings.delta_planted import planted
+        P = planted("ties", spec="paper")
+        return dp.token_errors(P["arr"], P["scale"], head=0, row=7)
+    if which in ("real_token", "terms"):
+        c = _last_capture()
+        lay = c.layer(c.layers[0])
+        if which == "real_token":
+            return dp.token_errors(lay, c.meta["scale"], head=0)
+        return dp.term_heatmaps(lay, c.meta["scale"], head=0, side="q")
+    if which == "steps":
+        rho = np.asarray(R.arrays["sum__steps_q_rho2"][0], dtype=np.float64)
+        l_best, h_best = np.unravel_index(np.nanargmax(rho), rho.shape)
+        return dp.step_heatmaps(R, 0, int(l_best), int(h_best))
+    if which == "cum":
+        return dp.cumulative_delta(R, 0)
+    return {"sign_strip": dp.sign_strip, "o_v": dp.o_error_by_v_sign, "variants": dp.variant_strip,
+            "push": dp.push_figure}[which](R)
+
+
+def fig_ch4_telemetry():
+    from lib.figures import delta_plots as dp
+    from lib.readings import delta_reading as dr
+    res = _full("healthy_headline")
+    return dp.telemetry_sign_strip(dr.telemetry_sign(res) if res is not None else None)
+
+
 FIGURES = {
     "intro: causal chain": fig_intro_chain,
     "ch1: bias heat-maps": fig_ch1_heatmaps,
@@ -148,6 +226,22 @@ FIGURES = {
     "ch1: kernel": fig_ch1_kernel,
     "ch2: error vs FP64": fig_ch2_error,
     "ch2: benchmark": fig_ch2_bench,
+    "ch3: format": functools.partial(fig_ch3, "format"),
+    "ch3: sequence length": functools.partial(fig_ch3, "seq"),
+    "ch3: FA1 prediction": functools.partial(fig_ch3, "pred"),
+    "ch3: tiles": functools.partial(fig_ch3, "tile"),
+    "ch3: weight drift": functools.partial(fig_ch3, "drift"),
+    "ch3: drift ratio": functools.partial(fig_ch3, "drift_ratio"),
+    "ch4: planted token": functools.partial(fig_ch45, "planted_token"),
+    "ch4: real token": functools.partial(fig_ch45, "real_token"),
+    "ch4: sign strip": functools.partial(fig_ch45, "sign_strip"),
+    "ch4: cumulative Δδ": functools.partial(fig_ch45, "cum"),
+    "ch4: O error vs sign(V)": functools.partial(fig_ch45, "o_v"),
+    "ch4: variants": functools.partial(fig_ch45, "variants"),
+    "ch4: telemetry sign strip": fig_ch4_telemetry,
+    "ch5: term heat-maps": functools.partial(fig_ch45, "terms"),
+    "ch5: step heat-maps": functools.partial(fig_ch45, "steps"),
+    "ch5: push": functools.partial(fig_ch45, "push"),
     "ch6: loss curves": functools.partial(fig_ch6_headline, "loss"),
     "ch6: max logit": functools.partial(fig_ch6_headline, "logit"),
     "ch6: W_Q norms": functools.partial(fig_ch6_headline, "wq"),
@@ -163,6 +257,44 @@ FIGURES = {
 @pytest.mark.parametrize("name", list(FIGURES))
 def test_book_figure_is_readable_at_the_column_width(name):
     fig = FIGURES[name]()
+    try:
+        problems = plotting.check_figure(fig)
+    finally:
+        plt.close(fig)
+    assert not problems, f"{name}:\n  " + "\n  ".join(problems)
+
+
+class _Synthetic:
+    """A stand-in for a full-scale `delta_capture` result (its array names and shapes, random values): the per-head
+    figures must stay readable with every head of the full model, not only with the CI model's two."""
+
+    def __init__(self, S=3, N=40, L=6, H=6, seed=0):
+        rng = np.random.default_rng(seed)
+        n = np.full((S, L, H), float(N))
+        self.data = {"runs": [{"seed": s} for s in range(S)],
+                     "variants": [["paper", "paper", 64], ["paper_untiled", "paper", 512], ["fa2", "fa2", 64]]}
+        a = {"sum__dd_step_pos": rng.binomial(N, 0.55, (S, L, H)).astype(float), "sum__dd_step_n": n,
+             "sum__rows_frac_pos": rng.uniform(0.4, 0.7, (S, L, H)), "st__sum_dd": rng.normal(size=(S, N, L, H)),
+             "steps": np.tile(np.arange(N) * 50.0, (S, 1)),
+             "sum__steps_q_cos": rng.uniform(-1, 1, (S, L, H, N, N)),
+             "sum__steps_q_shuf_cos": rng.uniform(-1, 1, (S, L, H, N, N)),
+             "sum__wq_growth": rng.uniform(0.5, 3, (S, L, H)), "sum__push_adam_total": rng.normal(0, 0.1, (S, L, H)),
+             "sum__push_sgd_total": rng.normal(0, 1e-3, (S, L, H))}
+        for k in ("n_os_agree", "n_os_disagree", "n_os", "n_mix"):
+            a[f"st__{k}"] = rng.integers(50, 100, (S, N, L, H)).astype(float)
+        for k in ("sum_os_ulp", "sum_mix_ulp"):
+            a[f"st__{k}"] = rng.normal(0, 5, (S, N, L, H))
+        for name, _, _ in self.data["variants"]:
+            a[f"rv__{name}__sum_dd"] = rng.normal(size=(S, 8, L, H))
+            a[f"rv__{name}__sum_abs_dd"] = np.abs(a[f"rv__{name}__sum_dd"]) + 1
+        self.arrays, self.meta = a, STAMP
+
+
+@pytest.mark.parametrize("name", ["sign_strip", "cumulative_delta", "o_error_by_v_sign", "variant_strip",
+                                  "push_figure", "step_heatmaps"])
+def test_delta_figures_stay_readable_with_36_heads_and_3_seeds(name):
+    from lib.figures import delta_plots as dp
+    fig = getattr(dp, name)(_Synthetic())
     try:
         problems = plotting.check_figure(fig)
     finally:

@@ -182,8 +182,9 @@ def _compute(cell, q, k, v, cfg, device):
 
 
 def _hash(o: torch.Tensor) -> str:
-    """A short hash of O's bytes in its own dtype: equal hashes = bit-identical outputs."""
-    return hashlib.sha1(o.detach().contiguous().cpu().numpy().tobytes()).hexdigest()[:16]
+    """A short hash of O's bytes in its own dtype: equal hashes = bit-identical outputs. The bytes are read as uint8
+    (NumPy has no bfloat16, so a BF16 tensor cannot pass through `.numpy()` in its own dtype)."""
+    return hashlib.sha1(o.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes()).hexdigest()[:16]
 
 
 # ------------------------------------------------------------------------------------------------------ run

@@ -5,6 +5,8 @@
 * `derivation_check()`: E_Q, E_K from the formulas against the emulator's backward run with δ + Δδ.
 * `numbers_ch4(res)`, `numbers_ch5(res)`: medians, ranges and counts over heads and seeds of a result.
 * `variant_table(res)`: the stored captures replayed now, on this machine, under the result's numerics variants.
+* `telemetry_sign(res)`, `telemetry_numbers(reading)`, `telemetry_context(res)`: the sign of Δδ in the per-step
+  telemetry of a training result (Σ over the batch per head at every telemetry step), per arm, head and seed.
 Values are floats, ints or plain strings (no Markdown), ready for `glue`.
 """
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 from lib.readings import delta_stats as ds
 
 __all__ = ["shown_text", "planted_numbers", "derivation_check", "numbers_ch4", "numbers_ch5", "variant_table",
-           "marchenko_pastur_srank"]
+           "marchenko_pastur_srank", "telemetry_sign", "telemetry_numbers", "telemetry_context"]
 
 
 def shown_text(res, full: bool) -> str:
@@ -230,3 +232,149 @@ def variant_table(res, n_shuffle: int = 0) -> list[dict]:
                                  float("nan"),
                                  o_match=float(st["o_match"][i])))
     return rows
+
+
+# ------------------------------------------------------------------------------------------ training telemetry
+def telemetry_sign(res, arms=None, alpha: float = ds.ALPHA) -> dict:
+    """The sign of Δδ in a training result's telemetry (`lib.training.train.collect_telemetry`): per arm, head and
+    seed, how many telemetry steps have Σ Δδ > 0, with exact binomial sign tests.
+
+    res: a result of `lib.experiments.headline` (anything with .data["runs"] — dicts with "id", "arm", "seed",
+    "attn", "tag" — and .arrays holding "<id>__delta_err_sum" (N, L, H): Σ over the batch's rows and positions of
+    Δδ = rowsum(dO∘(O_lp − O_fp32)) per head at each of N telemetry steps, and "<id>__fix_zero_rows" (N, L): share
+    of a layer's rows the exact β rule zeroes, NaN for arms without the fix). arms: the arms to read (default: every
+    arm, in the result's order); runs with a tag (repeats) are left out. alpha: per-seed level, Bonferroni-divided by
+    the L·H heads.
+
+    Returns {"arms": {arm: {...}}, "meta": res.meta, "alpha": alpha}; per arm (arrays (S, L, H) over seeds S):
+    seeds, attn, steps (N,), k (steps with Σ Δδ > 0), n (steps with Σ Δδ ≠ 0, finite), frac (k/n), p_greater,
+    p_less (one-sided exact sign tests per head and seed), nb (Σ_t ΣΔδ / Σ_t |ΣΔδ|: the normalised bias over steps),
+    ac1 (lag-1 autocorrelation of the ±1 step signs: the sign test assumes independent steps), n_up / n_down (S,)
+    (heads passing at α / (L·H) above / below ½), heads_pos / heads_neg (S,) (heads whose frac is above / below ½)
+    with heads_p (S,) (two-sided exact sign test of that split across heads), zero_rows (S, L) (mean over steps of
+    the share of rows the exact rule zeroes; NaN without the fix), zero_rows_max (S, L)."""
+    runs = [r for r in res.data["runs"] if not r.get("tag")]
+    if arms is None:
+        arms = list(dict.fromkeys(r["arm"] for r in runs))
+    out = {"arms": {}, "meta": getattr(res, "meta", {}) or {}, "alpha": alpha}
+    for arm in arms:
+        rr = sorted((r for r in runs if r["arm"] == arm), key=lambda r: r["seed"])
+        if not rr:
+            raise ValueError(f"telemetry_sign: no run of arm {arm!r} in the result (arms: "
+                             f"{sorted({r['arm'] for r in runs})})")
+        dd = np.stack([np.asarray(res.arrays[f"{r['id']}__delta_err_sum"], np.float64) for r in rr])  # (S, N, L, H)
+        S, N, L, H = dd.shape
+        ok = np.isfinite(dd) & (dd != 0)
+        k, n = ((dd > 0) & ok).sum(1), ok.sum(1)
+        pg, pl = np.ones((S, L, H)), np.ones((S, L, H))
+        for idx in np.ndindex(S, L, H):
+            t = ds.sign_test(n_pos=k[idx], n_neg=n[idx] - k[idx])
+            pg[idx], pl[idx] = t["p_greater"], t["p_less"]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            frac = k / n
+            nb = np.nansum(dd, 1) / np.nansum(np.abs(dd), 1)
+        sg = np.where(ok, np.sign(dd), np.nan)
+        ac1 = np.full((S, L, H), np.nan)
+        for idx in np.ndindex(S, L, H):
+            a = sg[idx[0], :, idx[1], idx[2]]
+            a0, a1 = a[:-1], a[1:]
+            m = np.isfinite(a0) & np.isfinite(a1)
+            if m.sum() > 2 and np.std(a0[m]) > 0 and np.std(a1[m]) > 0:
+                ac1[idx] = float(np.corrcoef(a0[m], a1[m])[0, 1])
+        thr = alpha / (L * H)
+        hp = [(int((frac[s] > 0.5).sum()), int((frac[s] < 0.5).sum())) for s in range(S)]
+        zr = np.stack([np.asarray(res.arrays.get(f"{r['id']}__fix_zero_rows", np.full((N, L), np.nan)), np.float64)
+                       for r in rr])                                                        # (S, N, L)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            zmean, zmax = np.nanmean(zr, 1), np.nanmax(zr, 1)
+        out["arms"][arm] = dict(
+            seeds=[r["seed"] for r in rr], attn=rr[0].get("attn", arm),
+            steps=np.asarray(res.arrays.get(f"{rr[0]['id']}__step", np.arange(N)), np.float64),
+            k=k, n=n, frac=frac, p_greater=pg, p_less=pl, nb=nb, ac1=ac1,
+            n_up=(pg < thr).sum((1, 2)), n_down=(pl < thr).sum((1, 2)),
+            heads_pos=np.array([a for a, _ in hp]), heads_neg=np.array([b for _, b in hp]),
+            heads_p=np.array([ds.sign_test(n_pos=a, n_neg=b)["p_two"] for a, b in hp]),
+            zero_rows=zmean, zero_rows_max=zmax)
+    return out
+
+
+def telemetry_numbers(reading: dict | None) -> dict:
+    """The numbers a chapter glues from a `telemetry_sign` reading of two arms, keyed "<tag>_<name>" with tag "p" for
+    the first arm and "f" for the second (the paper placement and its fix): shares of steps positive per head and seed
+    (median, range, per-layer medians as a line), heads passing up / down (per seed, as a line, and in total), the
+    split of heads above / below ½ with its p-values, the median lag-1 sign autocorrelation, the normalised bias's
+    median and range, and the share of rows the exact rule zeroes (per-layer means as a line, the largest mean and
+    maximum, and the rank correlation across layers between that share and the median share of positive steps).
+
+    reading None (the result does not exist): the same keys, every value None."""
+    if reading is None:
+        return dict.fromkeys(telemetry_numbers(_skeleton_reading()))
+    arms = list(reading["arms"])
+    if len(arms) != 2:
+        raise ValueError(f"telemetry_numbers reads two arms (the placement and its fix), got {len(arms)}")
+    out = {"alpha": reading["alpha"]}
+    for tag, arm in zip(("p", "f"), arms):
+        r = reading["arms"][arm]
+        S, L, H = r["k"].shape
+        out[f"{tag}_arm"], out[f"{tag}_attn"] = arm, r["attn"]
+        out[f"{tag}_S"], out[f"{tag}_L"], out[f"{tag}_H"], out[f"{tag}_heads"] = S, L, H, L * H
+        out[f"{tag}_n_steps"] = int(np.max(r["n"]))
+        out[f"{tag}_n_steps_min"] = int(np.min(r["n"]))
+        out[f"{tag}_step_last"] = int(np.nanmax(r["steps"]))
+        out[f"{tag}_step_gap"] = int(np.nanmedian(np.diff(r["steps"]))) if len(r["steps"]) > 1 else 0
+        out[f"{tag}_frac_med"] = _med(r["frac"])
+        out[f"{tag}_frac_lo"], out[f"{tag}_frac_hi"] = _rng(r["frac"])
+        out[f"{tag}_frac_layers"] = ", ".join(f"{_med(r['frac'][:, l]):.2f}" for l in range(L))
+        lay = [_med(r["frac"][:, l]) for l in range(L)]
+        out[f"{tag}_top_layer"] = int(np.nanargmax(lay))
+        out[f"{tag}_top_layer_frac"] = float(np.nanmax(lay))
+        out[f"{tag}_above"] = int((r["frac"] > 0.5).sum())
+        out[f"{tag}_below"] = int((r["frac"] < 0.5).sum())
+        out[f"{tag}_cells"] = int(r["frac"].size)
+        out[f"{tag}_up"], out[f"{tag}_down"] = int(r["n_up"].sum()), int(r["n_down"].sum())
+        out[f"{tag}_up_line"] = ", ".join(str(int(x)) for x in r["n_up"])
+        out[f"{tag}_down_line"] = ", ".join(str(int(x)) for x in r["n_down"])
+        out[f"{tag}_up_all"] = int(np.all(r["p_greater"] < reading["alpha"] / (L * H), axis=0).sum())
+        out[f"{tag}_heads_line"] = "; ".join(f"{int(a)} above, {int(b)} below (p = {p:.2g})" for a, b, p in
+                                             zip(r["heads_pos"], r["heads_neg"], r["heads_p"]))
+        out[f"{tag}_heads_p_max"] = float(np.max(r["heads_p"]))
+        out[f"{tag}_ac1_med"] = _med(r["ac1"])
+        out[f"{tag}_nb_med"] = _med(r["nb"])
+        out[f"{tag}_nb_lo"], out[f"{tag}_nb_hi"] = _rng(r["nb"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            zl = np.nanmean(r["zero_rows"], 0)                                   # (L,) over seeds; NaN: no fix
+        has = bool(np.isfinite(zl).any())
+        out[f"{tag}_zero_layer"] = int(np.nanargmax(zl)) if has else None
+        out[f"{tag}_zero_mean_max"] = float(np.nanmax(zl)) if has else float("nan")
+        out[f"{tag}_zero_max"] = float(np.nanmax(r["zero_rows_max"])) if has else float("nan")
+        out[f"{tag}_zero_line"] = ", ".join(f"{100 * z:.2g}%" for z in zl) if has else "none (no fix)"
+        rho = float("nan")
+        if has and L > 2:
+            from scipy.stats import spearmanr
+            rho = float(spearmanr(zl, lay).statistic)
+        out[f"{tag}_zero_rank_corr"] = rho
+    return out
+
+
+def _skeleton_reading() -> dict:
+    """A reading of two arms of one head and one step (only its keys matter: `telemetry_numbers(None)`)."""
+    z = np.ones((1, 1, 1))
+    arm = dict(seeds=[0], attn="-", steps=np.zeros(1), k=z, n=z, frac=z, p_greater=z, p_less=z, nb=z, ac1=z,
+               n_up=np.zeros(1), n_down=np.zeros(1), heads_pos=np.ones(1), heads_neg=np.zeros(1),
+               heads_p=np.ones(1), zero_rows=np.full((1, 1), np.nan), zero_rows_max=np.full((1, 1), np.nan))
+    return {"arms": {"a": arm, "b": arm}, "alpha": ds.ALPHA, "meta": {}}
+
+
+def telemetry_context(res) -> dict:
+    """What a chapter says about the training result a `telemetry_sign` reading comes from: lr, steps (the most any
+    run reached), seeds (a line), batch and sequence sizes, telemetry interval, outcomes per arm (a line)."""
+    d, cfg = res.data, (getattr(res, "meta", {}) or {}).get("config", {})
+    runs = [r for r in d["runs"] if not r.get("tag")]
+    oc = "; ".join(f"{arm}: " + ", ".join(f"{v} {k}" for k, v in o.items())
+                   for arm, o in d.get("outcomes", {}).items())
+    return dict(lr=d.get("lr"), steps=max(int(r["steps"]) for r in runs),
+                seeds=", ".join(str(s) for s in sorted({r["seed"] for r in runs})),
+                batch=cfg.get("batch_size"), seq=cfg.get("seq_len"), every=cfg.get("telemetry_every"),
+                layers=cfg.get("n_layer"), heads=cfg.get("n_head"), outcomes=oc, label=res.label)

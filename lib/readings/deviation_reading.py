@@ -176,6 +176,58 @@ def summary_table(df: pd.DataFrame, *, sweep="seq", N, d, inputs, impls, fmts) -
     return pd.DataFrame(rows)
 
 
+def failed_cells(df: pd.DataFrame) -> list[dict]:
+    """The measurements that raised instead of returning O, grouped: [{"impl", "fmt", "error", "n"}] sorted by
+    implementation and format (empty when every cell ran)."""
+    if df.empty or "error" not in df:
+        return []
+    bad = df[df["error"].notna()]
+    return [dict(impl=i, fmt=f, error=e, n=int(n)) for (i, f, e), n in
+            bad.groupby(["impl", "fmt", "error"]).size().items()]
+
+
+def gpu_note(df: pd.DataFrame, *, N: int, d: int, inputs: str = "normal") -> str:
+    """One or two sentences on the real GPU kernels of a result, computed from its records: which (kernel, format)
+    measurements failed and with what error, whether any real kernel ran at BF16 (if none did, the BF16 comparison
+    and the verdict use the simulator), and, at the lowest precision where SDPA flash and eager both ran, the ratio
+    of their max |Δ| at cell (N, d, inputs) beside the simulator's FA2 / baseline ratio there. Empty string when the
+    result has no GPU cell."""
+    gpu = df[df["impl"].astype(str).str.startswith("gpu:")] if not df.empty else df
+    if gpu.empty:
+        return ""
+    fails = [f for f in failed_cells(df) if f["impl"].startswith("gpu:")]
+    parts = []
+    bf16_ok = _ok(gpu[gpu["fmt"] == "bf16"])
+    bf16_bad = [f for f in fails if f["fmt"] == "bf16"]
+    if bf16_ok.empty and bf16_bad:
+        errs = sorted({f["error"] for f in bf16_bad})
+        why = (" — raised by the hash of each output, which goes through NumPy, and NumPy has no BF16 type: the "
+               "kernels ran, their measurement was not recorded" if any("ScalarType BFloat16" in e for e in errs)
+               else "")
+        parts.append(f"In this result every BF16 measurement of a real GPU kernel failed "
+                     f"({sum(f['n'] for f in bf16_bad)} cells; error: {'; '.join(errs)}{why}), so at BF16 the "
+                     "tables below and the verdict use the simulator's FA2 with FP32 state for flash attention.")
+    other = [f for f in fails if f["fmt"] != "bf16"]
+    if other:
+        words = {}
+        for f in other:
+            words.setdefault((IMPL_LABELS.get(f["impl"], f["impl"]), f["error"]), []).append(format_label(f["fmt"]))
+        parts.append("Also failed: " + "; ".join(f"{k} at {', '.join(sorted(v))} ({e})" for (k, e), v in
+                                                 words.items()) + ".")
+    for fmt in ("bf16", "fp16"):
+        fl, eg = one(df, sweep="seq", N=N, d=d, inputs=inputs, fmt=fmt, impl="gpu:sdpa_flash"), \
+            one(df, sweep="seq", N=N, d=d, inputs=inputs, fmt=fmt, impl="gpu:eager")
+        sim, base = one(df, sweep="seq", N=N, d=d, inputs=inputs, fmt=fmt, impl="fa2"), \
+            one(df, sweep="seq", N=N, d=d, inputs=inputs, fmt=fmt, impl="baseline")
+        if fl is not None and eg is not None and sim is not None and base is not None and eg["max_abs"] > 0:
+            parts.append(f"At {format_label(fmt)}, where the real kernels ran, SDPA flash's max |Δ| is "
+                         f"{fl['max_abs'] / eg['max_abs']:.2g}× PyTorch eager's (mean {fl['mean_abs_ulp']:.2f} ULP "
+                         f"against {eg['mean_abs_ulp']:.2f}); the simulator gives {sim['max_abs'] / base['max_abs']:.2g}× "
+                         f"(mean {sim['mean_abs_ulp']:.2f} ULP against {base['mean_abs_ulp']:.2f}) on the same inputs.")
+            break
+    return " ".join(parts)
+
+
 def fa1_prediction_table(df: pd.DataFrame, *, d, inputs, fmt="bf16", sweep="seq") -> pd.DataFrame:
     """Measured excess mean-square error of FA1-style storage over FA2 (FP32 state), rms²(FA1) − rms²(FA2) in u²,
     next to the prediction stored with the FA1 record (`lib.fp.deviation.fa1_excess_prediction`), per cell."""
