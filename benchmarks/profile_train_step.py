@@ -19,33 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import lib.book.setup  # noqa: E402,F401
 import torch  # noqa: E402
 
-from lib.training import data as data_mod  # noqa: E402
-from lib.training.model import GPT  # noqa: E402
+from benchmarks.bench_backends import step_fn  # noqa: E402  (one training step on a fixed batch, with telemetry)
 from lib.training.proxy import ARMS, proxy_config  # noqa: E402
-from lib.training.train import TrainConfig, collect_telemetry, make_optimizer, run_many  # noqa: E402
-
-
-def _setup(arm: str, **over):
-    cfg = proxy_config("full", attn=ARMS.get(arm, arm), lr=1e-4, warmup=0, **over)
-    torch.manual_seed(0)
-    model = GPT(cfg.model_config()).cuda()
-    opt = make_optimizer(model, cfg)
-    corpus = data_mod.load_corpus()
-    starts = data_mod.batch_starts(len(corpus), cfg.seq_len, cfg.batch_size, 1, seed=0)[0]
-    x, y = data_mod.get_batch(corpus, starts, cfg.seq_len, "cuda")
-
-    def step(capture=False):
-        model.set_capture(capture)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            _, loss = model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        if capture:
-            collect_telemetry(model)
-            model.set_capture(False)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+from lib.training.train import TrainConfig, run_many  # noqa: E402
 
 
 def _time(fn, n):
@@ -58,11 +34,11 @@ def _time(fn, n):
 
 
 def profile_arm(arm: str, top: int = 12) -> None:
-    step = _setup(arm)
+    step = step_fn(ARMS.get(arm, arm))
     for _ in range(5):
         step()
     plain = _time(step, 30)
-    tele = _time(lambda: step(capture=True), 3)
+    tele = _time(lambda: step(tele=True), 3)
     print(f"\n=== {arm}: plain step {plain:.2f} ms; telemetry step {tele:.1f} ms "
           f"(every 50 steps adds {(tele - plain) / 50:.2f} ms per step)", flush=True)
     from torch.profiler import ProfilerActivity, profile
