@@ -11,8 +11,9 @@ arms — FP32 attention and PyTorch SDPA — train without failing and their lar
 The pilot (`regime_sweep`) trains the reference arms at candidate LRs for `PILOT` steps, shorter than the headline's
 horizon, so the logit must also *stay* below the bound when extrapolated: the largest logit's linear trend over the
 pilot's last `TREND_STEPS` steps, continued to `HORIZON` steps, must be ≤ `MAX_LOGIT` as well. The chosen LR is the
-largest candidate whose every pilot run passes. Candidates are tried from the paper's LR (1e-3) down: when no
-candidate tried so far passes, the next one is half the smallest tried (each a registry entry `regime_sweep*`,
+largest candidate whose every pilot run passes. The rule above was committed before any pilot ran, with the paper's
+LR (1e-3) as the only candidate; after that pilot failed it, the continuation was added (and committed before the
+next pilot ran): when no candidate tried so far passes, the next one is half the smallest tried (each a registry entry `regime_sweep*`,
 read together: `select_lr` takes the union of their runs). The healthy headline then runs at the chosen LR for `HORIZON` steps and its own
 FP32 and SDPA arms (3 seeds) must pass the same test over the whole horizon (`health`), which is what the chapter
 reports as "the regime is healthy".
