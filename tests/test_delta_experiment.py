@@ -23,7 +23,7 @@ def ci(tmp_path_factory):
 
 def test_registry_entries_resolve():
     full = registry.resolve("delta_capture", "full")
-    assert full["attn"] == "paper/round_block=512" and full["lr"] == 1e-3 and full["warmup"] == 500
+    assert full["attn"] == "paper/round_block=512" and full["lr"] == "from:regime_sweep" and full["warmup"] == 500
     assert (full["batch_size"], full["seq_len"], full["n_layer"], full["n_embd"]) == (32, 512, 6, 384)
     assert all(k in full for k in dc.REQUIRED) and all(k in registry.resolve("delta_capture", "ci") for k in dc.REQUIRED)
     fa2 = registry.resolve("delta_capture_fa2", "full")

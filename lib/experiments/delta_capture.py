@@ -223,6 +223,9 @@ def context(cfg: dict, steps_done: list[int], n_caps: list[int]) -> dict:
 
 def run(scale: str, cfg: dict) -> dict:
     _check(cfg)
+    from lib.experiments.headline import pick_lr
+    lr, lr_source = pick_lr(scale, cfg["lr"])     # "from:regime_sweep": the healthy LR the pilots chose
+    cfg = dict(cfg, lr=lr, lr_source=lr_source)
     seeds = [int(s) for s in cfg["seeds"]]
     keep_seeds = set(int(s) for s in cfg["keep_seeds"])
     jobs = [(cfg, s, s in keep_seeds) for s in seeds]

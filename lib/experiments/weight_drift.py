@@ -3,7 +3,7 @@
 Runs (`arms`: name -> {"attn": attention spec, optional "seed", "autocast"}) train in lockstep in one process on
 one batch order (`lib.training.lockstep`), with the proxy's model and optimiser (`lib.training.model`,
 `lib.training.train.make_optimizer`: AdamW (0.9, 0.95), weight decay 0, grad clip `grad_clip`, linear warm-up
-`warmup` then a constant `lr`). Every `record_every` steps `lib.readings.drift.DriftRecorder` computes on the device,
+`warmup` then a constant `lr`: a number or "from:regime_sweep", `lib.experiments.headline.pick_lr`). Every `record_every` steps `lib.readings.drift.DriftRecorder` computes on the device,
 for every pair of runs (`pairs`: name -> [arm a, arm b]) and every weight matrix (W_Q, W_K, W_V, attention output,
 MLP in and out of each layer; token and position embeddings): max |W_a − W_b| and the 1-D Wasserstein-1 distance
 between the two matrices' entries, and per run mean |W|. Default pairs: flash vs FP32 "naive" attention (SDPA's
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from lib.experiments.headline import pick_lr
 from lib.readings.drift import DriftRecorder, claim_weight_drift_bounded, placement_check
 from lib.training.lockstep import train_lockstep
 from lib.training.train import TrainConfig
@@ -47,6 +48,8 @@ def arm_configs(cfg: dict) -> dict:
 
 
 def run(scale: str, cfg: dict) -> dict:
+    lr, lr_source = pick_lr(scale, cfg["lr"])     # "from:regime_sweep": the healthy LR the pilots chose
+    cfg = dict(cfg, lr=lr)
     arms = arm_configs(cfg)
     rec = DriftRecorder({k: tuple(v) for k, v in cfg["pairs"].items()})
     res = train_lockstep(arms, on_record=rec, record_every=int(cfg["record_every"]),
@@ -64,7 +67,8 @@ def run(scale: str, cfg: dict) -> dict:
         "matrices": rec.matrix_names, "arm_specs": {a: cfg["arms"][a] for a in names},
         "steps_done": n, "truncated_at": res["truncated_at"], "stopped_at": res["stopped_at"],
         "final_loss": {a: float(np.nanmean(arrays["loss"][i, -50:])) for i, a in enumerate(names)},
-        "wall_s": res["wall_s"], "steps_per_s": res["steps_per_s"], "n_params": res["n_params"],
+        "lr": lr, "lr_source": lr_source, "wall_s": res["wall_s"], "steps_per_s": res["steps_per_s"],
+        "n_params": res["n_params"],
         "starts_sha256": res["starts_sha256"], "versions": res["versions"], "device": res["versions"]["device"],
         "nondeterminism_warnings": res["nondeterminism_warnings"],
         "claim_setup": {
