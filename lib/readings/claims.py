@@ -11,7 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lib.book import results as _results
+from lib.readings import dose_reading
 from lib.training import outcome
+
+DOSE_RESULTS = ("delta_dose", "delta_dose_seeds")   # the δ dose's two stages
 
 
 @dataclass(frozen=True)
@@ -271,6 +274,11 @@ def status_table(root=None) -> list[dict]:
     dial = [r for r in all_res if r.name in DIAL_RESULTS and r.scale == "full"]
     for cid, v in derive_dial(dial).items():    # a verdict that needs several results at once
         verdicts[cid] = (3, v, "; ".join(f"{r.name} ({r.label})" + (" — STALE" if r.stale else "") for r in dial))
+    dose = [by_name[n] for n in DOSE_RESULTS if n in by_name]
+    v = dose_reading.claim_delta_bias_dose(dose) if dose else None
+    if v:                                       # stage 1 and stage 2 read together: the thresholds need both
+        verdicts["delta_bias_dose"] = (3, v, "; ".join(f"{r.name} ({r.label})" + (" — STALE" if r.stale else "")
+                                                       for r in dose))
     rows = []
     for c in CLAIMS:
         rank, v, src = verdicts.get(c.id, (0, {}, ""))
