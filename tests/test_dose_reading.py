@@ -84,3 +84,16 @@ def test_rms_ignores_steps_after_onset_and_unions_results():
     assert t["lam_star"] == 300.0 and t["n_seeds_hi"] == 3
     assert t["rms_hi"] == pytest.approx(4.0)          # median of 2, 4, 4 (the onset's 1e6 spike ignored)
     assert d.natural_rms([s1, s2]) == pytest.approx(1.0)
+
+
+def test_stage2_entry_is_the_rules_plan_on_the_committed_stage1():
+    """The full stage-2 grid is the rule's plan on the committed stage 1, restricted to the components it names."""
+    from lib.book import registry
+    if not results.exists("delta_dose", "full"):
+        pytest.skip("no committed full delta_dose (stage 1) result")
+    plan = d.stage2_runs(d.outcomes([results.load("delta_dose", "full")]))
+    cfg = registry.resolve("delta_dose_seeds", "full")
+    seeds = tuple(cfg["seeds"])
+    entry = {(c, float(lam), seeds) for c, lams in cfg["grid"].items() for lam in lams}
+    rule = {cell for cell in plan if cell[0] in cfg["grid"]}
+    assert entry == rule

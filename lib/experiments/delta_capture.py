@@ -116,7 +116,10 @@ def seed_run(cfg: dict, seed: int, keep: bool) -> dict:
     tc = train_config(cfg, seed)
     hook = CaptureHook(every=int(cfg["capture_every"]), steps=cfg.get("capture_steps", ()),
                        rows=tuple(cfg["capture_rows"]), adam=True)
+    t_train = time.perf_counter()
     res = train(tc, step_hook=hook)
+    print(f"[delta_capture] seed {seed}: {len(res['loss'])} steps, {len(hook.captures)} captures, "
+          f"{time.perf_counter() - t_train:.0f} s; replaying", flush=True)
     model = res.pop("model")
     del model
     if torch.cuda.is_available():
@@ -135,6 +138,9 @@ def seed_run(cfg: dict, seed: int, keep: bool) -> dict:
         per.append(r)
         for side, e in r.pop("E").items():
             E.setdefault(side, []).append(e)
+        if (i + 1) % 10 == 0 or i + 1 == len(caps):    # a long replay shows where it is
+            print(f"[delta_capture] seed {seed}: {i + 1}/{len(caps)} captures replayed, "
+                  f"{time.perf_counter() - t0:.0f} s", flush=True)
     names = sorted(per[0]["stats"]) if per else []
     stats = _stack(per, names)
     steps = [c.meta["step"] for c in caps]
