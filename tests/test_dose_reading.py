@@ -13,7 +13,8 @@ def fake(cells, rms_per_lam=None, name="delta_dose"):
     for comp, lam, seed, out in cells:
         rid = f"{d.arm_name(comp, lam)}_s{seed}_lr0.0005"
         runs.append(dict(id=rid, arm=d.arm_name(comp, lam), attn=d.dose_spec("paper/round_block=512", comp, lam),
-                         seed=seed, tag="", outcome=out, steps=1500, onset=900 if out == "exploded" else None))
+                         seed=seed, tag="", outcome=out, steps=1500, onset=900 if out == "exploded" else None,
+                         best=0.9, final=0.9 if out == "stable" else 2.5))
         steps = np.arange(0, 1500, 50, dtype=float)
         r = (rms_per_lam or {}).get(comp, lambda x: x)(lam)
         arrays[f"{rid}__step"] = steps
@@ -58,22 +59,50 @@ def _three(comp, lo, hi, lo_out="stable", hi_out="exploded"):
 
 
 def test_claim_verdicts_each_reachable():
-    small_bias = {"bias": lambda lam: 0.01 * lam, "noise": lambda lam: lam}
-    # bias fails at λ 300 (RMS 3), noise still up at λ 30 (RMS 30): bias fails at a smaller injected size
-    r = fake(_three("bias", 100, 300) + _three("noise", 30, 100), small_bias)
-    v = d.claim_delta_bias_dose([r])
-    assert v["status"] == "reproduced" and "bias: λ* 300" in v["evidence"]
-    # same λ thresholds but bias as large per row as noise: size alone explains them
-    r = fake(_three("bias", 100, 300) + _three("noise", 30, 100))
-    assert d.claim_delta_bias_dose([r])["status"] == "not reproduced"
-    # bias never fails: censored, no verdict
-    r = fake(_three("bias", 100, 300, hi_out="stable") + _three("noise", 30, 100), small_bias)
+    small_bias = {"bias": lambda lam: 0.01 * lam}          # bias-only is far smaller per row than the other parts
+    bias, noise = _three("bias", 100, 300), _three("noise", 30, 100)
+    # bias breaks at RMS 3, below the RMS at which true (5) and noise (30) still stay stable; removing the bias
+    # (noise-only) moves the threshold from λ 10 up to λ 100
+    v = d.claim_delta_bias_dose([fake(bias + noise + _three("true", 5, 10), small_bias)])
+    assert v["status"] == "reproduced" and "bias λ* 300" in v["evidence"]
+    # potent per unit size, but the true error breaks at the same λ as noise-only: the size sets it
+    assert d.claim_delta_bias_dose([fake(bias + noise + _three("true", 30, 100), small_bias)])["status"] == "partly"
+    # bias as large per row as the rest: it breaks at RMS 300, above where true survives: no potency
+    assert d.claim_delta_bias_dose([fake(bias + noise + _three("true", 30, 100))])["status"] == "not reproduced"
+    # a degraded run counts as broken in this reading
+    v = d.claim_delta_bias_dose([fake(_three("bias", 100, 300, hi_out="degraded") + noise + _three("true", 5, 10),
+                                      small_bias)])
+    assert v["status"] == "reproduced"
+    # bias never breaks: censored, no verdict
+    r = fake(_three("bias", 100, 300, hi_out="stable") + noise + _three("true", 5, 10), small_bias)
     assert d.claim_delta_bias_dose([r])["status"] == "inconclusive"
     # one seed per λ: inconclusive
     r = fake([("bias", 100, 0, "stable"), ("bias", 300, 0, "exploded"), ("noise", 30, 0, "stable"),
-              ("noise", 100, 0, "exploded")], small_bias)
+              ("noise", 100, 0, "exploded"), ("true", 5, 0, "stable"), ("true", 10, 0, "exploded")], small_bias)
     assert d.claim_delta_bias_dose([r])["status"] == "inconclusive"
     assert d.claim_delta_bias_dose([results.Result("x", "full", {}, dict(runs=[], lr=1e-3), {})]) is None
+
+
+def test_prereg_rule_kept_beside_the_rule_in_use():
+    """The rule fixed before the runs (failed = exploded / non-finite; bias's failing RMS below noise's largest
+    unfailed λ's) is still computed, and can give each of its answers."""
+    small_bias = {"bias": lambda lam: 0.01 * lam}
+    assert d.prereg_verdict([fake(_three("bias", 100, 300) + _three("noise", 30, 100), small_bias)]) == "reproduced"
+    assert d.prereg_verdict([fake(_three("bias", 100, 300) + _three("noise", 30, 100))]) == "not reproduced"
+    assert d.prereg_verdict([fake(_three("bias", 100, 300, hi_out="degraded") + _three("noise", 30, 100),
+                                  small_bias)]) == "inconclusive"
+
+
+def test_unstable_reading_and_spike():
+    r = fake(_three("noise", 10, 30, hi_out="degraded"))
+    assert d.thresholds([r])["noise"]["censored"] and d.unstable_thresholds([r])["noise"]["lam_star"] == 30.0
+    rid = r.data["runs"][0]["id"]
+    w = np.ones((30, 4)); w[:, 2] = np.linspace(1, 5, 30)        # layer 2 grows 5×, the others stay
+    r.arrays[f"{rid}__wq_norm_layer"] = w
+    sp = d.wq_spike(r, rid)
+    assert sp["layer"] == 2 and sp["ratio"] == pytest.approx(5.0) and sp["step"] == 1450
+    rows = d.run_table([r])
+    assert len(rows) == 6 and rows[0]["spike_layer"] == 2 and rows[1]["spike_layer"] is None
 
 
 def test_rms_ignores_steps_after_onset_and_unions_results():

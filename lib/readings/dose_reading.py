@@ -14,7 +14,13 @@ The runs (`delta_dose`, `delta_dose_seeds`: headline-style results whose arms ar
 * ``rms(res, run_id)`` — the size of the injected error of one run: the median over its telemetry steps before the
   loss left its best (the onset; all steps if none) of RMS(λ·c(Δδ)) in the run's δ units, so thresholds of
   components of very different per-row size compare at equal injected size;
-* ``claim_delta_bias_dose(results)`` — the verdict on `delta_bias_dose` (rule in the docstring).
+* ``claim_delta_bias_dose(results)`` — the verdict on `delta_bias_dose` (rule in the docstring);
+* ``unstable_thresholds(results)`` — a second reading, chosen after the data were in and labelled so: the same
+  thresholds with "did not stay stable" (degraded, exploded or non-finite) in place of "failed", because a dose that
+  breaks training early leaves a run that never reaches a low loss and so cannot *rise* far from its best
+  (`lib.training.outcome` calls it "degraded");
+* ``run_table(results)`` — one row per run (component, λ, seed, outcome, best and final loss, injected RMS,
+  ‖W_Q‖₂ spike), and ``wq_spike(res, run_id)`` — does the failure start as one layer's ‖W_Q‖₂ spike?
 """
 from __future__ import annotations
 
@@ -123,8 +129,8 @@ def stage2_runs(stage1_outcomes: dict) -> list[tuple[str, float, tuple]]:
 
 
 def rms(res, run_id: str) -> float:
-    """Median RMS of the injected δ error λ·c(Δδ) of one run over its telemetry steps before the onset (δ units:
-    the loss's gradient w.r.t. the attention output dotted with O, per row); NaN without telemetry."""
+    """Median RMS of the injected δ error λ·c(Δδ) of one run over its telemetry steps before the onset and its layers
+    (δ units: the loss's gradient w.r.t. the attention output dotted with O, per row); NaN without telemetry."""
     key = f"{run_id}__dose_inj_rms"
     if key not in res.arrays:
         return float("nan")
@@ -166,41 +172,65 @@ def thresholds(results) -> dict:
     return table
 
 
+def _fmt_threshold(c: str, t: dict | None) -> str:
+    if t is None:
+        return f"{c}: not run"
+    lo = "–" if t["lam_lo"] is None else f"{t['lam_lo']:g}"
+    hi = f"> {t['lam_lo']:g} (none)" if t["censored"] else f"{t['lam_star']:g}"
+    r = ""
+    if t.get("rms_hi") is not None or t.get("rms_lo") is not None:
+        r = f", injected RMS {_g(t.get('rms_lo'))} → {_g(t.get('rms_hi'))}"
+    counts = ", ".join(f"λ {k:g}: {v}" for k, v in t["fail_counts"].items())
+    return f"{c} λ* {hi} (below: {lo}; broke/seeds {counts}{r})"
+
+
+def prereg_verdict(results) -> str | None:
+    """The rule committed before stage 1 ran (eca5fd5): with "failed" (exploded / non-finite) thresholds,
+    "reproduced" when bias-only fails at an injected RMS below noise-only's largest unfailed λ, else "not
+    reproduced"; "inconclusive" without bracketed 3-seed thresholds. Kept to report it beside the rule in use."""
+    table = thresholds(results)
+    need = ("bias", "noise")
+    if not all(c in table and not table[c]["censored"] and table[c]["lam_lo"] is not None
+               and table[c]["n_seeds_lo"] >= 3 and table[c]["n_seeds_hi"] >= 3 for c in need):
+        return "inconclusive"
+    b, n = table["bias"], table["noise"]
+    if None in (b["rms_hi"], n["rms_lo"]):
+        return "inconclusive"
+    return "reproduced" if b["rms_hi"] < n["rms_lo"] else "not reproduced"
+
+
 def claim_delta_bias_dose(results) -> dict | None:
     """The verdict on `delta_bias_dose` ("the bias of the δ error, not its size, sets the failure threshold").
 
-    Needs the bias-only and noise-only thresholds bracketed (a failure and a λ below it) with ≥ 3 seeds at each end.
-    Then, at equal injected RMS: "reproduced" when bias-only fails at an RMS below the one at which noise-only still
-    stays up (rms_hi(bias) < rms_lo(noise)); "not reproduced" otherwise (noise fails at an equal or smaller size, or
-    the two intervals overlap: at this grid's resolution size alone explains the thresholds). Censored or
-    under-seeded: "inconclusive". None when there are no dose runs."""
-    table = thresholds(results)
+    Thresholds by "did not stay stable" (`unstable_thresholds`), each end with ≥ 3 seeds where used. Two halves:
+    * potency — bias-only breaks training at an injected RMS below the RMS at which every component with a 3-seed
+      lower bracket (true, noise-only, random signs, flipped) still stayed stable;
+    * the real error's threshold — the true error breaks at a smaller λ than noise-only (its bias removed): only
+      then does the bias, rather than the size, set where the real error breaks.
+    "reproduced": both; "partly": potency only (the bias is the more harmful part per unit size, but removing it does
+    not move the true error's threshold: the size sets it); "not reproduced": no potency; "inconclusive": bias, noise
+    or true lack a bracketed 3-seed threshold. This rule replaced the one committed before the runs
+    (`prereg_verdict`), after reading them: that rule counted noise-only runs that never reached the FP32 arm's loss
+    ("degraded") as surviving, and did not test the "not its size" half; its verdict is quoted in the evidence.
+    None when there are no dose runs."""
+    table = unstable_thresholds(results)
     if not table:
         return None
     ctx = _context(results)
-
-    def fmt(c):
-        t = table.get(c)
-        if t is None:
-            return f"{c}: not run"
-        lo = "–" if t["lam_lo"] is None else f"{t['lam_lo']:g}"
-        hi = f"> {t['lam_lo']:g} (no failure)" if t["censored"] else f"{t['lam_star']:g}"
-        r = ""
-        if t.get("rms_hi") is not None or t.get("rms_lo") is not None:
-            r = f", RMS {_g(t.get('rms_lo'))}–{_g(t.get('rms_hi'))}"
-        return f"{c}: λ* {hi} (below: {lo}; failed/seeds {', '.join(f'{k:g}:{v}' for k, v in t['fail_counts'].items())}{r})"
-
-    evidence = "; ".join(fmt(c) for c in COMPONENTS if c in table) + f". {ctx}"
-    need = ("bias", "noise")
-    ok = all(c in table and not table[c]["censored"] and table[c]["lam_lo"] is not None
-             and table[c]["n_seeds_lo"] >= 3 and table[c]["n_seeds_hi"] >= 3 for c in need)
-    if not ok:
-        return {"status": "inconclusive", "evidence": "bias-only and noise-only need a bracketed threshold with ≥ 3 "
-                                                      "seeds at each end; " + evidence}
-    b, n = table["bias"], table["noise"]
-    if None in (b["rms_hi"], n["rms_lo"]):
-        return {"status": "inconclusive", "evidence": "no injected-RMS telemetry; " + evidence}
-    status = "reproduced" if b["rms_hi"] < n["rms_lo"] else "not reproduced"
+    pre = prereg_verdict(results)
+    evidence = ("thresholds where most seeds did not stay stable: " + "; ".join(
+        _fmt_threshold(c, table.get(c)) for c in COMPONENTS if c in table)
+        + f". {ctx} The rule fixed before the runs gave '{pre}'.")
+    ok = all(c in table and not table[c]["censored"] and table[c]["n_seeds_hi"] >= 3 for c in ("bias", "noise", "true"))
+    others = [c for c in COMPONENTS if c != "bias" and c in table and table[c]["lam_lo"] is not None
+              and table[c]["n_seeds_lo"] >= 3 and table[c].get("rms_lo") is not None]
+    if not ok or not others or table["bias"].get("rms_hi") is None:
+        return {"status": "inconclusive", "evidence": "bias-only, noise-only and the true error need a 3-seed "
+                                                      "threshold, and one other component a 3-seed λ below it; "
+                                                      + evidence}
+    potent = all(table["bias"]["rms_hi"] < table[c]["rms_lo"] for c in others)
+    moves = table["true"]["lam_star"] < table["noise"]["lam_star"]
+    status = "not reproduced" if not potent else ("reproduced" if moves else "partly")
     return {"status": status, "evidence": evidence}
 
 
@@ -217,4 +247,62 @@ def _context(results) -> str:
     res0 = results[0]
     placement = runs[0]["attn"].split("/c=")[0].removeprefix("dose/")
     return (f"Regime: FP32 attention + dosed δ error of {placement}, LR {res0.data['lr']:g}, {steps} steps, seeds "
-            f"{seeds}; failed = exploded or non-finite; λ* = smallest λ failing in a majority of its seeds.")
+            f"{seeds}; a run broke when it did not stay stable (degraded, exploded or non-finite); λ* = smallest λ at which most of its "
+            f"seeds broke.")
+
+
+def unstable_thresholds(results) -> dict:
+    """`thresholds` with "did not stay stable" (a majority of seeds not `outcome.stayed_stable`) as the break: the
+    post-hoc reading (see the module docstring). Same keys; "lam_star" is the smallest λ at which most seeds broke."""
+    outs = outcomes(results)
+    relabel = {c: {lam: [(s, "exploded" if not outcome.stayed_stable(o) else o, i) for s, o, i in cells]
+                   for lam, cells in d.items()} for c, d in outs.items()}
+    table = {}
+    by_id = {r["id"]: res for r, res in _runs(results)}
+    for comp in COMPONENTS:
+        if comp not in relabel:
+            continue
+        t = threshold(relabel[comp])
+        for end, lam in (("lo", t["lam_lo"]), ("hi", t["lam_star"])):
+            vals = [rms(by_id[i], i) for _, _, i in (relabel[comp].get(lam, []) if lam is not None else [])]
+            vals = [v for v in vals if math.isfinite(v)]
+            t[f"rms_{end}"] = float(np.median(vals)) if vals else None
+        table[comp] = t
+    return table
+
+
+def wq_spike(res, run_id: str) -> dict:
+    """Does a run's ‖W_Q‖₂ growth start in one layer? At the last telemetry step before the onset (or the last step
+    if none): per layer the growth g_l = ‖W_Q^l‖₂(t) / ‖W_Q^l‖₂(0) (the layer's concatenated heads); returns
+    {"layer": argmax g, "growth_max", "growth_median", "ratio": max g / median g (≫ 1: one layer's spike), "step"}."""
+    key = f"{run_id}__wq_norm_layer"
+    if key not in res.arrays:
+        return dict(layer=None, growth_max=float("nan"), growth_median=float("nan"), ratio=float("nan"), step=None)
+    w = np.asarray(res.arrays[key], float)
+    steps = np.asarray(res.arrays[f"{run_id}__step"], float)
+    run = next(r for r in res.data["runs"] if r["id"] == run_id)
+    onset = run.get("onset")
+    idx = np.nonzero(steps <= onset)[0][-1] if onset is not None and np.any(steps <= onset) else len(steps) - 1
+    g = w[idx] / w[0]
+    return dict(layer=int(np.argmax(g)), growth_max=float(g.max()), growth_median=float(np.median(g)),
+                ratio=float(g.max() / np.median(g)), step=int(steps[idx]))
+
+
+def run_table(results) -> list[dict]:
+    """One row per dose run of `results`, sorted by component, λ, seed."""
+    rows = []
+    for r, res in _runs(results):
+        comp, lam = parse_dose(r["attn"])
+        sp = wq_spike(res, r["id"])
+        rows.append(dict(component=comp, lam=lam, seed=int(r["seed"]), outcome=r["outcome"], best=r["best"],
+                         final=r["final"], onset=r.get("onset"), rms=rms(res, r["id"]), spike_layer=sp["layer"],
+                         spike_ratio=sp["ratio"], wq_growth_max=sp["growth_max"], id=r["id"],
+                         result=res.name))
+    order = {c: i for i, c in enumerate(COMPONENTS)}
+    return sorted(rows, key=lambda x: (order[x["component"]], x["lam"], x["seed"]))
+
+
+def reference_runs(results) -> list[tuple[dict, object]]:
+    """The λ = 0 reference runs (FP32 attention, not dose specs) of `results`: [(run summary, result)]."""
+    return [(r, res) for res in results for r in res.data["runs"]
+            if not r.get("tag") and parse_dose(r.get("attn", "")) is None]
