@@ -218,6 +218,16 @@ def fig_ch4_telemetry():
     return dp.telemetry_sign_strip(dr.telemetry_sign(res) if res is not None else None)
 
 
+def fig_ch5_dose():
+    """Chapter 5's dose figure: the committed full results, or the ci stage 1 run live (what the chapter shows)."""
+    from lib.figures import dose_plots
+    full = [r for r in (_full("delta_dose"), _full("delta_dose_seeds")) if r is not None]
+    if full:
+        return dose_plots.dose_figure(full)
+    from lib.experiments import live_result
+    return dose_plots.dose_figure([live_result("delta_dose", "ci")])
+
+
 FIGURES = {
     "intro: causal chain": fig_intro_chain,
     "ch1: bias heat-maps": fig_ch1_heatmaps,
@@ -242,6 +252,7 @@ FIGURES = {
     "ch5: term heat-maps": functools.partial(fig_ch45, "terms"),
     "ch5: step heat-maps": functools.partial(fig_ch45, "steps"),
     "ch5: push": functools.partial(fig_ch45, "push"),
+    "ch5: δ dose": fig_ch5_dose,
     "ch6: loss curves": functools.partial(fig_ch6_headline, "loss"),
     "ch6: max logit": functools.partial(fig_ch6_headline, "logit"),
     "ch6: W_Q norms": functools.partial(fig_ch6_headline, "wq"),

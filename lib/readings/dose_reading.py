@@ -306,3 +306,56 @@ def reference_runs(results) -> list[tuple[dict, object]]:
     """The λ = 0 reference runs (FP32 attention, not dose specs) of `results`: [(run summary, result)]."""
     return [(r, res) for res in results for r in res.data["runs"]
             if not r.get("tag") and parse_dose(r.get("attn", "")) is None]
+
+
+def chapter_numbers(results) -> dict:
+    """The numbers chapter 5 quotes about the dose (every one computed here): thresholds (did-not-stay-stable
+    reading) and their injected-RMS brackets per component, the bias component's size per unit λ relative to the
+    true error's, the ‖W_Q‖₂ spike ratios of broken runs, the FP32 reference, both verdicts."""
+    t = unstable_thresholds(results)
+    rows = run_table(results)
+    out = {}
+    for c, v in t.items():
+        out[f"{c}_lam"] = "none" if v["censored"] else f"{v['lam_star']:g}"
+        out[f"{c}_lo"] = "–" if v["lam_lo"] is None else f"{v['lam_lo']:g}"
+        out[f"{c}_rms_lo"] = _g(v.get("rms_lo"))
+        out[f"{c}_rms_hi"] = _g(v.get("rms_hi"))
+        out[f"{c}_counts"] = ", ".join(f"λ {k:g}: {n}" for k, n in v["fail_counts"].items())
+    per_lam = {}
+    for c in COMPONENTS:   # size per unit λ, from runs that stayed stable (their injected error is the natural one)
+        x = [r["rms"] / r["lam"] for r in rows if r["component"] == c and outcome.stayed_stable(r["outcome"])
+             and math.isfinite(r["rms"])]
+        per_lam[c] = float(np.median(x)) if x else float("nan")
+    out["bias_share"] = per_lam["bias"] / per_lam["true"] if per_lam.get("true") else float("nan")
+    broke = [r for r in rows if not outcome.stayed_stable(r["outcome"]) and math.isfinite(r["spike_ratio"])]
+    out["spike_med"] = float(np.median([r["spike_ratio"] for r in broke])) if broke else float("nan")
+    out["spike_max"] = float(max(r["spike_ratio"] for r in broke)) if broke else float("nan")
+    out["n_broke"] = len(broke)
+    out["n_runs"] = len(rows)
+    refs = reference_runs(results)
+    out["ref_best"] = float(refs[0][0]["best"]) if refs else float("nan")
+    v = claim_delta_bias_dose(results)
+    out["verdict"] = v["status"] if v else "not yet tested"
+    out["prereg"] = prereg_verdict(results) if rows else "not yet tested"
+    steps = [r["steps"] for r, _ in _runs(results)]
+    out["steps"] = max(steps) if steps else 0
+    out["seeds"] = ", ".join(str(s) for s in sorted({r["seed"] for r in rows}))
+    out["lr"] = f"{results[0].data['lr']:g}" if results else "?"
+    return out
+
+
+def threshold_table_md(results) -> str:
+    """Markdown table of the thresholds per component, both readings."""
+    a, b = unstable_thresholds(results), thresholds(results)
+    lines = ["| component | λ* (did not stay stable) | λ below it | broke / seeds per λ | injected RMS below → at λ* "
+             "| λ* (failed: exploded or non-finite) |", "|---|---|---|---|---|---|"]
+    for c in COMPONENTS:
+        if c not in a:
+            continue
+        u, f = a[c], b[c]
+        star = "none" if u["censored"] else f"{u['lam_star']:g}"
+        lo = "–" if u["lam_lo"] is None else f"{u['lam_lo']:g}"
+        counts = ", ".join(f"{k:g}: {n}" for k, n in u["fail_counts"].items())
+        fstar = f"none up to {f['lam_lo']:g}" if f["censored"] else f"{f['lam_star']:g}"
+        lines.append(f"| {c} | {star} | {lo} | {counts} | {_g(u.get('rms_lo'))} → {_g(u.get('rms_hi'))} | {fstar} |")
+    return "\n".join(lines)
