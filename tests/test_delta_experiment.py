@@ -108,3 +108,29 @@ def test_chapter_numbers(ci):
     dc_ = dr.derivation_check()
     assert dc_["q"] < 1e-3 and dc_["k"] < 1e-3
     assert dr.marchenko_pastur_srank(16, 24) == pytest.approx(16 * 24 / (4 + 24 ** 0.5) ** 2)
+
+
+def test_worker_threads_and_thread_env(monkeypatch):
+    monkeypatch.setattr(dc.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    assert dc.worker_threads(3) == 5 and dc.worker_threads(1) == 16 and dc.worker_threads(40) == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    with dc.thread_env(2):
+        assert dc.os.environ["OMP_NUM_THREADS"] == dc.os.environ["MKL_NUM_THREADS"] == "2"
+        assert dc.os.environ["OPENBLAS_NUM_THREADS"] == "1"
+    assert dc.os.environ["OMP_NUM_THREADS"] == "7" and "MKL_NUM_THREADS" not in dc.os.environ
+    import torch
+    n = torch.get_num_threads()
+    with dc.torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == n
+
+
+def test_workers_start_with_their_share_of_the_cores():
+    import os
+    env = dc.worker_env(dc.worker_threads(2))
+    before = {k: os.environ.get(k) for k in env}
+    got = dc.map_jobs(os.getenv, list(env), workers=2)                 # os.getenv runs in the spawned workers
+    assert got == list(env.values())
+    assert {k: os.environ.get(k) for k in env} == before
+    assert dc.map_jobs(abs, [-1, 2], workers=1) == [1, 2]

@@ -268,3 +268,52 @@ def test_gradient_comparisons_on_planted_gradients():
     arr3 = dict(arr, dq=(dq_ref.numpy() + noise))
     st3 = ds.layer_stats(arr3, s, n_shuffle=20)["stats"]
     assert abs(st3["eq_cos_tot"][0]) < 1e-9 and st3["totq_fro"][0] > 0
+
+
+# ------------------------------------------------------------------------- the batched paths = the one-head ones
+def test_heads_at_once_equal_one_head_at_a_time():
+    """`layer_stats` computes the token coherence of all heads at once (dropped tokens zeroed, not removed; one
+    Gram of X for the E_Q side) and reuses P·X, P·K and the scores: the same numbers, and the same sign draws, as
+    `term_factors` + `unit_gram` + `token_coherence` head by head, and as the functions without the reused parts."""
+    rng = np.random.default_rng(5)
+    b, H, T, D, C = 2, 3, 24, 8, 12
+    t = lambda *s: torch.from_numpy(rng.standard_normal(s))  # noqa: E731
+    q, k, v, do, x = t(b, H, T, D), t(b, H, T, D), t(b, H, T, D), t(b, H, T, D), t(b, T, C)
+    scale = 0.3
+    s = ds.scores(q, k, scale)
+    p, o_ref = ds.reference(q, k, v, scale)
+    assert torch.equal(ds.reference(q, k, v, scale, s=s)[1], o_ref)
+    assert all(torch.equal(a, c) for a, c in zip(ds.ties(q, k, scale, tile=8), ds.ties(q, k, scale, tile=8, s=s)))
+    dd = t(b, H, T)
+    dd[:, 0, :5] = 0.0                      # dropped tokens (Δδ = 0) in head 0
+    dd[:, 2, 1:] = 0.0
+    dd[1, 2, 0] = 0.0                       # head 2: one term (fewer than 2: NaN statistics)
+    x[0, 3] = 0.0                           # a zero factor: dropped in every head on the E_Q side
+    px, pk = p @ x[:, None], p @ k
+    assert torch.equal(ds.error_k(dd, p, q, x, scale, px=px), ds.error_k(dd, p, q, x, scale))
+    assert torch.equal(ds.error_q(dd, p, k, x, scale, pk=pk), ds.error_q(dd, p, k, x, scale))
+    heads = lambda a: a.transpose(0, 1).reshape(H, b * T, *a.shape[3:])  # noqa: E731
+    for a_all, b_all in ((pk, x.reshape(-1, C)), (q, heads(px))):
+        w, ah, bh, keep = ds.head_term_factors(heads(dd), heads(a_all), b_all, scale)
+        got = ds.token_coherence_heads(w, ah, bh, keep, n_shuffle=50, seeds=[7 + h for h in range(H)])
+        for h in range(H):
+            bb = b_all if b_all.dim() == 2 else b_all[h]
+            w1, ah1, bh1, _ = ds.term_factors(heads(dd)[h], heads(a_all)[h], bb, scale)
+            want = ds.token_coherence(w1, ds.unit_gram(ah1, bh1), n_shuffle=50, seed=7 + h)
+            for n, val in want.items():
+                if np.isnan(val):
+                    assert np.isnan(float(got[n][h])), (n, h)
+                else:
+                    assert float(got[n][h]) == pytest.approx(val, rel=1e-9, abs=1e-12), (n, h)
+        assert float(got["m"][2]) < 2 and float(got["p_shuffle"][2]) == 1.0
+
+
+def test_flip_signs_are_cached_and_equal_to_fresh_draws():
+    ds._fair_signs.cache_clear()
+    mats = [np.random.default_rng(i).standard_normal((4, 5)) for i in range(12)]
+    first = ds.coherence(mats, n_flip=3000, seed=9)
+    again = ds.coherence(mats, n_flip=3000, seed=9)                      # served from the cache
+    assert first == again and ds._fair_signs.cache_info().hits >= 1
+    gen = torch.Generator(device="cpu").manual_seed(9)
+    fresh = (torch.randint(0, 2, (3000, 12), generator=gen) * 2 - 1).to(torch.float64)
+    assert torch.equal(ds._fair_signs(3000, 12, 9), fresh)

@@ -22,7 +22,9 @@ arrays "st__<stat>" (S, N, L, H) per-step statistics (NaN-padded), "steps" (S, N
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import time
 from pathlib import Path
 
@@ -100,33 +102,114 @@ def choose_keep(captures, keep_steps, keep_rows: int, keep_heads, keep_layers="t
     return out
 
 
+def worker_threads(workers: int) -> int:
+    """CPU threads each of `workers` concurrent seed processes may use: the cores this process may run on, shared
+    out (at least 1). Each library's default is every core, and three workers × 16 threads on 16 cores, beside
+    other experiments, made the post-training phase crawl: threads of one parallel region wait on each other's
+    time slices."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:          # no affinity on this platform
+        cores = os.cpu_count() or 1
+    return max(1, cores // max(1, int(workers)))
+
+
+def worker_env(n: int) -> dict:
+    """The thread-count variables a worker starts with: OpenMP / MKL (torch) `n`; OpenBLAS (numpy) 1 — numpy's
+    matrices here are the emulator's tiles and the sign-flip draws, too small to gain from threads, and its
+    threads, spinning beside busy cores, made a replay under one variant 20× slower (measured on 2 cores)."""
+    return {"OMP_NUM_THREADS": str(int(n)), "MKL_NUM_THREADS": str(int(n)), "OPENBLAS_NUM_THREADS": "1"}
+
+
+@contextlib.contextmanager
+def thread_env(n: int):
+    """`worker_env(n)` set for the processes started inside the block (they read it when numpy and torch load,
+    before any code of ours runs in a spawned worker); this process's values come back after."""
+    env = worker_env(n)
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    """torch's intra-op threads set to `n` inside the block (restored after). The per-head tests across steps and
+    the emulator replays are many small operations: one thread is as fast, and cannot stall on threads that wait
+    for one another's time slices when other processes share the cores (two threads took twice as long beside
+    one busy core, up to 30× beside a book build, measured on 2 cores)."""
+    import torch
+    old = torch.get_num_threads()
+    torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def _init_worker(threads: int) -> None:
+    """Pool initializer: torch's intra-op threads of this worker (see `worker_threads`)."""
+    import torch
+    torch.set_num_threads(int(threads))
+
+
+def map_jobs(fn, jobs: list, workers: int) -> list:
+    """[fn(j) for j in jobs]: in this process when workers ≤ 1 or there is one job, else in a spawn Pool of
+    min(workers, len(jobs)) processes, each limited to its share of the cores (`worker_threads`)."""
+    if workers <= 1 or len(jobs) <= 1:
+        return [fn(j) for j in jobs]
+    import multiprocessing as mp
+    n_proc = min(workers, len(jobs))
+    threads = worker_threads(n_proc)
+    print(f"[delta_capture] {n_proc} worker processes × {threads} CPU threads", flush=True)
+    with thread_env(threads):      # the workers inherit the environment when they start, here
+        pool = mp.get_context("spawn").Pool(processes=n_proc, initializer=_init_worker, initargs=(threads,))
+    with pool:
+        return pool.map(fn, jobs, chunksize=1)
+
+
 def _stack(per: list[dict], names) -> dict:
     return {n: np.stack([p["stats"][n] for p in per]) for n in names}
 
 
-def seed_run(cfg: dict, seed: int, keep: bool) -> dict:
-    """Train one seed with captures, replay them, and summarise (runs in a worker process at full scale)."""
-    import lib.book.setup  # noqa: F401  (interpreter mode for the kernel on CPU-only machines)
+def variant_replays(caps, cfg: dict, seed: int, tile: int) -> tuple[dict, list]:
+    """`delta_stats.variant_stats` of every layer of every `replay_every`-th capture, on its first `replay_rows`
+    rows, under each of `cfg["variants"]`: ({variant: {stat: (M, L, H)}}, the M replayed steps). Prints a line per
+    replayed capture."""
+    from lib.readings import delta_stats as ds
+    t1 = time.perf_counter()
+    rv, rv_steps = {}, []
+    n_rv = len(range(0, len(caps), int(cfg["replay_every"])))
+    for i, c in enumerate(caps):
+        if i % int(cfg["replay_every"]):
+            continue
+        sub = c.subsample(rows=list(range(min(int(cfg["replay_rows"]), len(c.meta["rows"])))))
+        rv_steps.append(c.meta["step"])
+        for name, spec, bn in cfg["variants"]:
+            lay = [ds.variant_stats(sub.layer(l), sub.meta["scale"], spec, block_n=int(bn), tile=tile,
+                                    one_signed=cfg["one_signed"]) for l in sub.layers]
+            st = {k: np.stack([x[k] for x in lay]) for k in lay[0]}
+            rv.setdefault(name, []).append(st)
+        print(f"[delta_capture] seed {seed}: {len(rv_steps)}/{n_rv} captures replayed under "
+              f"{len(cfg['variants'])} variants, {time.perf_counter() - t1:.0f} s", flush=True)
+    rv = {name: {k: np.stack([x[k] for x in lst]) for k in lst[0]} for name, lst in rv.items()}
+    return rv, rv_steps
+
+
+def replay(caps, cfg: dict, seed: int, grad_norm, grad_clip: float) -> dict:
+    """Everything after training, for one seed: `capture_stats` of every capture (on `replay_device`), the per-head
+    tests across steps (`run_summary`), and the variant replays. grad_norm: the run's per-step gradient norms (for
+    the clip factor of the pushes). Returns {"stats": {name: (N, L, H)}, "steps", "summary", "rv", "rv_steps",
+    "replay_s" (capture stats and summary, s), "variant_s" (s)}, printing a line at each stage."""
     import torch
 
     from lib.readings import delta_stats as ds
-    from lib.training.capture import CaptureHook, pack
-    from lib.training.train import train
-
-    tc = train_config(cfg, seed)
-    hook = CaptureHook(every=int(cfg["capture_every"]), steps=cfg.get("capture_steps", ()),
-                       rows=tuple(cfg["capture_rows"]), adam=True)
-    t_train = time.perf_counter()
-    res = train(tc, step_hook=hook)
-    print(f"[delta_capture] seed {seed}: {len(res['loss'])} steps, {len(hook.captures)} captures, "
-          f"{time.perf_counter() - t_train:.0f} s; replaying", flush=True)
-    model = res.pop("model")
-    del model
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    caps = hook.captures
-    steps_done = len(res["loss"])
-    s_per_step = res["wall_s"] / max(1, steps_done)
     dev = cfg.get("replay_device", "auto")
     dev = ("cuda" if torch.cuda.is_available() else "cpu") if dev == "auto" else dev
     tile = int(cfg.get("tile", 64))
@@ -144,8 +227,8 @@ def seed_run(cfg: dict, seed: int, keep: bool) -> dict:
     names = sorted(per[0]["stats"]) if per else []
     stats = _stack(per, names)
     steps = [c.meta["step"] for c in caps]
-    gn = np.asarray(res["grad_norm"], dtype=np.float64)
-    clip = tc.grad_clip
+    gn = np.asarray(grad_norm, dtype=np.float64)
+    clip = grad_clip
     coef = [min(1.0, clip / (gn[s] + 1e-6)) if clip > 0 and s < len(gn) else 1.0 for s in steps]
     b = len(cfg["capture_rows"])
     per_step = dict(stats, step=np.asarray(steps),
@@ -154,41 +237,65 @@ def seed_run(cfg: dict, seed: int, keep: bool) -> dict:
     if caps:
         per_step["wq_growth"] = stats["wq_sigma1"][-1] - stats["wq_sigma1"][0]
     E_steps = {s: np.stack(E[s]) for s in E}
-    summary = ds.run_summary(per_step, E_steps, n_flip=cfg["n_flip"], seed=seed) if caps else {}
+    del E
+    t_sum = time.perf_counter()
+    print(f"[delta_capture] seed {seed}: run_summary (n_flip {cfg['n_flip']}) …", flush=True)
+    with torch_threads(1):
+        summary = ds.run_summary(per_step, E_steps, n_flip=cfg["n_flip"], seed=seed) if caps else {}
     for side in list(E_steps):
         if side not in COS_SIDES:
             summary.pop(f"steps_{side}_cos", None)
-    del E, E_steps
+    del E_steps
+    print(f"[delta_capture] seed {seed}: run_summary done, {time.perf_counter() - t_sum:.0f} s", flush=True)
     replay_s = time.perf_counter() - t0
     # the emulator under other numerics, on a few rows of every replay_every-th capture
     t1 = time.perf_counter()
-    rv, rv_steps = {}, []
-    for i, c in enumerate(caps):
-        if i % int(cfg["replay_every"]):
-            continue
-        sub = c.subsample(rows=list(range(min(int(cfg["replay_rows"]), len(c.meta["rows"])))))
-        rv_steps.append(c.meta["step"])
-        for name, spec, bn in cfg["variants"]:
-            lay = [ds.variant_stats(sub.layer(l), sub.meta["scale"], spec, block_n=int(bn), tile=tile,
-                                    one_signed=cfg["one_signed"]) for l in sub.layers]
-            st = {k: np.stack([x[k] for x in lay]) for k in lay[0]}
-            rv.setdefault(name, []).append(st)
-    rv = {name: {k: np.stack([x[k] for x in lst]) for k in lst[0]} for name, lst in rv.items()}
-    variant_s = time.perf_counter() - t1
+    with torch_threads(1):
+        rv, rv_steps = variant_replays(caps, cfg, seed, tile)
+    return dict(stats=stats, steps=steps, summary=summary, rv=rv, rv_steps=rv_steps, replay_s=replay_s,
+                variant_s=time.perf_counter() - t1)
+
+
+def seed_run(cfg: dict, seed: int, keep: bool) -> dict:
+    """Train one seed with captures, replay them, and summarise (runs in a worker process at full scale)."""
+    import lib.book.setup  # noqa: F401  (interpreter mode for the kernel on CPU-only machines)
+    import torch
+
+    from lib.training.capture import CaptureHook, pack
+    from lib.training.train import train
+
+    tc = train_config(cfg, seed)
+    hook = CaptureHook(every=int(cfg["capture_every"]), steps=cfg.get("capture_steps", ()),
+                       rows=tuple(cfg["capture_rows"]), adam=True)
+    t_train = time.perf_counter()
+    res = train(tc, step_hook=hook)
+    print(f"[delta_capture] seed {seed}: {len(res['loss'])} steps, {len(hook.captures)} captures, "
+          f"{time.perf_counter() - t_train:.0f} s; replaying", flush=True)
+    model = res.pop("model")
+    del model
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    caps = hook.captures
+    steps_done = len(res["loss"])
+    s_per_step = res["wall_s"] / max(1, steps_done)
+    t_post = time.perf_counter()
+    rep = replay(caps, cfg, seed, res["grad_norm"], tc.grad_clip)
     kept = choose_keep(caps, cfg["keep_steps"], int(cfg["keep_rows"]), cfg["keep_heads"],
                        cfg.get("keep_layers", "top")) if keep else []
     keep_index, keep_arrays = pack(kept, prefix="keep")
+    print(f"[delta_capture] seed {seed}: {len(kept)} captures kept; after training "
+          f"{time.perf_counter() - t_post:.0f} s", flush=True)
     cap_bytes = int(np.mean([c.nbytes for c in caps])) if caps else 0
     run = dict(seed=int(seed), steps_done=steps_done, truncated_at=res["truncated_at"], stopped_at=res["stopped_at"],
                wall_s=round(res["wall_s"], 2), s_per_step=s_per_step, n_captures=len(caps),
                capture_bytes=cap_bytes, capture_copy_s=hook.copy_s,
                capture_overhead=(hook.copy_s / max(1, len(caps))) / (cfg["capture_every"] * s_per_step),
-               replay_s=round(replay_s, 2), variant_s=round(variant_s, 2), device=res["device"],
+               replay_s=round(rep["replay_s"], 2), variant_s=round(rep["variant_s"], 2), device=res["device"],
                autocast=res["autocast"], final_loss=float(np.mean(res["loss"][-20:])) if res["loss"] else None,
                nondeterminism_warnings=res["nondeterminism_warnings"], versions=res["versions"],
                starts_sha256=res["starts_sha256"])
-    return dict(run=run, steps=steps, stats=stats, summary=summary, rv=rv, rv_steps=rv_steps,
-                keep_index=keep_index, keep_arrays=keep_arrays,
+    return dict(run=run, steps=rep["steps"], stats=rep["stats"], summary=rep["summary"], rv=rep["rv"],
+                rv_steps=rep["rv_steps"], keep_index=keep_index, keep_arrays=keep_arrays,
                 curves=dict(loss=np.asarray(res["loss"], np.float32), grad_norm=np.asarray(res["grad_norm"], np.float32),
                             lr=np.asarray(res["lr"], np.float32)))
 
@@ -235,13 +342,7 @@ def run(scale: str, cfg: dict) -> dict:
     seeds = [int(s) for s in cfg["seeds"]]
     keep_seeds = set(int(s) for s in cfg["keep_seeds"])
     jobs = [(cfg, s, s in keep_seeds) for s in seeds]
-    workers = int(cfg["workers"])
-    if workers > 1 and len(jobs) > 1:
-        import multiprocessing as mp
-        with mp.get_context("spawn").Pool(processes=min(workers, len(jobs))) as pool:
-            outs = pool.map(_seed_worker, jobs, chunksize=1)
-    else:
-        outs = [_seed_worker(j) for j in jobs]
+    outs = map_jobs(_seed_worker, jobs, int(cfg["workers"]))
     from lib.readings import delta_stats as ds
     arrays = {}
     names = sorted(set().union(*[o["stats"] for o in outs]))

@@ -34,6 +34,7 @@ steps, and report row-level counts only as evidence.
 """
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
@@ -43,6 +44,7 @@ import torch
 __all__ = ["sign_test", "normalised_bias", "clopper_pearson", "drift", "stable_rank", "frob_cos", "top_component",
            "coherence", "reference", "delta_delta", "ties", "v_sign", "ulp_bf16", "error_q", "error_k",
            "true_grad", "reference_grads", "term_factors", "unit_gram", "token_coherence", "term_cos_matrix",
+           "scores", "head_term_factors", "token_coherence_heads",
            "layer_stats", "capture_stats", "replay_o", "variant_stats", "step_matrix_stats", "run_summary",
            "claims", "claims_from_summaries", "VERDICT_RULES", "SEED_RULE", "ALPHA", "ONE_SIGNED"]
 
@@ -133,6 +135,17 @@ def top_component(e, u, v) -> float:
     return float(u @ e @ v)
 
 
+@functools.lru_cache(maxsize=4)
+def _fair_signs(n: int, m: int, seed: int) -> torch.Tensor:
+    """(n, m) fair ±1 draws, float64 on the CPU, from torch's CPU generator seeded with `seed`.
+
+    Cached: `run_summary` tests the four error matrices (q, k and their shuffled-sign baselines) of one head with
+    the same seed, so the same draws serve all four (the draws are those an uncached call gives; callers must not
+    modify the returned tensor)."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    return (torch.randint(0, 2, (n, m), generator=gen) * 2 - 1).to(F64)
+
+
 def coherence(mats, n_flip: int = 2000, seed: int = 0) -> dict:
     """Do matrices M_1…M_n (e.g. E at successive steps) add up along one direction?
 
@@ -145,8 +158,7 @@ def coherence(mats, n_flip: int = 2000, seed: int = 0) -> dict:
     if tr == 0:
         return dict(rho2=float("nan"), p_flip=1.0, null_q99=float("nan"), n=int(m.shape[0]))
     rho2 = float(g.sum()) / tr
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    eps = (torch.randint(0, 2, (n_flip, m.shape[0]), generator=gen) * 2 - 1).to(F64)
+    eps = _fair_signs(n_flip, m.shape[0], seed)
     null = ((eps @ g.cpu()) * eps).sum(1) / tr
     return dict(rho2=rho2, p_flip=float((1 + (null >= rho2 - 1e-12 * abs(rho2)).sum()) / (n_flip + 1)),
                 null_q99=float(torch.quantile(null, 0.99)), n=int(m.shape[0]))
@@ -165,11 +177,20 @@ def _causal_mask(T, device):
     return torch.ones(T, T, dtype=torch.bool, device=device).tril()
 
 
-def reference(q, k, v, scale: float, causal: bool = True):
-    """FP64 softmax attention of q, k, v (..., T, D): (P (..., T, T), O_ref (..., T, D))."""
+def scores(q, k, scale: float, causal: bool = True):
+    """α·q·kᵀ (..., T, T) in the dtype of q, k, with −inf above the diagonal when causal: what `reference` takes the
+    softmax of and `ties` rounds to BF16 (compute it once and pass it to both)."""
     s = scale * (q @ k.transpose(-1, -2))
     if causal:
         s = s.masked_fill(~_causal_mask(s.shape[-1], s.device), float("-inf"))
+    return s
+
+
+def reference(q, k, v, scale: float, causal: bool = True, s=None):
+    """FP64 softmax attention of q, k, v (..., T, D): (P (..., T, T), O_ref (..., T, D)). `s`: the scores
+    `scores(q, k, scale, causal)` if already computed."""
+    if s is None:
+        s = scores(q, k, scale, causal)
     p = torch.softmax(s, dim=-1)
     return p, p @ v
 
@@ -179,13 +200,14 @@ def delta_delta(o_lp, o_ref, do):
     return (do * (o_lp - o_ref)).sum(-1)
 
 
-def ties(q, k, scale: float, causal: bool = True, tile: int = 64):
+def ties(q, k, scale: float, causal: bool = True, tile: int = 64, s=None):
     """(row_tie, tile_tie) bool (..., T): the BF16-rounded FP32 scores' row max occurs ≥ 2 times (anywhere / in one
-    key tile of `tile` keys)."""
+    key tile of `tile` keys). The FP32 scores are the FP64 ones `scores(q, k, scale, causal)` rounded (`s`: those
+    FP64 scores if already computed)."""
     from lib.training.metrics import bf16_row_ties, bf16_tile_ties
-    s = (scale * (q.to(F64) @ k.to(F64).transpose(-1, -2))).float()
-    if causal:
-        s = s.masked_fill(~_causal_mask(s.shape[-1], s.device), float("-inf"))
+    if s is None:
+        s = scores(q.to(F64), k.to(F64), scale, causal)
+    s = s.float()
     return bf16_row_ties(s), bf16_tile_ties(s, int(tile))
 
 
@@ -201,15 +223,16 @@ def ulp_bf16(x):
     return torch.where(x == 0, torch.full_like(x, float("nan")), u)
 
 
-def error_q(dd, p, k, x, scale: float):
+def error_q(dd, p, k, x, scale: float, pk=None):
     """E_Q^h = α Σ_{rows, T} Δδ[T]·(PK)[T]ᵀ X[T]: dd (b, H, T), p (b, H, T, T), k (b, H, T, D), x (b, T, C) ->
-    (H, D, C)."""
-    return scale * torch.einsum("bht,bhtd,btc->hdc", dd, p @ k, x)
+    (H, D, C). `pk`: P·K (b, H, T, D) if already computed."""
+    return scale * torch.einsum("bht,bhtd,btc->hdc", dd, p @ k if pk is None else pk, x)
 
 
-def error_k(dd, p, q, x, scale: float):
-    """E_K^h = α Σ_{rows, T} Δδ[T]·Q[T]ᵀ (PX)[T] -> (H, D, C)."""
-    return scale * torch.einsum("bht,bhtd,bhtc->hdc", dd, q, p @ x[:, None])
+def error_k(dd, p, q, x, scale: float, px=None):
+    """E_K^h = α Σ_{rows, T} Δδ[T]·Q[T]ᵀ (PX)[T] -> (H, D, C). `px`: P·X (b, H, T, C) if already computed (the
+    costliest product of a layer's replay: compute it once)."""
+    return scale * torch.einsum("bht,bhtd,bhtc->hdc", dd, q, p @ x[:, None] if px is None else px)
 
 
 def true_grad(g, x):
@@ -244,25 +267,95 @@ def token_coherence(w, g, n_shuffle: int = 200, seed: int = 0) -> dict:
     rho2 = ‖Σ w_T u_T‖² / Σ w_T² (1 in expectation under shuffled signs; m if the terms are identical and
     same-signed); rho2_null_q99 and p_shuffle from `n_shuffle` fair random sign draws (seeded); cos_unsigned: mean
     pairwise cosine of the unit terms u_T (their similarity, sign of Δδ ignored; random directions: 0 ± 1/√(D·C));
-    cos_signed: the same with the sign of Δδ (> 0: the terms add up); frac_pos: share of terms with Δδ > 0."""
-    m = int(w.numel())
-    if m < 2:
-        nan = float("nan")
-        return dict(m=m, rho2=nan, rho2_null_q99=nan, p_shuffle=1.0, cos_unsigned=nan, cos_signed=nan,
-                    frac_pos=nan)
-    s = torch.sign(w)
-    wg = (g @ w)
-    rho2 = float(w @ wg / (w @ w))
-    ones = torch.ones_like(w)
-    cos_u = float((ones @ (g @ ones) - m) / (m * (m - 1)))
-    cos_s = float((s @ (g @ s) - m) / (m * (m - 1)))
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    eps = (torch.randint(0, 2, (n_shuffle, m), generator=gen) * 2 - 1).to(dtype=w.dtype, device=w.device)
+    cos_signed: the same with the sign of Δδ (> 0: the terms add up); frac_pos: share of terms with Δδ > 0.
+    (`token_coherence_heads` computes the same for all heads of a layer, from the factors of the terms.)"""
+    keep = torch.ones((1, w.numel()), dtype=torch.bool, device=w.device)
+    eps = _sign_draws(keep, n_shuffle, [seed])
+    quads, null = _quad_forms(w, g, keep[0], eps[0])
+    c = _coherence_finish(w[None], keep, quads[None], null[None], n_shuffle)
+    c = {n: float(t[0]) for n, t in c.items()}
+    c["m"] = int(c["m"])
+    return c
+
+
+def head_term_factors(dd, a, b, scale: float):
+    """`term_factors` of all heads at once, with dropped tokens zeroed instead of removed (so that heads keep one
+    shape): dd (H, n), a (H, n, D), b (H, n, C), or b (n, C) when every head shares it (X on the E_Q side) ->
+    (w (H, n) signed term norms α·Δδ·‖a‖‖b‖, â (H, n, D), b̂ (shape of b), keep (H, n) bool). A dropped token
+    (Δδ = 0 or a zero factor) has w = 0 and â = 0, so it adds nothing to any Gram quadratic form."""
+    na, nb = torch.linalg.norm(a, dim=-1), torch.linalg.norm(b, dim=-1)
+    keep = (dd != 0) & (na > 0) & (nb > 0)
+    w = torch.where(keep, scale * dd * na * nb, torch.zeros_like(dd))
+    ah = torch.where(keep[..., None], a / na[..., None], torch.zeros_like(a))
+    bh = torch.where((nb > 0)[..., None], b / nb[..., None], torch.zeros_like(b))   # no 0/0: NaN·0 is NaN
+    return w, ah, bh, keep
+
+
+def _sign_draws(keep, n_shuffle: int, seeds) -> torch.Tensor:
+    """Fair ±1 draws for the kept terms of each head, zero elsewhere: keep (H, n) bool -> (H, n_shuffle, n) float64
+    on keep's device. Head h's draws come from torch's CPU generator seeded with seeds[h], shape (n_shuffle, m_h)
+    for its m_h kept terms, placed at their columns (the draws of the one-head computation on those m_h terms)."""
+    kc = keep.cpu()                                          # one device sync for every head's term count
+    eps = torch.zeros((kc.shape[0], n_shuffle, kc.shape[1]), dtype=F64)
+    for h in range(kc.shape[0]):
+        m = int(kc[h].sum())
+        if m >= 2:
+            gen = torch.Generator(device="cpu").manual_seed(int(seeds[h]))
+            eps[h][:, kc[h]] = (torch.randint(0, 2, (n_shuffle, m), generator=gen) * 2 - 1).to(F64)
+    return eps.to(keep.device)
+
+
+def _quad_forms(w, g, keep, eps):
+    """One head's Gram quadratic forms: w (n,) term norms, g (n, n) unit Gram, keep (n,) bool, eps (S, n) sign
+    draws -> (uᵀĝu for u = w, keep, sign(w): (3,); the null ρ² numerators (ε|w|)ᵀĝ(ε|w|): (S,)). One pass of ĝ
+    for the three observed forms (ĝ is the largest operand: memory-bound on a CPU)."""
+    u = torch.stack([w, keep.to(w.dtype), torch.sign(w)], 1)             # (n, 3)
+    quads = (u * (g @ u)).sum(0)
     ew = eps * w.abs()
-    null = ((ew @ g) * ew).sum(1) / (w @ w)
-    return dict(m=m, rho2=rho2, rho2_null_q99=float(torch.quantile(null.cpu(), 0.99)),
-                p_shuffle=float((1 + (null >= rho2 - 1e-12 * abs(rho2)).sum().item()) / (n_shuffle + 1)),
-                cos_unsigned=cos_u, cos_signed=cos_s, frac_pos=float((w > 0).double().mean()))
+    return quads, ((ew @ g) * ew).sum(1)
+
+
+def _coherence_finish(w, keep, quads, null, n_shuffle: int) -> dict:
+    """The statistics of `token_coherence` from the quadratic forms of H heads: w, keep (H, n), quads (H, 3), null
+    (H, S) -> {m, rho2, rho2_null_q99, p_shuffle, cos_unsigned, cos_signed, frac_pos: (H,) float64 tensors}, NaN
+    (p_shuffle 1) for heads with fewer than 2 terms."""
+    m = keep.to(F64).sum(1)
+    ww = (w * w).sum(1)
+    rho2 = quads[:, 0] / ww
+    pairs = m * (m - 1)
+    null = null / ww[:, None]
+    out = dict(m=m, rho2=rho2, rho2_null_q99=torch.quantile(null, 0.99, dim=1),
+               p_shuffle=(1 + (null >= (rho2 - 1e-12 * rho2.abs())[:, None]).sum(1)).to(F64) / (n_shuffle + 1),
+               cos_unsigned=(quads[:, 1] - m) / pairs, cos_signed=(quads[:, 2] - m) / pairs,
+               frac_pos=(w > 0).to(F64).sum(1) / m)
+    few = m < 2
+    nan = torch.full_like(rho2, float("nan"))
+    return {n: (t if n == "m" else torch.where(few, torch.ones_like(t) if n == "p_shuffle" else nan, t))
+            for n, t in out.items()}
+
+
+def token_coherence_heads(w, ah, bh, keep, n_shuffle: int = 200, seeds=None) -> dict:
+    """`token_coherence` of the H heads of a layer, from `head_term_factors`' w, â, b̂, keep, on the device of w and
+    with one host sync for all heads (the sign draws' term counts). seeds[h]: head h's sign-draw seed (default h).
+
+    Head h's unit Gram ĝ_h = (â_h â_hᵀ) ∘ (b̂_h b̂_hᵀ) (`unit_gram`; n × n with zero rows for dropped tokens) is
+    built in two reused n × n buffers, one head at a time; a b̂ shared by the heads (n, C) has its Gram computed
+    once. Returns {m, rho2, rho2_null_q99, p_shuffle, cos_unsigned, cos_signed, frac_pos: (H,) float64 tensors}."""
+    H, n = w.shape
+    seeds = list(range(H)) if seeds is None else list(seeds)
+    eps = _sign_draws(keep, n_shuffle, seeds)
+    shared = bh.dim() == 2
+    g = torch.empty((n, n), dtype=w.dtype, device=w.device)
+    gb = bh @ bh.T if shared else torch.empty_like(g)
+    quads, nulls = [], []
+    for h in range(H):
+        if not shared:
+            torch.mm(bh[h], bh[h].T, out=gb)
+        torch.mm(ah[h], ah[h].T, out=g).mul_(gb)
+        qf, nl = _quad_forms(w[h], g, keep[h], eps[h])
+        quads.append(qf)
+        nulls.append(nl)
+    return _coherence_finish(w, keep, torch.stack(quads), torch.stack(nulls), n_shuffle)
 
 
 def term_cos_matrix(w, ah, bh, top: int = 64, baseline: str | None = None, seed: int = 0) -> np.ndarray:
@@ -294,9 +387,18 @@ _COUNT_KEYS = ("n_rows", "n_pos", "n_neg", "sum_dd", "sum_abs_dd", "sum_dd2", "s
                "n_mix_agree", "n_mix_disagree", "sum_mix_ulp", "n_mix")
 
 
-def delta_counts(dd, tie, tile_tie, delta_ref=None) -> dict:
-    """Per-head counts and sums of Δδ (b, H, T), overall and split by row ties: {name: (H,) float64 numpy}."""
-    r = lambda t: t.sum(dim=(0, 2)).double().cpu().numpy()  # noqa: E731
+def _host(d: dict) -> dict:
+    """{name: tensor of one shape (H,)} -> {name: float64 numpy (H,)}, in one device-to-host copy (a copy per
+    statistic would wait for the device once per statistic)."""
+    if not d:
+        return {}
+    a = torch.stack([t.to(F64) for t in d.values()]).cpu().numpy()
+    return dict(zip(d, a))
+
+
+def _delta_counts_t(dd, tie, tile_tie, delta_ref=None) -> dict:
+    """`delta_counts` as (H,) tensors on the device of dd."""
+    r = lambda t: t.sum(dim=(0, 2))  # noqa: E731
     pos, neg = (dd > 0).double(), (dd < 0).double()
     tie_d, no = tie.double(), (~tie).double()
     out = dict(n_rows=r(torch.ones_like(dd)), n_pos=r(pos), n_neg=r(neg), sum_dd=r(dd), sum_abs_dd=r(dd.abs()),
@@ -309,9 +411,14 @@ def delta_counts(dd, tie, tile_tie, delta_ref=None) -> dict:
     return out
 
 
-def o_error_counts(err, do, s, o_ref, tie, one_signed: float = ONE_SIGNED) -> dict:
-    """L3/L4 counts per head from ΔO, dO, s = P·sign(V), O_ref (b, H, T, D) and row ties (b, H, T)."""
-    r = lambda t: t.sum(dim=(0, 2, 3)).double().cpu().numpy()  # noqa: E731
+def delta_counts(dd, tie, tile_tie, delta_ref=None) -> dict:
+    """Per-head counts and sums of Δδ (b, H, T), overall and split by row ties: {name: (H,) float64 numpy}."""
+    return _host(_delta_counts_t(dd, tie, tile_tie, delta_ref))
+
+
+def _o_error_counts_t(err, do, s, o_ref, tie, one_signed: float = ONE_SIGNED) -> dict:
+    """`o_error_counts` as (H,) tensors on the device of err."""
+    r = lambda t: t.sum(dim=(0, 2, 3))  # noqa: E731
     prod = do * err
     ulp = ulp_bf16(o_ref)
     e_ulp = torch.where(torch.isfinite(ulp), err / ulp, torch.zeros_like(err))
@@ -330,6 +437,40 @@ def o_error_counts(err, do, s, o_ref, tie, one_signed: float = ONE_SIGNED) -> di
                 sum_mix_ulp=r(e_ulp * sg * mix))
 
 
+def o_error_counts(err, do, s, o_ref, tie, one_signed: float = ONE_SIGNED) -> dict:
+    """L3/L4 counts per head from ΔO, dO, s = P·sign(V), O_ref (b, H, T, D) and row ties (b, H, T): {name: (H,)
+    float64 numpy}."""
+    return _host(_o_error_counts_t(err, do, s, o_ref, tie, one_signed))
+
+
+def _cos_heads(a, b):
+    """`frob_cos` of each head's pair: a, b (H, D, C) -> (H,) (NaN where either is zero)."""
+    na, nb = torch.linalg.norm(a, dim=(1, 2)), torch.linalg.norm(b, dim=(1, 2))
+    ok = (na > 0) & (nb > 0)
+    return torch.where(ok, (a * b).sum((1, 2)) / (na * nb), torch.full_like(na, float("nan")))
+
+
+def _svd_stats(E: dict) -> dict:
+    """σ₁, stable rank (E and its shuffled-sign baseline) of every head: E {"q", "k", "q_shuf", "k_shuf": (H, D, C)
+    float64 CPU tensors} -> {name: (H,) numpy}. One batched SVD of the host copy of E (made anyway, for the
+    result): on a GPU, a batch of 64 × 384 SVDs runs as a loop of small iterative solver calls."""
+    sides = ("q", "q_shuf", "k", "k_shuf")
+    sv = torch.linalg.svdvals(torch.stack([E[n] for n in sides]))        # (4, H, min(D, C))
+    sv = dict(zip(sides, sv))
+    out = {}
+    for side in ("q", "k"):
+        a, b = sv[side], sv[f"{side}_shuf"]
+        out[f"e{side}_sigma1"] = a[:, 0].numpy()
+        out[f"e{side}_srank"] = ((a ** 2).sum(1) / a[:, 0] ** 2).numpy()
+        out[f"e{side}_shuf_srank"] = ((b ** 2).sum(1) / b[:, 0] ** 2).numpy()
+    return out
+
+
+def _heads_first(t, H: int):
+    """(b, H, T, …) -> (H, b·T, …): the tokens of every captured row, per head (the order `term_factors` sees)."""
+    return t.transpose(0, 1).reshape(H, -1, *t.shape[3:])
+
+
 def layer_stats(arr: dict, scale: float, *, causal: bool = True, tile: int = 64, one_signed: float = ONE_SIGNED,
                 n_shuffle: int = 200, seed: int = 0, device=None, o_lp=None, keep_matrices: bool = True) -> dict:
     """Every per-head statistic of one layer of one capture.
@@ -337,64 +478,64 @@ def layer_stats(arr: dict, scale: float, *, causal: bool = True, tile: int = 64,
     arr: decoded arrays of the layer (`lib.training.capture.Capture.layer`): q, k, v, o, do (b, H, T, D), x
     (b, T, C), optional dq, dk (b, H, T, D), wq_u/wq_s/wq_v, wk_*, adam_q, adam_k. `o_lp` replaces the captured O
     (a replay under other numerics). Returns {"stats": {name: (H,) numpy}, "E": {"q", "k", "q_shuf", "k_shuf":
-    (H, D, C) float64 tensors} (if keep_matrices)}."""
+    (H, D, C) float64 CPU tensors} (if keep_matrices)}.
+
+    Everything per head is computed for all heads at once on `device`, and the statistics come back to the host in
+    a few copies per layer (a per-head loop with a host copy per statistic left a GPU idle and the worker bound by
+    its CPU)."""
     dev = device if device is not None else "cpu"
     q, k, v, do = (_t(arr[n], dev) for n in ("q", "k", "v", "do"))
     o = _t(arr["o"] if o_lp is None else o_lp, dev)
     x = _t(arr["x"], dev)
     H = q.shape[1]
-    p, o_ref = reference(q, k, v, scale, causal)
+    s = scores(q, k, scale, causal)                 # once for the reference and the tie test
+    p, o_ref = reference(q, k, v, scale, causal, s=s)
+    tie, tile_tie = ties(q, k, scale, causal, tile, s=s)
+    del s
     err = o - o_ref
     dd = delta_delta(o, o_ref, do)
-    tie, tile_tie = ties(q, k, scale, causal, tile)
-    st = delta_counts(dd, tie, tile_tie, delta_ref=(do * o_ref).sum(-1))
-    st.update(o_error_counts(err, do, v_sign(p, v), o_ref, tie, one_signed))
+    td = _delta_counts_t(dd, tie, tile_tie, delta_ref=(do * o_ref).sum(-1))
+    td.update(_o_error_counts_t(err, do, v_sign(p, v), o_ref, tie, one_signed))
     gen = torch.Generator(device="cpu").manual_seed(seed)
     shuf = (torch.randint(0, 2, dd.shape, generator=gen) * 2 - 1).to(dd)
-    E = {"q": error_q(dd, p, k, x, scale), "k": error_k(dd, p, q, x, scale),
-         "q_shuf": error_q(dd * shuf, p, k, x, scale), "k_shuf": error_k(dd * shuf, p, q, x, scale)}
-    px = p @ x[:, None]                                    # (b, H, T, C)
+    px = p @ x[:, None]                                    # (b, H, T, C): E_K's and its terms' factor, once
     pk = p @ k
-    dq_ref, dk_ref = reference_grads(p, q, k, v, do, o_ref, scale)
+    E = {"q": error_q(dd, p, k, x, scale, pk=pk), "k": error_k(dd, p, q, x, scale, px=px),
+         "q_shuf": error_q(dd * shuf, p, k, x, scale, pk=pk), "k_shuf": error_k(dd * shuf, p, q, x, scale, px=px)}
+    need_ref = any(f"d{side}" in arr for side in ("q", "k"))
+    dq_ref, dk_ref = reference_grads(p, q, k, v, do, o_ref, scale) if need_ref else (None, None)
     for side in ("q", "k"):
         e, es = E[side], E[f"{side}_shuf"]
-        fro = torch.linalg.norm(e, dim=(1, 2))
-        sv = torch.linalg.svdvals(e)
-        svs = torch.linalg.svdvals(es)
-        st[f"e{side}_fro"] = fro.cpu().numpy()
-        st[f"e{side}_sigma1"] = sv[:, 0].cpu().numpy()
-        st[f"e{side}_srank"] = ((sv ** 2).sum(1) / sv[:, 0] ** 2).cpu().numpy()
-        st[f"e{side}_shuf_fro"] = torch.linalg.norm(es, dim=(1, 2)).cpu().numpy()
-        st[f"e{side}_shuf_srank"] = ((svs ** 2).sum(1) / svs[:, 0] ** 2).cpu().numpy()
+        td[f"e{side}_fro"] = torch.linalg.norm(e, dim=(1, 2))
+        td[f"e{side}_shuf_fro"] = torch.linalg.norm(es, dim=(1, 2))
         if f"d{side}" in arr:
             g = true_grad(_t(arr[f"d{side}"], dev), x)
             gref = true_grad(dq_ref if side == "q" else dk_ref, x)
             tot = gref - g                                 # the whole gradient error (hp − lp) of these rows
-            st[f"g{side}_fro"] = torch.linalg.norm(g, dim=(1, 2)).cpu().numpy()
-            st[f"e{side}_cos_grad"] = np.array([frob_cos(e[h], g[h]) for h in range(H)])
-            st[f"tot{side}_fro"] = torch.linalg.norm(tot, dim=(1, 2)).cpu().numpy()
-            st[f"e{side}_cos_tot"] = np.array([frob_cos(e[h], tot[h]) for h in range(H)])
+            td[f"g{side}_fro"] = torch.linalg.norm(g, dim=(1, 2))
+            td[f"e{side}_cos_grad"] = _cos_heads(e, g)
+            td[f"tot{side}_fro"] = torch.linalg.norm(tot, dim=(1, 2))
+            td[f"e{side}_cos_tot"] = _cos_heads(e, tot)
         w_ = f"w{side}"
         if f"{w_}_u" in arr:
             u, sig, vv = (_t(arr[f"{w_}_{n}"], dev) for n in ("u", "s", "v"))
-            st[f"{w_}_sigma1"] = sig.cpu().numpy()
-            st[f"push_sgd_{side}"] = torch.einsum("hd,hdc,hc->h", u, e, vv).cpu().numpy()
-            st[f"push_sgd_{side}_shuf"] = torch.einsum("hd,hdc,hc->h", u, es, vv).cpu().numpy()
+            td[f"{w_}_sigma1"] = sig
+            td[f"push_sgd_{side}"] = torch.einsum("hd,hdc,hc->h", u, e, vv)
+            td[f"push_sgd_{side}_shuf"] = torch.einsum("hd,hdc,hc->h", u, es, vv)
             if f"adam_{side}" in arr:
                 den = _t(arr[f"adam_{side}"], dev)
-                st[f"push_adam_{side}"] = torch.einsum("hd,hdc,hc->h", u, e / den, vv).cpu().numpy()
-                st[f"push_adam_{side}_shuf"] = torch.einsum("hd,hdc,hc->h", u, es / den, vv).cpu().numpy()
-        # token coherence of the rank-1 terms
-        a_all, b_all = (pk, x[:, None].expand(-1, H, -1, -1)) if side == "q" else (q, px)
-        res = {n: np.zeros(H) for n in ("m", "rho2", "rho2_null_q99", "p_shuffle", "cos_unsigned", "cos_signed")}
-        for h in range(H):
-            w, ah, bh, _ = term_factors(dd[:, h].reshape(-1), a_all[:, h].reshape(-1, a_all.shape[-1]),
-                                        b_all[:, h].reshape(-1, b_all.shape[-1]), scale)
-            c = token_coherence(w, unit_gram(ah, bh), n_shuffle, seed + 1 + h)
-            for n in res:
-                res[n][h] = c[n]
-        for n, a in res.items():
-            st[f"tok{side}_{n}"] = a
+                td[f"push_adam_{side}"] = torch.einsum("hd,hdc,hc->h", u, e / den, vv)
+                td[f"push_adam_{side}_shuf"] = torch.einsum("hd,hdc,hc->h", u, es / den, vv)
+        # token coherence of the rank-1 terms (E_Q: (PK)[T]ᵀX[T], X shared by the heads; E_K: Q[T]ᵀ(PX)[T])
+        a_all, b_all = (pk, x.reshape(-1, x.shape[-1])) if side == "q" else (q, _heads_first(px, H))
+        w, ah, bh, keep = head_term_factors(_heads_first(dd, H), _heads_first(a_all, H), b_all, scale)
+        c = token_coherence_heads(w, ah, bh, keep, n_shuffle, [seed + 1 + h for h in range(H)])
+        del w, ah, bh
+        for n in ("m", "rho2", "rho2_null_q99", "p_shuffle", "cos_unsigned", "cos_signed"):
+            td[f"tok{side}_{n}"] = c[n]
+    st = _host(td)
+    E = {n: t.cpu() for n, t in E.items()}
+    st.update(_svd_stats(E))
     out = {"stats": st}
     if keep_matrices:
         out["E"] = E
@@ -412,7 +553,7 @@ def capture_stats(cap, *, tile: int = 64, one_signed: float = ONE_SIGNED, n_shuf
     stats = {n: np.stack([p["stats"].get(n, np.full(H, np.nan)) for p in per]) for n in names}
     out = {"step": cap.meta["step"], "lr": cap.meta["lr"], "layers": cap.layers, "stats": stats}
     if keep_matrices:
-        out["E"] = {s: np.stack([p["E"][s].float().cpu().numpy() for p in per]) for s in per[0]["E"]}
+        out["E"] = {s: np.stack([p["E"][s].float().numpy() for p in per]) for s in per[0]["E"]}
     return out
 
 
@@ -440,9 +581,10 @@ def variant_stats(arr: dict, scale: float, spec: str, *, block_n: int = 64, tile
     o = replay_o(arr["q"], arr["k"], arr["v"], spec, block_n=block_n, scale=scale, causal=causal)
     q, k, v, do = (_t(arr[n]) for n in ("q", "k", "v", "do"))
     o_t = _t(o)
-    p, o_ref = reference(q, k, v, scale, causal)
+    s = scores(q, k, scale, causal)
+    p, o_ref = reference(q, k, v, scale, causal, s=s)
     dd = delta_delta(o_t, o_ref, do)
-    tie, tile_tie = ties(q, k, scale, causal, tile)
+    tie, tile_tie = ties(q, k, scale, causal, tile, s=s)
     st = delta_counts(dd, tie, tile_tie, delta_ref=(do * o_ref).sum(-1))
     st.update(o_error_counts(o_t - o_ref, do, v_sign(p, v), o_ref, tie, one_signed))
     st["o_match"] = (o == np.asarray(arr["o"], np.float32)).mean(axis=(0, 2, 3)).astype(np.float64)
@@ -589,21 +731,28 @@ def _run_summary(per_step, E_steps, n_flip, seed) -> dict:
     if "wq_growth" in per_step:
         out["wq_growth"] = np.asarray(per_step["wq_growth"], dtype=np.float64)
     if E_steps is not None:
-        for side in E_steps:
-            e = np.asarray(E_steps[side])[ok]
-            rho = np.zeros((L, H)); p = np.zeros((L, H)); q99 = np.zeros((L, H))
-            srank = np.zeros((L, H)); cosm = np.zeros((L, H, e.shape[0], e.shape[0]))
-            for l in range(L):
-                for h in range(H):
-                    s = step_matrix_stats(e[:, l, h], n_flip=n_flip, seed=seed + 11 * (l * H + h))
-                    rho[l, h], p[l, h], q99[l, h], srank[l, h] = s["rho2"], s["p_flip"], s["null_q99"], s["cum_srank"]
-                    if s["n"] == e.shape[0]:
-                        cosm[l, h] = s["cos"]
-                    else:
-                        cosm[l, h] = np.nan
-            out[f"steps_{side}_rho2"], out[f"steps_{side}_p"] = rho, p
-            out[f"steps_{side}_null_q99"], out[f"steps_{side}_cum_srank"] = q99, srank
-            out[f"steps_{side}_cos"] = cosm
+        out.update(_step_matrices(E_steps, ok, n_flip, seed, L, H))
+    return out
+
+
+def _step_matrices(E_steps: dict, ok, n_flip: int, seed: int, L: int, H: int) -> dict:
+    """`step_matrix_stats` of every head and side: E_steps {side: (N, L, H, D, C)}, ok (N,) the captured steps ->
+    {f"steps_{side}_{rho2, p, null_q99, cum_srank}": (L, H), f"steps_{side}_cos": (L, H, N', N')}. Heads outside,
+    sides inside: the sides of one head share its seed, so `coherence` draws its signs once per head (cached)."""
+    every = bool(np.all(ok))       # the usual case: no copy of the (N, L, H, D, C) stacks
+    e = {side: np.asarray(a) if every else np.asarray(a)[ok] for side, a in E_steps.items()}
+    out = {}
+    for side, a in e.items():
+        for n in ("rho2", "p", "null_q99", "cum_srank"):
+            out[f"steps_{side}_{n}"] = np.zeros((L, H))
+        out[f"steps_{side}_cos"] = np.zeros((L, H, a.shape[0], a.shape[0]))
+    for l in range(L):
+        for h in range(H):
+            for side, a in e.items():
+                s = step_matrix_stats(a[:, l, h], n_flip=n_flip, seed=seed + 11 * (l * H + h))
+                for n, k in (("rho2", "rho2"), ("p", "p_flip"), ("null_q99", "null_q99"), ("cum_srank", "cum_srank")):
+                    out[f"steps_{side}_{n}"][l, h] = s[k]
+                out[f"steps_{side}_cos"][l, h] = s["cos"] if s["n"] == a.shape[0] else np.nan
     return out
 
 
