@@ -344,3 +344,87 @@ def test_gpu_note_reports_failed_bf16_cells():
     assert "At FP16, where the real kernels ran, SDPA flash's max |Δ| is 0.35× PyTorch eager's" in note
     assert "the simulator gives 0.3×" in note
     assert dr.gpu_note(df[~df["impl"].str.startswith("gpu:")], N=64, d=16) == ""
+
+
+# ------------------------------------------------------------------------------------- run: order, reuse, budget
+def test_experiment_reuses_repeated_cells(tiny_result):
+    """The dial's m = 7 (BF16) cells at dial_seq_len and the tile sweep's cells at the sequence sweep's tile repeat
+    sequence-sweep cells on the same inputs: they are copied, with the numbers of the cell they repeat."""
+    recs = tiny_result["data"]["records"]
+    key = lambda r: (r["inputs"], r["d"], r["N"], r["fmt"], r["impl"], tuple(r["block"]))  # noqa: E731
+    seq = {key(r): r for r in recs if r["sweep"] == "seq"}
+    reused = [r for r in recs if r.get("reused")]
+    assert {r["sweep"] for r in reused} == {"dial", "tile"}
+    stats = ("max_abs", "mean_abs", "std_abs", "mean_abs_ulp", "bias_ulp", "hash")
+    assert all(all(r[s] == seq[key(r)][s] for s in stats) for r in reused)
+    # every dial cell at m = 7 is one of them, and no cell of another format is
+    assert all(r.get("reused") for r in recs if r["sweep"] == "dial" and r["fmt"] == "bf16")
+    assert not [r for r in recs if r.get("reused") and r["fmt"] != "bf16" and r["sweep"] == "dial"]
+
+
+def test_groups_run_first_head_dim_first():
+    from lib.experiments import fa_deviation
+    cfg = dict(TINY, head_dims=[16, 32], sram_elems=2048)
+    order = [key for key, _ in fa_deviation._groups(fa_deviation.plan(cfg, "cpu"), cfg)]
+    assert [k[1] for k in order] == sorted((k[1] for k in order), key=lambda d: d != 16)
+    assert order[:2] == [("normal", 16, 32), ("normal", 16, 64)]
+
+
+def test_kernel_specs_one_per_specialisation():
+    """One compile per Triton specialisation: m7 and bf16 share one, N does not enter; the first group's first."""
+    from lib.experiments import fa_deviation
+    cfg = dict(TINY, dial_bits=[4, 7], gpu_kernels=["ours_fa2", "eager"])
+    groups = fa_deviation._groups(fa_deviation.plan(cfg, "cuda"), cfg)
+    specs = fa_deviation.kernel_specs(groups)
+    keys = [s["key"] for s in specs]
+    assert len(keys) == len(set(keys))
+    need = {fa_deviation._kernel_key(c) for _, cs in groups for c in cs} - {None}
+    assert set(keys) == need
+    # profiles fa2, paper, paper+fix at 7 bits and 4 bits (dial), our kernel's tiles 16×16 and 32×16, native ones
+    assert ("ours", "fa2", 7, 16, (16, 16)) in need and ("ours", "fa2", 4, 16, (16, 16)) in need
+    assert ("native", "ours_fa2", 16, (32, 16)) in need
+    first = [s for s in specs if s["group"] == 0]
+    assert specs[:len(first)] == first
+    rest = [s["cost"] for s in specs[len(first):]]
+    assert rest == sorted(rest, reverse=True)
+
+
+def test_budget_skips_cells_and_the_reading_says_so():
+    """Past max_wall_s every remaining cell is recorded as skipped (not failed); the reading names the groups."""
+    from lib.experiments import fa_deviation
+    cfg = dict(TINY, inputs=["normal"], max_wall_s=1e-9)
+    d = fa_deviation.run("ci", cfg)["data"]
+    assert len(d["records"]) == len(fa_deviation.plan(cfg, "cpu"))
+    assert all(r["error"] == dr.SKIPPED for r in d["records"])
+    df = dr.frame(d)
+    assert dr.failed_cells(df) == []
+    note = dr.skipped_note(df)
+    assert note.startswith(f"The run's wall-clock budget stopped it before {len(df)} of its {len(df)} cells")
+    assert "normal d = 16 N = 32" in note and "normal d = 16 N = 64" in note
+    # a run that measured everything has no note; a partial group is counted
+    assert dr.skipped_note(dr.frame({"records": [dict(_rec("seq", "fa2", 64, 1.0, 1.0))]})) == ""
+    recs = [dict(_rec("seq", "fa2", 64, 1.0, 1.0)), dict(_rec("seq", "fa1", 64, 1.0, 1.0), error=dr.SKIPPED)]
+    assert "(1 of its cells)" in dr.skipped_note(dr.frame({"records": recs}))
+
+
+def test_key_numbers_of_a_cut_run(tiny_result):
+    """A run cut by its budget still gives every number chapter 3 quotes (NaN where the cell was skipped)."""
+    d = tiny_result["data"]
+    cut = dict(d, records=[dict(r, error=dr.SKIPPED) if r["inputs"] == "attention" else r for r in d["records"]])
+    kn = dr.key_numbers(cut)
+    assert np.isnan(kn["bias:attention:ours:paper"]) and np.isnan(kn["dial:attention:fa2"][0])
+    assert np.isfinite(kn["bias:normal:ours:paper"])
+
+
+def test_compile_pool_warms_and_changes_nothing(tiny_result):
+    """compile_workers > 0: spawned processes run one cell of every kernel of ours first (on the CPU the oracle:
+    this checks the plumbing; on the GPU they fill Triton's cache); the records are the same as without them."""
+    from lib.experiments import fa_deviation
+    cfg = dict(TINY, compile_workers=1)
+    d = fa_deviation.run("ci", cfg)["data"]
+    groups = fa_deviation._groups(fa_deviation.plan(cfg, "cpu"), cfg)
+    info = d["compile"]
+    assert info["workers"] == 1 and info["kernels"] == len(fa_deviation.kernel_specs(groups))
+    assert info["failed"] == {} and info["unused"] == 0 and len(info["compile_s"]) == info["kernels"]
+    strip = lambda rs: sorted(([(k, v) for k, v in r.items() if k != "seconds"] for r in rs), key=str)  # noqa: E731
+    assert strip(d["records"]) == strip(tiny_result["data"]["records"])

@@ -18,9 +18,19 @@ Inputs (`inputs`): "normal" — q, k, v i.i.d. N(0, 1) in FP32 (Golden et al. do
 exactly and dominate their rows, V of one sign (BF16 values). Each format's cell rounds the inputs to the format
 first and computes the golden value on those rounded inputs, so the deviation is the algorithm's arithmetic only,
 not the quantisation of the inputs, which both implementations share. `rows` query rows per (N, d) cell (H = rows // N
-heads), so the max is taken over the same number of elements at every N. Non-causal unless `causal`. Once
-`max_wall_s` (> 0) has passed, the remaining (inputs, d, N) groups are recorded as skipped, so that a run on a
-device with a time limit still saves what it measured.
+heads), so the max is taken over the same number of elements at every N. Non-causal unless `causal`.
+
+How it runs: one (inputs, d, N) group at a time (one set of inputs; every group of the first head dim, which holds
+the claim, the dial and the tile sweep, before the others), one format at a time within a group. Formats whose
+rounded inputs are equal (FP64 and FP32 here: the inputs are FP32) share one golden value, and a cell that another
+sweep already measured on the same inputs (the dial's m = 7 is the BF16 of the sequence sweep at `dial_seq_len`;
+the tile sweep's Golden tile, and our kernel's `ours_block`, are sequence-sweep cells at `tile_seq_len`) is copied
+with `reused` = True instead of being rerun (same inputs, same function, same arguments). Before every cell, once
+`max_wall_s` (> 0) has passed, the remaining cells are recorded with the error `SKIPPED`, so that a run on a device
+with a time limit still saves what it measured. With `compile_workers` > 0 a pool of spawned processes compiles
+every Triton kernel our kernel's cells need into Triton's on-disk cache while the other cells run (`_Compiler`):
+the emulated path takes seconds to compile each specialisation (mantissa bits, tile, head dim, profile), and the
+grid needs dozens. `cpu_threads` (> 0) sets torch's intra-op threads for the run (the CPU scale's tensors are tiny).
 
 Our kernel: on the CPU its oracle `lib.fp.reference.emulate_forward` (bit-identical to the Triton interpreter);
 on the GPU `kernels.attention.attention(path="emulated")` for the profiles (FP32 inputs on the format's grid) and
@@ -32,7 +42,7 @@ Result data: "records" (one dict per measurement: the cell and `lib.fp.deviation
 of the output so bit-identical outputs can be recognised; FA1 cells also "pred_excess_ms", the derived excess
 mean-square error over FA2 in ULP², `lib.fp.deviation.fa1_excess_prediction`), "tiles" (Golden's tile per head
 dim), "claim_setup" (the claim's cell), "claims", "device", "torch", "flags" (backend precision switches),
-"wall_s".
+"wall_s", "compile" (the pool: workers, kernels, seconds per compile, failures, the main process's wait).
 """
 from __future__ import annotations
 
@@ -43,7 +53,7 @@ import torch
 
 from lib.fp import deviation as dv
 from lib.fp.numerics import get_profile
-from lib.readings.deviation_reading import claim_fa_deviation
+from lib.readings.deviation_reading import SKIPPED, claim_fa_deviation
 
 SIM_IMPLS = {"baseline": None, "fa2": ("fa2", "fp32"), "fa1": ("fa1", "fp32"), "fa2-lowp": ("fa2", "format"),
              "fa1-lowp": ("fa1", "format")}
@@ -187,7 +197,125 @@ def _hash(o: torch.Tensor) -> str:
     return hashlib.sha1(o.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes()).hexdigest()[:16]
 
 
+# ------------------------------------------------------------------------------------------- kernel compilation
+def _kernel_key(cell: dict):
+    """The Triton specialisation a cell of our kernel runs (None for the other cells): the emulated path's
+    profile × mantissa bits × head dim × tile, or the native kernel × head dim × tile (constexprs; N is a runtime
+    argument, so every N that is a multiple of 16 shares one compiled kernel)."""
+    kind, _, name = cell["impl"].partition(":")
+    if kind == "ours":
+        return ("ours", name, dv.get_format(cell["fmt"]).mantissa_bits, cell["d"], tuple(cell["block"]))
+    if kind == "gpu" and name.startswith("ours_"):
+        return ("native", name, cell["d"], tuple(cell["block"]))
+    return None
+
+
+def kernel_specs(groups: list) -> list[dict]:
+    """One spec per Triton specialisation the groups' cells need (`_kernel_key`): its key, the first cell that uses
+    it, the index of the group of that first use, and a rough relative compile cost (the emulated path unrolls its
+    FP32 matmuls, so its compile time grows with Br·Bc·d; the native path's tensor-core matmuls compile in a
+    fraction of that). Ordered for submission: the first group's kernels first, then every other by cost,
+    largest first (the longest compiles start while the simulator cells run)."""
+    specs: dict = {}
+    for gi, (_, cells) in enumerate(groups):
+        for c in cells:
+            key = _kernel_key(c)
+            if key is not None and key not in specs:
+                br, bc = c["block"]
+                cost = br * bc * c["d"] * (1.0 if key[0] == "ours" else 0.2)
+                specs[key] = dict(key=key, cell=dict(c), group=gi, cost=cost)
+    return sorted(specs.values(), key=lambda s: (s["group"] > 0, -s["cost"] if s["group"] > 0 else 0))
+
+
+def _compile_spec(spec: dict, cfg: dict, device: str) -> float:
+    """In a worker process: run the spec's first cell on one head of random inputs (its own N, head dim and tile),
+    so that Triton compiles the kernel into its on-disk cache, where the main process finds it. Returns seconds."""
+    t0 = time.perf_counter()
+    c = spec["cell"]
+    f = dv.get_format(c["fmt"])
+    q, k, v = (f.round(t.to(f.work)).to(device) for t in make_inputs("normal", 1, c["N"], c["d"], 0))
+    _compute(c, q, k, v, cfg, device)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return round(time.perf_counter() - t0, 2)
+
+
+class _Compiler:
+    """Triton compiles our kernel's specialisations one at a time in the calling process, and the emulated path's
+    compiles take seconds each (the grid needs dozens). With `workers` > 0 a pool of spawned processes compiles
+    every specialisation the grid needs up front, into Triton's on-disk cache, while the main process runs the
+    other cells; before the first cell of a kernel the main process waits for that kernel's compile. A compile
+    that fails or does not finish in time is left to the main process, which compiles as before: the pool only
+    warms the cache, it never changes which kernel runs."""
+
+    def __init__(self, specs: list, cfg: dict, device: str, workers: int):
+        self.pending, self.info = {}, {"workers": workers, "kernels": len(specs), "compile_s": {}, "failed": {},
+                                       "waited_s": 0.0}
+        self.pool, self.ready = None, set()
+        if workers <= 0 or not specs:
+            return
+        import multiprocessing as mp
+        small = {k: cfg[k] for k in ("causal", "beta")}
+        try:        # one CPU thread each: the workers only compile, beside the main process and other jobs
+            self.pool = mp.get_context("spawn").Pool(processes=min(workers, len(specs)),
+                                                     initializer=torch.set_num_threads, initargs=(1,))
+        except Exception as e:  # noqa: BLE001  (no pool: the main process compiles every kernel, as without one)
+            self.info["failed"]["pool"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            return
+        for s in specs:
+            self.pending[s["key"]] = self.pool.apply_async(_compile_spec, (s, small, device))
+
+    def wait(self, cell: dict, timeout: float) -> bool:
+        """Wait, at most `timeout` s, for the compile of the cell's kernel. True if the cell needs no compile: no
+        kernel of ours, or one the pool compiled or this process has run; False if this process will compile it
+        (no pool, a failed compile, recorded, or one still running, left to Triton here as without the pool)."""
+        key = _kernel_key(cell)
+        if key is None or key in self.ready:
+            return True
+        res = self.pending.pop(key, None)
+        if res is None:
+            return False
+        t0 = time.perf_counter()
+        res.wait(max(0.0, timeout))
+        self.info["waited_s"] += time.perf_counter() - t0
+        name = "/".join(str(x) for x in key)
+        if not res.ready():
+            self.info["failed"][name] = f"not compiled within {timeout:.0f} s"
+            return False
+        try:
+            self.info["compile_s"][name] = res.get()
+        except Exception as e:  # noqa: BLE001  (the main process compiles it instead, and records its own error)
+            self.info["failed"][name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            return False
+        self.ready.add(key)
+        return True
+
+    def ran(self, cell: dict):
+        """The main process ran the cell: its kernel is compiled here."""
+        key = _kernel_key(cell)
+        if key is not None:
+            self.ready.add(key)
+
+    def close(self):
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
+            self.pool = None
+        self.info["waited_s"] = round(self.info["waited_s"], 1)
+        self.info["unused"] = len(self.pending)
+
+
 # ------------------------------------------------------------------------------------------------------ run
+def _groups(cells: list, cfg: dict) -> list:
+    """The cells grouped by (inputs, d, N) (one set of inputs each), in the order they run: every group of the
+    first head dim (the claim's, the dial's and the tile sweep's) before those of the others, so that a run cut by
+    `max_wall_s` loses the extra head dims first; otherwise in plan order."""
+    groups: dict = {}
+    for c in cells:
+        groups.setdefault((c["inputs"], c["d"], c["N"]), []).append(c)
+    return sorted(groups.items(), key=lambda kv: kv[0][1] != cfg["head_dims"][0])
+
+
 def run(scale: str, cfg: dict) -> dict:
     device = cfg["device"]
     if device == "cuda" and not torch.cuda.is_available():
@@ -203,55 +331,91 @@ def run(scale: str, cfg: dict) -> dict:
                      torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction}
         if hasattr(torch.backends.cuda, "fp16_bf16_reduction_math_sdp_allowed"):
             flags["math_sdp_fp16_bf16_reduction"] = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
-    cells = plan(cfg, device)
-    groups: dict = {}
-    for c in cells:
-        groups.setdefault((c["inputs"], c["d"], c["N"]), []).append(c)
-    records = []
+    threads = torch.get_num_threads()
+    if int(cfg.get("cpu_threads", 0)) > 0:
+        torch.set_num_threads(int(cfg["cpu_threads"]))
     t_all = time.perf_counter()
     budget = float(cfg.get("max_wall_s", 0.0))
-    for (inputs, d, n), group in groups.items():
-        if budget and time.perf_counter() - t_all > budget:   # keep what was measured within the device's limit
-            records += [dict(c, error="skipped: wall-clock budget") for c in group]
-            continue
-        H = max(1, cfg["rows"] // n)
-        base = make_inputs(inputs, H, n, d, cfg["seed"])
-        by_fmt: dict = {}
-        for c in group:
-            by_fmt.setdefault(c["fmt"], []).append(c)
-        for fmt, fcells in by_fmt.items():
-            f = dv.get_format(fmt)
-            # The format's inputs (FP32 values on its grid; FP64 widens exactly) and their golden value.
-            q, k, v = (f.round(t.to(f.work)).to(device) for t in base)
-            gold = dv.golden_attention(q, k, v, causal=bool(cfg["causal"]))
-            preds: dict = {}
-            for c in fcells:
-                rec = dict(c, H=H)
-                t0 = time.perf_counter()
-                try:
-                    o = _compute(c, q, k, v, cfg, device)
-                    if device == "cuda":
-                        torch.cuda.synchronize()
-                    rec["seconds"] = round(time.perf_counter() - t0, 4)
-                    o = o.to(gold.device)
-                    rec.update(dv.deviation_stats(o, gold, fmt), hash=_hash(o))
-                    if c["impl"] == "fa1":      # the derived excess of per-tile storage over FA2 (u²)
-                        bc = c["block"][1]
-                        if bc not in preds:
-                            preds[bc] = dv.fa1_excess_prediction(q, k, v, fmt, block_n=bc, causal=bool(cfg["causal"]))
-                        rec["pred_excess_ms"] = preds[bc]
-                except Exception as e:  # noqa: BLE001  (a backend that refuses a dtype or tile is a finding)
-                    rec["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-                records.append(rec)
-            del gold, preds
-        print(f"[fa_deviation] {inputs} d={d} N={n}: {len(group)} cells, "
-              f"{time.perf_counter() - t_all:.0f} s", flush=True)
+    over = lambda: bool(budget) and time.perf_counter() - t_all > budget  # noqa: E731
+    groups = _groups(plan(cfg, device), cfg)
+    compiler = _Compiler(kernel_specs(groups), cfg, device, int(cfg.get("compile_workers", 0)))
+    records = []
+    try:
+        for (inputs, d, n), group in groups:
+            H = max(1, cfg["rows"] // n)
+            if over():   # keep what was measured within the device's limit
+                records += [dict(c, H=H, error=SKIPPED) for c in group]
+                continue
+            base = tuple(t.to(device) for t in make_inputs(inputs, H, n, d, cfg["seed"]))
+            by_fmt: dict = {}
+            for c in group:
+                by_fmt.setdefault(c["fmt"], []).append(c)
+            golds: list = []        # (inputs as FP64, golden value): formats whose rounded inputs are equal share it
+            for fmt, fcells in by_fmt.items():
+                f = dv.get_format(fmt)
+                # The format's inputs (FP32 values on its grid; FP64 widens exactly) and their golden value. The
+                # rounding runs on the device (IEEE casts and integer bit operations: the same bits as on the CPU).
+                q, k, v = (f.round(t.to(f.work)) for t in base)
+                wide = tuple(t.double() for t in (q, k, v))
+                gold = next((g for w, g in golds if all(torch.equal(a, b) for a, b in zip(w, wide))), None)
+                if gold is None:
+                    gold = dv.golden_attention(q, k, v, causal=bool(cfg["causal"]))
+                    golds.append((wide, gold))
+                del wide
+                preds: dict = {}
+                done: dict = {}     # (impl, block) -> its record: a cell repeated by another sweep is not rerun
+                for c in fcells:
+                    rec = dict(c, H=H)
+                    same = done.get((c["impl"], tuple(c["block"])))
+                    if same is not None:
+                        records.append(dict(same, sweep=c["sweep"], reused=True))
+                        continue
+                    compiled = True
+                    if not over():
+                        left = budget - (time.perf_counter() - t_all) if budget else float("inf")
+                        compiled = compiler.wait(c, min(left, float(cfg.get("compile_wait_s", 300.0))))
+                    # a kernel this process would compile itself starts only with `compile_reserve_s` of budget left
+                    if over() or (budget and not compiled and budget - (time.perf_counter() - t_all)
+                                  < float(cfg.get("compile_reserve_s", 150.0))):
+                        records.append(dict(rec, error=SKIPPED))
+                        continue
+                    compiler.ran(c)
+                    t0 = time.perf_counter()
+                    try:
+                        o = _compute(c, q, k, v, cfg, device)
+                        if device == "cuda":
+                            torch.cuda.synchronize()
+                        rec["seconds"] = round(time.perf_counter() - t0, 4)
+                        o = o.to(gold.device)
+                        rec.update(dv.deviation_stats(o, gold, fmt), hash=_hash(o))
+                        if c["impl"] == "fa1":      # the derived excess of per-tile storage over FA2 (u²)
+                            bc = c["block"][1]
+                            if bc not in preds:
+                                preds[bc] = dv.fa1_excess_prediction(q, k, v, fmt, block_n=bc,
+                                                                     causal=bool(cfg["causal"]))
+                            rec["pred_excess_ms"] = preds[bc]
+                        done[(c["impl"], tuple(c["block"]))] = rec
+                    except Exception as e:  # noqa: BLE001  (a backend that refuses a dtype or tile is a finding)
+                        rec["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                    records.append(rec)
+                del preds
+            del golds
+            print(f"[fa_deviation] {inputs} d={d} N={n}: {len(group)} cells, "
+                  f"{time.perf_counter() - t_all:.0f} s", flush=True)
+    finally:
+        compiler.close()
+        torch.set_num_threads(threads)
     data = {
         "records": records,
         "tiles": {str(d): list(dv.golden_tile(d, cfg["sram_elems"])) for d in cfg["head_dims"]},
         "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
         "torch": torch.__version__, "flags": flags, "wall_s": round(time.perf_counter() - t_all, 1),
+        "compile": compiler.info,
     }
+    skipped = sum(r.get("error") == SKIPPED for r in records)
+    if skipped:
+        print(f"[fa_deviation] the wall-clock budget ({budget:g} s) skipped {skipped} of {len(records)} cells",
+              flush=True)
     data["claim_setup"] = {k: cfg[k] for k in ("claim_seq_len", "claim_head_dim", "claim_inputs", "tile_inputs",
                                                "seed", "causal")}
     data["claims"] = {"fa_deviation": claim_fa_deviation(data)}

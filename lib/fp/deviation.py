@@ -271,8 +271,9 @@ def deviation_stats(o: torch.Tensor, gold: torch.Tensor, fmt="bf16") -> dict:
     g = gold.double()
     x = o.double()
     ok = torch.isfinite(x)
-    bad = int((~ok).sum())
-    g, x = g[ok], x[ok]
+    bad = int((~ok).sum())                          # one host sync; the rest is read back in one more
+    # all finite (the usual case): the flattened tensors, in the order the boolean mask would give, without its sync
+    g, x = (g[ok], x[ok]) if bad else (g.reshape(-1), x.reshape(-1))
     keys = ("max_abs", "mean_abs", "std_abs", "ulp", "max_ulp", "mean_abs_ulp", "rms_ulp", "bias_ulp", "away_ulp",
             "rms_gold", "ulp_spread")
     if g.numel() == 0:
@@ -280,12 +281,12 @@ def deviation_stats(o: torch.Tensor, gold: torch.Tensor, fmt="bf16") -> dict:
     err = x - g
     ae = err.abs()
     ulps = fmt.ulp(g)
-    u = float(ulps.mean())
-    return dict(max_abs=float(ae.max()), mean_abs=float(ae.mean()), std_abs=float(ae.std(unbiased=False)), ulp=u,
-                max_ulp=float(ae.max()) / u, mean_abs_ulp=float(ae.mean()) / u,
-                rms_ulp=float(err.square().mean().sqrt()) / u, bias_ulp=float(err.mean()) / u,
-                away_ulp=float((torch.sign(g) * err).mean()) / u, rms_gold=float(g.square().mean().sqrt()),
-                ulp_spread=float(ulps.square().mean()) / u ** 2, nonfinite=bad)
+    mx, mean, std, u, rms, bias, away, rms_gold, ulp2 = torch.stack([
+        ae.max(), ae.mean(), ae.std(unbiased=False), ulps.mean(), err.square().mean().sqrt(), err.mean(),
+        (torch.sign(g) * err).mean(), g.square().mean().sqrt(), ulps.square().mean()]).tolist()
+    return dict(max_abs=mx, mean_abs=mean, std_abs=std, ulp=u, max_ulp=mx / u, mean_abs_ulp=mean / u,
+                rms_ulp=rms / u, bias_ulp=bias / u, away_ulp=away / u, rms_gold=rms_gold,
+                ulp_spread=ulp2 / u ** 2, nonfinite=bad)
 
 
 # ---------------------------------------------------------------------------------------------------- theory
@@ -312,24 +313,28 @@ def fa1_excess_prediction(q, k, v, fmt="bf16", *, block_n: int, causal: bool = F
     pad = T * block_n - N
     vt = torch.nn.functional.pad(v, (0, 0, 0, pad)).view(H, T, block_n, d)
     t_idx = torch.arange(T, device=q.device)
-    total, u_sum, count = 0.0, 0.0, 0
-    rows = max(1, chunk_elems // max(N, T * d))
-    for h in range(H):
-        for r0 in range(0, N, rows):
-            qi = q[h, r0:r0 + rows]
-            s = (qi @ k[h].T) * a                                   # (r, N)
-            r_idx = torch.arange(r0, r0 + qi.shape[0], device=q.device)
+    total = torch.zeros((), dtype=torch.float64, device=q.device)   # summed on the device: one host sync at the end
+    u_sum = torch.zeros((), dtype=torch.float64, device=q.device)
+    count = 0
+    rows = max(1, chunk_elems // max(N, T * d))                    # query rows per chunk (all heads of the chunk)
+    heads = max(1, rows // N)                                       # whole heads per chunk where a head's rows fit
+    for h0 in range(0, H, heads):
+        hs = slice(h0, h0 + heads)
+        for r0 in range(0, N, rows if heads == 1 else N):
+            qi = q[hs, r0:r0 + rows]                                # (h, r, d)
+            s = (qi @ k[hs].transpose(-1, -2)) * a                  # (h, r, N)
+            r_idx = torch.arange(r0, r0 + qi.shape[1], device=q.device)
             if causal:
                 s = s.masked_fill(torch.arange(N, device=q.device)[None, :] > r_idx[:, None], float("-inf"))
             p = torch.softmax(s, dim=-1)
-            p = torch.nn.functional.pad(p, (0, pad)).view(-1, T, block_n)
-            mass = p.sum(-1).cumsum(-1)                             # (r, T): w_t (p sums to 1)
-            num = torch.einsum("rtk,tkd->rtd", p, vt[h]).cumsum(1)  # (r, T, d): Σ p v over tiles 0 … t
+            p = torch.nn.functional.pad(p, (0, pad)).view(*qi.shape[:2], T, block_n)
+            mass = p.sum(-1).cumsum(-1)                             # (h, r, T): w_t (p sums to 1)
+            num = torch.einsum("hrtk,htkd->hrtd", p, vt[hs]).cumsum(2)  # (h, r, T, d): Σ p v over tiles 0 … t
             o_t = num / mass.clamp_min(1e-300)[..., None]           # the normalised intermediate outputs
             last = (r_idx // block_n) if causal else torch.full_like(r_idx, T - 1)
-            keep = (t_idx[None, :] < last[:, None]).double()        # live tiles before the row's last one
-            total += float((keep[..., None] * mass[..., None].square() * fmt.ulp(o_t).square()).sum() / 12.0)
-            u_sum += float(fmt.ulp(o_t[torch.arange(len(last), device=q.device), last]).sum())
-            count += qi.shape[0] * d
-    u = u_sum / count
-    return total / count / u ** 2
+            keep = (t_idx[None, :] < last[:, None]).double()        # (r, T): live tiles before the row's last one
+            total += (keep[..., None] * mass[..., None].square() * fmt.ulp(o_t).square()).sum() / 12.0
+            u_sum += fmt.ulp(o_t[:, torch.arange(len(last), device=q.device), last]).sum()
+            count += qi.shape[0] * qi.shape[1] * d
+    u = float(u_sum) / count
+    return float(total) / count / u ** 2

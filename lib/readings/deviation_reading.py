@@ -26,6 +26,7 @@ import math
 import numpy as np
 import pandas as pd
 
+SKIPPED = "skipped: wall-clock budget"      # the `error` of a cell the run's max_wall_s left unmeasured
 RATIO_MIN = math.sqrt(10.0)
 GROWTH_MIN = 1.5
 TILE_MIN = 1.5
@@ -178,12 +179,30 @@ def summary_table(df: pd.DataFrame, *, sweep="seq", N, d, inputs, impls, fmts) -
 
 def failed_cells(df: pd.DataFrame) -> list[dict]:
     """The measurements that raised instead of returning O, grouped: [{"impl", "fmt", "error", "n"}] sorted by
-    implementation and format (empty when every cell ran)."""
+    implementation and format (empty when every cell ran). Cells the wall-clock budget skipped are not failures
+    (`skipped_note`)."""
     if df.empty or "error" not in df:
         return []
-    bad = df[df["error"].notna()]
+    bad = df[df["error"].notna() & (df["error"] != SKIPPED)]
     return [dict(impl=i, fmt=f, error=e, n=int(n)) for (i, f, e), n in
             bad.groupby(["impl", "fmt", "error"]).size().items()]
+
+
+def skipped_note(df: pd.DataFrame) -> str:
+    """One sentence on the cells a run's wall-clock budget (`max_wall_s`) left unmeasured: how many, and which
+    (inputs, d, N) groups lost all or part of their cells; they are absent from every table and figure. Empty
+    string when the run measured every cell."""
+    if df.empty or "error" not in df:
+        return ""
+    sk = df[df["error"] == SKIPPED]
+    if sk.empty:
+        return ""
+    parts = []
+    for (inp, d, n), g in sk.groupby(["inputs", "d", "N"], sort=False):
+        whole = len(g) == int(((df["inputs"] == inp) & (df["d"] == d) & (df["N"] == n)).sum())
+        parts.append(f"{inp} d = {d} N = {n:,}" + ("" if whole else f" ({len(g)} of its cells)"))
+    return (f"The run's wall-clock budget stopped it before {len(sk)} of its {len(df)} cells were measured — "
+            f"{'; '.join(parts)} — which are absent from the tables and figures.")
 
 
 def gpu_note(df: pd.DataFrame, *, N: int, d: int, inputs: str = "normal") -> str:
@@ -293,12 +312,14 @@ def key_numbers(data: dict) -> dict:
                 out[f"ulp:{inp}:{i}"] = float(r["mean_abs_ulp"])
                 out[f"bias:{inp}:{i}"] = float(r["bias_ulp"])
                 out[f"max:{inp}:{i}"] = float(r["max_abs"])
+            elif not i.startswith("gpu:"):      # measured by every run unless its wall-clock budget skipped it: NaN
+                for k in ("ulp", "bias", "max"):
+                    out[f"{k}:{inp}:{i}"] = float("nan")
         out[f"pred_acc:{inp}"] = prediction_accuracy(df, inp)
         dial = select(df, sweep="dial", inputs=inp)
         for i in ("baseline", "fa2", "fa1"):
             t = dial[dial["impl"] == i]["mean_abs_ulp"]
-            if len(t):
-                out[f"dial:{inp}:{i}"] = (float(t.min()), float(t.max()))
+            out[f"dial:{inp}:{i}"] = (float(t.min()), float(t.max())) if len(t) else (float("nan"), float("nan"))
     out["dial_N"] = int(select(df, sweep="dial")["N"].iloc[0]) if len(select(df, sweep="dial")) else 0
     out["tile_N"] = int(select(df, sweep="tile")["N"].iloc[0]) if len(select(df, sweep="tile")) else 0
     out["br_same"], out["br_groups"] = br_invariance(df)
