@@ -401,7 +401,7 @@ def test_budget_skips_cells_and_the_reading_says_so():
     assert dr.failed_cells(df) == []
     note = dr.skipped_note(df)
     assert note.startswith(f"The run's wall-clock budget stopped it before {len(df)} of its {len(df)} cells")
-    assert "normal d = 16 N = 32" in note and "normal d = 16 N = 64" in note
+    assert "(normal inputs at d = 16, N = 32, 64)" in note
     # a run that measured everything has no note; a partial group is counted
     assert dr.skipped_note(dr.frame({"records": [dict(_rec("seq", "fa2", 64, 1.0, 1.0))]})) == ""
     recs = [dict(_rec("seq", "fa2", 64, 1.0, 1.0)), dict(_rec("seq", "fa1", 64, 1.0, 1.0), error=dr.SKIPPED)]
