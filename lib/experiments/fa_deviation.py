@@ -213,9 +213,10 @@ def _kernel_key(cell: dict):
 def kernel_specs(groups: list) -> list[dict]:
     """One spec per Triton specialisation the groups' cells need (`_kernel_key`): its key, the first cell that uses
     it, the index of the group of that first use, and a rough relative compile cost (the emulated path unrolls its
-    FP32 matmuls, so its compile time grows with Br·Bc·d; the native path's tensor-core matmuls compile in a
-    fraction of that). Ordered for submission: the first group's kernels first, then every other by cost,
-    largest first (the longest compiles start while the simulator cells run)."""
+    FP32 matmuls, so its compile time grows with Br·Bc·d: 54 s at 128 × 128 and d = 64 on an idle H100, 5-8 s at
+    64 × 64; the native path's tensor-core matmuls compile in 1-2 s). Ordered for submission in the order of first
+    use, except that the costliest kernel after the first group's goes right after them: it is the one compile
+    that can outlast the cells run before its first use (`benchmarks/fa_deviation_cost.py` simulates the orders)."""
     specs: dict = {}
     for gi, (_, cells) in enumerate(groups):
         for c in cells:
@@ -224,7 +225,12 @@ def kernel_specs(groups: list) -> list[dict]:
                 br, bc = c["block"]
                 cost = br * bc * c["d"] * (1.0 if key[0] == "ours" else 0.2)
                 specs[key] = dict(key=key, cell=dict(c), group=gi, cost=cost)
-    return sorted(specs.values(), key=lambda s: (s["group"] > 0, -s["cost"] if s["group"] > 0 else 0))
+    first = [s for s in specs.values() if s["group"] == 0]
+    rest = [s for s in specs.values() if s["group"] > 0]
+    if rest:
+        big = max(rest, key=lambda s: s["cost"])
+        rest = [big] + [s for s in rest if s is not big]
+    return first + rest
 
 
 def _compile_spec(spec: dict, cfg: dict, device: str) -> float:
@@ -244,9 +250,10 @@ class _Compiler:
     """Triton compiles our kernel's specialisations one at a time in the calling process, and the emulated path's
     compiles take seconds each (the grid needs dozens). With `workers` > 0 a pool of spawned processes compiles
     every specialisation the grid needs up front, into Triton's on-disk cache, while the main process runs the
-    other cells; before the first cell of a kernel the main process waits for that kernel's compile. A compile
-    that fails or does not finish in time is left to the main process, which compiles as before: the pool only
-    warms the cache, it never changes which kernel runs."""
+    other cells; before the first cell of a kernel the main process waits for that kernel's compile. The pool only
+    warms the cache, it never changes which kernel runs: a kernel it fails to compile is compiled by the main
+    process, as without a pool, and so is every kernel once the pool breaks (a worker died) or one wait timed out
+    (the pool is then given up, so that a stuck pool costs one wait, not one per kernel)."""
 
     def __init__(self, specs: list, cfg: dict, device: str, workers: int):
         self.pending, self.info = {}, {"workers": workers, "kernels": len(specs), "compile_s": {}, "failed": {},
@@ -255,38 +262,40 @@ class _Compiler:
         if workers <= 0 or not specs:
             return
         import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
         small = {k: cfg[k] for k in ("causal", "beta")}
         try:        # one CPU thread each: the workers only compile, beside the main process and other jobs
-            self.pool = mp.get_context("spawn").Pool(processes=min(workers, len(specs)),
-                                                     initializer=torch.set_num_threads, initargs=(1,))
+            self.pool = ProcessPoolExecutor(max_workers=min(workers, len(specs)), mp_context=mp.get_context("spawn"),
+                                            initializer=torch.set_num_threads, initargs=(1,))
+            for s in specs:
+                self.pending[s["key"]] = self.pool.submit(_compile_spec, s, small, device)
         except Exception as e:  # noqa: BLE001  (no pool: the main process compiles every kernel, as without one)
-            self.info["failed"]["pool"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-            return
-        for s in specs:
-            self.pending[s["key"]] = self.pool.apply_async(_compile_spec, (s, small, device))
+            self.info["failed"]["pool"] = _err(e)
+            self.close()
 
     def wait(self, cell: dict, timeout: float) -> bool:
         """Wait, at most `timeout` s, for the compile of the cell's kernel. True if the cell needs no compile: no
-        kernel of ours, or one the pool compiled or this process has run; False if this process will compile it
-        (no pool, a failed compile, recorded, or one still running, left to Triton here as without the pool)."""
+        kernel of ours, or one the pool compiled or this process has run; False if this process will compile it."""
+        from concurrent.futures import TimeoutError as FutureTimeout
         key = _kernel_key(cell)
         if key is None or key in self.ready:
             return True
-        res = self.pending.pop(key, None)
-        if res is None:
+        fut = self.pending.pop(key, None)
+        if fut is None:
             return False
-        t0 = time.perf_counter()
-        res.wait(max(0.0, timeout))
-        self.info["waited_s"] += time.perf_counter() - t0
         name = "/".join(str(x) for x in key)
-        if not res.ready():
-            self.info["failed"][name] = f"not compiled within {timeout:.0f} s"
-            return False
+        t0 = time.perf_counter()
         try:
-            self.info["compile_s"][name] = res.get()
-        except Exception as e:  # noqa: BLE001  (the main process compiles it instead, and records its own error)
-            self.info["failed"][name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            self.info["compile_s"][name] = fut.result(timeout=min(max(0.0, timeout), 1e6))
+        except FutureTimeout:
+            self.info["failed"][name] = f"not compiled within {timeout:.0f} s: the pool is given up"
+            self.close()
             return False
+        except Exception as e:  # noqa: BLE001  (a failed compile or a broken pool: the main process compiles it)
+            self.info["failed"][name] = _err(e)
+            return False
+        finally:
+            self.info["waited_s"] += time.perf_counter() - t0
         self.ready.add(key)
         return True
 
@@ -297,15 +306,25 @@ class _Compiler:
             self.ready.add(key)
 
     def close(self):
+        """Stop the workers now (a compile still running is abandoned; Triton writes its cache atomically)."""
         if self.pool is not None:
-            self.pool.terminate()
-            self.pool.join()
+            procs = list((getattr(self.pool, "_processes", None) or {}).values())
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            for proc in procs:
+                if proc.is_alive():
+                    proc.terminate()
+            for proc in procs:
+                proc.join(timeout=10)
             self.pool = None
+        self.info["unused"] = self.info.get("unused", 0) + len(self.pending)
+        self.pending = {}
         self.info["waited_s"] = round(self.info["waited_s"], 1)
-        self.info["unused"] = len(self.pending)
 
 
-# ------------------------------------------------------------------------------------------------------ run
+def _err(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+
+
 def _groups(cells: list, cfg: dict) -> list:
     """The cells grouped by (inputs, d, N) (one set of inputs each), in the order they run: every group of the
     first head dim (the claim's, the dial's and the tile sweep's) before those of the others, so that a run cut by
@@ -396,7 +415,7 @@ def run(scale: str, cfg: dict) -> dict:
                             rec["pred_excess_ms"] = preds[bc]
                         done[(c["impl"], tuple(c["block"]))] = rec
                     except Exception as e:  # noqa: BLE001  (a backend that refuses a dtype or tile is a finding)
-                        rec["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                        rec["error"] = _err(e)
                     records.append(rec)
                 del preds
             del golds

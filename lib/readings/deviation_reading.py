@@ -198,11 +198,14 @@ def skipped_note(df: pd.DataFrame) -> str:
     if sk.empty:
         return ""
     parts = []
-    for (inp, d, n), g in sk.groupby(["inputs", "d", "N"], sort=False):
-        whole = len(g) == int(((df["inputs"] == inp) & (df["d"] == d) & (df["N"] == n)).sum())
-        parts.append(f"{inp} d = {d} N = {n:,}" + ("" if whole else f" ({len(g)} of its cells)"))
-    return (f"The run's wall-clock budget stopped it before {len(sk)} of its {len(df)} cells were measured — "
-            f"{'; '.join(parts)} — which are absent from the tables and figures.")
+    for (inp, d), g in sk.groupby(["inputs", "d"], sort=False):
+        ns = []
+        for n, gn in g.groupby("N"):
+            whole = len(gn) == int(((df["inputs"] == inp) & (df["d"] == d) & (df["N"] == n)).sum())
+            ns.append(f"{n:,}" + ("" if whole else f" ({len(gn)} of its cells)"))
+        parts.append(f"{inp} inputs at d = {d}, N = {', '.join(ns)}")
+    return (f"The run's wall-clock budget stopped it before {len(sk)} of its {len(df)} cells were measured ("
+            f"{'; '.join(parts)}); they are absent from the tables and figures.")
 
 
 def gpu_note(df: pd.DataFrame, *, N: int, d: int, inputs: str = "normal") -> str:
