@@ -10,9 +10,10 @@ process on one GPU, on the same seed and batch order:
   Adam's denominators), which copies q, k, v, O, dO, dq, dk and X of those rows to host memory.
 
 Reported, per mode: seconds per step (median over rounds), the overhead against plain, and the cost of one event
-(ms; the extra wall time over the number of telemetry steps or captures the run made). `overhead_at_every`
-rescales the per-event cost to exactly one event per `every` steps (a run of `steps` steps also has telemetry on
-its last step). Target (issue 16): telemetry+capture every 50 steps within 10 % of the plain step.
+(ms: a telemetry step's extra wall time, and a capture's extra over the telemetry run). `overhead_at_every`
+rescales the per-event costs to exactly one telemetry step and one capture per `every` steps (a run of `steps`
+steps also has telemetry on its last step). `capture_parts_ms` times the capture's parts apart on the trained
+model (`CaptureHook.after_backward` as a whole; its top singular triplets of W_Q and W_K; its Adam denominators). Target (issue 16): telemetry+capture every 50 steps within 10 % of the plain step.
 
     python -m lib.experiments capture_overhead_bench --scale full [--out DIR]
 """
@@ -48,6 +49,28 @@ def _one(mode: str, cfg: dict) -> dict:
                 captures=len(hook.captures) if hook else 0, copy_s=hook.copy_s if hook else 0.0)
 
 
+def _parts_ms(cfg: dict, reps: int = 5) -> dict:
+    """Median ms of the capture's singular-triplet step (`top_triplets` of W_Q and W_K of every layer, as the hook
+    calls it, on the GPU) and of the same on host copies (the CPU), on a fresh full-proxy model."""
+    from lib.training.capture import top_triplets
+    from lib.training.model import GPT
+    from lib.training.proxy import proxy_config
+    model = GPT(proxy_config("full", attn=cfg["attn"]).model_config()).cuda()
+    ws = [w for l in range(len(model.attn_layers)) for w in model.qk_weights(l)]
+
+    def timed(fn):
+        out = []
+        for _ in range(reps):
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            out.append(1e3 * (time.perf_counter() - t))
+        return float(np.median(out))
+    return {"svd_gpu": timed(lambda: [top_triplets(w) for w in ws]),
+            "svd_host": timed(lambda: [top_triplets(w.detach().float().cpu()) for w in ws])}
+
+
 def run(scale: str, cfg: dict) -> dict:
     """cfg: attn (spec), lr, warmup, steps (per timed run), every (telemetry and capture interval), rows (captured
     batch rows), rounds (interleaved repetitions of the three modes). GPU only."""
@@ -70,14 +93,20 @@ def run(scale: str, cfg: dict) -> dict:
     plain = s_step["plain"]
     data = dict(s_per_step=s_step, runs=runs, every=every, steps=steps, attn=cfg["attn"], rows=list(cfg["rows"]),
                 overhead={m: s_step[m] / plain - 1.0 for m in MODES[1:]})
-    data["event_ms"], data["overhead_at_every"] = {}, {}
-    for m in MODES[1:]:
-        events = runs[m][0]["telemetry_events"]          # the capture steps are a subset of the telemetry steps
-        extra = (s_step[m] - plain) * steps
-        data["event_ms"][m] = 1e3 * extra / events
-        data["overhead_at_every"][m] = (extra / events) / every / plain
+    # Per-event costs: the telemetry run's extra time over its telemetry steps; the capture's, the capture run's
+    # extra time over the telemetry run's, over its captures (a run of `steps` steps also has telemetry on its last
+    # step, which is not a capture step). Rescaled to one telemetry step and one capture per `every` steps.
+    tc = runs["telemetry+capture"][0]
+    extra_t = (s_step["telemetry"] - plain) * steps
+    extra_c = (s_step["telemetry+capture"] - s_step["telemetry"]) * steps
+    tele_ms, cap_ms = 1e3 * extra_t / tc["telemetry_events"], 1e3 * extra_c / max(1, tc["captures"])
+    data["event_ms"] = {"telemetry": tele_ms, "capture": cap_ms}
+    data["overhead_at_every"] = {"telemetry": tele_ms / 1e3 / every / plain,
+                                 "capture": cap_ms / 1e3 / every / plain,
+                                 "telemetry+capture": (tele_ms + cap_ms) / 1e3 / every / plain}
     data["capture_copy_ms"] = 1e3 * float(np.median([x["copy_s"] / max(1, x["captures"])
                                                       for x in runs["telemetry+capture"]]))
+    data["capture_parts_ms"] = _parts_ms(cfg)
     data["within_10pct"] = bool(data["overhead_at_every"]["telemetry+capture"] <= 0.10)
     data["method"] = ("train() wall time per step, median over interleaved rounds of the three modes, one process, "
                       "one GPU")
