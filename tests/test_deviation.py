@@ -340,7 +340,7 @@ def test_gpu_note_reports_failed_bf16_cells():
         ("gpu:eager", "bf16", 1), ("gpu:sdpa_flash", "bf16", 1), ("gpu:sdpa_flash", "fp32", 1)]
     note = dr.gpu_note(df, N=64, d=16)
     assert "every BF16 measurement of a real GPU kernel failed (2 cells" in note and "NumPy has no BF16" in note
-    assert "SDPA flash (GPU) at FP32 (RuntimeError" in note
+    assert "no kernel (\"No available kernel\") for SDPA flash (GPU) at FP32" in note
     assert "At FP16, where the real kernels ran, SDPA flash's max |Δ| is 0.35× PyTorch eager's" in note
     assert "the simulator gives 0.3×" in note
     assert dr.gpu_note(df[~df["impl"].str.startswith("gpu:")], N=64, d=16) == ""
