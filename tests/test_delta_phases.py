@@ -99,3 +99,13 @@ def test_phase_figure_stays_readable_with_36_heads_and_two_results():
     finally:
         plt.close(fig)
     assert not problems, "\n".join(problems)
+
+
+def test_the_training_kernels_own_variant_follows_its_rounding_block():
+    """numbers_ch4 names the replay variant with the training kernel's numerics: the paper placement with 512-key
+    rounding blocks is the 512-key variant, not the 64-key one (the healthy regime's delta_capture)."""
+    from lib.readings.delta_reading import _own_numerics
+    assert _own_numerics({"attn": "paper/round_block=512", "tile": 64}) == ("paper", 512)
+    assert _own_numerics({"attn": "paper", "tile": 64}) == ("paper", 64)
+    assert _own_numerics({"attn": "paper"}) == ("paper", 64)
+    assert _own_numerics({"attn": "fa2", "tile": 128}) == ("fa2", 128)
