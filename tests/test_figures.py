@@ -211,6 +211,24 @@ def fig_ch45(which: str):
             "push": dp.push_figure}[which](R)
 
 
+@functools.lru_cache(maxsize=None)
+def _delta_capture_8e3():
+    """Chapter 4's contrast: the committed full `delta_capture_8e3`, else its live CI-scale run (as the chapter)."""
+    if results.exists("delta_capture_8e3", "full"):
+        return results.load("delta_capture_8e3", "full")
+    from lib.experiments import live_result
+    return live_result("delta_capture_8e3", "ci")
+
+
+def fig_ch45_contrast(which: str):
+    """The 8e-3 contrast of chapters 4 and 5, drawn by the calls the chapters make."""
+    from lib.figures import delta_plots as dp
+    R8 = _delta_capture_8e3()
+    if which == "phases":
+        return dp.contrast_figure(_delta_capture(), R8)
+    return {"sign_strip": dp.sign_strip, "o_v": dp.o_error_by_v_sign, "push": dp.push_figure}[which](R8)
+
+
 def fig_ch4_telemetry():
     from lib.figures import delta_plots as dp
     from lib.readings import delta_reading as dr
@@ -249,6 +267,10 @@ FIGURES = {
     "ch4: O error vs sign(V)": functools.partial(fig_ch45, "o_v"),
     "ch4: variants": functools.partial(fig_ch45, "variants"),
     "ch4: telemetry sign strip": fig_ch4_telemetry,
+    "ch4: phases, healthy vs 8e-3": functools.partial(fig_ch45_contrast, "phases"),
+    "ch4: 8e-3 sign strip": functools.partial(fig_ch45_contrast, "sign_strip"),
+    "ch4: 8e-3 O error vs sign(V)": functools.partial(fig_ch45_contrast, "o_v"),
+    "ch5: 8e-3 push": functools.partial(fig_ch45_contrast, "push"),
     "ch5: term heat-maps": functools.partial(fig_ch45, "terms"),
     "ch5: step heat-maps": functools.partial(fig_ch45, "steps"),
     "ch5: push": functools.partial(fig_ch45, "push"),

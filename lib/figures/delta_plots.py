@@ -15,6 +15,10 @@ Each function returns a matplotlib Figure in the book style. Inputs are a `delta
 * `step_heatmaps(res, seed, layer, head)`: cosines between E_Q at different steps, beside shuffled signs.
 * `push_figure(res)`: L7 — the extrapolated push of E_Q on ‖W_Q^h‖₂ against the measured growth, per head.
 * `variant_strip(res)`: the normalised bias of Δδ per head when the captures are replayed under other numerics.
+* `phase_figure(entries)`: the δ-channel statistics at every captured step of several results (a healthy run
+  beside the 8e-3 run before its blow-up), median over heads and seeds with a 10–90 % band.
+* `contrast_figure(healthy, contrast)`: `phase_figure` of the healthy `delta_capture` beside `delta_capture_8e3`
+  cut at each seed's blow-up onset (chapter 4).
 * `telemetry_sign_strip(reading)`: per head and seed, the share of a training run's telemetry steps whose Σ Δδ over
   the batch is > 0 (`lib.readings.delta_reading.telemetry_sign`), one panel per arm.
 
@@ -359,3 +363,46 @@ def telemetry_sign_strip(reading: dict, alpha: float = ds.ALPHA):
         plotting.legend_above(ax, ncol=min(S, 4), title=f"{arm}: per seed, 95% bars")
     plotting.label_provenance(fig, reading.get("meta") or {})
     return fig
+
+
+def phase_figure(entries):
+    """Issue 16's contrast: the δ-channel statistics at every captured step of several `delta_capture` results
+    (`lib.readings.delta_phases.per_step`), one line per result (median over heads and seeds, band: 10th–90th
+    percentile), in four panels on a shared step axis: the share of rows with Δδ > 0, the share of O errors with
+    sign(V) in one-signed features, the rank-1 terms' mean cosine (sign ignored) and σ₁(W_Q^h) (log scale).
+
+    entries: [(label, result, before)] with before {seed: step} or None — a seed's captures at or after its step
+    are left out (the 8e-3 runs' blow-up onsets), so a line ends where its last run's captures end."""
+    from lib.readings import delta_phases as ph
+    panels = (("rows_pos", "rows with Δδ > 0", 0.5), ("os_agree", "O errors with\nsign(V)", 0.5),
+              ("tok_cos", "rank-1 terms'\nmean cosine", 0.0), ("wq", "σ₁(W_Q) per head", None))
+    fig, axes = plotting.figure(2, 2, height=4.8, sharex=True)
+    for i, (label, res, before) in enumerate(entries):
+        p = ph.per_step(res, before)
+        for ax, (key, _, _) in zip(axes.flat, panels):
+            q = p[key]
+            ax.fill_between(p["step"], q[:, 0], q[:, 2], color=f"C{i}", alpha=0.2, lw=0)
+            ax.plot(p["step"], q[:, 1], "o-", ms=2.5, lw=1.1, color=f"C{i}", label=label)
+    for ax, (key, ylab, ref) in zip(axes.flat, panels):
+        if ref is not None:
+            ax.axhline(ref, color="0.3", lw=0.7, ls=":")
+        ax.set_ylabel(ylab)
+    axes[1, 1].set_yscale("log")
+    for ax in axes[1]:
+        ax.set_xlabel("step")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside upper center", ncol=max(1, len(entries)), frameon=False,
+               title="median over heads and seeds; band: 10th–90th percentile")
+    plotting.label_provenance(fig, [getattr(r, "meta", {}) or {} for _, r, _ in entries])
+    return fig
+
+
+def contrast_figure(healthy, contrast):
+    """`phase_figure` of chapter 4's contrast: a healthy-regime `delta_capture` result beside `delta_capture_8e3`,
+    whose captures are cut at each seed's blow-up onset (`lib.readings.delta_phases.onsets`)."""
+    from lib.readings import delta_phases as ph
+
+    def lr(r):
+        return (getattr(r, "meta", {}) or {}).get("config", {}).get("lr", r.data.get("config", {}).get("lr"))
+    return phase_figure([(f"healthy regime, LR {lr(healthy):g}", healthy, None),
+                         (f"LR {lr(contrast):g}, before the blow-up", contrast, ph.onsets(contrast))])

@@ -4,7 +4,8 @@ An experiment reports on a claim by putting, in its result data,
     data["claims"][CLAIM_ID] = {"status": "reproduced" | "not reproduced" | "partly", "evidence": "<one line>"}
 or a *deriver* below computes that verdict from a result's data when the table is built (for results produced before
 their experiment reported claims). The intro's table is built from these; a claim no result has reported on is
-"not yet tested". Full-scale (GPU) verdicts take precedence over ci-scale ones.
+"not yet tested". Full-scale (GPU) verdicts take precedence over ci-scale ones. Results named in `CONTRAST_RESULTS`
+report no claim to the table (their chapters read them as contrasts).
 """
 from __future__ import annotations
 
@@ -15,6 +16,11 @@ from lib.readings import dose_reading
 from lib.training import outcome
 
 DOSE_RESULTS = ("delta_dose", "delta_dose_seeds")   # the δ dose's two stages
+# Contrast results: run to be read beside the result that reports a claim, not to report it. They carry the same
+# claim ids in their data (the experiment writes its verdicts whatever its configuration), but the table takes those
+# claims from the result the chapter names: `delta_capture` (the healthy regime) for o_error_v_sign, delta_bias,
+# low_rank and wq_norm_push — not `delta_capture_8e3` (the 8e-3 arm before its blow-up, chapter 4's contrast).
+CONTRAST_RESULTS = ("delta_capture_8e3",)
 
 
 @dataclass(frozen=True)
@@ -254,6 +260,8 @@ def status_table(root=None) -> list[dict]:
     except FileNotFoundError:
         all_res = []
     for r in all_res:
+        if r.name in CONTRAST_RESULTS:          # read beside a claim's result, never reporting the claim
+            continue
         rank = 2 if r.scale == "full" else 1
         derived = DERIVERS[r.name](r.data) if r.name in DERIVERS else {}
         for cid, v in ((r.data.get("claims") or {}) | derived).items():

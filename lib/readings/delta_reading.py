@@ -131,6 +131,16 @@ def _sig(res, name, alpha=ds.ALPHA):
     return int((p < alpha / n_heads).sum())
 
 
+def _own_numerics(cfg: dict) -> tuple:
+    """(attention spec, rounding block in keys) of the training kernel of a `delta_capture` configuration: "paper"
+    rounds per compute tile (cfg "tile", 64 keys by default); "paper/round_block=512" rounds per 512-key block."""
+    attn = str(cfg.get("attn", ""))
+    spec, _, opt = attn.partition("/")
+    if opt.startswith("round_block="):
+        return spec, int(opt.split("=", 1)[1])
+    return attn, int(cfg.get("tile", 64))
+
+
 def numbers_ch4(res) -> dict:
     """Chapter 4's numbers from a `delta_capture` result (pooled over seeds: medians and ranges over heads)."""
     a, d = res.arrays, res.data
@@ -165,7 +175,7 @@ def numbers_ch4(res) -> dict:
         out[f"var_{name}_nb"] = nb
         out[f"var_{name}_match"] = float(np.nanmean(a[f"rv__{name}__o_match"]))
         parts.append(f"{name} ({spec}, {bn}-key blocks) {nb:+.3f}")
-        if spec == cfg.get("attn") and int(bn) == int(cfg.get("tile", 64)):
+        if (spec, int(bn)) == _own_numerics(cfg):
             out["var_self"], out["var_self_match"] = name, out[f"var_{name}_match"]
     out["var_line"] = "; ".join(parts)
     out["cap_overhead_pct"] = 100 * max(r["capture_overhead"] for r in runs)

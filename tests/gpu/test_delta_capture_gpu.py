@@ -1,8 +1,9 @@
 """GPU checks of the δ-channel capture (marked `gpu`; skipped without CUDA).
 
-* Overhead: the full proxy (6 layers, width 384, batch 32 × 512, the paper kernel's native path, BF16 autocast)
-  trained for 200 steps with a CaptureHook every 50 steps (4 rows, every layer, Adam denominators) costs ≤ 10% more
-  wall time than without, and each capture's copy is ≤ 10% of 50 steps.
+* The full proxy (6 layers, width 384, batch 32 × 512, the paper kernel's native path, BF16 autocast) trained for
+  200 steps with a CaptureHook every 50 steps (4 rows, every layer, Adam denominators) has the same losses as
+  without it; the wall times are printed, not asserted (the overhead is measured by the benchmark
+  `benchmarks/bench_capture_overhead.py`, registry entry capture_overhead_bench).
 * Under autocast every captured activation and gradient is stored as exact BF16, and the offline replay runs on the
   GPU (finite statistics). The emulator's O for the paper placement is compared with the native kernel's O (not
   bit-exact: tensor-core accumulation order differs) and the agreement is printed.
@@ -24,7 +25,12 @@ BASE = dict(n_layer=6, n_head=6, n_embd=384, seq_len=512, batch_size=32, warmup=
             telemetry_every=0, eval_batches=0, progress=False)
 
 
-def test_capture_overhead_and_formats():
+def test_capture_leaves_training_unchanged_and_replays():
+    """The hook does not change training; its captures have the stored formats and replay (statistics finite, the
+    emulator agreeing with the native kernel's O). What a capture costs is printed for the log, not asserted: the
+    project's performance claims are benchmark scripts, never timed tests (a timing assertion fails on a loaded GPU
+    for reasons that are not the code's). The measurement is `benchmarks/bench_capture_overhead.py`
+    (`python -m lib.experiments capture_overhead_bench --scale full`), read in chapter 4."""
     train(TrainConfig(**BASE, steps=5))                        # compile the kernels first
     plain = train(TrainConfig(**BASE, steps=200))
     hook = CaptureHook(every=50, rows=(0, 1, 2, 3), adam=True)
@@ -37,8 +43,6 @@ def test_capture_overhead_and_formats():
     print(f"\n[delta capture] {n} captures of {hook.captures[0].nbytes / 2**20:.1f} MiB, copy {per_capture * 1e3:.1f} ms "
           f"each = {per_capture / (50 * s_per_step):.2%} of 50 steps ({s_per_step * 1e3:.1f} ms/step); wall "
           f"{plain['wall_s']:.1f} s plain, {hooked['wall_s']:.1f} s hooked ({overhead:+.1%})")
-    assert per_capture <= 0.10 * 50 * s_per_step
-    assert overhead <= 0.10
     cap = hook.captures[-1]
     assert all(cap.meta["enc"][k] == "bf16" for k in ("q", "k", "v", "o", "do", "dq", "dk", "x"))
     assert cap.meta["x_rounding"] == "bf16"

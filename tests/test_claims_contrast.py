@@ -1,0 +1,50 @@
+"""The claims table takes the δ-channel claims from `delta_capture` (the healthy regime), never from the contrast
+result `delta_capture_8e3`, whatever the order in which the results are found."""
+from lib.book import results
+from lib.readings import claims
+
+DELTA_CLAIMS = ("o_error_v_sign", "delta_bias", "low_rank", "wq_norm_push")
+
+
+def _save(tmp_path, name, status, evidence):
+    results.save(name, "full", {"claims": {c: {"status": status, "evidence": evidence} for c in DELTA_CLAIMS}},
+                 depends_on=[], root=tmp_path)
+
+
+def _rows(tmp_path):
+    return {r["id"]: r for r in claims.status_table(root=tmp_path)}
+
+
+def test_the_8e3_contrast_reports_no_claim(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    _save(tmp_path, "delta_capture_8e3", "reproduced", "8e-3 contrast")
+    rows = _rows(tmp_path)
+    for c in DELTA_CLAIMS:
+        assert rows[c]["status"] == "not yet tested" and rows[c]["source"] == ""
+
+
+def test_the_healthy_capture_wins_in_either_order(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    _save(tmp_path, "delta_capture", "not reproduced", "healthy regime")
+    _save(tmp_path, "delta_capture_8e3", "reproduced", "8e-3 contrast")
+    found = results.all_results(tmp_path)
+    assert {r.name for r in found} == {"delta_capture", "delta_capture_8e3"}
+    for order in (found, found[::-1]):          # the contrast first, then last
+        monkeypatch.setattr(results, "all_results", lambda root=None, _o=order: list(_o))
+        rows = _rows(tmp_path)
+        for c in DELTA_CLAIMS:
+            assert rows[c]["status"] == "not reproduced", (c, [r.name for r in order])
+            assert rows[c]["evidence"] == "healthy regime"
+            assert rows[c]["source"].startswith("delta_capture (")
+
+
+def test_the_committed_table_reads_the_healthy_capture():
+    """On the committed results: every δ-channel claim the table shows comes from delta_capture, with its evidence."""
+    if not results.exists("delta_capture", "full"):
+        import pytest
+        pytest.skip("no committed full-scale delta_capture")
+    rows = _rows(None)
+    want = results.load("delta_capture", "full").data["claims"]
+    for c in DELTA_CLAIMS:
+        assert rows[c]["source"].startswith("delta_capture ("), rows[c]["source"]
+        assert rows[c]["evidence"] == want[c]["evidence"]
