@@ -8,11 +8,11 @@ from lib.figures.explosion_plots import _STYLES, _smoothed_curve, _style_legend
 
 __all__ = ["authors_figure"]
 
-_ARM_COLOURS = {"authors": "C0", "authors+fix_b7": "C3", "authors+fix_b2": "C2", "authors+zero_rows_b7": "C1"}
+_ARM_COLOURS = {"authors": "C0", "authors+fix_b7": "C3", "authors+fix_b2": "C2", "authors+zero_rows_b7": "C4"}
 
 
 def _colour(arm: str, i: int) -> str:
-    return _ARM_COLOURS.get(arm, f"C{4 + i}")
+    return _ARM_COLOURS.get(arm, f"C{5 + i}")
 
 
 def authors_figure(res_list, window: int = 50):
@@ -36,11 +36,11 @@ def authors_figure(res_list, window: int = 50):
             if np.isfinite(u).any():
                 a1.plot(st, 100 * np.nanmax(u, axis=1), color=col[r["arm"]], ls=sty[r["seed"]], lw=1.0)
         a0.set_title(f"LR {res.data['lr']:g}, {res.data['steps']:,} steps", fontsize="medium")
-        a0.set(ylabel=f"train loss, {window}-step mean" if j == 0 else None)
+        a0.set(ylabel=f"loss, {window}-step mean" if j == 0 else None)
         lo = min(float(np.nanmin(res.arrays[f"{r['id']}__loss"][len(res.arrays[f"{r['id']}__loss"]) // 4:]))
                  for r in res.data["runs"])
         a0.set_ylim(lo - 0.1, lo + 1.6)
-        a1.set(xlabel="step", ylabel="rows at the ℓ clamp, %" if j == 0 else None)
+        a1.set(xlabel="step", ylabel="rows at ℓ clamp, %" if j == 0 else None)
     _style_legend(fig, col, {f"seed {s}": v for s, v in sty.items()}, ncol=3)
     plotting.label_provenance(fig, [r.meta for r in res_list])
     return fig
