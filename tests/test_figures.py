@@ -121,6 +121,40 @@ def fig_ch6_dial():
     return ep.dial_figure(dial_res, horizons=dial_reading.at_common_horizon(dial_res)["horizon"])
 
 
+def fig_ch6_regime():
+    from lib.figures import explosion_plots as ep
+    from lib.readings import regime
+    pilots = [r for r in (_full(n) for n in regime.REGIME_RESULTS) if r is not None]
+    if not pilots:
+        pytest.skip("no committed regime pilots")
+    return ep.regime_figure(pilots, bound=regime.MAX_LOGIT)
+
+
+def fig_ch6_healthy():
+    """The healthy headline as chapter 6 draws it: healthy_headline merged with healthy_headline_more (every arm)."""
+    from lib.figures import explosion_plots as ep
+    from lib.readings import healthy_reading, regime
+    parts = [r for r in (_full(n) for n in healthy_reading.HEALTHY_RESULTS) if r is not None]
+    pilots = [r for r in (_full(n) for n in regime.REGIME_RESULTS) if r is not None]
+    if not parts or not pilots:
+        pytest.skip("no committed healthy headline")
+    data, arrays = regime.union(pilots)
+    refs = results.Result("regime pilots", "full", dict(pilots[0].meta), data, arrays)
+    return ep.healthy_figure(healthy_reading.merge(parts), refs)
+
+
+def fig_ch7_authors(live: bool = False):
+    """Chapter 7's authors'-code figure: the committed results, else (or with `live`) CI-scale runs of the same two
+    experiments."""
+    from lib.figures import healthy_plots
+    from lib.readings import healthy_reading
+    res = [] if live else [r for r in (_full(n) for n in healthy_reading.AUTHORS_RESULTS) if r is not None]
+    if not res:
+        from lib.experiments import live_result
+        res = [live_result(n, "ci") for n in healthy_reading.AUTHORS_RESULTS]
+    return healthy_plots.authors_figure(res)
+
+
 def fig_ch7_beta_window():
     from lib.fp import beta_theory as bt
     return bt.beta_window_figure()
@@ -281,6 +315,10 @@ FIGURES = {
     "ch6: tie rate": functools.partial(fig_ch6_headline, "tie"),
     "ch6: LR sweep": fig_ch6_sweep,
     "ch6: precision dial": fig_ch6_dial,
+    "ch6: regime pilots": fig_ch6_regime,
+    "ch6: healthy headline (all arms)": fig_ch6_healthy,
+    "ch7: authors' code trained": fig_ch7_authors,
+    "ch7: authors' code trained (live, ci)": functools.partial(fig_ch7_authors, live=True),
     "ch7: β window": fig_ch7_beta_window,
     "ch7: fix error": fig_ch7_fix_error,
     "ch7: β sweep": fig_ch7_beta_sweep,

@@ -132,43 +132,68 @@ def derive_headline(data: dict) -> dict:
     return out
 
 
+HEALTHY_FIX_ARMS = ("paper_rb512+fix_b7", "paper_rb512+fix_b2")   # the exact rule at the paper's β and the authors' current one
+
+
 def derive_healthy(res, refs) -> dict:
-    """explosion, fix_stabilises and fp32_o_stabilises from the healthy regime: `healthy_headline` (the paper
-    placement with 512-key rounding blocks and the exact-rule fix) with its FP32 and SDPA references, the regime
-    pilots' runs at the same LR (`lib.readings.regime`), every run judged at the common step horizon
-    (`lib.readings.horizon`). A run *failed* when it exploded or went non-finite and *stayed stable* only when
-    "stable" (`lib.training.outcome`). The explosion is reproduced when every paper seed failed while every reference
-    stayed stable and healthy; partly when some paper seeds failed; not reproduced when none did. The fix and FP32-O
-    claims need a failure to prevent: without one they are not tested here (the evidence says why)."""
+    """explosion, fix_stabilises and fp32_o_stabilises from the healthy regime: the healthy headline — `res`, one
+    Result with the runs of `healthy_headline` and `healthy_headline_more` (`lib.readings.healthy_reading.merge`):
+    the paper placement with 512-key rounding blocks, the exact-rule fix at β = 7 and β = 2, production FA2 numerics —
+    with its FP32 and SDPA references, the regime pilots' runs at the same LR (`lib.readings.regime`), every run judged
+    at the common step horizon (`lib.readings.horizon`). A run *failed* when it exploded or went non-finite and
+    *stayed stable* only when "stable" (`lib.training.outcome`; "degraded" is neither). The explosion is reproduced
+    when every paper seed failed while every reference and every fa2 run stayed stable and the regime is healthy;
+    "partly" when some paper seeds failed (or all did but a contrast did not stay stable); not reproduced when none
+    did. The fix is reproduced when the paper placement failed and every fix run (both β) stayed stable, not
+    reproduced when none did, else partly. Without a failure to prevent, the fix and FP32-O claims are not tested
+    here (the evidence says why). Every evidence line names the regime, rounding-block size, seeds and horizon."""
     from lib.readings import horizon as hz, regime
     h, judged = hz.judge_result(res)
     lr = res.data["lr"]
-    runs = res.data["runs"]
+    runs = [r for r in res.data["runs"] if not r.get("tag")]
     ref_runs = [r for r in refs.data["runs"] if r["lr"] == lr and r["arm"] in regime.REFERENCE_ARMS]
     hr, ref_judged = hz.judge_result(refs) if ref_runs else (None, {})
     health = regime.health(refs.data, refs.arrays).get(lr, {"healthy": False})
-    paper = [judged[r["id"]]["outcome"] for r in runs if r["arm"] == "paper_rb512"]
-    fix = [judged[r["id"]]["outcome"] for r in runs if r["arm"] == "paper_rb512+fix_b7"]
+
+    def oc(arm):
+        return [judged[r["id"]]["outcome"] for r in sorted(runs, key=lambda r: r["seed"]) if r["arm"] == arm]
+
+    def words(arm):
+        return f"{arm} {', '.join(oc(arm)) or 'not run'}"
+    paper = oc("paper_rb512")
+    fixes = {a: oc(a) for a in HEALTHY_FIX_ARMS if oc(a)}
+    fa2 = oc("fa2")
     refs_ok = bool(ref_runs) and all(outcome.stayed_stable(ref_judged[r["id"]]["outcome"]) for r in ref_runs)
+    fa2_ok = all(outcome.stayed_stable(o) for o in fa2)
     n_fail = sum(outcome.failed(o) for o in paper)
-    where = (f"healthy regime (LR {lr:g}, warm-up {res.meta['config'].get('warmup')}, 512-key rounding blocks = the "
-             f"whole row at 512 tokens), seeds {sorted({r['seed'] for r in runs})}, judged at {h} steps")
-    refs_txt = (f"FP32/SDPA references {'all stable' if refs_ok else 'not all stable'} over {hr} steps, max logit "
+    where = (f"healthy regime (LR {lr:g}, warm-up {res.meta['config'].get('warmup')}), 512-key rounding blocks (the "
+             f"whole row at {res.meta['config'].get('seq_len', 512)} tokens), seeds "
+             f"{', '.join(map(str, sorted({r['seed'] for r in runs})))}, judged at {h:,} steps")
+    refs_txt = (f"FP32/SDPA references (regime pilots, seeds "
+                f"{', '.join(map(str, sorted({r['seed'] for r in ref_runs})))}) "
+                f"{'all stable' if refs_ok else 'not all stable'} over {hr:,} steps, max logit "
                 f"≤ {max(x['max_logit'] for x in health.get('runs', [{'max_logit': float('nan')}])):.0f}"
                 if ref_runs else "no reference runs at this LR")
-    status = ("reproduced" if paper and n_fail == len(paper) and refs_ok and health["healthy"] else
+    status = ("reproduced" if paper and n_fail == len(paper) and refs_ok and fa2_ok and health["healthy"] else
               "partly" if n_fail else "not reproduced")
-    out = {"explosion": dict(status=status, evidence=f"{where}: paper placement {', '.join(paper)}; {refs_txt}")}
+    out = {"explosion": dict(status=status, evidence=f"{where}: {words('paper_rb512')}"
+                             + (f"; {words('fa2')}" if fa2 else "") + f"; {refs_txt}")}
+    fix_txt = "; ".join(f"{a} (β = {a.rsplit('_b', 1)[1]}, ties within 1e-3, no guard) {', '.join(o)}"
+                        for a, o in fixes.items()) or "the fix not run"
     if n_fail == 0:
-        why = f"no failure to prevent — in the {where} the paper placement did not fail"
-        out["fix_stabilises"] = dict(status="not yet tested",
-                                     evidence=f"{why}; the exact-rule fix (β = 7): {', '.join(fix) or 'not run'}")
-        out["fp32_o_stabilises"] = dict(status="not yet tested", evidence=why)
+        why = f"no failure to prevent — in the {where} the paper placement did not fail ({', '.join(paper)})"
+        out["fix_stabilises"] = dict(status="not yet tested", evidence=f"{why}; {fix_txt}")
+        out["fp32_o_stabilises"] = dict(status="not yet tested", evidence=f"{why}; no FP32-O arm was run there")
     else:
-        n_fix_ok = sum(outcome.stayed_stable(o) for o in fix)
-        out["fix_stabilises"] = dict(status="reproduced" if fix and n_fix_ok == len(fix) else
+        fix_all = [o for v in fixes.values() for o in v]
+        n_fix_ok = sum(outcome.stayed_stable(o) for o in fix_all)
+        out["fix_stabilises"] = dict(status="reproduced" if fix_all and n_fix_ok == len(fix_all) else
                                      "not reproduced" if n_fix_ok == 0 else "partly",
-                                     evidence=f"{where}: fix (β = 7) {', '.join(fix)}; paper {', '.join(paper)}")
+                                     evidence=f"{where}: {fix_txt}; {words('paper_rb512')} — {n_fix_ok} of "
+                                              f"{len(fix_all)} fix runs stayed stable")
+        out["fp32_o_stabilises"] = dict(status="not yet tested",
+                                        evidence=f"{where}: the paper placement failed in {n_fail} of {len(paper)} "
+                                                 "seeds, but no FP32-O arm was run in this regime")
     return out
 
 
@@ -274,9 +299,12 @@ def status_table(root=None) -> list[dict]:
         if pilots:
             data, arrays = regime.union(pilots)
             refs = _results.Result("regime pilots", "full", dict(pilots[0].meta), data, arrays)
-            hh = by_name["healthy_headline"]
-            src = f"healthy_headline ({hh.label}) with " + ", ".join(f"{p.name} ({p.label})" for p in pilots) + \
-                (" — STALE" if hh.stale or any(p.stale for p in pilots) else "")
+            from lib.readings import healthy_reading
+            parts = [by_name[n] for n in healthy_reading.HEALTHY_RESULTS if n in by_name]
+            hh = healthy_reading.merge(parts, name="healthy_headline")
+            src = ", ".join(f"{p.name} ({p.label})" for p in parts) + " with " + \
+                ", ".join(f"{p.name} ({p.label})" for p in pilots) + \
+                (" — STALE" if any(p.stale for p in parts) or any(p.stale for p in pilots) else "")
             for cid, v in derive_healthy(hh, refs).items():
                 verdicts[cid] = (4, v, src)
     dial = [r for r in all_res if r.name in DIAL_RESULTS and r.scale == "full"]
