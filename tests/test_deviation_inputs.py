@@ -8,9 +8,11 @@ from lib.readings import deviation_inputs as di
 
 
 def test_sinks_tie_in_every_rows_first_tile_and_the_cap_splits_them_by_r_m():
-    kw = dict(H=2, N=128, d=32, seed=0, block_n=32, beta=7.0)
-    none = di.first_tile_ties(max_shift=1e9, **kw)       # no shift is that large: nothing capped
-    every = di.first_tile_ties(max_shift=0.0, **kw)      # any positive shift exceeds 0: every positive tie capped
+    from lib.experiments.fa_deviation import make_inputs
+    q, k, _ = make_inputs("attention", 2, 128, 32, 0)
+    kw = dict(block_n=32, beta=7.0)
+    none = di.first_tile_ties(q, k, max_shift=1e9, **kw)       # no shift is that large: nothing capped
+    every = di.first_tile_ties(q, k, max_shift=0.0, **kw)      # any positive shift exceeds 0: every positive tie capped
     assert none["rows"] == every["rows"] == 2 * 128
     # the sinks at keys 0, 1, 2 are one vector and the queries are aligned with it: every row ties in tile 0
     assert none["tied"] == none["rows"]
@@ -18,7 +20,7 @@ def test_sinks_tie_in_every_rows_first_tile_and_the_cap_splits_them_by_r_m():
     assert 0 < none["r_lo"] <= none["r_hi"]
     # a cap between the smallest and largest tied maximum splits the rows
     mid = (kw["beta"] - 1) * (none["r_lo"] + none["r_hi"]) / 2
-    some = di.first_tile_ties(max_shift=mid, **kw)
+    some = di.first_tile_ties(q, k, max_shift=mid, **kw)
     assert 0 < some["capped"] < some["tied"]
 
 

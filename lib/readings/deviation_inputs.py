@@ -6,7 +6,8 @@ fires per key tile on a row whose tile maximum r_m occurs at least twice and shi
 (β − 1)·r_m (r_m > 0); the guard caps the shift at `max_shift`. The attention-shaped inputs put identical "sink"
 keys at positions 0, 1 and 2, so every row's first key tile has a tied maximum whenever a sink wins the row.
 
-Reads only the inputs (regenerated from their seed with the experiment's own `make_inputs`); it runs no kernel.
+Reads only the inputs (the caller regenerates them from their seed with the experiment's own `make_inputs`); it runs
+no kernel.
 """
 from __future__ import annotations
 
@@ -16,15 +17,15 @@ import numpy as np
 import torch
 
 
-def first_tile_ties(*, H: int, N: int, d: int, seed: int, block_n: int, beta: float, max_shift: float) -> dict:
-    """Tied maxima in the first key tile (keys 0 … block_n − 1) of `fa_deviation`'s attention-shaped inputs.
+def first_tile_ties(q: torch.Tensor, k: torch.Tensor, *, block_n: int, beta: float, max_shift: float) -> dict:
+    """Tied maxima in the first key tile (keys 0 … block_n − 1) of attention inputs q, k (H, N, d) — chapter 3
+    passes `fa_deviation`'s attention-shaped inputs, `lib.experiments.fa_deviation.make_inputs` (the experiment's
+    own inputs, not a copy; readings sit below experiments, so the caller builds them).
 
-    H heads × N queries of head dim d (the experiment's rows = H·N), scores α·q·k with α = 1/√d in FP32 on the
-    BF16-valued inputs. Returns {"rows": H·N, "tied": rows whose tile maximum occurs ≥ 2 times (exact equality),
+    Scores α·q·k with α = 1/√d in FP32 on the BF16-valued inputs. Returns {"rows": H·N, "tied": rows whose tile maximum occurs ≥ 2 times (exact equality),
     "capped": tied rows with r_m > 0 and (β − 1)·r_m > max_shift, "r_lo", "r_hi": min and max of r_m over the tied
     rows (score units; NaN if none)}."""
-    from lib.experiments.fa_deviation import make_inputs      # the experiment's inputs, not a copy of them
-    q, k, _ = make_inputs("attention", H, N, d, seed)
+    H, N, d = q.shape
     s = torch.einsum("hnd,hkd->hnk", q, k[:, :block_n]) * (1.0 / math.sqrt(d))   # (H, N, block_n) FP32
     r_m = s.max(-1).values
     tied = (s == r_m[..., None]).sum(-1) >= 2
