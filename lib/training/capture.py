@@ -168,6 +168,55 @@ def top_triplets(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
 
 
 @torch.no_grad()
+def top_triplets_gram(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`top_triplets` without the SVD, for the capture hook once the captures are re-run: the same contract (u (H, D),
+    σ (H,), v (H, C), FP32, W^h ≈ σ u vᵀ + …, largest-magnitude entry of u positive). Not yet used by
+    `CaptureHook`: switching it changes the captures' numbers in the last bits and so stales delta_capture,
+    delta_capture_8e3 and capture_overhead_bench, which the switch must re-run on a GPU.
+
+    Method: the small side's Gram matrix in FP64 (G = W Wᵀ, D × D, when D ≤ C; else Wᵀ W), its top eigenpair by
+    `torch.linalg.eigh` on a host copy of G, then the other vector back on w's device: v = Wᵀu / ‖Wᵀu‖ (FP64),
+    σ = ‖Wᵀu‖ (= √λ₁ up to rounding). A zero block gives σ = 0 and u, v = e₀ (as the SVD does), no NaN; a
+    non-finite block gives NaN outputs rather than an error.
+
+    Why: `torch.linalg.svd` of the capture's blocks (12 calls of (6, 64, 384) per capture at the full proxy) took
+    141 ms on an H100 — 82 % of a capture's 171 ms — and 279 ms on host copies
+    (results/full/capture_overhead_bench.json, `capture_parts_ms`). Here only an FP64 Gram matmul and one
+    (H, 64, 64) copy each way (≈ 200 KB) touch the device; the batched eigh of 64 × 64 runs on the CPU.
+
+    Accuracy: G is formed in FP64 from the FP32 entries, so the top eigenpair is accurate to ~1e-16·λ₁ (vectors
+    to ~1e-16·λ₁/(λ₁ − λ₂)) before the FP32 rounding of the outputs. Measured on Gaussian blocks of the capture's
+    shape (6, 64, 384) and on blocks with a planted rank-1 spike, heads with σ₁/σ₂ ≥ 1.01: against an FP64 SVD,
+    σ within 6e-8 relative and 1 − u·u_svd, 1 − v·v_svd ≤ 1.4e-8; against the FP32 `torch.linalg.svd` (the
+    previous implementation, itself up to 7e-7 off the FP64 SVD in σ) within 8e-7 and ≤ 6.5e-7
+    (tests/test_capture_triplets.py). With σ₁ = σ₂ (a degenerate top) any unit vector of the top space is an
+    answer, as for the SVD."""
+    w = w.detach()
+    w64 = w.double()
+    tall = w64.shape[-2] > w64.shape[-1]              # D > C: the small side is C; eigh of Wᵀ W gives v
+    a = w64.transpose(-2, -1) if tall else w64        # (…, m, n) with m ≤ n: the top left vector of a
+    g = (a @ a.transpose(-2, -1)).cpu()               # (…, m, m) FP64 Gram matrix, on the host
+    finite = torch.isfinite(g).all(-1).all(-1)        # (…,) a non-finite block gives NaN outputs, not an error
+    _, vec = torch.linalg.eigh(torch.where(finite[..., None, None], g, torch.zeros_like(g)))
+    x = vec[..., :, -1].to(w.device)                  # (…, m) unit; eigh's eigenvalues ascend: the last is the top
+    y = (a.transpose(-2, -1) @ x.unsqueeze(-1)).squeeze(-1)    # (…, n) = σ · (the other vector)
+    s = torch.linalg.vector_norm(y, dim=-1)
+    zero = (s == 0).unsqueeze(-1)                     # W^h = 0: σ = 0 and u, v = e₀, as the SVD gives
+    e0 = lambda t: torch.nn.functional.one_hot(torch.zeros_like(t[..., 0], dtype=torch.long),  # noqa: E731
+                                               t.shape[-1]).to(t.dtype)
+    x = torch.where(zero, e0(x), x)
+    y = torch.where(zero, e0(y), y / torch.where(zero, torch.ones_like(s).unsqueeze(-1), s.unsqueeze(-1)))
+    bad = ~finite.to(w.device)
+    s = torch.where(bad, torch.full_like(s, float("nan")), s)
+    x = torch.where(bad.unsqueeze(-1), torch.full_like(x, float("nan")), x)
+    y = torch.where(bad.unsqueeze(-1), torch.full_like(y, float("nan")), y)
+    u1, v1 = (y, x) if tall else (x, y)
+    sign = torch.sign(torch.gather(u1, -1, u1.abs().argmax(-1, keepdim=True)))
+    sign = torch.where(sign == 0, torch.ones_like(sign), sign)
+    return (u1 * sign).float(), s.float(), (v1 * sign).float()
+
+
+@torch.no_grad()
 def adam_denominator(opt: torch.optim.Optimizer, p: torch.Tensor) -> torch.Tensor:
     """√v̂ + ε of AdamW for parameter `p` in the step about to be taken (p.grad already clipped): v = β₂·v_prev +
     (1 − β₂)·g², v̂ = v / (1 − β₂ᵗ), t = the step count after this step. Same shape as p, FP32."""
