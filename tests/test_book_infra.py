@@ -36,6 +36,7 @@ def test_htmlcheck_detects_broken_pages(tmp_path):
     (tmp_path / "bad.html").write_text(
         '<html><body><img src="missing.png"><a href="nowhere.html">y</a><a href="ok.html#zz">z</a>'
         '<figure id="f1"><pre>&lt;Figure size 640x480 with 1 Axes&gt;</pre></figure>'
+        '<p>&lt;IPython.core.display.Markdown object&gt;</p>'
         '<span class="math">\\(x^2\\)</span></body></html>')
     problems, stats = htmlcheck.check(tmp_path, timeout_s=1.0)
     joined = "\n".join(problems)
@@ -44,6 +45,7 @@ def test_htmlcheck_detects_broken_pages(tmp_path):
     assert "broken link nowhere.html" in joined and "broken anchor ok.html#zz" in joined
     assert "figure f1 has no image" in joined and "rendered as text" in joined
     assert "MathJax did not load" in joined
+    assert "rendered as its repr" in joined
     assert not any(p.startswith("ok.html") for p in problems)
 
 

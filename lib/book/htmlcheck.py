@@ -169,6 +169,8 @@ def check(html_dir: Path, timeout_s: float = 20.0) -> tuple[list[str], dict]:
             text = d.execute_script(_JS_TEXT)
             if "<Figure size" in text:
                 problems.append(f"{rel}: a matplotlib figure was rendered as text ('<Figure size ...>')")
+            if "<IPython.core.display." in text:   # e.g. an empty Markdown("") prints its repr
+                problems.append(f"{rel}: a display object was rendered as its repr ('<IPython.core.display...>')")
             ids_cache[page] = set(d.execute_script(_JS_IDS))
             for href in d.execute_script(_JS_LINKS):
                 u = urlparse(href)
