@@ -26,7 +26,8 @@ def _result(name, arms: dict, logit: float = 50.0, steps: int = N, stale=()):
         for seed, kind in enumerate(kinds):
             rid = f"{arm}_s{seed}_lr{LR:g}"
             loss, gn = _curve(kind, seed)
-            runs.append(dict(id=rid, arm=arm, seed=seed, lr=LR, outcome=kind, steps=steps, onset=None, tag="",
+            runs.append(dict(id=rid, arm=arm, attn=f"spec-of-{arm}", seed=seed, lr=LR, outcome=kind, steps=steps,
+                             onset=None, tag="",
                              best=float(loss.min()), final=float(loss[-1])))
             arrays[f"{rid}__loss"], arrays[f"{rid}__grad_norm"] = loss[:steps], gn[:steps]
             arrays[f"{rid}__step"] = np.arange(0, steps, 50.0)
@@ -54,7 +55,9 @@ def test_explosion_not_reproduced_when_the_paper_placement_trains():
     for must in ("healthy regime", "LR 0.0005", "512-key rounding blocks", "seeds 0, 1, 2", f"judged at {N}",
                  "fa2 stable, stable, stable"):
         assert must in ev, must
-    assert "β = 2" in c["fix_stabilises"]["evidence"] and "β = 7" in c["fix_stabilises"]["evidence"]
+    # each fix arm is named with the spec it trained with (β, ties, guard come from the run, not from typed text)
+    ev = c["fix_stabilises"]["evidence"]
+    assert "spec-of-paper_rb512+fix_b2" in ev and "spec-of-paper_rb512+fix_b7" in ev
 
 
 def test_explosion_reproduced_only_with_healthy_stable_contrasts():

@@ -39,15 +39,13 @@ def merge(res_list, name: str | None = None):
            for r in res_list]
     if len(set(key)) != 1:
         raise ValueError(f"results differ in (lr, steps, warmup, data_seed): {key}")
-    runs, arrays = [], {}
-    for r in res_list:
-        ids = {x["id"] for x in runs}
-        dup = [x["id"] for x in r.data["runs"] if x["id"] in ids]
-        if dup:
-            raise ValueError(f"run ids in more than one result: {dup}")
-        runs += r.data["runs"]
-        arrays.update(r.arrays)
-    data = dict(res_list[0].data, runs=runs)
+    from collections import Counter
+    from lib.readings.regime import union
+    dup = [i for i, n in Counter(x["id"] for r in res_list for x in r.data["runs"]).items() if n > 1]
+    if dup:
+        raise ValueError(f"run ids in more than one result: {dup}")
+    joined, arrays = union(res_list)
+    data = dict(res_list[0].data, runs=joined["runs"])
     stale = [f"{r.name}: {s}" for r in res_list for s in r.stale]
     return _results.Result(name or "+".join(r.name for r in res_list), res_list[0].scale, dict(res_list[0].meta),
                            data, arrays, stale)
