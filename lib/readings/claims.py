@@ -178,7 +178,8 @@ def derive_healthy(res, refs) -> dict:
               "partly" if n_fail else "not reproduced")
     out = {"explosion": dict(status=status, evidence=f"{where}: {words('paper_rb512')}"
                              + (f"; {words('fa2')}" if fa2 else "") + f"; {refs_txt}")}
-    spec = {r["arm"]: r.get("attn", "") for r in runs}     # the attention spec each arm trained with (β, ties, guard)
+    # the attention spec each arm trained with (β, ties, guard), spaced so that the claims table can wrap it
+    spec = {r["arm"]: r.get("attn", "").replace("/", " / ") for r in runs}
     fix_txt = "; ".join(f"{a} ({spec.get(a, '')}) {', '.join(o)}" for a, o in fixes.items()) or "the fix not run"
     if n_fail == 0:
         why = f"no failure to prevent — in the {where} the paper placement did not fail ({', '.join(paper)})"
