@@ -13,7 +13,9 @@ Reported, per mode: seconds per step (median over rounds), the overhead against 
 (ms: a telemetry step's extra wall time, and a capture's extra over the telemetry run). `overhead_at_every`
 rescales the per-event costs to exactly one telemetry step and one capture per `every` steps (a run of `steps`
 steps also has telemetry on its last step). `capture_parts_ms` times the capture's parts apart on the trained
-model (`CaptureHook.after_backward` as a whole; its top singular triplets of W_Q and W_K; its Adam denominators). Target (issue 16): telemetry+capture every 50 steps within 10 % of the plain step.
+model (`_parts_ms`: the singular triplets by SVD and by the Gram matrix, the telemetry and its parts). Target (issue
+16): the capture every 50 steps within 10 % of a training step that has telemetry every 50 steps
+(`capture_within_10pct`); `within_10pct` also counts the telemetry itself against the plain step.
 
     python -m lib.experiments capture_overhead_bench --scale full [--out DIR]
 """
@@ -50,13 +52,31 @@ def _one(mode: str, cfg: dict) -> dict:
 
 
 def _parts_ms(cfg: dict, reps: int = 5) -> dict:
-    """Median ms of the capture's singular-triplet step (`top_triplets` of W_Q and W_K of every layer, as the hook
-    calls it, on the GPU) and of the same on host copies (the CPU), on a fresh full-proxy model."""
-    from lib.training.capture import top_triplets
+    """Median ms (CUDA-synchronised, `reps` repetitions) of the event parts, timed apart on a fresh full-proxy model
+    after one BF16 forward and backward with the attention capture on (what a telemetry step sees):
+
+    * "svd_gpu", "svd_host": `top_triplets` (FP32 `torch.linalg.svd`, what the hook used before) of W_Q and W_K of
+      every layer, on the GPU and on host copies; "gram": `top_triplets_gram` (what the hook uses now);
+    * "telemetry": `collect_telemetry(model)` as a whole; "tele_spectral_norms": its `spectral_norm` calls (per head
+      and per layer, W_Q and W_K of every layer); "tele_score_stats": its `score_stats`; "tele_delta_error": its
+      `delta_error` (the FP32 attention reference)."""
+    from lib.training.capture import top_triplets, top_triplets_gram
+    from lib.training.metrics import spectral_norm
     from lib.training.model import GPT
     from lib.training.proxy import proxy_config
-    model = GPT(proxy_config("full", attn=cfg["attn"]).model_config()).cuda()
+    from lib.training.train import collect_telemetry, delta_error, score_stats
+    tc = proxy_config("full", attn=cfg["attn"])
+    model = GPT(tc.model_config()).cuda()
     ws = [w for l in range(len(model.attn_layers)) for w in model.qk_weights(l)]
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randint(0, model.config.vocab_size, (tc.batch_size, tc.seq_len), device="cuda", generator=g)
+    model.set_capture(True)
+    with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+        _, loss = model(x, x)
+    loss.backward()
+    H, C = model.config.n_head, model.config.n_embd
+    scale = 1.0 / float(np.sqrt(model.config.head_dim))
+    caps = [a.captured for a in model.attn_layers]
 
     def timed(fn):
         out = []
@@ -67,8 +87,20 @@ def _parts_ms(cfg: dict, reps: int = 5) -> dict:
             torch.cuda.synchronize()
             out.append(1e3 * (time.perf_counter() - t))
         return float(np.median(out))
+
+    def norms():
+        for w in ws:
+            spectral_norm(w.detach().float()).tolist()
+            spectral_norm(w.detach().float().reshape(-1, C)).item()
     return {"svd_gpu": timed(lambda: [top_triplets(w) for w in ws]),
-            "svd_host": timed(lambda: [top_triplets(w.detach().float().cpu()) for w in ws])}
+            "svd_host": timed(lambda: [top_triplets(w.detach().float().cpu()) for w in ws]),
+            "gram": timed(lambda: [top_triplets_gram(w) for w in ws]),
+            "telemetry": timed(lambda: collect_telemetry(model)),
+            "tele_spectral_norms": timed(norms),
+            "tele_score_stats": timed(lambda: [score_stats(c["q"], c["k"], scale) for c in caps]),
+            "tele_delta_error": timed(lambda: [delta_error(c["q"], c["k"], c["v"], c["o"], c["do"], scale)
+                                               for c in caps]),
+            "n_head": H}
 
 
 def run(scale: str, cfg: dict) -> dict:
@@ -107,6 +139,10 @@ def run(scale: str, cfg: dict) -> dict:
     data["capture_copy_ms"] = 1e3 * float(np.median([x["copy_s"] / max(1, x["captures"])
                                                       for x in runs["telemetry+capture"]]))
     data["capture_parts_ms"] = _parts_ms(cfg)
+    # Two readings of issue 16's target (≤ 10 % of a training step with telemetry every 50 steps): the capture's
+    # own cost on top of a run that already has its telemetry, and telemetry and capture together against the
+    # plain step. Both are reported; the chapter states which one is met.
+    data["capture_within_10pct"] = bool(data["overhead_at_every"]["capture"] <= 0.10)
     data["within_10pct"] = bool(data["overhead_at_every"]["telemetry+capture"] <= 0.10)
     data["method"] = ("train() wall time per step, median over interleaved rounds of the three modes, one process, "
                       "one GPU")

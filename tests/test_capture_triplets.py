@@ -1,4 +1,4 @@
-"""`top_triplets_gram` (FP64 Gram matrix + eigh) against `torch.linalg.svd` (`top_triplets`, what the capture hook uses today)."""
+"""`top_triplets_gram` (FP64 Gram matrix + eigh) against `torch.linalg.svd` (`top_triplets`, what the capture hook used before it)."""
 import pytest
 import torch
 

@@ -159,7 +159,9 @@ def unpack(index, arrays, prefix: str = "cap") -> list[Capture]:
 @torch.no_grad()
 def top_triplets(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Top singular triplet of each matrix of w (H, D, C): u (H, D), σ (H,), v (H, C), FP32, so that
-    W^h ≈ σ u vᵀ + …; the sign is fixed so that the largest-magnitude entry of u is positive (σ u vᵀ is unaffected)."""
+    W^h ≈ σ u vᵀ + …; the sign is fixed so that the largest-magnitude entry of u is positive (σ u vᵀ is unaffected).
+    By `torch.linalg.svd` in FP32: the reference `top_triplets_gram` is tested against, and what the capture hook
+    used before it (results/full/capture_overhead_bench.json times both)."""
     u, s, vh = torch.linalg.svd(w.detach().float(), full_matrices=False)
     u1, v1 = u[..., :, 0], vh[..., 0, :]
     sign = torch.sign(torch.gather(u1, -1, u1.abs().argmax(-1, keepdim=True)))
@@ -169,10 +171,10 @@ def top_triplets(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
 
 @torch.no_grad()
 def top_triplets_gram(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`top_triplets` without the SVD, for the capture hook once the captures are re-run: the same contract (u (H, D),
-    σ (H,), v (H, C), FP32, W^h ≈ σ u vᵀ + …, largest-magnitude entry of u positive). Not yet used by
-    `CaptureHook`: switching it changes the captures' numbers in the last bits and so stales delta_capture,
-    delta_capture_8e3 and capture_overhead_bench, which the switch must re-run on a GPU.
+    """`top_triplets` without the SVD; what `CaptureHook` uses: the same contract (u (H, D), σ (H,), v (H, C), FP32,
+    W^h ≈ σ u vᵀ + …, largest-magnitude entry of u positive). It replaced `top_triplets` in the hook (which changed
+    the captures' triplets in their last bits; delta_capture, delta_capture_8e3 and capture_overhead_bench were
+    re-run with it).
 
     Method: the small side's Gram matrix in FP64 (G = W Wᵀ, D × D, when D ≤ C; else Wᵀ W), its top eigenpair by
     `torch.linalg.eigh` on a host copy of G, then the other vector back on w's device: v = Wᵀu / ‖Wᵀu‖ (FP64),
@@ -325,7 +327,7 @@ class CaptureHook:
                 arrays[f"L{l}__{n}"], enc[n] = encode(t)
             wq, wk = model.qk_weights(l)
             for tag, w in (("wq", wq), ("wk", wk)):
-                u, s, v = top_triplets(w)
+                u, s, v = top_triplets_gram(w)
                 for n, t in ((f"{tag}_u", u), (f"{tag}_s", s), (f"{tag}_v", v)):
                     arrays[f"L{l}__{n}"], enc[n] = encode(t)
             if self.adam and attn.c_attn.weight.grad is not None:
