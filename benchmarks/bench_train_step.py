@@ -58,9 +58,23 @@ def step_fn(arm: str, batch_size: int, seq_len: int):
     return step, cfg
 
 
+def _gpu_ms(step, n: int) -> float:
+    """CUDA time (ms) per call of `step`: the self device time of every kernel and copy that torch.profiler records
+    over n calls, divided by n. Self times, so a kernel is not counted again under the op that launched it."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            step()
+        torch.cuda.synchronize()
+    us = sum((getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0) or 0)
+             for e in prof.key_averages())
+    return float(us) / n / 1e3
+
+
 def run(scale: str, cfg: dict) -> dict:
     """cfg: arms (names of `SPECS`; must include sdpa), rounds (interleaved timing rounds), rep_ms (do_bench's
-    repetition time per arm and round). GPU only."""
+    repetition time per arm and round), gpu_steps (profiled steps per arm for the GPU-time diagnostic). GPU only."""
     order = tuple(cfg["arms"])
     bad = [x for x in order if x not in SPECS]
     if bad or "sdpa" not in order:
@@ -84,6 +98,10 @@ def run(scale: str, cfg: dict) -> dict:
             per_round[arm].append(triton.testing.do_bench(steps[arm], warmup=100, rep=rep, return_mode="median"))
             print(f"round {r}  {arm:10s} {per_round[arm][-1]:8.3f} ms/step", flush=True)
     ms = {arm: float(np.median(v)) for arm, v in per_round.items()}
+    # The wall time of a launch-bound step drifts with the host (SDPA's rounds spread 15.6-20.8 ms in one earlier
+    # run); the GPU time of its kernels does not. So also: CUDA kernel time per step (torch.profiler, self device
+    # time summed over all kernels and copies, `gpu_steps` steps), a diagnostic beside the wall-time verdict.
+    gpu_ms = {arm: _gpu_ms(steps[arm], int(cfg.get("gpu_steps", 5))) for arm in order}
     ratio_rounds = {arm: [a / b for a, b in zip(per_round[arm], per_round["sdpa"])] for arm in order}
     ratios = {arm: ms[arm] / ms["sdpa"] for arm in order}
     over_paper = lambda arm: ms[arm] / ms["paper"] if arm in ms and "paper" in ms else None  # noqa: E731
@@ -91,12 +109,14 @@ def run(scale: str, cfg: dict) -> dict:
                 fix_split_cost=over_paper("paper+fix_split"),
                 round_block_cost={arm: over_paper(arm) for arm in order if "_rb" in arm},
                 ms_per_step_rounds=per_round, ratio_to_sdpa_rounds=ratio_rounds, rounds=rounds,
+                gpu_ms_per_step=gpu_ms, gpu_ratio_to_sdpa={arm: gpu_ms[arm] / gpu_ms["sdpa"] for arm in order},
                 within_1p3_of_sdpa={arm: bool(ratios[arm] <= 1.3) for arm in order if arm.startswith("paper")},
                 arms={arm: SPECS[arm] for arm in order},
                 tokens_per_step=32 * 512, method="triton.testing.do_bench median per round, median over "
                                                   "interleaved rounds, one process, one GPU")
     if "paper" in ratios:
         data["paper_within_1p3_of_sdpa"] = bool(ratios["paper"] <= 1.3)
+    print("GPU time / SDPA's:", {k: round(v, 3) for k, v in data["gpu_ratio_to_sdpa"].items()})
     print({k: round(v, 3) for k, v in ratios.items()}, "fix cost", data["fix_cost"],
           "round_block cost", data["round_block_cost"])
     return {"data": data, "seeds": [0], "config": dict(proxy_config("full").__dict__)}
