@@ -146,3 +146,33 @@ def test_step_bench_reads_the_target_and_the_spread():
 
 def test_span():
     assert hr.span([0.5, 0.25]) == "0.250–0.500" and hr.span([1.0, 1.0]) == "1.000" and hr.span([None]) == "—"
+
+
+def _wide(paper, fp32=("stable",) * 3, logit=50.0):
+    """The headline at width 768 in two parts (seeds 0-1, seed 2), as healthy_headline_w768 and its _s2 are."""
+    arms = {"paper_rb512": list(paper), "fp32": list(fp32), "sdpa": ["stable"] * 3}
+    whole = _result("w768", arms, logit=logit)
+    whole.meta["config"].update(n_embd=768, n_head=12)
+    return whole
+
+
+def test_a_second_width_joins_the_explosion_evidence():
+    h = _headline(["stable"] * 3, ["stable"] * 3)
+    c = claims.derive_healthy(h, _refs(), _wide(["stable"] * 3))
+    ev = c["explosion"]["evidence"]
+    assert c["explosion"]["status"] == "not reproduced"
+    assert "width 768 (12 heads" in ev and "paper_rb512 stable, stable, stable" in ev.split("width 768")[1]
+    assert "healthy (all stable, max logit ≤ 50)" in ev
+    # a failure at the second width alone makes the explosion "partly"
+    assert claims.derive_healthy(h, _refs(), _wide(["exploded", "stable", "stable"]))["explosion"]["status"] == "partly"
+    # "reproduced" needs every seed to fail at both widths, each regime healthy
+    h_fail = _headline(["exploded"] * 3, ["stable"] * 3)
+    assert claims.derive_healthy(h_fail, _refs())["explosion"]["status"] == "reproduced"
+    assert claims.derive_healthy(h_fail, _refs(), _wide(["exploded"] * 3))["explosion"]["status"] == "reproduced"
+    assert claims.derive_healthy(h_fail, _refs(), _wide(["stable"] * 3))["explosion"]["status"] == "partly"
+    unhealthy = claims.derive_healthy(h_fail, _refs(), _wide(["exploded"] * 3, fp32=["degraded"] * 3))
+    assert unhealthy["explosion"]["status"] == "partly"
+    assert "not healthy by the regime rule (max logit 50–50, bound 100; fp32 degraded, degraded, degraded; sdpa stable" in unhealthy["explosion"]["evidence"]
+    hot = claims.derive_healthy(h_fail, _refs(), _wide(["exploded"] * 3, logit=500.0))
+    assert hot["explosion"]["status"] == "partly"
+    assert "not healthy by the regime rule (max logit 500–500, bound 100; fp32 stable" in hot["explosion"]["evidence"]

@@ -143,6 +143,16 @@ def fig_ch6_healthy():
     return ep.healthy_figure(healthy_reading.merge(parts), refs)
 
 
+def fig_ch6_wide():
+    """The width-768 headline as chapter 6 draws it: its two parts merged, its own references, the logit bound."""
+    from lib.figures import explosion_plots as ep
+    from lib.readings import healthy_reading, regime
+    parts = [r for r in (_full(n) for n in healthy_reading.WIDE_RESULTS) if r is not None]
+    if not parts:
+        pytest.skip("no committed width-768 headline")
+    return ep.healthy_figure(healthy_reading.merge(parts), None, bound=regime.MAX_LOGIT)
+
+
 def fig_ch7_authors(live: bool = False):
     """Chapter 7's authors'-code figure: the committed results, else (or with `live`) CI-scale runs of the same two
     experiments."""
@@ -317,6 +327,7 @@ FIGURES = {
     "ch6: precision dial": fig_ch6_dial,
     "ch6: regime pilots": fig_ch6_regime,
     "ch6: healthy headline (all arms)": fig_ch6_healthy,
+    "ch6: width 768 (own references, logit bound)": fig_ch6_wide,
     "ch7: authors' code trained": fig_ch7_authors,
     "ch7: authors' code trained (live, ci)": functools.partial(fig_ch7_authors, live=True),
     "ch7: β window": fig_ch7_beta_window,

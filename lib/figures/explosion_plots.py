@@ -324,12 +324,15 @@ def regime_figure(res_list, bound: float = 100.0):
     return fig
 
 
-def healthy_figure(res, refs, window: int = 200):
+def healthy_figure(res, refs=None, window: int = 200, bound: float | None = None):
     """The healthy headline: smoothed training loss (left) and the largest attention logit (right) over steps for
     every arm of `res` (colour) and the FP32 / SDPA references of the pilots `refs` at the same LR (greys), line style
-    = seed. `res`: the `healthy_headline` Result; `refs`: a Result holding the pilots' runs (`regime.union`)."""
+    = seed. `res`: the `healthy_headline` Result (or one that holds its own references, such as the width-768
+    headline, with `refs` None); `refs`: a Result holding the pilots' runs (`regime.union`); `bound`: draw the regime
+    rule's largest-logit bound on the right panel."""
     lr = res.data["lr"]
-    rows = [(res, r) for r in res.data["runs"]] + [(refs, r) for r in refs.data["runs"] if r["lr"] == lr]
+    rows = [(res, r) for r in res.data["runs"]] + \
+        ([(refs, r) for r in refs.data["runs"] if r["lr"] == lr] if refs is not None else [])
     arms = list(dict.fromkeys(r["arm"] for _, r in rows))
     col = {a: _REF_COLORS.get(a, f"C{i}") for i, a in enumerate(arms)}
     seeds = sorted({r["seed"] for _, r in rows})
@@ -341,10 +344,14 @@ def healthy_figure(res, refs, window: int = 200):
         a0.plot(x, y, color=col[r["arm"]], ls=sty[r["seed"]], lw=1.1)
         st, ml = _max_logit(src.arrays, r["id"])
         a1.plot(st, ml, color=col[r["arm"]], ls=sty[r["seed"]], lw=1.1)
+    extra = []
+    if bound is not None:
+        a1.axhline(bound, color="C3", lw=1.0, ls="--")
+        extra = [(f"bound {bound:g}", dict(color="C3", ls="--"))]
     lo = min(np.nanmin(_smoothed_curve(src.arrays[f"{r['id']}__loss"], window)[1][len(src.arrays[f"{r['id']}__loss"])
                                                                                    // 5:]) for src, r in rows)
     a0.set(xlabel="step", ylabel=f"train loss, {window}-step mean", ylim=(lo - 0.05, lo + 0.6))
     a1.set(xlabel="step", ylabel="largest attention logit")
-    _style_legend(fig, col, {f"seed {s}": v for s, v in sty.items()}, ncol=4)
+    _style_legend(fig, col, {f"seed {s}": v for s, v in sty.items()}, extra=extra, ncol=4)
     plotting.label_provenance(fig, res.meta)
     return fig

@@ -135,7 +135,7 @@ def derive_headline(data: dict) -> dict:
 HEALTHY_FIX_ARMS = ("paper_rb512+fix_b7", "paper_rb512+fix_b2")   # the exact rule at the paper's β and the authors' current one
 
 
-def derive_healthy(res, refs) -> dict:
+def derive_healthy(res, refs, wide=None) -> dict:
     """explosion, fix_stabilises and fp32_o_stabilises from the healthy regime: the healthy headline — `res`, one
     Result with the runs of `healthy_headline` and `healthy_headline_more` (`lib.readings.healthy_reading.merge`):
     the paper placement with 512-key rounding blocks, the exact-rule fix at β = 7 and β = 2, production FA2 numerics —
@@ -146,7 +146,12 @@ def derive_healthy(res, refs) -> dict:
     "partly" when some paper seeds failed (or all did but a contrast did not stay stable); not reproduced when none
     did. The fix is reproduced when the paper placement failed and every fix run (both β) stayed stable, not
     reproduced when none did, else partly. Without a failure to prevent, the fix and FP32-O claims are not tested
-    here (the evidence says why). Every evidence line names the regime, rounding-block size, seeds and horizon."""
+    here (the evidence says why). Every evidence line names the regime, rounding-block size, seeds and horizon.
+
+    `wide` (optional): the same headline at a second width (`healthy_headline_w768` and its seed-2 part, merged),
+    with its own FP32 and SDPA arms. Its paper runs join the explosion's evidence: a failure there makes the
+    explosion at least "partly"; "reproduced" needs every paper seed to fail at both widths, each in a healthy
+    regime."""
     from lib.readings import horizon as hz, regime
     h, judged = hz.judge_result(res)
     lr = res.data["lr"]
@@ -174,10 +179,31 @@ def derive_healthy(res, refs) -> dict:
                 f"{'all stable' if refs_ok else 'not all stable'} over {hr:,} steps, max logit "
                 f"≤ {max(x['max_logit'] for x in health.get('runs', [{'max_logit': float('nan')}])):.0f}"
                 if ref_runs else "no reference runs at this LR")
-    status = ("reproduced" if paper and n_fail == len(paper) and refs_ok and fa2_ok and health["healthy"] else
-              "partly" if n_fail else "not reproduced")
+    wide_txt, wide_fail, wide_all = "", 0, True
+    if wide is not None:
+        hw, jw = hz.judge_result(wide)
+        wr = sorted((r for r in wide.data["runs"] if not r.get("tag")), key=lambda r: r["seed"])
+        wpaper = [jw[r["id"]]["outcome"] for r in wr if r["arm"] == "paper_rb512"]
+        wref = [r for r in wr if r["arm"] in regime.REFERENCE_ARMS]
+        wh = regime.health(wide.data, wide.arrays).get(wide.data["lr"], {"healthy": False, "runs": []})
+        wide_fail = sum(outcome.failed(o) for o in wpaper)
+        wide_all = bool(wpaper) and wide_fail == len(wpaper) and wh["healthy"]
+        cfg = wide.meta["config"]
+        wide_txt = (f"; width {cfg.get('n_embd')} ({cfg.get('n_head')} heads, LR {wide.data['lr']:g}, seeds "
+                    f"{', '.join(map(str, sorted({r['seed'] for r in wr})))}, judged at {hw:,} steps): paper_rb512 "
+                    f"{', '.join(wpaper) or 'not run'}; its FP32/SDPA arms "
+                    + ("healthy (all stable, max logit ≤ "
+                       f"{max((x['max_logit'] for x in wh['runs']), default=float('nan')):.0f})" if wh["healthy"] else
+                       f"not healthy by the regime rule (max logit "
+                       f"{min((x['max_logit'] for x in wh['runs']), default=float('nan')):.0f}–"
+                       f"{max((x['max_logit'] for x in wh['runs']), default=float('nan')):.0f}"
+                       f", bound {regime.MAX_LOGIT:g}; " + ("; ".join(f"{a} " + ", ".join(jw[r["id"]]["outcome"] for r in wref
+                                                                         if r["arm"] == a)
+                                                    for a in regime.REFERENCE_ARMS) if wref else "not run") + ")"))
+    status = ("reproduced" if paper and n_fail == len(paper) and refs_ok and fa2_ok and health["healthy"] and wide_all
+              else "partly" if n_fail or wide_fail else "not reproduced")
     out = {"explosion": dict(status=status, evidence=f"{where}: {words('paper_rb512')}"
-                             + (f"; {words('fa2')}" if fa2 else "") + f"; {refs_txt}")}
+                             + (f"; {words('fa2')}" if fa2 else "") + f"; {refs_txt}{wide_txt}")}
     # the attention spec each arm trained with (β, ties, guard), spaced so that the claims table can wrap it
     spec = {r["arm"]: r.get("attn", "").replace("/", " / ") for r in runs}
     fix_txt = "; ".join(f"{a} ({spec.get(a, '')}) {', '.join(o)}" for a, o in fixes.items()) or "the fix not run"
@@ -303,10 +329,13 @@ def status_table(root=None) -> list[dict]:
             from lib.readings import healthy_reading
             parts = [by_name[n] for n in healthy_reading.HEALTHY_RESULTS if n in by_name]
             hh = healthy_reading.merge(parts, name="healthy_headline")
+            wparts = [by_name[n] for n in healthy_reading.WIDE_RESULTS if n in by_name]
+            wide = healthy_reading.merge(wparts, name="healthy_headline_w768") if wparts else None
+            parts = parts + wparts
             src = ", ".join(f"{p.name} ({p.label})" for p in parts) + " with " + \
                 ", ".join(f"{p.name} ({p.label})" for p in pilots) + \
                 (" — STALE" if any(p.stale for p in parts) or any(p.stale for p in pilots) else "")
-            for cid, v in derive_healthy(hh, refs).items():
+            for cid, v in derive_healthy(hh, refs, wide).items():
                 verdicts[cid] = (4, v, src)
     dial = [r for r in all_res if r.name in DIAL_RESULTS and r.scale == "full"]
     for cid, v in derive_dial(dial).items():    # a verdict that needs several results at once

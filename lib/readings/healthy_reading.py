@@ -4,7 +4,8 @@ No experiment imports this module: it only reads committed results.
 
 * `HEALTHY_RESULTS`: the healthy headline's two halves — `healthy_headline` (paper placement with 512-key rounding
   blocks, the fix at β = 7) and `healthy_headline_more` (the fix at the authors' current β = 2, production FA2
-  numerics): same LR, steps, warm-up and batch order, so they are one headline.
+  numerics): same LR, steps, warm-up and batch order, so they are one headline. `WIDE_RESULTS`: the headline at
+  width 768 (paper placement, FP32, SDPA), split in two results (seeds 0-1, seed 2) read as one.
 * `merge(res_list)`: one `lib.book.results.Result` holding the runs and arrays of several training results that
   share LR, steps, warm-up and data seed (ValueError otherwise).
 * `arm_summary(res)`: per arm, the runs judged at the result's common step horizon (`lib.readings.horizon`) and the
@@ -19,10 +20,11 @@ import numpy as np
 from lib.book import results as _results
 from lib.training import outcome
 
-__all__ = ["HEALTHY_RESULTS", "AUTHORS_RESULTS", "STEP_TARGET", "merge", "arm_summary", "best_within", "telemetry",
+__all__ = ["HEALTHY_RESULTS", "WIDE_RESULTS", "AUTHORS_RESULTS", "STEP_TARGET", "merge", "arm_summary", "best_within", "telemetry",
            "step_bench", "span"]
 
 HEALTHY_RESULTS = ("healthy_headline", "healthy_headline_more")
+WIDE_RESULTS = ("healthy_headline_w768", "healthy_headline_w768_s2")   # width 768: seeds 0-1 and seed 2, one headline
 AUTHORS_RESULTS = ("authors_code", "authors_code_8e3")
 STEP_TARGET = 1.3          # issue 15: a training step with 512-key rounding blocks ≤ 1.3 × the SDPA step
 
