@@ -15,7 +15,7 @@ from lib.book import results as _results
 from lib.readings import dose_reading
 from lib.training import outcome
 
-DOSE_RESULTS = ("delta_dose", "delta_dose_seeds", "delta_dose_brackets")   # the δ dose: two stages, lower brackets
+DOSE_RESULTS = ("delta_dose", "delta_dose_seeds", "delta_dose_brackets", "delta_dose_bias3")   # the δ dose: two stages, lower brackets
 # Contrast results: run to be read beside the result that reports a claim, not to report it. They carry the same
 # claim ids in their data (the experiment writes its verdicts whatever its configuration), but the table takes those
 # claims from the result the chapter names: `delta_capture` (the healthy regime) for o_error_v_sign, delta_bias,
