@@ -15,7 +15,8 @@ from lib.book import results as _results
 from lib.readings import dose_reading
 from lib.training import outcome
 
-DOSE_RESULTS = ("delta_dose", "delta_dose_seeds", "delta_dose_brackets", "delta_dose_bias3")   # the δ dose: two stages, lower brackets
+# the δ dose: stage 1, stage 2, and the two results that completed the lower brackets
+DOSE_RESULTS = ("delta_dose", "delta_dose_seeds", "delta_dose_brackets", "delta_dose_bias3")
 # Contrast results: run to be read beside the result that reports a claim, not to report it. They carry the same
 # claim ids in their data (the experiment writes its verdicts whatever its configuration), but the table takes those
 # claims from the result the chapter names: `delta_capture` (the healthy regime) for o_error_v_sign, delta_bias,
@@ -135,6 +136,32 @@ def derive_headline(data: dict) -> dict:
 HEALTHY_FIX_ARMS = ("paper_rb512+fix_b7", "paper_rb512+fix_b2")   # the exact rule at the paper's β and the authors' current one
 
 
+def _wide_clause(wide) -> tuple[str, int, bool]:
+    """The second width's part of the explosion evidence: (text, paper runs that failed, whether every paper run
+    failed in a healthy regime), `wide` judged at its own common horizon with its own FP32 and SDPA arms."""
+    from lib.readings import horizon as hz, regime
+    h, judged = hz.judge_result(wide)
+    runs = sorted((r for r in wide.data["runs"] if not r.get("tag")), key=lambda r: r["seed"])
+
+    def oc(arm):
+        return [judged[r["id"]]["outcome"] for r in runs if r["arm"] == arm]
+    paper = oc("paper_rb512")
+    health = regime.health(wide.data, wide.arrays).get(wide.data["lr"], {"healthy": False, "runs": []})
+    logits = [x["max_logit"] for x in health["runs"]]
+    n_fail = sum(outcome.failed(o) for o in paper)
+    if health["healthy"]:
+        refs = f"healthy (all stable, max logit ≤ {max(logits):.0f})"
+    else:
+        arms = "; ".join(f"{a} {', '.join(oc(a)) or 'not run'}" for a in regime.REFERENCE_ARMS)
+        span = f"max logit {min(logits):.0f}–{max(logits):.0f}, " if logits else ""
+        refs = f"not healthy by the regime rule ({span}bound {regime.MAX_LOGIT:g}; {arms})"
+    cfg = wide.meta["config"]
+    text = (f"; width {cfg.get('n_embd')} ({cfg.get('n_head')} heads, LR {wide.data['lr']:g}, seeds "
+            f"{', '.join(map(str, sorted({r['seed'] for r in runs})))}, judged at {h:,} steps): paper_rb512 "
+            f"{', '.join(paper) or 'not run'}; its FP32/SDPA arms {refs}")
+    return text, n_fail, bool(paper) and n_fail == len(paper) and health["healthy"]
+
+
 def derive_healthy(res, refs, wide=None) -> dict:
     """explosion, fix_stabilises and fp32_o_stabilises from the healthy regime: the healthy headline — `res`, one
     Result with the runs of `healthy_headline` and `healthy_headline_more` (`lib.readings.healthy_reading.merge`):
@@ -179,27 +206,7 @@ def derive_healthy(res, refs, wide=None) -> dict:
                 f"{'all stable' if refs_ok else 'not all stable'} over {hr:,} steps, max logit "
                 f"≤ {max(x['max_logit'] for x in health.get('runs', [{'max_logit': float('nan')}])):.0f}"
                 if ref_runs else "no reference runs at this LR")
-    wide_txt, wide_fail, wide_all = "", 0, True
-    if wide is not None:
-        hw, jw = hz.judge_result(wide)
-        wr = sorted((r for r in wide.data["runs"] if not r.get("tag")), key=lambda r: r["seed"])
-        wpaper = [jw[r["id"]]["outcome"] for r in wr if r["arm"] == "paper_rb512"]
-        wref = [r for r in wr if r["arm"] in regime.REFERENCE_ARMS]
-        wh = regime.health(wide.data, wide.arrays).get(wide.data["lr"], {"healthy": False, "runs": []})
-        wide_fail = sum(outcome.failed(o) for o in wpaper)
-        wide_all = bool(wpaper) and wide_fail == len(wpaper) and wh["healthy"]
-        cfg = wide.meta["config"]
-        wide_txt = (f"; width {cfg.get('n_embd')} ({cfg.get('n_head')} heads, LR {wide.data['lr']:g}, seeds "
-                    f"{', '.join(map(str, sorted({r['seed'] for r in wr})))}, judged at {hw:,} steps): paper_rb512 "
-                    f"{', '.join(wpaper) or 'not run'}; its FP32/SDPA arms "
-                    + ("healthy (all stable, max logit ≤ "
-                       f"{max((x['max_logit'] for x in wh['runs']), default=float('nan')):.0f})" if wh["healthy"] else
-                       f"not healthy by the regime rule (max logit "
-                       f"{min((x['max_logit'] for x in wh['runs']), default=float('nan')):.0f}–"
-                       f"{max((x['max_logit'] for x in wh['runs']), default=float('nan')):.0f}"
-                       f", bound {regime.MAX_LOGIT:g}; " + ("; ".join(f"{a} " + ", ".join(jw[r["id"]]["outcome"] for r in wref
-                                                                         if r["arm"] == a)
-                                                    for a in regime.REFERENCE_ARMS) if wref else "not run") + ")"))
+    wide_txt, wide_fail, wide_all = _wide_clause(wide) if wide is not None else ("", 0, True)
     status = ("reproduced" if paper and n_fail == len(paper) and refs_ok and fa2_ok and health["healthy"] and wide_all
               else "partly" if n_fail or wide_fail else "not reproduced")
     out = {"explosion": dict(status=status, evidence=f"{where}: {words('paper_rb512')}"
