@@ -1,0 +1,216 @@
+"""The language model of the new studies: the proxy GPT (`lib.training.model.GPT`) with knobs that shape attention.
+
+`LM(LMConfig(...))` is `GPT` — same blocks, init, tied embedding, capture hooks (`set_capture`, `captured`,
+`qk_weights`, `set_step`) — at any size from the CPU toy to GPT-2 124M (12 layers × 768, vocabulary 50304,
+T = 1024), plus:
+
+* ``pos``: the positional code — "learned" (GPT's table), "none" (no positional embedding: causal attention alone
+  tells positions apart, so equal prefixes give equal hidden states), or "rope" (rotary embedding of q and k,
+  base 10000, on every head's full head dim).
+* ``qk_norm="fixed"`` with ``qk_gain=g``: q and k RMS-normalised over the head dim (no learnable gain) and scaled by
+  the fixed g, so every logit is bounded: |S| ≤ scale·D·g² = √D·g². ``qk_norm="capped"``: the same with a learnable
+  per-head gain g_h = qk_gain·sigmoid(θ_h) (θ starts at 0: g_h = g/2), so the bound holds while the model chooses
+  its temperature below it. ``qk_norm=True`` keeps GPT's LayerNorm with a learnable, unbounded gain.
+* two more attention backends, written as spec strings beside GPT's (`lib.training.model` grammar):
+  ``"stable[+fix][/beta=B]"`` — `kernels.stable_attention` (FA2 numerics, the user kernel), and
+  ``"inject/..."`` — FP32 attention whose backward receives an O error of the theory's size on chosen rows
+  (`lib.training.inject`).
+
+Why a subclass and not new options in `GPT`: every committed training result fingerprints the code its run reached
+(`lib.book.provenance`), GPT's included, so options added there would mark all of them stale. `LM` with
+`pos="learned"`, `qk_norm` False/True and GPT's backends is GPT, parameter for parameter (a test checks the
+forward bit for bit).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from lib.training import inject
+from lib.training.model import GPT, AttnSpec, CausalSelfAttention, GPTConfig, attend
+
+POSITIONS = ("learned", "none", "rope")
+QK_NORMS = (False, True, "fixed", "capped")
+ROPE_BASE = 10000.0
+
+
+@dataclass(frozen=True)
+class StableSpec:
+    """A layer on `kernels.stable_attention` (FA2 numerics; `fix="beta"` the β-shifted max with the shift guard)."""
+    fix: str | None = None
+    beta: float = 2.0
+    max_shift: float = 64.0
+    text: str = "stable"
+
+    @property
+    def label(self) -> str:
+        return self.text
+
+    heads = None
+    backend = "stable"
+
+
+def parse_stable(s: str) -> StableSpec:
+    body, _, suffix = s.partition("+")
+    head, *items = body.split("/")
+    if head != "stable" or suffix not in ("", "fix"):
+        raise ValueError(f"bad stable spec {s!r}; write stable[/beta=B][/max_shift=M][+fix]")
+    kw = {}
+    for it in items:
+        key, eq, val = it.partition("=")
+        if key not in ("beta", "max_shift") or not eq:
+            raise ValueError(f"bad option {it!r} in {s!r}; options: beta=, max_shift=")
+        kw[key] = float(val)
+    return StableSpec(fix="beta" if suffix == "fix" else None, text=s, **kw)
+
+
+def parse_spec(s, **defaults):
+    """A layer spec: StableSpec, inject.InjectSpec, or GPT's AttnSpec (with the config's fix defaults)."""
+    if isinstance(s, (StableSpec, inject.InjectSpec, AttnSpec)):
+        return s
+    head = str(s).strip().partition("/")[0].partition("+")[0]
+    if head == "stable":
+        return parse_stable(s.strip())
+    if head == "inject":
+        return inject.parse(s.strip())
+    return AttnSpec.parse(s, **defaults)
+
+
+@dataclass
+class LMConfig(GPTConfig):
+    """GPTConfig plus the positional code and the bounded QK-norm (module docstring)."""
+    pos: str = "learned"
+    qk_gain: float = 1.0        # g of qk_norm "fixed" / the cap of "capped"
+
+    def __post_init__(self):
+        if self.pos not in POSITIONS:
+            raise ValueError(f"pos must be one of {POSITIONS}, got {self.pos!r}")
+        if self.qk_norm not in QK_NORMS:
+            raise ValueError(f"qk_norm must be one of {QK_NORMS}, got {self.qk_norm!r}")
+        if not (isinstance(self.qk_gain, (int, float)) and self.qk_gain > 0 and math.isfinite(self.qk_gain)):
+            raise ValueError(f"qk_gain must be a finite number > 0, got {self.qk_gain!r}")
+        if self.pos == "rope" and self.head_dim % 2:
+            raise ValueError(f"rope needs an even head dim, got {self.head_dim}")
+        qk = self.qk_norm
+        self.qk_norm = bool(qk) if qk in (False, True) else False   # GPTConfig validates a bool
+        super().__post_init__()
+        self.qk_norm = qk
+
+    def layer_specs(self) -> list:
+        specs = self.attn.split(",") if isinstance(self.attn, str) else self.attn
+        specs = list(specs) if isinstance(specs, (list, tuple)) else [specs]
+        if len(specs) not in (1, self.n_layer):
+            raise ValueError(f"attn lists {len(specs)} specs for {self.n_layer} layers")
+        kw = dict(beta=self.beta, tie_tol=self.tie_tol, max_shift=self.max_shift, zero_at=self.zero_at)
+        return [parse_spec(s, **kw) for s in specs * (self.n_layer // len(specs))]
+
+    def to_dict(self) -> dict:
+        from dataclasses import asdict, fields
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["attn"] = [asdict(s) if hasattr(s, "__dataclass_fields__") else str(s) for s in self.layer_specs()]
+        return d
+
+
+def rope(x: torch.Tensor, base: float = ROPE_BASE) -> torch.Tensor:
+    """Rotary position embedding of x (B, H, T, D), pairs (i, i + D/2) rotated by position·base^(−2i/D); FP32
+    angles, the result in x's dtype."""
+    T, D = x.shape[-2], x.shape[-1]
+    half = D // 2
+    inv = base ** (-torch.arange(half, device=x.device, dtype=torch.float32) / half)
+    ang = torch.arange(T, device=x.device, dtype=torch.float32)[:, None] * inv[None, :]
+    cos, sin = ang.cos(), ang.sin()
+    xf = x.float()
+    a, b = xf[..., :half], xf[..., half:]
+    return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1).to(x.dtype)
+
+
+def stable_attend(spec: StableSpec, q, k, v):
+    from kernels.stable_attention import stable_attention
+    if q.device.type != "cuda":
+        raise RuntimeError("the stable backend is a CUDA kernel; train it on a GPU")
+    with torch.autocast(device_type="cuda", enabled=False):
+        return stable_attention(q, k, v, is_causal=True, fix=spec.fix, beta=spec.beta, max_shift=spec.max_shift)
+
+
+class LMAttention(CausalSelfAttention):
+    """GPT's attention with rope, the bounded QK-norm and the two new backends."""
+
+    def __init__(self, cfg: LMConfig, spec, layer: int = 0):
+        super().__init__(replace(cfg, qk_norm=cfg.qk_norm is True), spec, layer)
+        self.pos, self.qk_mode, self.qk_gain = cfg.pos, cfg.qk_norm, float(cfg.qk_gain)
+        self.qk_theta = nn.Parameter(torch.zeros(cfg.n_head)) if cfg.qk_norm == "capped" else None
+
+    def gain(self) -> torch.Tensor | float:
+        """The QK-norm gain per head, (H, 1, 1), or a float for "fixed"."""
+        if self.qk_mode == "capped":
+            return (self.qk_gain * torch.sigmoid(self.qk_theta)).view(-1, 1, 1)
+        return self.qk_gain
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        hd = C // self.n_head
+        q, k, v = (t.view(B, T, self.n_head, hd).transpose(1, 2) for t in (q, k, v))
+        if self.pos == "rope":
+            q, k = rope(q), rope(k)
+        if self.q_ln is not None:
+            q, k = self.q_ln(q).to(v.dtype), self.k_ln(k).to(v.dtype)
+        elif self.qk_mode in ("fixed", "capped"):
+            # RMS-normalise in FP32 (the bound must hold whatever the autocast dtype), then the gain.
+            g = self.gain()
+            q = (F.rms_norm(q.float(), (hd,)) * g).to(v.dtype)
+            k = (F.rms_norm(k.float(), (hd,)) * g).to(v.dtype)
+        call = replace(self.attn_call, stats={}) if self.capture else self.attn_call
+        if isinstance(self.spec, StableSpec):
+            y = stable_attend(self.spec, q, k, v)
+        elif isinstance(self.spec, inject.InjectSpec):
+            y = inject.attention(q, k, v, spec=self.spec, call=call)
+        else:
+            y = attend(self.spec, q, k, v, call)
+        if self.capture:
+            self.captured = dict(x=x.detach(), q=q.detach(), k=k.detach(), v=v.detach(), o=y.detach(),
+                                 stats=call.stats)
+            if y.requires_grad:
+                y.register_hook(self._save_do)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+class LM(GPT):
+    """GPT with the knobs of `LMConfig`. forward(idx (B, T), targets (B, T) | None) -> (logits, loss | None), loss
+    the mean cross-entropy in nats per token (FP32)."""
+
+    def __init__(self, cfg: LMConfig):
+        if not isinstance(cfg, LMConfig):
+            raise TypeError(f"LM needs an LMConfig, got {type(cfg).__name__}")
+        super().__init__(cfg)
+        if cfg.qk_norm in ("fixed", "capped") or cfg.pos == "rope" or any(
+                not isinstance(s, AttnSpec) for s in cfg.layer_specs()):
+            # Swap in the extended attention, then redo GPT's init so the weights follow its recipe.
+            for i, (blk, spec) in enumerate(zip(self.transformer.h, cfg.layer_specs())):
+                blk.attn = LMAttention(cfg, spec, i)
+            self.apply(self._init_weights)
+            for name, p in self.named_parameters():
+                if name.endswith("c_proj.weight"):
+                    torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+        if cfg.pos != "learned":
+            del self.transformer["wpe"]
+
+    def forward(self, idx, targets=None):
+        B, T = idx.shape
+        if T > self.config.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
+        x = self.transformer.wte(idx)
+        if self.config.pos == "learned":
+            x = x + self.transformer.wpe(torch.arange(T, device=idx.device))
+        for block in self.transformer.h:
+            x = block(x)
+        logits = self.lm_head(self.transformer.ln_f(x))
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+        return logits, loss

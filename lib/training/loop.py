@@ -1,0 +1,424 @@
+"""The training loop of the new studies: `train_lm(RunConfig(...)) -> dict`, nanoGPT's loop with a census.
+
+One loop for every run from here on — the byte-level proxy, GPT-2 124M on a BPE token corpus, the positive control
+and the bias injection — read top to bottom: data, model, optimiser, then `for step in range(...)`: learning rate,
+batch, forward and backward under BF16 autocast, clip, observers, update, evaluation, checkpoint. The older
+`lib.training.train.train` stays for the results committed with it (their fingerprints reach its code).
+
+* **Config**: `RunConfig` nests the model's `LMConfig` (`model=LMConfig(...)`), so the model's fields are declared
+  once. `asdict(cfg)` is the record.
+* **Data**: "bytes" (the pinned byte corpus, `lib.training.data`) or "tokens" (a GPT-2 BPE corpus directory built by
+  `lib.training.token_corpus`; documents are split whole into train/val). `n_bos` BOS tokens (id `bos_id`) are put
+  at the start of every window (their own targets are ignored), the lever of the positive control: with
+  `pos="none"` they share one hidden state in every layer, so their keys tie exactly and their V rows are equal.
+* **Optimiser**: AdamW (β = (0.9, 0.95), fused on CUDA) or Muon for the 2-D weight matrices of the blocks with AdamW
+  for the rest (`optimizer="muon"`); linear warm-up, then constant or cosine (`lib.training.train.lr_at`).
+* **Observers** (the census): every `census_every` steps the loop runs the eager model without gradient on the
+  first `census_rows` windows of the step's batch, with capture on, and hands q, k, v of every layer to each
+  observer's `observe(step, model) -> dict`. The default observer is the census of the bias's preconditions
+  (`CensusObserver`: `lib.census.precondition_census` per layer and placement, and σ₁ of each head's W_Q). A
+  `step_hook` with the old harness's interface (`before_forward(step, model)`, `after_backward(step, model, opt)`)
+  sees the training step itself (the injection study measures Δδ and the dW_Q error there).
+* **Speed**: `compile=True` wraps the model in `torch.compile` (observers use the eager module, which shares the
+  parameters); TF32 off, so FP32 matmuls stay FP32.
+* **Length**: `steps`, and two machine limits recorded when they bind: `max_wall_s` (`truncated_at`) and
+  `max_tokens`. `ckpt_path` + `ckpt_every_s`: a checkpoint (model, optimiser, result so far) on local disk every so
+  many seconds and at the end; a run whose checkpoint exists resumes from it, so a run longer than one GPU call is
+  continued by the next call on the same machine.
+* **DDP** under torchrun as in `lib.training.train` (each rank its slice of every global batch; observers on rank 0).
+
+The result records measurements only (per-step loss, grad norm, lr, tokens seen; validation loss; the observers'
+records as arrays); outcomes are judged when results are read (`lib.training.outcome.classify`).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lib.training import data as data_mod
+from lib.training.lm import LM, LMConfig
+from lib.training.train import _agree, _autocast_dtype, _device, _dist_info, lr_at, versions
+
+OPTIMIZERS = ("adamw", "muon")
+
+
+@dataclass
+class RunConfig:
+    """Everything that defines a run of `train_lm`. Lengths in tokens; `batch_size` is global (split over ranks)."""
+    model: LMConfig = field(default_factory=LMConfig)
+    data: str = "bytes"              # "bytes" | "tokens"
+    corpus_dir: str = ""             # "tokens": a built token corpus directory (lib.training.token_corpus)
+    n_bos: int = 0                   # BOS tokens at the start of every window
+    bos_id: int = -1                 # their id (-1: the last id of the model's vocabulary)
+    # optimisation
+    steps: int = 1000
+    batch_size: int = 32
+    optimizer: str = "adamw"
+    lr: float = 1e-3
+    muon_lr: float = 0.02            # Muon's learning rate for the blocks' matrices (optimizer="muon")
+    warmup: int = 200
+    schedule: str = "constant"
+    min_lr: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.95
+    adam_eps: float = 1e-8
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    # seeds, data split
+    seed: int = 0
+    data_seed: int = 0
+    val_fraction: float = 0.05
+    # device
+    device: str = "auto"
+    autocast: str = "auto"
+    compile: bool = False
+    # observers, evaluation
+    census_every: int = 100          # 0: no census
+    census_rows: int = 4             # windows of the step's batch the census reads
+    census_placements: tuple = ("authors", "fa2")
+    eval_every: int = 0
+    eval_batches: int = 4
+    # limits and checkpoints
+    max_wall_s: float = 0.0
+    max_tokens: int = 0
+    ckpt_path: str = ""
+    ckpt_every_s: float = 0.0
+    label: str = ""
+
+    def __post_init__(self):
+        if isinstance(self.model, dict):
+            self.model = LMConfig(**self.model)
+        if self.data not in ("bytes", "tokens"):
+            raise ValueError(f"data must be 'bytes' or 'tokens', got {self.data!r}")
+        if self.data == "tokens" and not self.corpus_dir:
+            raise ValueError("data='tokens' needs corpus_dir")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if self.schedule not in ("constant", "cosine"):
+            raise ValueError(f"schedule must be 'constant' or 'cosine', got {self.schedule!r}")
+        for name in ("steps", "batch_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if not 0 <= self.n_bos < self.model.block_size:
+            raise ValueError(f"n_bos must be in [0, block_size), got {self.n_bos}")
+        if self.n_bos and self.bos_id >= self.model.vocab_size:
+            raise ValueError(f"bos_id {self.bos_id} outside the vocabulary of {self.model.vocab_size}")
+        self.census_placements = tuple(self.census_placements)
+
+    @property
+    def seq_len(self) -> int:
+        return self.model.block_size
+
+    @property
+    def bos(self) -> int:
+        return self.model.vocab_size - 1 if self.bos_id < 0 else self.bos_id
+
+    def record(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["model"] = asdict(self.model)
+        d["census_placements"] = list(self.census_placements)
+        return d
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# data
+# ----------------------------------------------------------------------------------------------------------------
+def load_data(cfg: RunConfig) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(train, val, info): 1-D integer arrays of token ids and what identifies them."""
+    if cfg.data == "bytes":
+        corpus = data_mod.load_corpus()
+        train, val = data_mod.split(corpus, cfg.val_fraction)
+        return train, val, dict(corpus="pystdlib bytes", sha256=data_mod.CORPUS_SHA256, n_tokens=int(len(corpus)))
+    from lib.training import token_corpus
+    tokens, manifest = token_corpus.load_token_corpus(cfg.corpus_dir)
+    offsets = np.load(Path(cfg.corpus_dir) / "doc_offsets.npy")
+    train, val = token_corpus.split_documents(tokens, offsets, cfg.val_fraction, cfg.data_seed)
+    return train, val, dict(corpus="token corpus", manifest=manifest)
+
+
+def get_batch(tokens: np.ndarray, starts: np.ndarray, cfg: RunConfig, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Windows (x, y), each (batch, seq_len) int64, starting at `starts`; with `n_bos` the first n_bos inputs are BOS
+    and the window's tokens follow (the targets of the first n_bos − 1 positions are ignored: −100)."""
+    n = cfg.n_bos
+    x, y = data_mod.get_batch(tokens, starts, cfg.seq_len - n, device)
+    if n:
+        b = x.shape[0]
+        x = torch.cat([torch.full((b, n), cfg.bos, dtype=x.dtype, device=x.device), x], dim=1)
+        y = torch.cat([torch.full((b, n - 1), -100, dtype=y.dtype, device=y.device), x[:, n:n + 1], y], dim=1)
+    return x, y
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# optimiser
+# ----------------------------------------------------------------------------------------------------------------
+def make_optimizers(model: torch.nn.Module, cfg: RunConfig) -> list[torch.optim.Optimizer]:
+    """AdamW on everything, or Muon on the blocks' 2-D matrices (c_attn, c_proj, c_fc) and AdamW on the rest."""
+    fused = next(model.parameters()).device.type == "cuda" or None
+    adam = dict(lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps, weight_decay=cfg.weight_decay, fused=fused)
+    if cfg.optimizer == "adamw":
+        return [torch.optim.AdamW(model.parameters(), **adam)]
+    mats = [p for n, p in model.named_parameters() if p.ndim == 2 and ".h." in n]
+    rest = [p for n, p in model.named_parameters() if not (p.ndim == 2 and ".h." in n)]
+    return [torch.optim.Muon(mats, lr=cfg.muon_lr, weight_decay=cfg.weight_decay, adjust_lr_fn="match_rms_adamw"),
+            torch.optim.AdamW(rest, **adam)]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# observers
+# ----------------------------------------------------------------------------------------------------------------
+def power_sigma(w: torch.Tensor, vec: torch.Tensor | None, iters: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    """σ₁ of each matrix of w (H, D, C) by power iteration on WᵀW in FP32, warm-started from `vec` (H, C) (None: a
+    fixed start); returns (σ₁ (H,), the new vectors (H, C)). A few iterations per call suffice when the vectors persist
+    across calls and W changes slowly."""
+    w = w.detach().float()
+    x = torch.ones(w.shape[0], w.shape[2], device=w.device) if vec is None else vec
+    for _ in range(iters):
+        x = torch.einsum("hdc,hd->hc", w, torch.einsum("hdc,hc->hd", w, x))
+        x = x / x.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+    return torch.einsum("hdc,hc->hd", w, x).norm(dim=-1), x
+
+
+class CensusObserver:
+    """The census of the bias's preconditions on every layer (or `layers`), for each placement, plus the largest
+    logit and σ₁ of each head's W_Q (power iteration). `observe` returns {"<placement>/<key>": (L, H) array, ...,
+    "wq_sigma": (L, H)}."""
+
+    def __init__(self, placements=("authors", "fa2"), layers=None, sigma_iters: int = 4):
+        self.placements, self.layers, self.iters = tuple(placements), layers, sigma_iters
+        self._vec = {}
+
+    @torch.no_grad()
+    def observe(self, step: int, model) -> dict:
+        from lib.census import precondition_census
+        layers = range(len(model.attn_layers)) if self.layers is None else self.layers
+        out: dict = {}
+        for li in layers:
+            cap = model.attn_layers[li].captured
+            for p in self.placements:
+                c = precondition_census(cap["q"], cap["k"], cap["v"], causal=True, placement=p)
+                for key, val in c.items():
+                    if np.ndim(val) >= 1 and np.shape(val)[0] == cap["q"].shape[1]:
+                        out.setdefault(f"{p}/{key}", []).append(np.asarray(val, dtype=np.float64))
+            wq, _ = model.qk_weights(li)
+            s, self._vec[li] = power_sigma(wq, self._vec.get(li), self.iters)
+            out.setdefault("wq_sigma", []).append(s.cpu().double().numpy())
+        return {k: np.stack(v) for k, v in out.items()}
+
+
+@torch.no_grad()
+def run_observers(observers, step: int, model, x: torch.Tensor, amp_dtype) -> dict:
+    """Eager forward of `model` on the windows x with capture on, then every observer's record (merged)."""
+    was = model.training
+    model.eval()
+    model.set_capture(True)
+    try:
+        with torch.autocast(device_type=x.device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+            model(x)
+        rec = {}
+        for ob in observers:
+            rec.update(ob.observe(step, model))
+    finally:
+        model.set_capture(False)
+        model.train(was)
+    return rec
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the loop
+# ----------------------------------------------------------------------------------------------------------------
+def _evaluate(model, val, cfg: RunConfig, device, amp_dtype) -> float:
+    starts = data_mod.batch_starts(len(val), cfg.seq_len, cfg.batch_size, cfg.eval_batches, cfg.data_seed + 1)
+    was = model.training
+    model.eval()
+    tot = 0.0
+    with torch.no_grad():
+        for row in starts:
+            x, y = get_batch(val, row, cfg, device)
+            with torch.autocast(device_type=device.type, dtype=amp_dtype or torch.float32,
+                                enabled=amp_dtype is not None):
+                tot += model(x, y)[1].item()
+    model.train(was)
+    return tot / len(starts)
+
+
+def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
+    """Run one training run (module docstring); returns the result dict: "config", "seeds", "versions", "n_params",
+    "data" (what identifies the corpus), "loss", "grad_norm", "lr" (per step), "tokens_per_step", "val" {"step",
+    "loss"}, "census" {"step": [...], key: (E, L, H) arrays}, "stopped_at", "truncated_at", "wall_s",
+    "tokens_per_s", "steps_per_s", "world_size", "resumed_from"."""
+    rank, world, local_rank = _dist_info()
+    device = _device(cfg, local_rank)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    amp_dtype = _autocast_dtype(cfg, device)
+    observers = [CensusObserver(cfg.census_placements)] if observers is None else list(observers)
+
+    train_tok, val_tok, data_info = load_data(cfg)
+    starts = data_mod.batch_starts(len(train_tok), cfg.seq_len - cfg.n_bos, cfg.batch_size, cfg.steps, cfg.data_seed)
+    my_starts = data_mod.rank_slice(starts, rank, world)
+
+    torch.manual_seed(cfg.seed)
+    model = LM(cfg.model).to(device)
+    opts = make_optimizers(model, cfg)
+    res = dict(loss=[], grad_norm=[], lr=[], val=dict(step=[], loss=[]), census=dict(step=[]), stopped_at=None,
+               truncated_at=None, resumed_from=None)
+    step0 = 0
+    ckpt = Path(cfg.ckpt_path) if cfg.ckpt_path else None
+    if ckpt is not None and ckpt.exists():
+        ck = torch.load(ckpt, map_location=device, weights_only=False)
+        model.load_state_dict(ck["model"])
+        for o, s in zip(opts, ck["optimizers"]):
+            o.load_state_dict(s)
+        res, step0 = ck["result"], ck["step"]
+        res["resumed_from"] = step0
+    fwd = model
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        fwd = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    if cfg.compile:
+        fwd = torch.compile(fwd)
+
+    def save(step):
+        if ckpt is None or rank != 0:
+            return
+        ckpt.parent.mkdir(parents=True, exist_ok=True)
+        tmp = ckpt.with_suffix(".tmp")
+        torch.save(dict(model=model.state_dict(), optimizers=[o.state_dict() for o in opts], step=step,
+                        config=cfg.record(), result=res), tmp)
+        tmp.replace(ckpt)
+
+    tokens_per_step = cfg.batch_size * (cfg.seq_len - cfg.n_bos)
+    pending = []
+    t0 = last_ckpt = time.perf_counter()
+    model.train()
+    step = step0
+    for step in range(step0, cfg.steps):
+        lr = lr_at(cfg, step)
+        for o in opts:
+            for g in o.param_groups:
+                g["lr"] = lr * (cfg.muon_lr / cfg.lr if isinstance(o, getattr(torch.optim, "Muon", ())) else 1.0)
+        x, y = get_batch(train_tok, my_starts[step], cfg, device)
+        census_due = cfg.census_every and rank == 0 and (step % cfg.census_every == 0 or step == cfg.steps - 1)
+        if census_due:
+            rec = run_observers(observers, step, model, x[:cfg.census_rows], amp_dtype)
+            res["census"]["step"].append(step)
+            for k_, v_ in rec.items():
+                res["census"].setdefault(k_, []).append(v_)
+        model.set_step(step, cfg.seed)
+        if step_hook is not None and rank == 0:
+            step_hook.before_forward(step, model)
+        with torch.autocast(device_type=device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+            _, loss = fwd(x, y)
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
+        if step_hook is not None and rank == 0:
+            step_hook.after_backward(step, model, opts[-1])
+        for o in opts:
+            o.step()
+            o.zero_grad(set_to_none=True)
+        pending.append(torch.stack([loss.detach().float(), gn.detach().float()]))
+        res["lr"].append(lr)
+        if len(pending) >= 50 or step == cfg.steps - 1 or census_due:
+            vals = torch.stack(pending)
+            if world > 1:
+                import torch.distributed as dist
+                dist.all_reduce(vals[:, 0])
+                vals[:, 0] /= world
+            vals = vals.cpu().tolist()
+            res["loss"].extend(v[0] for v in vals)
+            res["grad_norm"].extend(v[1] for v in vals)
+            pending.clear()
+            if not math.isfinite(res["loss"][-1]):
+                res["stopped_at"] = step
+                break
+        if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and cfg.eval_batches:
+            res["val"]["step"].append(step + 1)
+            res["val"]["loss"].append(_evaluate(model, val_tok, cfg, device, amp_dtype))
+        now = time.perf_counter()
+        if (step + 1) % 10 == 0:
+            if cfg.max_wall_s and _agree(now - t0 > cfg.max_wall_s, world, device):
+                res["truncated_at"] = step + 1
+                break
+            if cfg.max_tokens and (step + 1) * tokens_per_step >= cfg.max_tokens:
+                res["truncated_at"] = step + 1
+                break
+            if cfg.ckpt_every_s and now - last_ckpt > cfg.ckpt_every_s:
+                save(step + 1)
+                last_ckpt = now
+    if pending:
+        vals = torch.stack(pending).cpu().tolist()
+        res["loss"].extend(v[0] for v in vals)
+        res["grad_norm"].extend(v[1] for v in vals)
+    done = len(res["loss"])
+    if cfg.eval_batches and (not res["val"]["step"] or res["val"]["step"][-1] != done):
+        res["val"]["step"].append(done)
+        res["val"]["loss"].append(_evaluate(model, val_tok, cfg, device, amp_dtype))
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    save(done)
+    steps_run = done - step0
+    res.update(config=cfg.record(), seeds=dict(torch=cfg.seed, data=cfg.data_seed), versions=versions(),
+               n_params=model.num_params(), data=data_info, tokens_per_step=tokens_per_step, world_size=world,
+               wall_s=wall, steps_per_s=steps_run / wall if wall > 0 else float("nan"),
+               tokens_per_s=steps_run * tokens_per_step / wall if wall > 0 else float("nan"))
+    res["model"] = model
+    return res
+
+
+def census_arrays(census: dict) -> dict:
+    """The census record of a result as arrays: {"step": (E,), key: (E, L, H)} (events × layers × heads)."""
+    out = {"step": np.asarray(census["step"], dtype=np.int64)}
+    for k, v in census.items():
+        if k != "step" and len(v):
+            out[k] = np.stack([np.asarray(e) for e in v])
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# several runs at once (concurrent processes sharing one GPU)
+# ----------------------------------------------------------------------------------------------------------------
+def _worker(cfg: RunConfig) -> dict:
+    import traceback
+    import lib.book.setup  # noqa: F401  (interpreter mode for the kernels on CPU-only machines)
+    try:
+        res = train_lm(cfg)
+    except Exception as e:  # noqa: BLE001  (one failing run must not lose the others')
+        print(f"[run_many] {cfg.label}: FAILED {type(e).__name__}: {e}", flush=True)
+        return dict(error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc(), config=cfg.record())
+    res.pop("model", None)
+    print(f"[run_many] {cfg.label}: {len(res['loss'])} steps, final loss {res['loss'][-1]:.4f}, "
+          f"{res['tokens_per_s']:.0f} tokens/s, {res['wall_s']:.0f} s", flush=True)
+    return res
+
+
+def run_many(cfgs: list[RunConfig], workers: int = 1) -> list[dict]:
+    """Run `cfgs` in order (workers = 1) or as that many concurrent spawned processes (one GPU shared); a run that
+    raises gives {"error", "traceback", "config"}."""
+    if workers <= 1 or len(cfgs) <= 1:
+        return [_worker(c) for c in cfgs]
+    import multiprocessing as mp
+    with mp.get_context("spawn").Pool(processes=min(workers, len(cfgs))) as pool:
+        return pool.map(_worker, cfgs, chunksize=1)
+
+
+def save_json(res: dict, path: Path | str) -> Path:
+    """The result without the model, as JSON (non-finite floats as strings)."""
+    from lib.training.train import _jsonable
+    path = Path(path)
+    path.write_text(json.dumps(_jsonable({k: v for k, v in res.items() if k != "model"})))
+    return path
+
+
+if __name__ == "__main__":   # a quick CPU smoke run: python -m lib.training.loop
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    r = train_lm(RunConfig(model=LMConfig(n_layer=2, n_head=2, n_embd=32, block_size=32), steps=20, batch_size=4,
+                           census_every=10, eval_batches=1))
+    print(len(r["loss"]), r["loss"][-1], sorted(r["census"]))

@@ -1,0 +1,98 @@
+"""Bias injection (`lib.training.inject`): the O error of the tie bias on chosen rows, entering only through δ."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from lib.fp.bf16 import ulp
+from lib.training import inject
+from lib.training.model import naive_attention
+
+
+def _qkv(seed=0, B=2, H=3, T=24, D=8):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, H, T, D, generator=g).requires_grad_() for _ in range(3)]
+
+
+def test_parse_and_validate():
+    s = inject.parse("inject/r=0.01/heads=0:2/select=random/e=0.5/lam=3")
+    assert (s.rate, s.heads, s.select, s.e, s.lam) == (0.01, (0, 2), "random", 0.5, 3.0)
+    assert inject.parse("inject/r=1").e == inject.E_DEFAULT
+    for bad in ("inject", "inject/r=2", "inject/r=0.1/select=all", "inject/r=0.1/heads=1:1", "inject/q=1",
+                "inject/r=x", "inject/r=0.1/lam=-1"):
+        with pytest.raises(ValueError):
+            inject.parse(bad)
+
+
+def test_ulp_bf16_matches_the_numpy_reference():
+    x = torch.tensor([1.0, -1.0, 0.75, 3.0e-3, -1234.5, 2.0 ** -126, 0.0])
+    want = np.where(x.numpy() == 0, 0.0, ulp(x.numpy()))
+    assert np.array_equal(inject.ulp_bf16(x).numpy(), want.astype(np.float32))
+
+
+def test_rate_zero_is_fp32_attention_bit_for_bit():
+    q, k, v = _qkv()
+    o = inject.attention(q, k, v, spec=inject.parse("inject/r=0"))
+    do = torch.randn_like(o)
+    g1 = torch.autograd.grad(o, (q, k, v), do)
+    q2, k2, v2 = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    from lib.training.dose_backend import DoseAttention
+    o2 = DoseAttention.apply(q2, k2, v2, None, 1 / math.sqrt(8), True, "true", 0.0, None, None)
+    assert torch.equal(o, o2) and torch.allclose(o, naive_attention(q, k, v), atol=1e-6)
+    for a, b in zip(g1, torch.autograd.grad(o2, (q2, k2, v2), do)):
+        assert torch.equal(a, b)
+
+
+def test_injected_error_enters_only_through_delta():
+    """dV is untouched; dQ and dK change by exactly what δ + λ·rowsum(dO∘E) predicts; E = e·ulp(O)·sign(O) on the
+    selected rows of the selected heads only."""
+    q, k, v = _qkv(1)
+    spec = inject.parse("inject/r=1/heads=1/select=random/lam=2")
+    call = type("C", (), dict(stats={}, seed=0, step=0, layer=0))()
+    o = inject.attention(q, k, v, spec=spec, call=call)
+    err, rows = call.stats["inj_err"], call.stats["inj_rows"]
+    assert rows[:, 1].all() and not rows[:, [0, 2]].any()
+    o32 = naive_attention(q.detach(), k.detach(), v.detach())
+    assert torch.equal(err[:, 1], 0.25 * inject.ulp_bf16(o32[:, 1]) * torch.sign(o32[:, 1]))
+    do = torch.randn_like(o)
+    dq, dk, dv = torch.autograd.grad(o, (q, k, v), do)
+    q0, k0, v0 = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    o0 = naive_attention(q0, k0, v0)
+    dq0, dk0, dv0 = torch.autograd.grad(o0, (q0, k0, v0), do)
+    assert torch.allclose(dv, dv0, atol=1e-6)
+    # the change predicted from Δδ alone: dS changes by −P·λΔδ, so dQ by −scale·λΔδ·(P K)
+    s = (q0 @ k0.transpose(-2, -1)).detach() / math.sqrt(8)
+    s = s.masked_fill(~torch.ones(24, 24, dtype=torch.bool).tril(), float("-inf"))
+    p = torch.softmax(s, -1)
+    dd = (do * err).sum(-1)
+    pred = -(2.0 * dd).unsqueeze(-1) * (p @ k0.detach()) / math.sqrt(8)
+    assert torch.allclose(dq - dq0, pred, atol=1e-6, rtol=1e-3)
+    assert (dq - dq0)[:, [0, 2]].abs().max() < 1e-6 and (dq - dq0)[:, 1].abs().max() > 1e-5
+
+
+def test_tied_rows_are_chosen_first():
+    B, H, T = 4, 2, 1000
+    tied = torch.zeros(B, H, T, dtype=torch.bool)
+    tied[..., :100] = True                            # 10 % of the rows tie
+    u = torch.rand(B, H, T, generator=torch.Generator().manual_seed(0))
+    heads = torch.tensor([True, True])
+    low = inject.select_rows(tied, heads, 0.05, u, "tied")
+    assert not (low & ~tied).any() and abs(low.float().mean().item() - 0.05) < 0.01
+    high = inject.select_rows(tied, heads, 0.5, u, "tied")
+    assert high[tied].all() and abs(high.float().mean().item() - 0.5) < 0.02
+    rnd = inject.select_rows(tied, heads, 0.05, u, "random")
+    assert (rnd & ~tied).any()
+    one_head = inject.select_rows(tied, torch.tensor([False, True]), 1.0, u, "tied")
+    assert not one_head[:, 0].any() and one_head[:, 1].all()
+
+
+def test_selection_is_reproducible_per_step_and_layer():
+    q, k, v = _qkv(2)
+    spec = inject.parse("inject/r=0.3/select=random")
+    rows = []
+    for step in (5, 5, 6):
+        call = type("C", (), dict(stats={}, seed=0, step=step, layer=1))()
+        inject.attention(q, k, v, spec=spec, call=call)
+        rows.append(call.stats["inj_rows"])
+    assert torch.equal(rows[0], rows[1]) and not torch.equal(rows[0], rows[2])

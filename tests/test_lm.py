@@ -1,0 +1,110 @@
+"""The new studies' model (`lib.training.lm`): GPT by default, and each knob doing what it says."""
+import math
+
+import pytest
+import torch
+
+from lib.training.lm import LM, LMConfig, parse_spec, rope, StableSpec
+from lib.training.model import GPT, GPTConfig
+
+SMALL = dict(n_layer=2, n_head=2, n_embd=32, block_size=16)
+
+
+def test_default_lm_is_gpt_bit_for_bit():
+    torch.manual_seed(0)
+    g = GPT(GPTConfig(**SMALL))
+    torch.manual_seed(0)
+    m = LM(LMConfig(**SMALL))
+    x = torch.randint(0, 256, (2, 16))
+    lg, lm = g(x, x)[1], m(x, x)[1]
+    assert torch.equal(lg, lm)
+    lg.backward()
+    lm.backward()
+    for (n, a), (_, b) in zip(g.named_parameters(), m.named_parameters()):
+        assert torch.equal(a.grad, b.grad), n
+
+
+def test_no_positions_makes_repeated_prefix_tokens_identical():
+    """With pos="none" the first n equal tokens have equal hidden states: their keys tie exactly in the first layer,
+    and in later layers up to the rounding of softmax(1/3, 1/3, 1/3)·V on this CPU path (a flash kernel computes
+    (V + V + V)/3 = V exactly, so on the GPU they stay equal)."""
+    torch.manual_seed(1)
+    m = LM(LMConfig(**SMALL, pos="none"))
+    assert "wpe" not in m.transformer
+    x = torch.randint(1, 256, (2, 16))
+    x[:, :3] = 0
+    m.set_capture(True)
+    with torch.no_grad():
+        m(x)
+    for i, a in enumerate(m.attn_layers):
+        k, v = a.captured["k"], a.captured["v"]
+        same = torch.equal if i == 0 else (lambda a_, b_: torch.allclose(a_, b_, rtol=1e-6, atol=1e-7))
+        assert same(k[:, :, 0], k[:, :, 1]) and same(k[:, :, 0], k[:, :, 2]) and same(v[:, :, 0], v[:, :, 2])
+        assert not torch.allclose(k[:, :, 2], k[:, :, 3])
+    # with learned positions the same prefix does not give equal keys
+    m2 = LM(LMConfig(**SMALL))
+    m2.set_capture(True)
+    with torch.no_grad():
+        m2(x)
+    assert not torch.equal(m2.attn_layers[0].captured["k"][:, :, 0], m2.attn_layers[0].captured["k"][:, :, 1])
+
+
+def test_rope_scores_depend_on_offset_only():
+    torch.manual_seed(2)
+    D = 8
+    q0, k0 = torch.randn(D), torch.randn(D)
+    T = 12
+    q = q0.expand(1, 1, T, D).clone()
+    k = k0.expand(1, 1, T, D).clone()
+    qr, kr = rope(q), rope(k)
+    s = (qr[0, 0] @ kr[0, 0].T)
+    assert torch.allclose(s[5, 3], s[9, 7], atol=1e-5) and torch.allclose(s[4, 4], s[11, 11], atol=1e-5)
+    assert not torch.allclose(s[5, 3], s[5, 4], atol=1e-3)
+    assert torch.allclose(qr.norm(dim=-1), q.norm(dim=-1), atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["fixed", "capped"])
+def test_bounded_qk_norm_bounds_every_logit(mode):
+    g = 1.5
+    torch.manual_seed(3)
+    m = LM(LMConfig(**SMALL, qk_norm=mode, qk_gain=g))
+    with torch.no_grad():
+        for p in m.parameters():
+            p.mul_(50.0)   # huge weights: an unbounded model's logits would be enormous
+        if mode == "capped":
+            for a in m.attn_layers:
+                a.qk_theta.fill_(30.0)   # gain at its cap
+    m.set_capture(True)
+    with torch.no_grad():
+        m(torch.randint(0, 256, (2, 16)))
+    D = m.config.head_dim
+    bound = math.sqrt(D) * g * g
+    for a in m.attn_layers:
+        q, k = a.captured["q"], a.captured["k"]
+        s = (q @ k.transpose(-2, -1)) / math.sqrt(D)
+        assert s.abs().max() <= bound * (1 + 1e-5)
+        assert s.abs().max() > 0.5 * bound       # and the bound is approached (aligned q, k exist)
+
+
+def test_capped_gain_is_learnable_and_below_cap():
+    m = LM(LMConfig(**SMALL, qk_norm="capped", qk_gain=2.0))
+    a = m.attn_layers[0]
+    assert a.qk_theta.requires_grad and torch.allclose(a.gain().flatten(), torch.full((2,), 1.0))
+    x = torch.randint(0, 256, (2, 16))
+    m(x, x)[1].backward()
+    assert a.qk_theta.grad is not None and a.qk_theta.grad.abs().sum() > 0
+
+
+def test_config_validation_and_specs():
+    with pytest.raises(ValueError):
+        LMConfig(**SMALL, pos="alibi")
+    with pytest.raises(ValueError):
+        LMConfig(**SMALL, qk_norm="cosine")
+    with pytest.raises(ValueError):
+        LMConfig(**SMALL, qk_gain=0.0)
+    assert parse_spec("stable+fix") == StableSpec(fix="beta", text="stable+fix")
+    assert parse_spec("stable/beta=7+fix").beta == 7.0
+    with pytest.raises(ValueError):
+        parse_spec("stable/gamma=1")
+    specs = LMConfig(**SMALL, attn="sdpa,inject/r=0.1").layer_specs()
+    assert specs[0].backend == "sdpa" and specs[1].rate == 0.1

@@ -1,0 +1,80 @@
+"""The new studies' training loop (`lib.training.loop`) on the CPU: it trains, resumes exactly, honours its limits."""
+import numpy as np
+import pytest
+import torch
+
+from lib.training import loop
+from lib.training.lm import LMConfig
+
+TINY = dict(n_layer=2, n_head=2, n_embd=32, block_size=32)
+
+
+def _cfg(**kw):
+    base = dict(model=LMConfig(**TINY), steps=12, batch_size=4, warmup=2, census_every=0, eval_batches=1)
+    return loop.RunConfig(**(base | kw))
+
+
+def test_trains_and_records():
+    r = loop.train_lm(_cfg(steps=30, lr=3e-3), observers=[])
+    assert len(r["loss"]) == len(r["grad_norm"]) == len(r["lr"]) == 30
+    assert np.mean(r["loss"][-5:]) < np.mean(r["loss"][:5]) - 0.3
+    assert r["tokens_per_step"] == 4 * 32 and r["val"]["step"] == [30] and r["n_params"] > 0
+    assert r["config"]["model"]["n_layer"] == 2
+
+
+def test_resume_from_checkpoint_is_exact(tmp_path):
+    full = loop.train_lm(_cfg(), observers=[])
+    ck = tmp_path / "ck.pt"
+    part = loop.train_lm(_cfg(max_tokens=6 * 4 * 32, ckpt_path=str(ck)), observers=[])
+    assert part["truncated_at"] == 10 and ck.exists()     # the token limit is checked every 10 steps
+    rest = loop.train_lm(_cfg(ckpt_path=str(ck)), observers=[])
+    assert rest["resumed_from"] == 10
+    assert rest["loss"] == full["loss"]
+
+
+def test_bos_tokens_lead_every_window_and_their_targets_are_ignored():
+    cfg = _cfg(n_bos=3, bos_id=0, model=LMConfig(**TINY, pos="none"))
+    data = np.arange(100, dtype=np.uint16) % 250 + 5
+    x, y = loop.get_batch(data, np.array([0, 10]), cfg, "cpu")
+    assert x.shape == y.shape == (2, 32)
+    assert (x[:, :3] == 0).all() and x[0, 3] == 5 and x[1, 3] == 15
+    assert (y[:, :2] == -100).all() and y[0, 2] == 5 and y[0, 3] == 6
+    r = loop.train_lm(cfg, observers=[])
+    assert np.isfinite(r["loss"]).all()
+
+
+def test_muon_and_validation():
+    r = loop.train_lm(_cfg(optimizer="muon", muon_lr=0.02), observers=[])
+    assert np.isfinite(r["loss"]).all()
+    with pytest.raises(ValueError):
+        _cfg(optimizer="sgd")
+    with pytest.raises(ValueError):
+        _cfg(data="tokens")
+    with pytest.raises(ValueError):
+        _cfg(n_bos=40)
+
+
+class _Count:
+    def __init__(self):
+        self.steps = []
+
+    def observe(self, step, model):
+        self.steps.append(step)
+        q = model.attn_layers[0].captured["q"]
+        return {"q_rows": np.full((len(model.attn_layers), q.shape[1]), q.shape[0], dtype=float)}
+
+
+def test_observers_see_captured_windows_at_their_steps():
+    ob = _Count()
+    r = loop.train_lm(_cfg(census_every=5, census_rows=2), observers=[ob])
+    assert ob.steps == [0, 5, 10, 11] and r["census"]["step"] == [0, 5, 10, 11]
+    arr = loop.census_arrays(r["census"])
+    assert arr["q_rows"].shape == (4, 2, 2) and (arr["q_rows"] == 2).all()
+
+
+def test_power_sigma_converges_to_the_spectral_norm():
+    w = torch.randn(3, 8, 20, generator=torch.Generator().manual_seed(0))
+    s, vec = loop.power_sigma(w, None, iters=3)
+    for _ in range(30):
+        s, vec = loop.power_sigma(w, vec, iters=3)
+    assert torch.allclose(s, torch.linalg.matrix_norm(w, ord=2), rtol=1e-4)
