@@ -1,26 +1,59 @@
-"""Headless-Chromium check of the built book at a 1280-px window: every page loads, math is typeset, every image
-loads, no broken links, no table wider than its container, no figure whose text renders below 8 pt.
+"""Headless-Chromium check of the built book at a 1280-px window, for the defects a reader sees.
 
-    python -m lib.book.htmlcheck _build/html
+    python -m lib.book.htmlcheck _build/html [--code-id REGEX ...]
 
-Uses Debian's `chromium` + `chromium-driver` (run as --headless --no-sandbox --disable-gpu) through Selenium.
-Checks per page: no JavaScript-visible load failure; every <img> has `complete && naturalWidth > 0`; every page that
-contains TeX has MathJax output (`mjx-container`) and no raw `\\(`/`$$` left in the text; every local link target
-(file and #anchor) exists; every visible <table> fits its container (its rendered width ≤ the width of its parent
-and of the content column — a wider table would scroll sideways; a table in a collapsed cell is not visible and not
-checked); every figure PNG written by `lib.book.plotting` carries a record of its smallest text size (pt at its
-dpi), which is scaled by the image's rendered width / natural width and must stay ≥ `MIN_TEXT_PT`, and of the
-overlaps the figure check found, which must be none. A Matplotlib PNG without that record (a figure that bypassed
-the book's formatter) is a problem too. Exits 1 with a list of problems.
+Uses Debian's `chromium` + `chromium-driver` (headless, no sandbox, fresh profile) through Selenium; the environment
+variables CHROMIUM / CHROMEDRIVER override the PATH search (`browser_paths`). Checks per page:
+- loading: no JavaScript-visible load failure; every <img> has `complete && naturalWidth > 0`; every local link target
+  (file and #anchor) exists; no figure without an image, no `<Figure size …>` or display-object repr shown as text;
+- math: every page that contains TeX has MathJax output (`mjx-container`); no display equation wider than its
+  container, its parent or the content column (it would be cut off or need a scrollbar);
+- width: no table wider than its parent or the content column (it would scroll sideways). Collapsed content
+  (`<details>`, myst-nb's hidden cells, sphinx-togglebutton's `.toggle-hidden`) is expanded in the browser first, so a
+  table a reader can only see by opening a toggle is measured too;
+- figures: every figure PNG written by `lib.book.plotting` carries a record of its smallest text size (pt at its
+  dpi), which is scaled by the image's rendered width / natural width and must stay ≥ `MIN_TEXT_PT`, and of the
+  overlaps the figure check found, which must be none; a Matplotlib PNG without that record (a figure that bypassed the
+  book's formatter) is a problem too. No image is shown twice on one page (same `src`, or same file content);
+- prose: no paragraph whose text starts with `|` (a pipe table printed as text); no paragraph whose whole text sits
+  in one `<strong>`/`<b>` (glued text rendered bold); no "issue <number>" and no code id (`CODE_ID_PATTERNS`) in
+  prose, tables, headings or figure captions. Code is exempt: `<code>`, `<pre>`, code cells' source and textual
+  outputs, math and link URLs.
+Exits 1 with a list of problems, each naming its page and element.
 """
 from __future__ import annotations
 
+import argparse
+import hashlib
+import os
+import re
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+INSTALL = "sudo apt-get install -y chromium chromium-driver"
+WINDOW = (1280, 1000)     # CSS px: the width the book is checked at
+
+# Internal names a reader must not meet in prose. Case-sensitive (W_Q, r_m and other math in text do not match).
+ISSUE_PATTERN = r"(?i)\bissues?\s*#?\s*\d+"                      # "issue 15", "Issue 16": the project's tracker
+CODE_ID_PATTERNS = (
+    r"\b[a-z][a-z0-9]+(?:_[a-z0-9]+)*_[a-z0-9]{2,}(?:_[a-z0-9]+)*\b",   # snake_case ids: paper_rb512, fix_b7,
+                                                                        # delta_fp32_o, fix_split, paper_untiled
+    r"\b[a-z][a-z0-9_]+\+[a-z][a-z0-9_]+",                         # arm specs joined by '+': paper+fix
+    r"_(?:sm|rb|b|m)\d+\b",                                         # variant suffixes on any name: _sm32, _b7
+)
+_URL = re.compile(r"\b(?:https?|file)://\S+")
+
+# The content column: Jupyter Book's article, else <main>, else the body.
+_ARTICLE = ("const a = document.querySelector('article.bd-article') || document.querySelector('main') || "
+            "document.body || document.documentElement; const cs = getComputedStyle(a); "
+            "const col = a.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight); ")
+_VISIBLE = ("const visible = e => { const r = e.getBoundingClientRect(); "
+            "return r.width > 0 && r.height > 0 && (!e.checkVisibility || e.checkVisibility()); }; ")
+_WHERE = "const where = e => (e.closest('figure[id], .cell[id], section[id], [id]') || {id: ''}).id; "
 _JS_IMAGES = "return Array.from(document.images).map(i => [i.getAttribute('src'), i.complete && i.naturalWidth > 0]);"
 _JS_LINKS = "return Array.from(document.querySelectorAll('a[href]')).map(a => a.getAttribute('href'));"
 _JS_FIGS = ("return Array.from(document.querySelectorAll('figure')).filter(f => !f.querySelector('img, svg, table'))"
@@ -30,24 +63,66 @@ _JS_IDS = "return Array.from(document.querySelectorAll('[id]')).map(e => e.id);"
 _JS_MATH = ("return [document.querySelectorAll('mjx-container').length, "
             "document.querySelectorAll('.math, div.math, span.math').length, "
             "typeof MathJax !== 'undefined' && MathJax.startup ? 1 : 0];")
-
-
-_JS_COLUMN = ("const a = document.querySelector('article.bd-article') || document.querySelector('main') || "
-              "document.body || document.documentElement; const cs = getComputedStyle(a); "
-              "return a.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);")
-_JS_TABLES = ("const a = document.querySelector('article.bd-article') || document.querySelector('main') || "
-              "document.body || document.documentElement; const cs = getComputedStyle(a); "
-              "const col = a.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight); "
-              "return Array.from(document.querySelectorAll('table')).map((t, i) => { "
+_JS_COLUMN = _ARTICLE + "return col;"
+_JS_IMG_SIZES = (_VISIBLE + "return Array.from(document.images).map(i => [i.getAttribute('src'), "
+                 "i.getBoundingClientRect().width, i.naturalWidth, visible(i)]);")
+# Mark the tables a reader cannot see yet, then open every collapsed element: closed <details> (myst-nb's hidden
+# cells, sphinx-design dropdowns, sphinx-togglebutton's wrapped blocks) and togglebutton's `.toggle-hidden`.
+_JS_EXPAND = (_VISIBLE + "document.querySelectorAll('table').forEach(t => { if (!visible(t)) "
+              "t.setAttribute('data-htmlcheck-collapsed', '1'); }); "
+              "document.querySelectorAll('details:not([open])').forEach(d => { d.open = true; }); "
+              "document.querySelectorAll('.toggle-hidden').forEach(e => e.classList.remove('toggle-hidden')); "
+              "document.querySelectorAll('.toggle-button-hidden').forEach(e => "
+              "e.classList.remove('toggle-button-hidden'));")
+_JS_TABLES = (_ARTICLE + _VISIBLE + _WHERE + "return Array.from(document.querySelectorAll('table')).map((t, i) => { "
               "const r = t.getBoundingClientRect(); const p = t.parentElement; "
-              "const cap = (t.closest('figure, .cell, section') || {}).id || ''; "
               "const head = (t.querySelector('th, td') || {textContent: ''}).textContent.trim().slice(0, 40); "
-              "return [i, r.width, Math.max(r.width, t.scrollWidth), p ? p.clientWidth : col, col, "
-              "r.width > 0 && r.height > 0 && (!t.checkVisibility || t.checkVisibility()), cap, head]; });")
-_JS_IMG_SIZES = ("return Array.from(document.images).map(i => { const r = i.getBoundingClientRect(); "
-                 "return [i.getAttribute('src'), r.width, i.naturalWidth, "
-                 "r.width > 0 && r.height > 0 && (!i.checkVisibility || i.checkVisibility())]; });")
-WINDOW = (1280, 1000)     # CSS px: the width the book is checked at
+              "return [i, r.width, Math.max(r.width, t.scrollWidth), p ? p.clientWidth : col, col, visible(t), "
+              "t.hasAttribute('data-htmlcheck-collapsed'), where(t), head]; });")
+# A display equation: MathJax's container (CHTML or SVG); its content is the inner mjx-math / svg, whose width does
+# not shrink with the container. The TeX comes from MathJax's own record of the item.
+_JS_DISPLAYS = (_ARTICLE + _VISIBLE + _WHERE + "return Array.from(document.querySelectorAll("
+                "'mjx-container[display=\"true\"]')).filter(visible).map(c => { "
+                "const m = c.querySelector('mjx-math, svg') || c; const p = c.parentElement; let tex = ''; "
+                "try { tex = MathJax.startup.document.getMathItemsWithin(c)[0].math; } catch (e) {} "
+                "return [tex.trim().slice(0, 50), Math.max(m.getBoundingClientRect().width, c.scrollWidth), "
+                "c.clientWidth, p ? p.clientWidth : col, col, where(c)]; });")
+_JS_ARTICLE_IMAGES = (_ARTICLE + _WHERE + "return Array.from(a.querySelectorAll('img')).map(i => "
+                      "[i.getAttribute('src') || '', where(i)]);")
+# Paragraphs outside table cells: text starting with '|', or no text outside its <strong>/<b> but punctuation.
+_JS_PARAGRAPHS = (_ARTICLE + _WHERE + "return Array.from(a.querySelectorAll('p')).filter(p => "
+                  "!p.closest('td, th, .admonition-title')).map(p => { "
+                  "const t = p.textContent.replace(/\\s+/g, ' ').trim(); const c = p.cloneNode(true); "
+                  "const bold = c.querySelectorAll('strong, b'); bold.forEach(b => b.remove()); "
+                  "const rest = c.textContent.replace(/[\\s.,;:!?()\\[\\]\"'\u2018\u2019\u201c\u201d\u2013\u2014-]/g, "
+                  "''); "
+                  "return [t.slice(0, 60), t.startsWith('|'), bold.length > 0 && t.length > 0 && rest === '', "
+                  "where(p)]; }).filter(r => r[1] || r[2]);")
+# Reader-facing text, grouped by its block (paragraph, list item, cell, heading, caption) and named by the cell or
+# caption holding it; code and math are skipped.
+_JS_TEXT_BLOCKS = (_ARTICLE + _WHERE +
+                   "const skip = 'code, pre, kbd, samp, script, style, mjx-container, math, .cell_input, .highlight, "
+                   ".headerlink'; const block = 'p, li, td, th, figcaption, caption, h1, h2, h3, h4, h5, h6, dt, dd, "
+                   "summary, blockquote'; const w = document.createTreeWalker(a, NodeFilter.SHOW_TEXT); "
+                   "const out = new Map(); let n; while ((n = w.nextNode())) { const e = n.parentElement; "
+                   "if (!e || !n.nodeValue.trim() || e.closest(skip)) continue; const b = e.closest(block) || e; "
+                   "if (!out.has(b)) out.set(b, []); out.get(b).push(n.nodeValue); } "
+                   "return Array.from(out, ([b, parts]) => [(b.closest('figcaption, caption, td, th') || b).tagName"
+                   ".toLowerCase(), where(b), parts.join('')]);")
+
+
+def browser_paths() -> tuple[str | None, str | None]:
+    """(chromium, chromedriver) executables, None for each one missing. The environment variables CHROMIUM and
+    CHROMEDRIVER, when set, replace the PATH search (set empty: absent — how the no-browser path is exercised)."""
+    def find(var, names):
+        if var in os.environ:
+            return shutil.which(os.environ[var]) if os.environ[var] else None
+        return next((p for p in map(shutil.which, names) if p), None)
+    return find("CHROMIUM", ("chromium", "chromium-browser")), find("CHROMEDRIVER", ("chromedriver",))
+
+
+def _too_wide(w: float, limit: float, tol_px: float) -> bool:
+    return w > limit + tol_px
 
 
 def table_problem(rendered_w: float, content_w: float, parent_w: float, column_w: float, tol_px: float = 1.0):
@@ -55,15 +130,64 @@ def table_problem(rendered_w: float, content_w: float, parent_w: float, column_w
     than the content column (CSS px); None when it fits."""
     limit = min(parent_w, column_w)
     w = max(rendered_w, content_w)
-    if w > limit + tol_px:
+    if _too_wide(w, limit, tol_px):
         return f"table is {w:.0f} px wide, its container {limit:.0f} px (it would scroll sideways)"
     return None
 
 
+def math_problem(math_w: float, container_w: float, parent_w: float, column_w: float, tol_px: float = 1.0):
+    """A one-line problem when a display equation's typeset width (CSS px) exceeds its MathJax container, the
+    container's parent or the content column; None when it fits."""
+    limit = min(container_w, parent_w, column_w)
+    if _too_wide(math_w, limit, tol_px):
+        return (f"display equation is {math_w:.0f} px wide, its container {limit:.0f} px (cut off at the right "
+                f"or needs a scrollbar)")
+    return None
+
+
+def name_problems(text: str, code_ids=CODE_ID_PATTERNS) -> list[str]:
+    """The internal names in reader-facing `text`: "issue <number>" and matches of the `code_ids` regexes, each
+    once, in order of appearance; URLs are not read."""
+    text = _URL.sub(" ", text)
+    spans = sorted(m.span() for pat in (ISSUE_PATTERN, *code_ids) for m in re.finditer(pat, text))
+    merged: list[list[int]] = []
+    for lo, hi in spans:                   # overlapping matches are one name: `paper_rb512+fix_b7`, not three
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return list(dict.fromkeys(text[lo:hi] for lo, hi in merged))
+
+
+def _image_label(src: str) -> str:
+    return "an inline data: image" if src.startswith("data:") else (Path(urlparse(src).path).name or src)[:40]
+
+
+def duplicate_problems(images: list[tuple[str, str, str]]) -> list[str]:
+    """One problem per image shown more than once on a page. `images`: (src, content digest or '' when unknown,
+    where it is), in page order; images are the same when their src or their digest is."""
+    groups: list[list[tuple[str, str, str]]] = []
+    for img in images:
+        g = next((g for g in groups if any(img[0] == o[0] or (img[1] and img[1] == o[1]) for o in g)), None)
+        if g is None:
+            groups.append([img])
+        else:
+            g.append(img)
+    out = []
+    for g in (g for g in groups if len(g) > 1):
+        srcs = list(dict.fromkeys(s for s, _, _ in g))
+        how = "same src" if len(srcs) == 1 else "same content: " + ", ".join(map(_image_label, srcs))
+        places = ", ".join(f"#{w}" if w else "(no id)" for _, _, w in g)
+        out.append(f"image {_image_label(g[0][0])} is shown {len(g)} times ({how}; in {places})")
+    return out
+
+
 def image_problems(rec: dict | None, rendered_w: float, natural_w: float, software: str = "",
-                   min_pt: float | None = None) -> list[str]:
+                   min_pt: float | None = None, code_ids=CODE_ID_PATTERNS) -> list[str]:
     """Problems of one figure image from its PNG record (`lib.book.plotting.figure_record`), its rendered and
-    natural widths (px). Text renders at min_text_pt · (dpi / 72) · (rendered / natural) CSS px = that × 3/4 pt."""
+    natural widths (px). Text renders at min_text_pt · (dpi / 72) · (rendered / natural) CSS px = that × 3/4 pt.
+    A record that lists the figure's texts (`texts`: titles, labels, legend entries) has them read for internal
+    names too."""
     from lib.book.plotting import MIN_TEXT_PT
     min_pt = MIN_TEXT_PT if min_pt is None else min_pt
     if rec is None:
@@ -77,6 +201,8 @@ def image_problems(rec: dict | None, rendered_w: float, natural_w: float, softwa
             out.append(f"figure text renders at {pt:.2f} pt (< {min_pt:g} pt): smallest text "
                        f"{rec['min_text_pt']:g} pt at {rec['dpi']:g} dpi, image shown at {rendered_w:.0f} of "
                        f"{natural_w:.0f} px")
+    for t in rec.get("texts", []):
+        out += [f"figure text {t[:60]!r} shows internal name {n!r}" for n in name_problems(t, code_ids)]
     return out
 
 
@@ -92,117 +218,168 @@ def _png_info(path: Path):
     return read_png_record(path), software
 
 
-def _driver():
+def _digest(page: Path, src: str, cache: dict) -> str:
+    """sha256 of an image's bytes (local file or data: URI); '' for remote or missing images."""
+    u = urlparse(src)
+    if u.scheme == "data":
+        return hashlib.sha256(src.encode()).hexdigest()
+    if u.scheme in ("http", "https"):
+        return ""
+    path = (page.parent / unquote(u.path)).resolve()
+    if path not in cache:
+        cache[path] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+    return cache[path]
+
+
+def _driver(profile: str):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
-    opts = webdriver.ChromeOptions()
-    for a in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-              "--allow-file-access-from-files", f"--window-size={WINDOW[0]},{WINDOW[1]}", "--force-device-scale-factor=1", "--hide-scrollbars"):
-        opts.add_argument(a)
-    binary = shutil.which("chromium") or shutil.which("chromium-browser")
-    drv = shutil.which("chromedriver")
+    binary, drv = browser_paths()
     if not binary or not drv:
-        raise RuntimeError("chromium and chromedriver are needed: apt-get install -y chromium chromium-driver")
+        raise RuntimeError(f"chromium and chromedriver are needed: {INSTALL}")
+    opts = webdriver.ChromeOptions()
+    for a in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
+              "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+              f"--user-data-dir={profile}", "--allow-file-access-from-files",
+              f"--window-size={WINDOW[0]},{WINDOW[1]}", "--force-device-scale-factor=1", "--hide-scrollbars"):
+        opts.add_argument(a)
     opts.binary_location = binary
     return webdriver.Chrome(service=Service(drv), options=opts)
 
 
-def check(html_dir: Path, timeout_s: float = 20.0) -> tuple[list[str], dict]:
-    """(problems, stats) of every page under `html_dir` (see the module docstring)."""
+def _context(text: str, name: str, width: int = 30) -> str:
+    i = text.find(name)
+    lo, hi = max(0, i - width), min(len(text), i + len(name) + width)
+    return ("…" if lo else "") + " ".join(text[lo:hi].split()) + ("…" if hi < len(text) else "")
+
+
+def _page_problems(d, page: Path, stats: dict, code_ids, digests: dict) -> list[str]:
+    """The width, duplicate-image and prose problems of the page loaded in `d` (expands its collapsed elements)."""
+    out = []
+    d.execute_script(_JS_EXPAND)
+    for i, rw, cw, pw, colw, visible, collapsed, where, head in d.execute_script(_JS_TABLES):
+        if not visible:                       # hidden by something other than a toggle (e.g. an unselected tab)
+            stats["unmeasured_tables"] += 1
+            continue
+        stats["hidden_tables" if collapsed else "tables"] += 1
+        why = table_problem(rw, cw, pw, colw)
+        if why:
+            out.append(f"{'collapsed ' if collapsed else ''}table {i + 1}{' in #' + where if where else ''} (first "
+                       f"cell {head!r}){' once expanded' if collapsed else ''}: {why}")
+    for tex, mw, cw, pw, colw, where in d.execute_script(_JS_DISPLAYS):
+        stats["math_displays"] += 1
+        why = math_problem(mw, cw, pw, colw)
+        if why:
+            out.append(f"math {tex!r}{' in #' + where if where else ''}: {why}")
+    images = [(src, _digest(page, src, digests), where) for src, where in d.execute_script(_JS_ARTICLE_IMAGES)]
+    out += duplicate_problems(images)
+    for text, pipe, bold, where in d.execute_script(_JS_PARAGRAPHS):
+        at = f" in #{where}" if where else ""
+        if pipe:
+            out.append(f"paragraph{at} starts with '|' (a pipe table printed as text): {text!r}")
+        if bold:
+            out.append(f"paragraph{at} is bold from end to end (<strong> wraps its whole text): {text!r}")
+    for tag, where, text in d.execute_script(_JS_TEXT_BLOCKS):
+        for name in name_problems(text, code_ids):
+            out.append(f"internal name {name!r} in <{tag}>{' in #' + where if where else ''}: "
+                       f"{_context(text, name)!r}")
+    return out
+
+
+def check(html_dir: Path, timeout_s: float = 20.0, code_ids=CODE_ID_PATTERNS) -> tuple[list[str], dict]:
+    """(problems, stats) of every page under `html_dir` (see the module docstring); `code_ids`: the regexes of
+    internal names that prose must not show."""
     html_dir = Path(html_dir).resolve()
     pages = sorted(p for p in html_dir.rglob("*.html")
                    if not any(part in ("_static", "_sources", "_images") for part in p.relative_to(html_dir).parts)
                    and p.name not in ("genindex.html", "search.html"))
     if not pages:
         return [f"no HTML pages under {html_dir}"], {}
-    problems, stats = [], {"pages": 0, "images": 0, "math_blocks": 0, "links": 0, "tables": 0, "hidden_tables": 0,
-                           "figures_checked": 0, "column_px": None}
+    problems, stats = [], {"pages": 0, "images": 0, "math_blocks": 0, "math_displays": 0, "links": 0, "tables": 0,
+                           "hidden_tables": 0, "unmeasured_tables": 0, "figures_checked": 0, "column_px": None}
     ids_cache: dict[Path, set] = {}
-    d = _driver()
-    try:
-        for page in pages:
-            d.get(page.as_uri())
-            rel = page.relative_to(html_dir)
-            if Path(unquote(urlparse(d.current_url).path)).resolve() != page:   # a redirect (index.html): the
-                stats["redirects"] = stats.get("redirects", 0) + 1               # target page is checked itself
-                continue
-            stats["pages"] += 1
-            # MathJax typesets asynchronously: wait until every math node is rendered (or time out).
-            t0 = time.time()
-            while True:
-                n_mjx, n_math, has_mj = d.execute_script(_JS_MATH)
-                if n_math == 0 or n_mjx >= n_math or time.time() - t0 > timeout_s:
-                    break
-                time.sleep(0.2)
-            if n_math:
-                stats["math_blocks"] += n_math
-                if not has_mj:
-                    problems.append(f"{rel}: MathJax did not load")
-                elif n_mjx < n_math:
-                    problems.append(f"{rel}: only {n_mjx}/{n_math} math elements typeset")
-            for src, ok in d.execute_script(_JS_IMAGES):
-                stats["images"] += 1
-                if not ok:
-                    problems.append(f"{rel}: image failed to load: {src}")
-            column = d.execute_script(_JS_COLUMN)
-            stats["column_px"] = column if stats["column_px"] is None else min(stats["column_px"], column)
-            for i, rw, cw, pw, colw, visible, where, head in d.execute_script(_JS_TABLES):
-                if not visible:
-                    stats["hidden_tables"] += 1
+    digests: dict[Path, str] = {}
+    with tempfile.TemporaryDirectory(prefix="htmlcheck-profile-") as profile:
+        d = _driver(profile)
+        try:
+            for page in pages:
+                d.get(page.as_uri())
+                rel = page.relative_to(html_dir)
+                if Path(unquote(urlparse(d.current_url).path)).resolve() != page:   # a redirect (index.html): the
+                    stats["redirects"] = stats.get("redirects", 0) + 1               # target page is checked itself
                     continue
-                stats["tables"] += 1
-                why = table_problem(rw, cw, pw, colw)
-                if why:
-                    problems.append(f"{rel}: table {i + 1}{' in #' + where if where else ''} (first cell "
-                                    f"{head!r}): {why}")
-            for src, rw, nw, visible in d.execute_script(_JS_IMG_SIZES):
-                u = urlparse(src or "")
-                if not visible or u.scheme in ("http", "https", "data"):
-                    continue
-                rec, software = _png_info((page.parent / unquote(u.path)).resolve())
-                if rec is not None:
-                    stats["figures_checked"] += 1
-                for why in image_problems(rec, rw, nw, software):
-                    problems.append(f"{rel}: image {Path(u.path).name[:16]}…: {why}")
-            for fid in d.execute_script(_JS_FIGS):
-                problems.append(f"{rel}: figure {fid} has no image (a glued figure rendered as text?)")
-            text = d.execute_script(_JS_TEXT)
-            if "<Figure size" in text:
-                problems.append(f"{rel}: a matplotlib figure was rendered as text ('<Figure size ...>')")
-            if "<IPython.core.display." in text:   # e.g. an empty Markdown("") prints its repr
-                problems.append(f"{rel}: a display object was rendered as its repr ('<IPython.core.display...>')")
-            ids_cache[page] = set(d.execute_script(_JS_IDS))
-            for href in d.execute_script(_JS_LINKS):
-                u = urlparse(href)
-                if u.scheme in ("http", "https", "mailto") or href.startswith("javascript:"):
-                    continue
-                stats["links"] += 1
-                target = page if not u.path else (page.parent / unquote(u.path)).resolve()
-                if target.is_dir():
-                    target = target / "index.html"
-                if not target.exists():
-                    problems.append(f"{rel}: broken link {href}")
-                    continue
-                if u.fragment and target.suffix == ".html":
-                    if target not in ids_cache:
-                        import re
-                        ids_cache[target] = set(re.findall(r'id="([^"]+)"', target.read_text(errors="replace")))
-                    if unquote(u.fragment) not in ids_cache[target]:
-                        problems.append(f"{rel}: broken anchor {href}")
-    finally:
-        d.quit()
+                stats["pages"] += 1
+                # MathJax typesets asynchronously: wait until every math node is rendered (or time out).
+                t0 = time.time()
+                while True:
+                    n_mjx, n_math, has_mj = d.execute_script(_JS_MATH)
+                    if n_math == 0 or n_mjx >= n_math or time.time() - t0 > timeout_s:
+                        break
+                    time.sleep(0.2)
+                if n_math:
+                    stats["math_blocks"] += n_math
+                    if not has_mj:
+                        problems.append(f"{rel}: MathJax did not load")
+                    elif n_mjx < n_math:
+                        problems.append(f"{rel}: only {n_mjx}/{n_math} math elements typeset")
+                for src, ok in d.execute_script(_JS_IMAGES):
+                    stats["images"] += 1
+                    if not ok:
+                        problems.append(f"{rel}: image failed to load: {src}")
+                column = d.execute_script(_JS_COLUMN)
+                stats["column_px"] = column if stats["column_px"] is None else min(stats["column_px"], column)
+                for src, rw, nw, visible in d.execute_script(_JS_IMG_SIZES):
+                    u = urlparse(src or "")
+                    if not visible or u.scheme in ("http", "https", "data"):
+                        continue
+                    rec, software = _png_info((page.parent / unquote(u.path)).resolve())
+                    if rec is not None:
+                        stats["figures_checked"] += 1
+                    for why in image_problems(rec, rw, nw, software, code_ids=code_ids):
+                        problems.append(f"{rel}: image {Path(u.path).name[:16]}…: {why}")
+                for fid in d.execute_script(_JS_FIGS):
+                    problems.append(f"{rel}: figure {fid} has no image (a glued figure rendered as text?)")
+                text = d.execute_script(_JS_TEXT)
+                if "<Figure size" in text:
+                    problems.append(f"{rel}: a matplotlib figure was rendered as text ('<Figure size ...>')")
+                if "<IPython.core.display." in text:   # e.g. an empty Markdown("") prints its repr
+                    problems.append(f"{rel}: a display object was rendered as its repr ('<IPython.core.display...>')")
+                problems += [f"{rel}: {p}" for p in _page_problems(d, page, stats, code_ids, digests)]
+                ids_cache[page] = set(d.execute_script(_JS_IDS))
+                for href in d.execute_script(_JS_LINKS):
+                    u = urlparse(href)
+                    if u.scheme in ("http", "https", "mailto") or href.startswith("javascript:"):
+                        continue
+                    stats["links"] += 1
+                    target = page if not u.path else (page.parent / unquote(u.path)).resolve()
+                    if target.is_dir():
+                        target = target / "index.html"
+                    if not target.exists():
+                        problems.append(f"{rel}: broken link {href}")
+                        continue
+                    if u.fragment and target.suffix == ".html":
+                        if target not in ids_cache:
+                            ids_cache[target] = set(re.findall(r'id="([^"]+)"', target.read_text(errors="replace")))
+                        if unquote(u.fragment) not in ids_cache[target]:
+                            problems.append(f"{rel}: broken anchor {href}")
+        finally:
+            d.quit()
     return problems, stats
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    html_dir = Path(argv[0] if argv else "_build/html")
-    problems, stats = check(html_dir)
+    ap = argparse.ArgumentParser(prog="python -m lib.book.htmlcheck", description=__doc__.split("\n")[0])
+    ap.add_argument("html_dir", nargs="?", default="_build/html", type=Path)
+    ap.add_argument("--code-id", action="append", metavar="REGEX",
+                    help="a regex of internal names prose must not show (repeat; replaces the default list)")
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    problems, stats = check(args.html_dir, code_ids=tuple(args.code_id) if args.code_id else CODE_ID_PATTERNS)
     print(f"htmlcheck: {stats.get('pages', 0)} pages, {stats.get('images', 0)} images "
           f"({stats.get('figures_checked', 0)} figures with a text-size record), {stats.get('tables', 0)} visible "
-          f"tables ({stats.get('hidden_tables', 0)} collapsed), {stats.get('math_blocks', 0)} math elements, "
-          f"{stats.get('links', 0)} local links checked; content column {stats.get('column_px')} px at a "
-          f"{WINDOW[0]}-px window")
+          f"tables (+{stats.get('hidden_tables', 0)} collapsed, measured expanded; "
+          f"{stats.get('unmeasured_tables', 0)} not measurable), {stats.get('math_blocks', 0)} math elements "
+          f"({stats.get('math_displays', 0)} displays measured), {stats.get('links', 0)} local links checked; "
+          f"content column {stats.get('column_px')} px at a {WINDOW[0]}-px window")
     for p in problems:
         print("  PROBLEM:", p)
     print("htmlcheck:", "FAILED" if problems else "ok")
