@@ -78,3 +78,14 @@ def test_power_sigma_converges_to_the_spectral_norm():
     for _ in range(30):
         s, vec = loop.power_sigma(w, vec, iters=3)
     assert torch.allclose(s, torch.linalg.matrix_norm(w, ord=2), rtol=1e-4)
+
+
+def test_pack_and_unpack_runs():
+    ob = _Count()
+    r = loop.train_lm(_cfg(census_every=6), observers=[ob])
+    r.pop("model")
+    runs, arrays = loop.pack_runs([r, dict(error="boom", config={})], ["a", "b"])
+    assert runs[0]["steps"] == 12 and runs[0]["tokens"] == 12 * 128 and runs[1]["error"] == "boom"
+    back = loop.unpack_run(arrays, "a")
+    assert np.array_equal(back["loss"], np.asarray(r["loss"], dtype=np.float32))
+    assert back["census"]["step"].tolist() == [0, 6, 11] and back["census"]["q_rows"].shape == (3, 2, 2)

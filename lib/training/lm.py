@@ -150,7 +150,8 @@ class LMAttention(CausalSelfAttention):
             return (self.qk_gain * torch.sigmoid(self.qk_theta)).view(-1, 1, 1)
         return self.qk_gain
 
-    def forward(self, x):
+    def project(self, x):
+        """q, k, v (B, H, T, D) of x (B, T, C) as the backend sees them: after rope and the QK-norm."""
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
         hd = C // self.n_head
@@ -164,6 +165,11 @@ class LMAttention(CausalSelfAttention):
             g = self.gain()
             q = (F.rms_norm(q.float(), (hd,)) * g).to(v.dtype)
             k = (F.rms_norm(k.float(), (hd,)) * g).to(v.dtype)
+        return q, k, v
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.project(x)
         call = replace(self.attn_call, stats={}) if self.capture else self.attn_call
         if isinstance(self.spec, StableSpec):
             y = stable_attend(self.spec, q, k, v)
@@ -176,8 +182,7 @@ class LMAttention(CausalSelfAttention):
                                  stats=call.stats)
             if y.requires_grad:
                 y.register_hook(self._save_do)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.c_proj(y)
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 
 class LM(GPT):
@@ -188,15 +193,14 @@ class LM(GPT):
         if not isinstance(cfg, LMConfig):
             raise TypeError(f"LM needs an LMConfig, got {type(cfg).__name__}")
         super().__init__(cfg)
-        if cfg.qk_norm in ("fixed", "capped") or cfg.pos == "rope" or any(
-                not isinstance(s, AttnSpec) for s in cfg.layer_specs()):
-            # Swap in the extended attention, then redo GPT's init so the weights follow its recipe.
-            for i, (blk, spec) in enumerate(zip(self.transformer.h, cfg.layer_specs())):
-                blk.attn = LMAttention(cfg, spec, i)
-            self.apply(self._init_weights)
-            for name, p in self.named_parameters():
-                if name.endswith("c_proj.weight"):
-                    torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+        # Swap in the extended attention with GPT's initial weights (so the default LM is GPT bit for bit).
+        for i, (blk, spec) in enumerate(zip(self.transformer.h, cfg.layer_specs())):
+            new = LMAttention(cfg, spec, i)
+            got = new.load_state_dict(blk.attn.state_dict(), strict=False)
+            # Only the bounded QK-norm's own gain is new, only GPT's LayerNorm gains (built for a truthy qk_norm) go.
+            assert set(got.missing_keys) <= {"qk_theta"} and \
+                all(k.startswith(("q_ln.", "k_ln.")) for k in got.unexpected_keys), got
+            blk.attn = new
         if cfg.pos != "learned":
             del self.transformer["wpe"]
 

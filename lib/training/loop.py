@@ -138,8 +138,9 @@ def load_data(cfg: RunConfig) -> tuple[np.ndarray, np.ndarray, dict]:
         return train, val, dict(corpus="pystdlib bytes", sha256=data_mod.CORPUS_SHA256, n_tokens=int(len(corpus)))
     from lib.training import token_corpus
     tokens, manifest = token_corpus.load_token_corpus(cfg.corpus_dir)
-    offsets = np.load(Path(cfg.corpus_dir) / "doc_offsets.npy")
-    train, val = token_corpus.split_documents(tokens, offsets, cfg.val_fraction, cfg.data_seed)
+    offsets = token_corpus.load_doc_offsets(cfg.corpus_dir)
+    # One split for every run (seed 0, not the run's data seed), so validation losses compare across seeds.
+    train, val = token_corpus.split_documents(tokens, offsets, cfg.val_fraction, 0)
     return train, val, dict(corpus="token corpus", manifest=manifest)
 
 
@@ -422,3 +423,33 @@ if __name__ == "__main__":   # a quick CPU smoke run: python -m lib.training.loo
     r = train_lm(RunConfig(model=LMConfig(n_layer=2, n_head=2, n_embd=32, block_size=32), steps=20, batch_size=4,
                            census_every=10, eval_batches=1))
     print(len(r["loss"]), r["loss"][-1], sorted(r["census"]))
+
+
+def pack_runs(results: list[dict], labels: list[str]) -> tuple[list[dict], dict]:
+    """Results of `train_lm` / `run_many` -> (runs, arrays) for `lib.book.results`: one JSON-able record per run
+    (label, config, sizes, timings, validation curve, limits that bound, or the error) and the arrays
+    "<label>__loss", "<label>__grad_norm" (per step, FP32) and "<label>__census__<key>" (events × layers × heads;
+    "<label>__census__step" the event steps)."""
+    runs, arrays = [], {}
+    for lab, r in zip(labels, results):
+        if "error" in r:
+            runs.append(dict(label=lab, error=r["error"], config=r.get("config")))
+            continue
+        runs.append(dict(label=lab, config=r["config"], n_params=r["n_params"], data=r["data"],
+                         tokens_per_step=r["tokens_per_step"], steps=len(r["loss"]),
+                         tokens=len(r["loss"]) * r["tokens_per_step"], val=r["val"], wall_s=r["wall_s"],
+                         tokens_per_s=r["tokens_per_s"], steps_per_s=r["steps_per_s"], stopped_at=r["stopped_at"],
+                         truncated_at=r["truncated_at"], resumed_from=r["resumed_from"], versions=r["versions"],
+                         world_size=r["world_size"]))
+        arrays[f"{lab}__loss"] = np.asarray(r["loss"], dtype=np.float32)
+        arrays[f"{lab}__grad_norm"] = np.asarray(r["grad_norm"], dtype=np.float32)
+        for k, v in census_arrays(r["census"]).items():
+            arrays[f"{lab}__census__{k}"] = v
+    return runs, arrays
+
+
+def unpack_run(arrays: dict, label: str) -> dict:
+    """The arrays of run `label` from `pack_runs`: {"loss", "grad_norm", "census": {key: array}}."""
+    pre = f"{label}__census__"
+    return dict(loss=arrays[f"{label}__loss"], grad_norm=arrays[f"{label}__grad_norm"],
+                census={k[len(pre):]: v for k, v in arrays.items() if k.startswith(pre)})
