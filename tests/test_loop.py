@@ -89,3 +89,28 @@ def test_pack_and_unpack_runs():
     back = loop.unpack_run(arrays, "a")
     assert np.array_equal(back["loss"], np.asarray(r["loss"], dtype=np.float32))
     assert back["census"]["step"].tolist() == [0, 6, 11] and back["census"]["q_rows"].shape == (3, 2, 2)
+
+
+def test_configs_from_regimes_and_the_probe_in_the_loop():
+    cfgs = loop.configs_from_regimes(
+        dict(n_layer=2, n_head=2, n_embd=32, block_size=24, steps=6, batch_size=2, warmup=1, census_every=0,
+             eval_batches=1, probe_every=3, probe_rows=2),
+        [dict(label="inj", seeds=[0, 1], attn="naive,inject/r=1/heads=1"), dict(label="ref", seeds=[0], lr=3e-3)])
+    assert [c.label for c in cfgs] == ["inj:s0", "inj:s1", "ref:s0"] and cfgs[2].lr == 3e-3
+    with pytest.raises(ValueError):
+        loop.configs_from_regimes({}, [dict(label="x", seeds=[0], nonsense=1)])
+    import lib.training.chain_probe as cp
+    cp_default = cp.default_classes
+    cp.default_classes = lambda q, k, v: dict(tied=torch.ones(q.shape[:-1], dtype=torch.bool),
+                                              window=torch.ones(q.shape[:-1], dtype=torch.bool),
+                                              one_signed=torch.ones(q.shape, dtype=torch.bool))
+    try:
+        r = loop.train_lm(cfgs[0], observers=[])
+    finally:
+        cp.default_classes = cp_default
+    r.pop("model")
+    runs, arrays = loop.pack_runs([r], ["inj"])
+    probe = loop.unpack_run(arrays, "inj")["probe"]
+    assert probe["step"].tolist() == [0, 3, 5] and probe["dg_norm"].shape == (3, 2, 2)
+    # layer 1 head 1 gets the injected error; layer 0 (FP32 attention) only FP32's own rounding against FP64
+    assert (probe["dg_norm"][:, 1, 1] > 0).all() and (probe["dg_norm"][:, 0] < 1e-3 * probe["dg_norm"][:, 1, 1:]).all()

@@ -83,6 +83,9 @@ class RunConfig:
     census_every: int = 100          # 0: no census
     census_rows: int = 4             # windows of the step's batch the census reads
     census_placements: tuple = ("authors", "fa2")
+    probe_every: int = 0             # chapters 4–5's measurements every N steps (lib.training.chain_probe; 0: off)
+    probe_layers: tuple | None = None
+    probe_rows: int = 4
     eval_every: int = 0
     eval_batches: int = 4
     # limits and checkpoints
@@ -111,6 +114,8 @@ class RunConfig:
         if self.n_bos and self.bos_id >= self.model.vocab_size:
             raise ValueError(f"bos_id {self.bos_id} outside the vocabulary of {self.model.vocab_size}")
         self.census_placements = tuple(self.census_placements)
+        if self.probe_layers is not None:
+            self.probe_layers = tuple(int(l) for l in self.probe_layers)
 
     @property
     def seq_len(self) -> int:
@@ -124,6 +129,7 @@ class RunConfig:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["model"] = asdict(self.model)
         d["census_placements"] = list(self.census_placements)
+        d["probe_layers"] = None if self.probe_layers is None else list(self.probe_layers)
         return d
 
 
@@ -260,6 +266,11 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
     torch.backends.cudnn.allow_tf32 = False
     amp_dtype = _autocast_dtype(cfg, device)
     observers = [CensusObserver(cfg.census_placements)] if observers is None else list(observers)
+    probe = None
+    if step_hook is None and cfg.probe_every:
+        from lib.training.chain_probe import ChainProbe
+        probe = step_hook = ChainProbe(every=cfg.probe_every, layers=cfg.probe_layers, rows=cfg.probe_rows,
+                                       steps=(cfg.steps - 1,))
 
     train_tok, val_tok, data_info = load_data(cfg)
     starts = data_mod.batch_starts(len(train_tok), cfg.seq_len - cfg.n_bos, cfg.batch_size, cfg.steps, cfg.data_seed)
@@ -268,8 +279,8 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
     torch.manual_seed(cfg.seed)
     model = LM(cfg.model).to(device)
     opts = make_optimizers(model, cfg)
-    res = dict(loss=[], grad_norm=[], lr=[], val=dict(step=[], loss=[]), census=dict(step=[]), stopped_at=None,
-               truncated_at=None, resumed_from=None)
+    res = dict(loss=[], grad_norm=[], lr=[], val=dict(step=[], loss=[]), census=dict(step=[]), probe=[],
+               stopped_at=None, truncated_at=None, resumed_from=None)
     step0 = 0
     ckpt = Path(cfg.ckpt_path) if cfg.ckpt_path else None
     if ckpt is not None and ckpt.exists():
@@ -279,6 +290,8 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
             o.load_state_dict(s)
         res, step0 = ck["result"], ck["step"]
         res["resumed_from"] = step0
+        if probe is not None:
+            probe.records = res["probe"]
     fwd = model
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -289,6 +302,8 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
     def save(step):
         if ckpt is None or rank != 0:
             return
+        if probe is not None:
+            res["probe"] = probe.records
         ckpt.parent.mkdir(parents=True, exist_ok=True)
         tmp = ckpt.with_suffix(".tmp")
         torch.save(dict(model=model.state_dict(), optimizers=[o.state_dict() for o in opts], step=step,
@@ -353,6 +368,8 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
             if cfg.ckpt_every_s and now - last_ckpt > cfg.ckpt_every_s:
                 save(step + 1)
                 last_ckpt = now
+    if probe is not None:
+        res["probe"] = probe.records
     if pending:
         vals = torch.stack(pending).cpu().tolist()
         res["loss"].extend(v[0] for v in vals)
@@ -445,11 +462,36 @@ def pack_runs(results: list[dict], labels: list[str]) -> tuple[list[dict], dict]
         arrays[f"{lab}__grad_norm"] = np.asarray(r["grad_norm"], dtype=np.float32)
         for k, v in census_arrays(r["census"]).items():
             arrays[f"{lab}__census__{k}"] = v
+        if r.get("probe"):
+            from lib.training.chain_probe import records_arrays
+            for k, v in records_arrays(r["probe"]).items():
+                arrays[f"{lab}__probe__{k}"] = v
     return runs, arrays
 
 
 def unpack_run(arrays: dict, label: str) -> dict:
-    """The arrays of run `label` from `pack_runs`: {"loss", "grad_norm", "census": {key: array}}."""
-    pre = f"{label}__census__"
-    return dict(loss=arrays[f"{label}__loss"], grad_norm=arrays[f"{label}__grad_norm"],
-                census={k[len(pre):]: v for k, v in arrays.items() if k.startswith(pre)})
+    """The arrays of run `label` from `pack_runs`: {"loss", "grad_norm", "census": {key: array}, "probe": {...}}."""
+    def part(name):
+        pre = f"{label}__{name}__"
+        return {k[len(pre):]: v for k, v in arrays.items() if k.startswith(pre)}
+    return dict(loss=arrays[f"{label}__loss"], grad_norm=arrays[f"{label}__grad_norm"], census=part("census"),
+                probe=part("probe"))
+
+
+def configs_from_regimes(base: dict, regimes: list[dict]) -> list[RunConfig]:
+    """One RunConfig per (regime, seed), labelled "<regime>:s<seed>". `base`: fields of RunConfig and LMConfig
+    together; each regime: {"label", "seeds", and the fields it changes}."""
+    model_fields = {f.name for f in fields(LMConfig)}
+    run_fields = {f.name for f in fields(RunConfig)} - {"model"}
+    out = []
+    for reg in regimes:
+        change = {k: v for k, v in reg.items() if k not in ("label", "seeds")}
+        unknown = set(change) - model_fields - run_fields
+        if unknown:
+            raise ValueError(f"regime {reg['label']!r}: unknown fields {sorted(unknown)}")
+        merged = dict(base) | change
+        model = LMConfig(**{k: v for k, v in merged.items() if k in model_fields})
+        run_kw = {k: v for k, v in merged.items() if k in run_fields}
+        for s in reg["seeds"]:
+            out.append(RunConfig(**(run_kw | dict(model=model, seed=s, data_seed=s, label=f"{reg['label']}:s{s}"))))
+    return out
