@@ -231,7 +231,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="results root (writes OUT/full/attention_bench.json)")
     ap.add_argument("--quick", action="store_true", help="sequence lengths 1k and 4k only")
     a = ap.parse_args(argv)
-    from lib.experiments.__main__ import main as cli
+    from lib.book.cli import main as cli
     return cli(["attention_bench", "--scale", "full"] + (["--out", a.out] if a.out else [])
                + (["--set", "seqs=[1024,4096]"] if a.quick else []))
 

@@ -152,5 +152,5 @@ def run(scale: str, cfg: dict) -> dict:
 
 
 if __name__ == "__main__":
-    from lib.experiments.__main__ import main as cli
+    from lib.book.cli import main as cli
     raise SystemExit(cli(["capture_overhead_bench", "--scale", "full"] + sys.argv[1:]))

@@ -5,7 +5,7 @@ variants).
 
     python benchmarks/bench_delta_replay.py [--caps 30] [--device cpu|cuda] [--threads N] [--profile]
 
-runs `lib.experiments.delta_capture.replay` (capture statistics of every capture, `run_summary`, the variant
+runs `lib.studies.delta.delta_capture.replay` (capture statistics of every capture, `run_summary`, the variant
 replays) and `choose_keep` + `pack` as `seed_run` does after training, and prints the time of each stage; its
 progress lines show where it is. --threads sets torch's threads (default: the share of one of 3 workers,
 `worker_threads(3)`); start it with OPENBLAS_NUM_THREADS=1 to match a worker (`worker_env`). --profile prints
@@ -63,7 +63,7 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true")
     a = ap.parse_args()
     from lib.book import registry
-    from lib.experiments import delta_capture as dc
+    from lib.studies.delta import delta_capture as dc
     from lib.training.capture import pack
     torch.set_num_threads(a.threads or dc.worker_threads(3))
     cfg = dict(registry.resolve("delta_capture", "full"), replay_device=a.device)

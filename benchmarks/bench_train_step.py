@@ -128,7 +128,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="results root (default ./results)")
     ap.add_argument("--quick", action="store_true", help="one round of rep=200 ms instead of rounds of 1000 ms")
     a = ap.parse_args(argv)
-    from lib.experiments.__main__ import main as cli
+    from lib.book.cli import main as cli
     return cli(["train_step_bench", "--scale", "full"] + (["--out", a.out] if a.out else [])
                + (["--set", "rounds=1", "--set", "rep_ms=200"] if a.quick else []))
 

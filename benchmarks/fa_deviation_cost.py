@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lib.book import registry  # noqa: E402
-from lib.experiments import fa_deviation as fd  # noqa: E402
+from lib.studies.golden import fa_deviation as fd  # noqa: E402
 
 START_S = 15.0          # python start-up, imports, CUDA context, cuBLAS handles (committed run: not separated)
 # Emulated-path compiles on an idle H100, seconds (results/full/fa_deviation.json, the first cell of each kernel):

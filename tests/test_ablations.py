@@ -1,9 +1,10 @@
-"""lib/experiments/ablations.py: layer/head selection, verdict logic, and one tiny CI run through the real harness."""
+"""lib/studies/explosion/ablations.py: layer/head selection, verdict logic, and one tiny CI run through the real harness."""
 import numpy as np
 import pytest
 
 from lib.book import registry
-from lib.experiments import ablations, run_live
+from lib.studies.explosion import ablations
+from lib.book.runner import run_live
 
 
 def test_outlier_selection_from_headline_telemetry():

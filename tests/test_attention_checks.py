@@ -1,4 +1,4 @@
-"""CI-scale tests of the chapter-2 helpers (`lib/readings/attention_checks.py`) and of the `paper_placement` experiment code
+"""CI-scale tests of the chapter-2 helpers (`lib/studies/kernel/checks.py`) and of the `paper_placement` experiment code
 on the CPU (CPU autocast; the GPU result is what the chapter shows)."""
 import json
 
@@ -7,9 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lib.readings import attention_checks as ac
-from lib.experiments import paper_placement as pp
-from lib.experiments import run_live
+from lib.studies.kernel import checks as ac
+from lib.studies.kernel import paper_placement as pp
+from lib.book.runner import run_live
+from lib.fp.inputs import attention_inputs
 from lib.fp.numerics import PROFILES
 
 
@@ -65,7 +66,7 @@ def test_authors_algorithm_matches_fp64_in_fp32():
     """Without autocast and in FP32, our implementation of the authors' algorithm is plain attention."""
     import torch
     from lib.fp.reference import attention_fp64
-    q, k, v, do = (x.float() for x in pp.make_inputs("random", 1, 2, 40, 16, 0))
+    q, k, v, do = (x.float() for x in attention_inputs("random", 1, 2, 40, 16, 0))
     qs = [t.clone().requires_grad_(True) for t in (q, k, v)]
     o = pp.authors_attention(*qs, q_tile=16, k_tile=16)
     o.backward(do)

@@ -1,4 +1,4 @@
-"""lib/readings/beta_reading.py (and its figure): β-sweep runs judged at a common horizon, the theory's underflow level
+"""lib/studies/fix/beta.py (and its figure): β-sweep runs judged at a common horizon, the theory's underflow level
 against the logits reached, and the kernel emulator's zeroed rows when a tied max is shifted past underflow."""
 from types import SimpleNamespace
 
@@ -6,10 +6,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from lib.readings import beta_reading as br
+from lib.studies.fix import beta as br
 from lib.fp import beta_theory
 from lib.training import outcome, proxy
-from lib.figures import explosion_plots
+from lib.studies.fix import figures as fix_figures
 
 WARM = 20
 
@@ -82,7 +82,7 @@ def test_emulator_zeroes_underflowed_rows_unless_guarded():
 
 
 def test_beta_sweep_figure_draws_every_run_and_the_levels():
-    fig = explosion_plots.beta_sweep_figure(_results())
+    fig = fix_figures.beta_sweep_figure(_results())
     ax, bx = fig.axes[:2]
     assert len(ax.lines) == 4 + 1                           # runs + the horizon
     assert len(bx.lines) == 4 + 2                           # runs + one level per exact β

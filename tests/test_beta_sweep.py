@@ -1,12 +1,12 @@
-"""lib/experiments/beta_sweep.py: predictions follow lib.fp.beta_theory; the exact-rule arm can underflow, the guarded one not."""
+"""lib/studies/fix/beta_sweep.py: predictions follow lib.fp.beta_theory; the exact-rule arm can underflow, the guarded one not."""
 import math
 
 import numpy as np
 import torch
 
 from lib.fp import beta_theory
-from lib.experiments import beta_sweep
-from lib.experiments import run_live
+from lib.studies.fix import beta_sweep
+from lib.book.runner import run_live
 from lib.training.model import AttnSpec, GPTConfig
 
 

@@ -61,7 +61,8 @@ def test_lse_error_grows_with_beta():
 
 def test_beta_window_figure_regions():
     import matplotlib.pyplot as plt
-    fig = bt.beta_window_figure()
+    from lib.studies.fix.figures import beta_window_figure
+    fig = beta_window_figure()
     ax = fig.axes[0]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert any("ineffective" in s for s in labels) and any("underflow" in s for s in labels)

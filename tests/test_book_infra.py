@@ -4,9 +4,9 @@ import shutil
 import matplotlib.pyplot as plt
 import pytest
 
-from lib.readings import claims
+from lib.claims import table as claims
 from lib.book import results
-from lib.figures.chain import CHAIN, causal_chain_figure
+from lib.claims.chain import CHAIN, causal_chain_figure
 
 
 def test_chain_figure_draws_every_link():
@@ -72,7 +72,7 @@ def test_derived_claims_from_bias_kernel_and_headline():
 
 
 def test_ablation_claims_count_seeds_and_treat_degraded_as_not_stable():
-    from lib.readings import claims
+    from lib.claims import table as claims
 
     def data(paper, fp32_o, dp_p, dfp32o):
         oc = dict(paper=paper, fp32_o=fp32_o, delta_dp_p=dp_p, delta_fp32_o=dfp32o)

@@ -1,5 +1,5 @@
-"""The intro's status sentence counts every status of lib.readings.claims."""
-from lib.readings import claim_counts, claims
+"""The intro's status sentence counts every status of lib.claims.table."""
+from lib.claims import counts as claim_counts, table as claims
 
 
 def test_every_status_is_counted_and_the_counts_add_up():

@@ -1,7 +1,7 @@
 """The claims table takes the δ-channel claims from `delta_capture` (the healthy regime), never from the contrast
 result `delta_capture_8e3`, whatever the order in which the results are found."""
 from lib.book import results
-from lib.readings import claims
+from lib.claims import table as claims
 
 DELTA_CLAIMS = ("o_error_v_sign", "delta_bias", "low_rank", "wq_norm_push")
 

@@ -1,12 +1,14 @@
-"""The healthy-regime claims (`lib.readings.claims.derive_healthy`) and their reader
-(`lib.readings.healthy_reading`), on synthetic results: every verdict is reachable and each can fail."""
+"""The healthy-regime claims (`lib.claims.table.derive_healthy`) and their reader
+(`lib.training.runs`), on synthetic results: every verdict is reachable and each can fail."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from lib.book.results import Result
-from lib.readings import claims, healthy_reading as hr
+from lib.claims import table as claims
+from lib.studies.fix import reading as fix_reading
+from lib.training import runs as hr
 
 N, WARM, LR = 400, 50, 5e-4
 
@@ -135,13 +137,13 @@ def test_arm_summary_and_best_within():
 
 def test_step_bench_reads_the_target_and_the_spread():
     d = {"ratio_to_sdpa": {"paper_rb512": 1.25}, "ratio_to_sdpa_rounds": {"paper_rb512": [1.2, 1.25, 1.4]}}
-    s = hr.step_bench(d)
+    s = fix_reading.step_bench(d)
     assert s["met"] and s["every_round"] == "both" and (s["lo"], s["hi"]) == (1.2, 1.4)
     d["ratio_to_sdpa"]["paper_rb512"] = 1.35
     d["ratio_to_sdpa_rounds"]["paper_rb512"] = [1.31, 1.35, 1.5]
-    s = hr.step_bench(d)
+    s = fix_reading.step_bench(d)
     assert not s["met"] and s["every_round"] == "above"
-    assert hr.step_bench({"ratio_to_sdpa": {"paper_rb512": 1.0}})["rounds"] == [1.0]
+    assert fix_reading.step_bench({"ratio_to_sdpa": {"paper_rb512": 1.0}})["rounds"] == [1.0]
 
 
 def test_span():

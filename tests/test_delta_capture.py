@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from lib.readings import delta_stats as ds
+from lib.studies.delta import stats as ds
 from lib.training.capture import Capture, CaptureHook, decode, encode, pack, unpack
 from lib.training.model import GPT, GPTConfig
 from lib.training.train import TrainConfig, make_optimizer, train

@@ -1,13 +1,13 @@
 """The delta_capture experiment at ci scale (a tiny model, the paper kernel in the interpreter, a few steps), its
-result format, its saved-and-reloaded claims, and every figure of lib/figures/delta_plots.py on it."""
+result format, its saved-and-reloaded claims, and every figure of lib/studies/delta/figures.py on it."""
 import matplotlib
 import numpy as np
 import pytest
 
 from lib.book import registry, results
-from lib.experiments import delta_capture as dc
-from lib.figures import delta_plots as dp
-from lib.readings import delta_stats as ds
+from lib.studies.delta import delta_capture as dc
+from lib.studies.delta import figures as dp
+from lib.studies.delta import stats as ds
 from lib.training.capture import unpack
 
 
@@ -16,7 +16,7 @@ def ci(tmp_path_factory):
     cfg = registry.resolve("delta_capture", "ci")
     out = dc.run("ci", cfg)
     root = tmp_path_factory.mktemp("res")
-    results.save("delta_capture", "ci", out["data"], arrays=out["arrays"], depends_on=["lib/experiments/delta_capture.py"],
+    results.save("delta_capture", "ci", out["data"], arrays=out["arrays"], depends_on=["lib/studies/delta/delta_capture.py"],
                  seeds=out["seeds"], config=cfg, root=root)
     return cfg, out, results.load("delta_capture", "ci", root=root)
 
@@ -92,7 +92,7 @@ def test_figures(ci):
 
 
 def test_chapter_numbers(ci):
-    from lib.readings import delta_reading as dr
+    from lib.studies.delta import reading as dr
     cfg, out, res = ci
     n4, n5 = dr.numbers_ch4(res), dr.numbers_ch5(res)
     assert n4["n_heads"] == cfg["n_layer"] * cfg["n_head"] and n4["var_self"] == "paper"

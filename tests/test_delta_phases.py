@@ -1,10 +1,10 @@
-"""`lib.readings.delta_phases`: the δ-channel statistics by phase of training, on synthetic results whose answers are
+"""`lib.studies.delta.phases`: the δ-channel statistics by phase of training, on synthetic results whose answers are
 known by construction, and the phase figure's readability with a full model's heads."""
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from lib.readings import delta_phases as ph
+from lib.studies.delta import phases as ph
 
 ST = ("n_pos", "n_neg", "sum_dd", "sum_abs_dd", "n_os_agree", "n_os_disagree", "sum_os_ulp", "n_os", "n_el_agree",
       "n_el_disagree", "sum_abs_delta", "n_tie", "n_rows", "tokq_cos_unsigned", "tokq_rho2", "push_adam_q",
@@ -91,7 +91,7 @@ def test_curve_identity_is_zero_for_the_same_curves_and_sees_a_difference():
 
 def test_phase_figure_stays_readable_with_36_heads_and_two_results():
     from lib.book import plotting
-    from lib.figures import delta_plots as dp
+    from lib.studies.delta import figures as dp
     fig = dp.phase_figure([("healthy", _Res(S=3, N=30, L=6, H=6), None),
                            ("8e-3, before the onset", _Res(S=3, N=20, L=6, H=6), {0: 1500})])
     try:
@@ -104,7 +104,7 @@ def test_phase_figure_stays_readable_with_36_heads_and_two_results():
 def test_the_training_kernels_own_variant_follows_its_rounding_block():
     """numbers_ch4 names the replay variant with the training kernel's numerics: the paper placement with 512-key
     rounding blocks is the 512-key variant, not the 64-key one (the healthy regime's delta_capture)."""
-    from lib.readings.delta_reading import _own_numerics
+    from lib.studies.delta.reading import _own_numerics
     assert _own_numerics({"attn": "paper/round_block=512", "tile": 64}) == ("paper", 512)
     assert _own_numerics({"attn": "paper", "tile": 64}) == ("paper", 64)
     assert _own_numerics({"attn": "paper"}) == ("paper", 64)

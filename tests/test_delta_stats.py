@@ -1,4 +1,4 @@
-"""The δ-channel statistics (lib/readings/delta_stats.py) on planted inputs with a known answer, and each one shown
+"""The δ-channel statistics (lib/studies/delta/stats.py) on planted inputs with a known answer, and each one shown
 able to fail: the same statistic on a planted input without the effect gives the null answer."""
 from fractions import Fraction
 
@@ -8,8 +8,8 @@ import torch
 
 from lib.fp.numerics import FP32
 from lib.fp.reference import attention_fp64, emulate_backward, emulate_forward
-from lib.readings import delta_stats as ds
-from lib.readings.delta_planted import planted, random_terms
+from lib.studies.delta import stats as ds
+from lib.studies.delta.planted import planted, random_terms
 
 
 # ------------------------------------------------------------------------------------------- plain statistics

@@ -1,4 +1,4 @@
-"""`lib.readings.delta_reading.telemetry_sign` and its figure on synthetic telemetry arrays with a planted answer:
+"""`lib.studies.delta.reading.telemetry_sign` and its figure on synthetic telemetry arrays with a planted answer:
 a head whose Σ Δδ is positive at every step passes the sign test upward, one negative at every step downward, fair
 coin flips pass neither; zeros and NaN steps are not counted; the fix arm's zeroed-row shares are averaged per layer."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from scipy.stats import binomtest
 
 from lib.book import plotting
-from lib.figures import delta_plots as dp
-from lib.readings import delta_reading as dr
+from lib.studies.delta import figures as dp
+from lib.studies.delta import reading as dr
 
 S, N, L, H = 2, 60, 2, 3
 

@@ -1,4 +1,4 @@
-"""Tests of lib/fp/deviation.py (the Golden et al. microbenchmark core), lib/readings/deviation_reading.py (its claim
+"""Tests of lib/fp/deviation.py (the Golden et al. microbenchmark core), lib/studies/golden/reading.py (its claim
 rule) and the fa_deviation experiment at a tiny scale."""
 import numpy as np
 import pytest
@@ -8,7 +8,7 @@ from lib.fp import deviation as dv
 from lib.fp.bf16 import round_rne, ulp as bf16_ulp
 from lib.fp.numerics import FA2
 from lib.fp.reference import attention_fp64, emulate_forward
-from lib.readings import deviation_reading as dr
+from lib.studies.golden import reading as dr
 
 
 def _qkv(H=2, N=96, d=32, seed=0, fmt="bf16"):
@@ -251,12 +251,12 @@ TINY = dict(device="cpu", seed=0, causal=False, rows=64, inputs=["normal", "atte
 
 @pytest.fixture(scope="module")
 def tiny_result():
-    from lib.experiments import fa_deviation
+    from lib.studies.golden import fa_deviation
     return fa_deviation.run("ci", dict(TINY))
 
 
 def test_experiment_runs_every_cell(tiny_result):
-    from lib.experiments import fa_deviation
+    from lib.studies.golden import fa_deviation
     d = tiny_result["data"]
     assert len(d["records"]) == len(fa_deviation.plan(TINY, "cpu"))
     assert not [r for r in d["records"] if "error" in r]
@@ -273,7 +273,7 @@ def test_experiment_runs_every_cell(tiny_result):
 
 
 def test_experiment_same_seed_same_numbers(tiny_result):
-    from lib.experiments import fa_deviation
+    from lib.studies.golden import fa_deviation
     cfg = dict(TINY, inputs=["normal"], seq_lens=[32], dial_bits=[7], tiles=[16], kernel_tiles=[[16, 16]])
     a = fa_deviation.run("ci", cfg)["data"]["records"]
     b = fa_deviation.run("ci", cfg)["data"]["records"]
@@ -282,14 +282,14 @@ def test_experiment_same_seed_same_numbers(tiny_result):
 
 
 def test_experiment_rejects_unknown_implementation():
-    from lib.experiments import fa_deviation
+    from lib.studies.golden import fa_deviation
     with pytest.raises(ValueError):
         fa_deviation.plan(dict(TINY, impls=["fa3"]), "cpu")
 
 
 def test_figures_and_key_numbers(tiny_result):
     import matplotlib.pyplot as plt
-    from lib.figures import deviation_plots as dp
+    from lib.studies.golden import figures as dp
     d = tiny_result["data"]
     for fig in (dp.format_figure(d), dp.format_figure(d, inputs="attention"), dp.seq_figure(d, d=16),
                 dp.tile_figure(d, impl="fa1"), dp.prediction_figure(d)):
@@ -310,7 +310,7 @@ def test_output_hash_reads_bf16_tensors():
     the hash of their own bytes."""
     import hashlib
 
-    from lib.experiments.fa_deviation import _hash
+    from lib.studies.golden.fa_deviation import _hash
     o = torch.randn(3, 8, 16).to(torch.bfloat16)
     h = _hash(o)
     assert h == hashlib.sha1(o.view(torch.int16).numpy().tobytes()).hexdigest()[:16]
@@ -363,7 +363,7 @@ def test_experiment_reuses_repeated_cells(tiny_result):
 
 
 def test_groups_run_first_head_dim_first():
-    from lib.experiments import fa_deviation
+    from lib.studies.golden import fa_deviation
     cfg = dict(TINY, head_dims=[16, 32], sram_elems=2048)
     order = [key for key, _ in fa_deviation._groups(fa_deviation.plan(cfg, "cpu"), cfg)]
     assert [k[1] for k in order] == sorted((k[1] for k in order), key=lambda d: d != 16)
@@ -372,7 +372,7 @@ def test_groups_run_first_head_dim_first():
 
 def test_kernel_specs_one_per_specialisation():
     """One compile per Triton specialisation: m7 and bf16 share one, N does not enter; the first group's first."""
-    from lib.experiments import fa_deviation
+    from lib.studies.golden import fa_deviation
     cfg = dict(TINY, dial_bits=[4, 7], gpu_kernels=["ours_fa2", "eager"])
     groups = fa_deviation._groups(fa_deviation.plan(cfg, "cuda"), cfg)
     specs = fa_deviation.kernel_specs(groups)
@@ -392,7 +392,7 @@ def test_kernel_specs_one_per_specialisation():
 
 def test_budget_skips_cells_and_the_reading_says_so():
     """Past max_wall_s every remaining cell is recorded as skipped (not failed); the reading names the groups."""
-    from lib.experiments import fa_deviation
+    from lib.studies.golden import fa_deviation
     cfg = dict(TINY, inputs=["normal"], max_wall_s=1e-9)
     d = fa_deviation.run("ci", cfg)["data"]
     assert len(d["records"]) == len(fa_deviation.plan(cfg, "cpu"))
@@ -420,7 +420,7 @@ def test_key_numbers_of_a_cut_run(tiny_result):
 def test_compile_pool_warms_and_changes_nothing(tiny_result):
     """compile_workers > 0: spawned processes run one cell of every kernel of ours first (on the CPU the oracle:
     this checks the plumbing; on the GPU they fill Triton's cache); the records are the same as without them."""
-    from lib.experiments import fa_deviation
+    from lib.studies.golden import fa_deviation
     cfg = dict(TINY, compile_workers=1)
     d = fa_deviation.run("ci", cfg)["data"]
     groups = fa_deviation._groups(fa_deviation.plan(cfg, "cpu"), cfg)
@@ -434,7 +434,7 @@ def test_compile_pool_warms_and_changes_nothing(tiny_result):
 def test_compile_pool_given_up_changes_nothing(tiny_result):
     """A pool whose compile does not arrive in time is given up at once (one wait, not one per kernel) and the
     main process runs every kernel itself: the same records."""
-    from lib.experiments import fa_deviation
+    from lib.studies.golden import fa_deviation
     d = fa_deviation.run("ci", dict(TINY, compile_workers=1, compile_wait_s=0.0))["data"]
     info = d["compile"]
     failed = list(info["failed"].values())     # (one worker starts in seconds, the first cell of ours comes first)

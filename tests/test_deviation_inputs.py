@@ -1,14 +1,14 @@
-"""lib.readings.deviation_inputs: the tied first-tile maxima of fa_deviation's attention-shaped inputs, and the words
+"""lib.studies.golden.tie_inputs: the tied first-tile maxima of fa_deviation's attention-shaped inputs, and the words
 for the β fix's change of bias."""
 import math
 
 import pytest
 
-from lib.readings import deviation_inputs as di
+from lib.studies.golden import tie_inputs as di
 
 
 def test_sinks_tie_in_every_rows_first_tile_and_the_cap_splits_them_by_r_m():
-    from lib.experiments.fa_deviation import make_inputs
+    from lib.studies.golden.fa_deviation import make_inputs
     q, k, _ = make_inputs("attention", 2, 128, 32, 0)
     kw = dict(block_n=32, beta=7.0)
     none = di.first_tile_ties(q, k, max_shift=1e9, **kw)       # no shift is that large: nothing capped

@@ -1,10 +1,10 @@
-"""lib/readings/dial_reading.py: the common-horizon re-judging, bit-identical repeats and the SR/RNE noise ratio."""
+"""lib/studies/explosion/dial.py: the common-horizon re-judging, bit-identical repeats and the SR/RNE noise ratio."""
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from lib.readings import dial_reading as dr
+from lib.studies.explosion import dial as dr
 
 WARM = 20
 
@@ -93,7 +93,7 @@ def test_sr_error_ratio_matches_theory():
 
 
 def test_claim_bias_not_coarseness_follows_the_runs():
-    from lib.readings.claims import derive_dial
+    from lib.claims.table import derive_dial
     rne = _result("precision_dial_fine", "abc", [4], [("paper_m4", 0, dict(n=600, blow_at=200))])
     sr_fails = _result("precision_dial_sr", "abc", [4], [("paper_m4_sr", 0, dict(n=500, blow_at=250))])
     sr_trains = _result("precision_dial_sr", "abc", [4], [("paper_m4_sr", 0, dict(n=500))])

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from lib.book import results
-from lib.readings import dose_reading as d
+from lib.studies.dose import reading as d
 
 
 def fake(cells, rms_per_lam=None, name="delta_dose"):

@@ -1,4 +1,4 @@
-"""Tests of lib/readings/drift.py (weight-drift metrics, recorder, claim rule), lib/training/lockstep.py and the
+"""Tests of lib/studies/golden/drift.py (weight-drift metrics, recorder, claim rule), lib/training/lockstep.py and the
 weight_drift experiment at a tiny scale."""
 import copy
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy.stats import wasserstein_distance
 
-from lib.readings import drift
+from lib.studies.golden import drift
 from lib.training import metrics
 from lib.training.lockstep import train_lockstep
 from lib.training.model import GPT, GPTConfig
@@ -175,7 +175,7 @@ def test_horizon_skips_non_finite_records():
 
 # ----------------------------------------------------------------------------------------------- experiment
 def test_weight_drift_experiment_tiny():
-    from lib.experiments import weight_drift
+    from lib.studies.golden import weight_drift
     cfg = dict(device="cpu", n_layer=2, n_head=1, n_embd=16, seq_len=16, batch_size=2, steps=3, lr=2e-3, warmup=1,
                schedule="constant", grad_clip=1.0, seed=0, data_seed=0, deterministic="warn", autocast="bf16",
                record_every=1, max_wall_s=0.0,
@@ -203,7 +203,7 @@ def test_weight_drift_experiment_tiny():
 
 def test_drift_figures_and_key_numbers():
     import matplotlib.pyplot as plt
-    from lib.figures import deviation_plots as dp
+    from lib.studies.golden import figures as dp
     data, arrays = _fake([3, 2.5, 4, 5, 2, 2.2, 1.5, 3, 3, 3, 3, 3, 3, 3])
     data["matrices"] = [f"h{i}.{k}" for i in range(2) for k in drift.MATRIX_KINDS] + ["wte", "wpe"]
     data["claim_setup"]["focus_matrix"] = "h1.w_q"

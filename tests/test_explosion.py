@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from lib.training import outcome, proxy
+from lib.training import outcome, proxy, regime
 from lib.book import registry
-from lib.experiments import headline, lr_sweep
+from lib.studies.explosion import headline
 
 
 def _curve(n=400, rise_at=None, rise=0.0, noise=0.01, seed=0):
@@ -45,11 +45,11 @@ def test_choose_lr():
     ok = dict(fa2="stable", sdpa="stable", fp32="stable")
     table = {2e-3: ok | dict(paper="stable"), 5e-3: ok | dict(paper="exploded"),
              8e-3: dict(ok, sdpa="degraded", paper="exploded")}
-    assert lr_sweep.choose_lr(runs(table))[0] == 5e-3
+    assert regime.choose_lr(runs(table))[0] == 5e-3
     table[5e-3]["paper"] = "stable"
-    lr, why = lr_sweep.choose_lr(runs(table))
+    lr, why = regime.choose_lr(runs(table))
     assert lr == 5e-3 and why.startswith("no LR where paper failed")
-    assert lr_sweep.choose_lr(runs({8e-3: dict(ok, fp32="exploded")}))[0] is None
+    assert regime.choose_lr(runs({8e-3: dict(ok, fp32="exploded")}))[0] is None
 
 
 def test_run_arms_and_repeat_check():

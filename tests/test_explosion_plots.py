@@ -3,9 +3,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from lib.training import outcome, proxy
-from lib.figures import explosion_plots
-from lib.experiments import lr_sweep
+from lib.training import outcome, proxy, regime
+from lib.studies.explosion import figures as explosion_plots
 from lib.book.results import Result
 
 
@@ -15,7 +14,7 @@ def res():
     summ, arrays, meta = proxy.run_arms("ci", runs, workers=1, steps=4, n_layer=2, n_head=2, n_embd=32)
     data = dict(runs=summ, arms=["sdpa", "fp32"], thresholds=dict(rise_exploded=outcome.RISE_EXPLODED,
                                                                   rise_degraded=outcome.RISE_DEGRADED))
-    data["chosen_lr"] = lr_sweep.choose_lr(data)[0]
+    data["chosen_lr"] = regime.choose_lr(data)[0]
     return Result("test", "ci", dict(scale="ci", device="cpu", git_commit="0" * 40), data, arrays)
 
 
@@ -74,7 +73,7 @@ def test_max_logit_at_picks_the_first_telemetry_step_at_or_after():
 def test_dial_figure_draws_valid_arms_and_the_controls_of_each_m():
     """Two fake dial results (the CI run's arrays relabelled): one with the SR backward bug, whose SR arm must not
     be drawn, one without."""
-    from lib.experiments import run_live
+    from lib.book.runner import run_live
     r = run_live("precision_dial", "ci")
 
     def as_result(name, commit):

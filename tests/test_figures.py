@@ -24,7 +24,7 @@ def _result_or_live(name: str):
     if results.exists(name, "full"):
         r = results.load(name, "full")
         return r.data, r.meta
-    from lib.experiments import run_live
+    from lib.book.runner import run_live
     return run_live(name, "ci")["data"], None
 
 
@@ -35,20 +35,22 @@ def _full(name: str):
 
 # ------------------------------------------------------------------------------------------------ the figures
 def fig_intro_chain():
-    from lib.figures.chain import causal_chain_figure
+    from lib.claims.chain import causal_chain_figure
     return causal_chain_figure()
 
 
 def fig_ch1_heatmaps():
     from lib.fp import rounding_bias as rb
+    from lib.studies.rounding import figures as rfig
     data, meta = _result_or_live("bias_montecarlo")
-    return rb.fig_heatmaps(data["grid"], meta=meta)
+    return rfig.fig_heatmaps(data["grid"], meta=meta)
 
 
 def fig_ch1_theory():
     from fractions import Fraction
 
     from lib.fp import rounding_bias as rb
+    from lib.studies.rounding import figures as rfig
     from lib.fp import theory
     data, _ = _result_or_live("bias_montecarlo")
     table = theory.theory_table(range(1, 9))
@@ -56,30 +58,32 @@ def fig_ch1_theory():
              for k, m in ((2, 7), (3, 7))]
     saw = [(r["rho_mean"], -r["rne_pv"], r["rne_pv_ci"]) for r in data["grid"]
            if r["k"] == 2 and 0 < r["rho_mean"] < 3 and r["rho_lost"] < 0.01]
-    return rb.fig_theory(table, marks, saw)
+    return rfig.fig_theory(table, marks, saw)
 
 
 def fig_ch1_dial():
     from lib.fp import rounding_bias as rb
+    from lib.studies.rounding import figures as rfig
     data, _ = _result_or_live("bias_montecarlo")
-    return rb.fig_precision_dial(data["dial"])
+    return rfig.fig_precision_dial(data["dial"])
 
 
 def fig_ch1_kernel():
     from lib.fp import rounding_bias as rb
+    from lib.studies.rounding import figures as rfig
     data, meta = _result_or_live("bias_kernel")
     gaps = sorted({c["gap"] for c in data["cells"]} & {14.0, 16.0}) or None
-    return rb.fig_kernel_compare(data["cells"], k=2, gaps=gaps, meta=meta)
+    return rfig.fig_kernel_compare(data["cells"], k=2, gaps=gaps, meta=meta)
 
 
 def fig_ch2_error():
-    from lib.readings import attention_checks as ac
+    from lib.studies.kernel import checks as ac
     err = ac.error_vs_fp64(profiles=("fp32", "fa2", "paper"), seqs=(40, 97), d=32, seeds=(0, 1), causal=(True, False))
     return ac.error_figure(err, title="emulator, ci scale")
 
 
 def fig_ch2_bench():
-    from lib.readings import attention_checks as ac
+    from lib.studies.kernel import checks as ac
     st = ac.bench_status("attention_bench")
     if st["result"] is None:
         pytest.skip("no committed attention benchmark: chapter 2 shows a placeholder")
@@ -87,7 +91,7 @@ def fig_ch2_bench():
 
 
 def fig_ch6_headline(which: str):
-    from lib.figures import explosion_plots as ep
+    from lib.studies.explosion import figures as ep
     res = _full("headline")
     if res is None:
         pytest.skip("no committed headline result: chapter 6 shows no headline figures")
@@ -104,7 +108,7 @@ def fig_ch6_headline(which: str):
 
 
 def fig_ch6_sweep():
-    from lib.figures import explosion_plots as ep
+    from lib.studies.explosion import figures as ep
     sw = _full("lr_sweep")
     if sw is None:
         pytest.skip("no committed lr_sweep result")
@@ -112,18 +116,17 @@ def fig_ch6_sweep():
 
 
 def fig_ch6_dial():
-    from lib.figures import explosion_plots as ep
-    from lib.readings import dial_reading
-    from lib.readings.claims import DIAL_RESULTS
-    dial_res = [r for r in (_full(n) for n in DIAL_RESULTS) if r is not None]
+    from lib.studies.explosion import figures as ep
+    from lib.studies.explosion import dial as dial_reading
+    dial_res = results.load_group("precision_dial")
     if not dial_res:
         pytest.skip("no committed precision-dial result")
     return ep.dial_figure(dial_res, horizons=dial_reading.at_common_horizon(dial_res)["horizon"])
 
 
 def fig_ch6_regime():
-    from lib.figures import explosion_plots as ep
-    from lib.readings import regime
+    from lib.studies.explosion import figures as ep
+    from lib.training import regime
     pilots = [r for r in (_full(n) for n in regime.REGIME_RESULTS) if r is not None]
     if not pilots:
         pytest.skip("no committed regime pilots")
@@ -132,22 +135,22 @@ def fig_ch6_regime():
 
 def fig_ch6_healthy():
     """The healthy headline as chapter 6 draws it: healthy_headline merged with healthy_headline_more (every arm)."""
-    from lib.figures import explosion_plots as ep
-    from lib.readings import healthy_reading, regime
-    parts = [r for r in (_full(n) for n in healthy_reading.HEALTHY_RESULTS) if r is not None]
+    from lib.studies.explosion import figures as ep
+    from lib.training import runs as healthy_reading, regime
+    parts = results.load_group("healthy_headline")
     pilots = [r for r in (_full(n) for n in regime.REGIME_RESULTS) if r is not None]
     if not parts or not pilots:
         pytest.skip("no committed healthy headline")
-    data, arrays = regime.union(pilots)
+    data, arrays = healthy_reading.union(pilots)
     refs = results.Result("regime pilots", "full", dict(pilots[0].meta), data, arrays)
     return ep.healthy_figure(healthy_reading.merge(parts), refs)
 
 
 def fig_ch6_wide():
     """The width-768 headline as chapter 6 draws it: its two parts merged, its own references, the logit bound."""
-    from lib.figures import explosion_plots as ep
-    from lib.readings import healthy_reading, regime
-    parts = [r for r in (_full(n) for n in healthy_reading.WIDE_RESULTS) if r is not None]
+    from lib.studies.explosion import figures as ep
+    from lib.training import runs as healthy_reading, regime
+    parts = results.load_group("width_768")
     if not parts:
         pytest.skip("no committed width-768 headline")
     return ep.healthy_figure(healthy_reading.merge(parts), None, bound=regime.MAX_LOGIT)
@@ -156,32 +159,32 @@ def fig_ch6_wide():
 def fig_ch7_authors(live: bool = False):
     """Chapter 7's authors'-code figure: the committed results, else (or with `live`) CI-scale runs of the same two
     experiments."""
-    from lib.figures import healthy_plots
-    from lib.readings import healthy_reading
-    res = [] if live else [r for r in (_full(n) for n in healthy_reading.AUTHORS_RESULTS) if r is not None]
+    from lib.book import registry
+    from lib.studies.fix import figures as healthy_plots
+    res = [] if live else results.load_group("authors_code")
     if not res:
-        from lib.experiments import live_result
-        res = [live_result(n, "ci") for n in healthy_reading.AUTHORS_RESULTS]
+        from lib.book.runner import live_result
+        res = [live_result(n, "ci") for n in registry.GROUPS["authors_code"]]
     return healthy_plots.authors_figure(res)
 
 
 def fig_ch7_beta_window():
-    from lib.fp import beta_theory as bt
-    return bt.beta_window_figure()
+    from lib.studies.fix import figures as fix_figures
+    return fix_figures.beta_window_figure()
 
 
 def fig_ch7_fix_error():
     from lib.fp import fix_error
-    return fix_error.fix_error_figure(fix_error.fix_error_profile())
+    from lib.studies.fix import figures as fix_figures
+    return fix_figures.fix_error_figure(fix_error.fix_error_profile())
 
 
 def fig_ch7_beta_sweep():
-    from lib.figures import explosion_plots as ep
-    from lib.readings import beta_reading
-    bres = [r for r in (_full(n) for n in beta_reading.BETA_RESULTS) if r is not None]
+    from lib.studies.fix import figures as fix_figures
+    bres = results.load_group("beta_sweep")
     if not bres:
         pytest.skip("no committed β-sweep result")
-    return ep.beta_sweep_figure(bres)
+    return fix_figures.beta_sweep_figure(bres)
 
 
 def _fa_deviation():
@@ -195,14 +198,14 @@ def _weight_drift():
     if results.exists("weight_drift", "full"):
         r = results.load("weight_drift", "full")
         return r.data, r.arrays
-    from lib.experiments import run_live
+    from lib.book.runner import run_live
     out = run_live("weight_drift", "ci")
     return out["data"], out["arrays"]
 
 
 def fig_ch3(which: str):
-    from lib.figures import deviation_plots as dp
-    from lib.readings import deviation_reading as dr
+    from lib.studies.golden import figures as dp
+    from lib.studies.golden import reading as dr
     if which in ("drift", "drift_ratio"):
         data, arrays = _weight_drift()
         return (dp.drift_figure if which == "drift" else dp.drift_ratio_figure)(data, arrays)
@@ -221,7 +224,7 @@ def _delta_capture():
     """The `delta_capture` result chapters 4 and 5 show: the committed full one, else the live CI-scale run."""
     if results.exists("delta_capture", "full"):
         return results.load("delta_capture", "full")
-    from lib.experiments import live_result
+    from lib.book.runner import live_result
     return live_result("delta_capture", "ci")
 
 
@@ -233,10 +236,10 @@ def _last_capture():
 
 def fig_ch45(which: str):
     """The figures of chapters 4 and 5, drawn by the calls the chapters make."""
-    from lib.figures import delta_plots as dp
+    from lib.studies.delta import figures as dp
     R = _delta_capture()
     if which == "planted_token":
-        from lib.readings.delta_planted import planted
+        from lib.studies.delta.planted import planted
         P = planted("ties", spec="paper")
         return dp.token_errors(P["arr"], P["scale"], head=0, row=7)
     if which in ("real_token", "terms"):
@@ -260,13 +263,13 @@ def _delta_capture_8e3():
     """Chapter 4's contrast: the committed full `delta_capture_8e3`, else its live CI-scale run (as the chapter)."""
     if results.exists("delta_capture_8e3", "full"):
         return results.load("delta_capture_8e3", "full")
-    from lib.experiments import live_result
+    from lib.book.runner import live_result
     return live_result("delta_capture_8e3", "ci")
 
 
 def fig_ch45_contrast(which: str):
     """The 8e-3 contrast of chapters 4 and 5, drawn by the calls the chapters make."""
-    from lib.figures import delta_plots as dp
+    from lib.studies.delta import figures as dp
     R8 = _delta_capture_8e3()
     if which == "phases":
         return dp.contrast_figure(_delta_capture(), R8)
@@ -274,19 +277,19 @@ def fig_ch45_contrast(which: str):
 
 
 def fig_ch4_telemetry():
-    from lib.figures import delta_plots as dp
-    from lib.readings import delta_reading as dr
+    from lib.studies.delta import figures as dp
+    from lib.studies.delta import reading as dr
     res = _full("healthy_headline")
     return dp.telemetry_sign_strip(dr.telemetry_sign(res) if res is not None else None)
 
 
 def fig_ch5_dose():
     """Chapter 5's dose figure: the committed full results, or the ci stage 1 run live (what the chapter shows)."""
-    from lib.figures import dose_plots
+    from lib.studies.dose import figures as dose_plots
     full = [r for r in (_full("delta_dose"), _full("delta_dose_seeds")) if r is not None]
     if full:
         return dose_plots.dose_figure(full)
-    from lib.experiments import live_result
+    from lib.book.runner import live_result
     return dose_plots.dose_figure([live_result("delta_dose", "ci")])
 
 
@@ -375,7 +378,7 @@ class _Synthetic:
 @pytest.mark.parametrize("name", ["sign_strip", "cumulative_delta", "o_error_by_v_sign", "variant_strip",
                                   "push_figure", "step_heatmaps"])
 def test_delta_figures_stay_readable_with_36_heads_and_3_seeds(name):
-    from lib.figures import delta_plots as dp
+    from lib.studies.delta import figures as dp
     fig = getattr(dp, name)(_Synthetic())
     try:
         problems = plotting.check_figure(fig)

@@ -1,8 +1,8 @@
-"""lib/readings/fix_checks.py: the fix acts on tied rows, leaves FP32 attention unchanged up to rounding, changes BF16 O."""
+"""lib/studies/fix/checks.py: the fix acts on tied rows, leaves FP32 attention unchanged up to rounding, changes BF16 O."""
 import numpy as np
 import pytest
 
-from lib.readings.fix_checks import fix_effect, tied_inputs
+from lib.studies.fix.checks import fix_effect, tied_inputs
 
 
 def test_fix_effect_on_tied_inputs():

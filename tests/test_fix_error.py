@@ -5,6 +5,7 @@ import pytest
 
 import lib.book.setup  # noqa: F401
 from lib.fp import fix_error as fe
+from lib.studies.fix import figures as fix_figures
 
 
 def test_tied_rows_have_repeated_maxima_on_the_bf16_grid():
@@ -48,6 +49,6 @@ def test_bad_arguments():
 
 
 def test_figure():
-    fig = fe.fix_error_figure(fe.fix_error_profile(r_values=(2, 8), heads=2, n=16))
+    fig = fix_figures.fix_error_figure(fe.fix_error_profile(r_values=(2, 8), heads=2, n=16))
     assert len(fig.axes) == 2 and len(fig.axes[0].lines) == len(fe.VARIANTS)
     matplotlib.pyplot.close(fig)

@@ -1,8 +1,8 @@
-"""lib/readings/horizon.py: the common horizon skips non-finite runs; re-judging a late explosion at an early horizon."""
+"""lib/training/horizon.py: the common horizon skips non-finite runs; re-judging a late explosion at an early horizon."""
 import numpy as np
 import pytest
 
-from lib.readings import horizon
+from lib.training import horizon
 
 
 def _late_blowup(n=600, at=500):

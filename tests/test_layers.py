@@ -1,34 +1,72 @@
-"""The import graph reads top-down: every module imports only its own layer or lower ones (lazy imports included).
+"""The import graph reads top-down: components below, studies above, the claims table on top (lazy imports included).
 
-Layers, bottom to top: lib.book (plumbing) < lib.fp (floating point, the oracle) < kernels (Triton) < lib.training <
-lib.readings < lib.figures and lib.experiments (siblings: neither imports the other) < benchmarks."""
+Components, bottom to top: lib.book (plumbing, the experiment runner) < lib.fp (floating point, the oracle) <
+kernels (Triton) < lib.census (the bias's preconditions) < lib.training < lib.stats (generic statistics) <
+lib.monitor. Above them the
+studies, one folder each (`lib/studies/<name>/`): a study imports components only, never another study. The claims
+table (`lib.claims`) reads the studies; `lib.experiments` (the registry's command line) and `benchmarks/` sit on top.
+A chapter imports `lib.book`, its own studies and the claims table (plus, for the chapters listed in
+`CHAPTER_COMPONENTS`, the component modules named there, each still to move into its study's reading).
+"""
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RANK = {"lib.book": 0, "lib.fp": 1, "kernels": 2, "lib.training": 3, "lib.readings": 4, "lib.figures": 5,
-        "lib.experiments": 5, "benchmarks": 6}
+# lib.census (the bias's preconditions, from q, k, v) needs only lib.fp, and the training loop's observers call it:
+# it ranks below lib.training. lib.stats and lib.monitor rank above it.
+RANK = {"lib.book": 0, "lib.fp": 1, "kernels": 2, "lib.census": 2.5, "lib.training": 3, "lib.stats": 4,
+        "lib.monitor": 5, "lib.studies": 6, "lib.claims": 7, "lib.experiments": 8, "benchmarks": 8}
+
+# the study (or studies) whose chapter a page is
+CHAPTER_STUDIES = {"intro.md": (), "01-bf16-rounding.md": ("rounding",), "02-flash-attention-kernel.md": ("kernel",),
+                   "03-numeric-deviation.md": ("golden",), "04-biased-output.md": ("delta",),
+                   "05-low-rank-accumulation.md": ("delta", "dose"), "06-loss-explosion.md": ("explosion",),
+                   "07-the-fix.md": ("fix",), "reproduce.md": (), "bibliography.md": ()}
+# component modules a chapter still imports directly (the derivation cells of chapters 1-3, the capture unpacker of
+# chapters 4-5); chapters 6 and 7 import none
+CHAPTER_COMPONENTS = {
+    "01-bf16-rounding.md": ("lib.fp",),
+    "02-flash-attention-kernel.md": ("lib.fp",),
+    "03-numeric-deviation.md": ("lib.fp", "kernels.attention"),
+    "04-biased-output.md": ("lib.training.capture",),
+    "05-low-rank-accumulation.md": ("lib.training.capture",),
+    # until their code moves into their studies' numbers() (the next step of the study-wings change)
+    "06-loss-explosion.md": ("lib.training", "lib.fp"),
+    "07-the-fix.md": ("lib.training", "lib.fp", "kernels.attention", "lib.studies.explosion"),
+}
 
 
 def layer(mod: str):
+    """The layer of module `mod`: a study's own folder (`lib.studies.<name>`), else the longest RANK prefix."""
+    parts = mod.split(".")
+    if parts[:2] == ["lib", "studies"] and len(parts) > 2:
+        return ".".join(parts[:3])
     for prefix in sorted(RANK, key=len, reverse=True):
         if mod == prefix or mod.startswith(prefix + "."):
             return prefix
     return None
 
 
-def imports(path: Path):
-    tree = ast.parse(path.read_text())
+def rank(lay: str) -> int:
+    return RANK["lib.studies"] if lay.startswith("lib.studies.") else RANK[lay]
+
+
+def _imports(tree):
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
                 yield node.lineno, a.name
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            if node.module == "lib":       # `from lib import x`: x is a subpackage
+            if node.module in ("lib", "lib.studies"):      # `from lib import x`: x is a subpackage
                 for a in node.names:
-                    yield node.lineno, f"lib.{a.name}"
+                    yield node.lineno, f"{node.module}.{a.name}"
             else:
                 yield node.lineno, node.module
+
+
+def imports(path: Path):
+    yield from _imports(ast.parse(path.read_text()))
 
 
 def modules():
@@ -38,30 +76,88 @@ def modules():
             yield p, name
 
 
+def bad_imports(name: str, targets) -> list[str]:
+    """The (line, target) imports of module `name` that point up or sideways."""
+    mine = layer(name)
+    bad = []
+    for line, target in targets:
+        theirs = layer(target)
+        if theirs is None or theirs == mine or mine is None:
+            continue
+        if rank(theirs) >= rank(mine):
+            bad.append(f"{line}: {mine} imports {target} ({theirs})")
+    return bad
+
+
+def chapter_imports(path: Path):
+    """(line, module) of every import in the code cells of a MyST notebook page."""
+    text = path.read_text()
+    for m in re.finditer(r"^```\{code-cell\}[^\n]*\n(.*?)^```$", text, flags=re.S | re.M):
+        line0 = text[:m.start(1)].count("\n") + 1
+        src = "\n".join("" if ln.startswith(":") else ln for ln in m.group(1).split("\n"))  # cell options
+        src = re.sub(r"^\s*[%!].*$", "", src, flags=re.M)                               # IPython magics
+        for line, mod in _imports(ast.parse(src)):
+            yield line0 + line - 1, mod
+
+
+def chapter_violations(page: str, targets) -> list[str]:
+    own = {f"lib.studies.{s}" for s in CHAPTER_STUDIES[page]}
+    allowed = ("lib.book", "lib.claims", *CHAPTER_COMPONENTS.get(page, ()))
+    bad = []
+    for line, mod in targets:
+        if not (mod == "lib" or mod.startswith(("lib.", "kernels", "benchmarks"))):
+            continue       # numpy, IPython, myst_nb, ...
+        if layer(mod) in own or mod in own or any(mod == a or mod.startswith(a + ".") for a in allowed):
+            continue
+        bad.append(f"{page}:{line} imports {mod}")
+    return bad
+
+
 def test_every_module_belongs_to_a_layer():
     orphans = [n for _, n in modules() if layer(n) is None and n != "lib"]
     assert orphans == [], f"modules outside every layer: {orphans}"
 
 
+def test_studies_are_folders():
+    """lib/studies holds study folders only: no loose modules beside them."""
+    loose = [p.name for p in (ROOT / "lib" / "studies").glob("*.py") if p.name != "__init__.py"]
+    assert loose == []
+
+
 def test_imports_point_down():
     bad = []
     for path, name in modules():
-        mine = layer(name)
-        if mine is None:
-            continue
-        for line, target in imports(path):
-            theirs = layer(target)
-            if theirs is None or theirs == mine:
-                continue
-            if RANK[theirs] > RANK[mine] or (RANK[theirs] == RANK[mine]):
-                bad.append(f"{path.relative_to(ROOT)}:{line} ({mine}) imports {target} ({theirs})")
+        bad += [f"{path.relative_to(ROOT)}:{b}" for b in bad_imports(name, imports(path))]
     assert bad == [], "upward or sideways imports:\n" + "\n".join(bad)
 
 
-def test_the_check_can_fail(tmp_path, monkeypatch):
-    """A planted upward import (plumbing importing the training layer) is caught."""
+def test_chapters_import_their_own_study():
+    pages = [ROOT / "intro.md", *sorted((ROOT / "chapters").glob("*.md"))]
+    assert {p.name for p in pages} == set(CHAPTER_STUDIES), "a page without an entry in CHAPTER_STUDIES"
+    bad = []
+    for p in pages:
+        bad += chapter_violations(p.name, chapter_imports(p))
+    assert bad == [], "chapters importing another study or a component:\n" + "\n".join(bad)
+
+
+def test_the_check_can_fail(tmp_path):
+    """Planted violations are caught: plumbing importing the training layer, one study importing another, a
+    component importing a study, a chapter importing a study not its own."""
     p = tmp_path / "lib" / "book" / "x.py"
     p.parent.mkdir(parents=True)
     p.write_text("def f():\n    from lib.training import model\n")
     assert [t for _, t in imports(p)] == ["lib.training"]
-    assert RANK[layer("lib.training")] > RANK[layer("lib.book.x")]
+    assert bad_imports("lib.book.x", imports(p))
+    assert bad_imports("lib.studies.fix.reading", [(1, "lib.studies.explosion.dial")])
+    assert bad_imports("lib.studies.fix.reading", [(1, "lib.claims.table")])
+    assert bad_imports("lib.training.regime", [(1, "lib.studies.explosion")])
+    assert bad_imports("lib.census", [(1, "lib.training.model")])
+    assert bad_imports("lib.training.train", [(1, "lib.stats")])
+    assert not bad_imports("lib.studies.fix.reading", [(1, "lib.studies.fix.beta"), (2, "lib.training.horizon")])
+    assert not bad_imports("lib.claims.table", [(1, "lib.studies.fix.reading")])
+    assert chapter_violations("04-biased-output.md", [(3, "lib.studies.explosion.figures")])
+    assert chapter_violations("04-biased-output.md", [(3, "lib.training.horizon")])
+    assert not chapter_violations("04-biased-output.md", [(3, "lib.studies.delta.reading"), (4, "numpy")])
+    cell = tmp_path / "ch.md"
+    cell.write_text("# t\n\n```{code-cell} ipython3\n:tags: [remove-cell]\nimport numpy\nfrom lib.studies import fix\n```\n")
+    assert list(chapter_imports(cell)) == [(5, "numpy"), (6, "lib.studies.fix")]

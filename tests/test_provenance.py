@@ -171,23 +171,23 @@ def test_a_docstring_edit_in_the_real_kernel_changes_nothing(tmp_path):
 def test_bad_entries_are_refused():
     ix = provenance.index()
     with pytest.raises(ValueError, match="package.module:name"):
-        ix.fingerprint("lib.experiments.headline")
+        ix.fingerprint("lib.studies.explosion.headline")
     with pytest.raises(KeyError, match="no module"):
         ix.fingerprint("lib.nowhere:run")
     with pytest.raises(KeyError, match="defines no"):
-        ix.fingerprint("lib.experiments.headline:nothing")
+        ix.fingerprint("lib.studies.explosion.headline:nothing")
 
 
 def test_staleness_reasons_for_code_config_and_inputs(tmp_path, monkeypatch):
     """A result saved with provenance is fresh; each of code, configuration and input changes makes it stale, and
     the reason names which."""
-    prov = dict(registry="bias_montecarlo", code=provenance.code_fingerprint(["lib.experiments.bias_montecarlo:run"]),
+    prov = dict(registry="bias_montecarlo", code=provenance.code_fingerprint(["lib.studies.rounding.bias_montecarlo:run"]),
                 cfg=registry.resolve("bias_montecarlo", "ci"), inputs=results.input_hashes(["data/corpus/README.md"]))
     results.save("bias_montecarlo", "ci", {"y": 1}, provenance=prov, root=tmp_path, arrays={"a": np.zeros(2)})
     assert results.load("bias_montecarlo", "ci", root=tmp_path).stale == []
     blob = (tmp_path / "ci" / "bias_montecarlo.json").read_text()
     for edit, reason in ((('"n_problems": 24', '"n_problems": 25'), "configuration differs"),
-                         ((prov["code"]["lib.experiments.bias_montecarlo:run"], "0" * 64), "code changed"),
+                         ((prov["code"]["lib.studies.rounding.bias_montecarlo:run"], "0" * 64), "code changed"),
                          ((prov["inputs"]["data/corpus/README.md"], "1" * 64), "input changed")):
         assert edit[0] in blob
         (tmp_path / "ci" / "bias_montecarlo.json").write_text(blob.replace(edit[0], edit[1]))

@@ -1,7 +1,7 @@
-"""lib/readings/regime.py: the health rule of a training regime and the LR it selects (each part can fail)."""
+"""lib/training/regime.py: the health rule of a training regime and the LR it selects (each part can fail)."""
 import numpy as np
 
-from lib.readings import regime
+from lib.training import regime
 
 
 def _result(specs):

@@ -108,6 +108,25 @@ def test_cli_runs_a_ci_experiment_with_provenance(tmp_path):
     res = results.load("rounding_exhaustive", "ci", root=tmp_path)
     assert res.data["n"] == 4096 and res.data["all_equal"]
     prov = res.meta["provenance"]
-    assert prov["cfg"]["random_patterns"] == 4096 and "lib.experiments.rounding_exhaustive:run" in prov["code"]
+    assert prov["cfg"]["random_patterns"] == 4096 and "lib.studies.kernel.rounding_exhaustive:run" in prov["code"]
     # run with an override: the result records it, and reads as differing from the registry
     assert any("configuration differs from the registry: random_patterns" in s for s in res.stale)
+
+
+def test_groups_name_registry_entries_and_load_in_order(tmp_path):
+    """Every result group (`registry.GROUPS`) names registry entries; `results.load_group` loads the existing ones
+    in group order."""
+    es = registry.entries()
+    for g, names in registry.GROUPS.items():
+        assert names and all(n in es for n in names), g
+    names = registry.GROUPS["healthy_headline"]
+    results.save(names[1], "full", {"x": 1}, provenance={"registry": names[1]}, root=tmp_path)
+    assert [r.name for r in results.load_group("healthy_headline", root=tmp_path)] == [names[1]]
+    results.save(names[0], "full", {"x": 0}, provenance={"registry": names[0]}, root=tmp_path)
+    assert [r.name for r in results.load_group("healthy_headline", root=tmp_path)] == list(names)
+
+
+def test_every_base_is_a_full_module_path():
+    """`base` names the experiment module by its full dotted path: a study's module or a benchmark script."""
+    for e in registry.entries().values():
+        assert e.module == e.base and e.base.startswith(("lib.studies.", "benchmarks.")), e.name

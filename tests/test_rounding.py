@@ -8,7 +8,7 @@ import torch
 from kernels.rounding import (bf16_to_fp32, native_to_bf16, round_mantissa, round_to_bf16,
                               stochastic_round)
 from lib.fp import bf16 as ref
-from lib.experiments import run_live
+from lib.book.runner import run_live
 from lib.book.setup import DEVICE, INTERPRET
 
 

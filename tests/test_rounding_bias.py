@@ -1,4 +1,5 @@
-"""lib/fp/rounding_bias.py: bit tables, the worked example, the enumeration, the Monte Carlo and the figures."""
+"""lib/fp/rounding_bias.py: bit tables, the worked example, the enumeration, the Monte Carlo; and chapter 1's figures
+(lib/studies/rounding/figures.py)."""
 from fractions import Fraction
 
 import matplotlib.pyplot as plt
@@ -7,6 +8,7 @@ import pytest
 
 from lib.fp import rounding_bias as rb
 from lib.fp import theory
+from lib.studies.rounding import figures as rfig
 
 
 def test_worked_example_reproduces_the_paper():
@@ -94,15 +96,15 @@ def test_monte_carlo_cell_agrees_with_theory_and_fixes_remove_bias():
 def test_grid_and_figures():
     recs = rb.mc_grid(3, [1, 2], [8.0, 14.0], n_problems=4)
     assert len(recs) == 4 and {"rne_pv", "beta_o_rtn", "sr_o_ntr_ci", "theory_pv"} <= set(recs[0])
-    figs = [rb.fig_heatmaps(recs, meta={"scale": "ci"}),
-            rb.fig_theory(theory.theory_table(range(1, 4)), [{"k": 2, "mean_ulps": Fraction(1, 4)}],
+    figs = [rfig.fig_heatmaps(recs, meta={"scale": "ci"}),
+            rfig.fig_theory(theory.theory_table(range(1, 4)), [{"k": 2, "mean_ulps": Fraction(1, 4)}],
                           [(0.1, 0.2, 0.01)], k_saw=(2,)),
-            rb.fig_precision_dial([dict(recs[0], m=3), dict(recs[1], m=4)])]
+            rfig.fig_precision_dial([dict(recs[0], m=3), dict(recs[1], m=4)])]
     cells = [{"k": r["k"], "gap": r["gap"], "method": m, "path": p, **{q: r[f"{m}_{q}"] + (p == "numpy")
                                                                        for q in ("pv", "o_rtn", "o_ntr")},
               **{f"{q}_ci": r[f"{m}_{q}_ci"] for q in ("pv", "o_rtn", "o_ntr")}}
              for r in recs for m in rb.METHODS for p in ("numpy", "emulated")]
-    kfig = rb.fig_kernel_compare(cells, k=2)
+    kfig = rfig.fig_kernel_compare(cells, k=2)
     assert len(kfig.axes) == 3 * 2                   # outputs × gaps
     bars = [c for c in kfig.axes[0].containers if type(c).__name__ == "BarContainer"]   # P̄V, first gap: per path
     assert [len(b) for b in bars] == [3, 3]
@@ -110,7 +112,7 @@ def test_grid_and_figures():
     assert bars[1][0].get_height() == pytest.approx(first["rne_pv"]) and bars[0][0].get_height() == pytest.approx(
         first["rne_pv"] + 1)
     with pytest.raises(ValueError):
-        rb.fig_kernel_compare(cells, k=5)
+        rfig.fig_kernel_compare(cells, k=5)
     figs.append(kfig)
     for f in figs:
         assert f.axes

@@ -6,8 +6,8 @@ import torch
 import lib.book.setup  # noqa: F401  (interpreter before kernels)
 from kernels.row_pv import row_pv
 from lib.fp import rounding_bias as rb
-from lib.experiments import bias_kernel, bias_montecarlo
-from lib.experiments import run_live
+from lib.studies.rounding import bias_kernel, bias_montecarlo
+from lib.book.runner import run_live
 
 
 @pytest.mark.parametrize("m,beta", [(7, None), (4, None), (7, 2.0)])

@@ -2,7 +2,7 @@
 import matplotlib.pyplot as plt
 
 from lib.book import toc
-from lib.figures import chain
+from lib.claims import chain
 
 
 def _book(tmp_path, numbered):

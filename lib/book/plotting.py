@@ -132,6 +132,24 @@ def legend_outside(ax, loc: str = "right", **kw):
     raise ValueError(f"legend_outside: loc must be 'right' or 'below', got {loc!r}")
 
 
+LINE_STYLES = ("-", "--", ":", "-.")   # one per seed in every training figure (colour = arm, line style = seed)
+
+
+def seed_styles(seeds) -> dict:
+    """{seed: line style} for the sorted distinct `seeds`, cycling through `LINE_STYLES`."""
+    return {s: LINE_STYLES[i % len(LINE_STYLES)] for i, s in enumerate(sorted(set(seeds)))}
+
+
+def style_legend(fig, colours: dict, styles: dict, extra=(), title=None, ncol: int = 4):
+    """One figure legend above the panels that explains colours and line styles separately: `colours` {label:
+    colour} (solid lines), `styles` {label: line style} (dark grey), `extra` more (label, Line2D kwargs) entries."""
+    from matplotlib.lines import Line2D
+    hs = [Line2D([], [], color=c, lw=1.5, label=lab) for lab, c in colours.items()]
+    hs += [Line2D([], [], color="0.25", ls=ls, lw=1.2, label=lab) for lab, ls in styles.items()]
+    hs += [Line2D([], [], label=lab, **kw) for lab, kw in extra]
+    return fig.legend(handles=hs, loc="outside upper center", ncol=ncol, title=title)
+
+
 # ------------------------------------------------------------------------------------------------------ the check
 def _drawn_texts(fig):
     """Draw `fig` once and return (renderer, [Text artists drawn, in draw order, each once]).

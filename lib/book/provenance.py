@@ -19,7 +19,10 @@ Module-level statements that are not definitions (`os.environ.setdefault(...)`) 
 definition that every definition of that module depends on.
 
 `lib.book` itself (results I/O, scales, the figure style) is plumbing that cannot change a measured number; its
-definitions are treated as outside references, so editing it stales nothing.
+definitions are treated as outside references, so editing it stales nothing. The exception is the experiment runner
+(`FINGERPRINTED`: `lib.book.runner`, `lib.book.cli`), which passes each run its configuration and which committed
+results reached (as `lib/experiments/__init__.py` and `__main__.py`) before it moved into `lib.book`: it is hashed
+like project code.
 
 The serialisation skips fields that are empty or None and the fields Python versions disagree on (`type_params`,
 `ctx`, `kind`, `type_comment`), so the GPU image's Python 3.12 and the CPU's 3.11 give the same fingerprints.
@@ -34,7 +37,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("lib", "kernels", "benchmarks")
-PLUMBING = ("lib.book",)   # treated as outside code (see the module docstring)
+PLUMBING = ("lib.book",)   # treated as outside code (see the module docstring) ...
+FINGERPRINTED = ("lib.book.runner", "lib.book.cli")   # ... except the experiment runner
 _SKIP_FIELDS = {"ctx", "type_comment", "type_params", "kind"}
 
 
@@ -135,6 +139,8 @@ class Index:
         return m
 
     def _is_plumbing(self, modname: str) -> bool:
+        if modname in FINGERPRINTED:
+            return False
         return any(modname == p or modname.startswith(p + ".") for p in PLUMBING)
 
     # -- name resolution -------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ Each TOML table is one result::
 
     [precision_dial_m6]            # result name: results/<scale>/precision_dial_m6.json (+ .npz)
     extends = "precision_dial"     # optional: inherit every key (and both scale tables) of another entry
-    base = "precision_dial"        # module lib.experiments.<base> with run(scale, cfg) (inherited if extended)
+    base = "lib.studies.explosion.precision_dial"   # the module with run(scale, cfg) (inherited if extended)
     summary = "one line: what it shows"
     chapter = "06"
     gpu_min = 4.0                  # minutes of one H100 at full scale (measured where the result exists)
@@ -19,7 +19,7 @@ Each TOML table is one result::
 `resolve(name, scale)` merges the scale tables along the `extends` chain (later entries win, key by key) into the
 resolved configuration `cfg` that `run(scale, cfg)` receives and that provenance records. It is plain data: the same
 entry always resolves to the same `cfg`, so a result whose recorded `cfg` differs from the registry's is stale.
-This module only reads the file; running is `lib.experiments`' job.
+This module only reads the file; running is `lib.book.runner`'s job.
 """
 from __future__ import annotations
 
@@ -32,6 +32,19 @@ ROOT = Path(__file__).resolve().parents[2]
 REGISTRY_FILE = ROOT / "lib" / "experiments" / "registry.toml"
 SCALES = ("ci", "full")
 _KEYS = {"extends", "base", "summary", "chapter", "gpu_min", "device", "needs", "inputs", "ci", "full", "code"}
+
+
+# Results read as one: the parts of one experiment that ran as several registry entries (other seeds, other
+# machines, a second stage). Chapters, studies and the claims table load a group with `lib.book.results.load_group`.
+GROUPS = {
+    "healthy_headline": ("healthy_headline", "healthy_headline_more"),        # same LR, steps and batch order
+    "width_768": ("healthy_headline_w768", "healthy_headline_w768_s2"),       # seeds 0-1 and seed 2
+    "authors_code": ("authors_code", "authors_code_8e3"),                     # the healthy regime and LR 8e-3
+    "beta_sweep": ("beta_sweep", "beta_sweep_seeds"),
+    "precision_dial": ("precision_dial", "precision_dial_fine", "precision_dial_sr", "precision_dial_seeds",
+                       "precision_dial_sr_seeds", "precision_dial_m6"),
+    "delta_dose": ("delta_dose", "delta_dose_seeds", "delta_dose_brackets", "delta_dose_bias3"),  # stage 1, 2, brackets
+}
 
 
 class RegistryError(ValueError):
@@ -53,7 +66,9 @@ class Entry:
 
     @property
     def module(self) -> str:
-        return f"lib.experiments.{self.base}" if "." not in self.base else self.base
+        """The experiment module: `base` is its full dotted path (a study's `lib.studies.<study>.<experiment>` or a
+        `benchmarks.<script>`)."""
+        return self.base
 
     @property
     def code_entry(self) -> str:

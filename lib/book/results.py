@@ -276,6 +276,12 @@ def load(name: str, scale: str, root: Path | None = None) -> Result:
     return Result(name, scale, blob["meta"], _restore_nonfinite(blob["data"]), arrays, staleness(blob["meta"]))
 
 
+def load_group(group: str, scale: str = "full", root: Path | None = None) -> list[Result]:
+    """The results of registry group `group` (`lib.book.registry.GROUPS`) that exist at `scale`, in group order."""
+    from lib.book import registry as _reg
+    return [load(n, scale, root) for n in _reg.GROUPS[group] if exists(n, scale, root)]
+
+
 def all_results(root: Path | None = None) -> list[Result]:
     root = Path(root) if root else RESULTS_DIR
     return [load(p.stem, p.parent.name, root) for p in sorted(root.glob("*/*.json"))]

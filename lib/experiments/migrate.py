@@ -61,9 +61,9 @@ REVIEWED = {
     "lib.training.train:_PROGRESS": "new: the shared progress dict of run_many's workers (None otherwise)",
     "lib.training.train:_init_worker": "new: sets _PROGRESS in each worker",
     "lib.training.train:progress_lines": "new: formats the progress lines",
-    "lib.experiments.headline:_arms": "new: validates the configured arm names (was _env_arms for env variables)",
-    "lib.experiments.headline:pick_lr": _RUN_PLAN,
-    "lib.experiments.precision_dial:CONTROLS": "new: the control arms, formerly a literal inside plan()",
+    "lib.studies.explosion.headline:_arms": "new: validates the configured arm names (was _env_arms for env variables)",
+    "lib.studies.explosion.headline:pick_lr": _RUN_PLAN,
+    "lib.studies.explosion.precision_dial:CONTROLS": "new: the control arms, formerly a literal inside plan()",
     **{f"lib.experiments.{b}:{f}": _RUN_PLAN for b in ("ablations", "beta_sweep", "headline", "lr_sweep",
                                                         "precision_dial") for f in ("plan", "run")},
     **{f"lib.experiments.{b}:run": _RUN_PLAN for b in ("bias_kernel", "bias_montecarlo", "paper_placement",
@@ -80,8 +80,8 @@ def forward(mod: str, name: str) -> tuple[str, str]:
     """Where an old (module, name) lives now."""
     if mod == "lib.explosion":
         return ("lib.training.outcome" if name in _OUTCOME else "lib.training.proxy"), name
-    if mod == "lib.experiments.precision_dial" and name in _DIAL:
-        return "lib.readings.dial_reading", "_facts" if name == "facts" else name
+    if mod == "lib.studies.explosion.precision_dial" and name in _DIAL:
+        return "lib.studies.explosion.dial", "_facts" if name == "facts" else name
     return _MOVED.get(mod, mod), name
 
 
@@ -154,9 +154,9 @@ def config_check(name: str, res: results.Result) -> list[str]:
     if "runs" in p:
         planned = p["runs"]
     else:   # lr_sweep / ablations / precision_dial build their runs inside run()
-        if e.base == "lr_sweep":
+        if e.base.rpartition(".")[2] == "lr_sweep":
             planned = [dict(arm=a, seed=s, lr=lr) for lr in p["lrs"] for a in p["arms"] for s in p["seeds"]]
-        elif e.base == "ablations":
+        elif e.base.rpartition(".")[2] == "ablations":
             planned = [dict(arm=a, seed=s, lr=p["lr"], attn=p["specs"][a]) for a in p["arms"]
                        for s in p["arm_seeds"][a]]
         else:

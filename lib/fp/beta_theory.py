@@ -100,27 +100,3 @@ def regime(beta: float, r_m: float, m: int = 7, fmt: str = "bf16") -> str:
     if beta >= hi:
         return "underflow"
     return "ok"
-
-
-def beta_window_figure(m: int = 7, r_range=(1e-4, 200.0), betas=(2.0, 7.0)):
-    """Regions of (positive repeated max r_m, β): 'ineffective' (shifted max still rounds to 1), 'ok', 'underflow'
-    (row vanishes in BF16; dashed: in FP32). Horizontal lines at the paper's β values (7 in the paper, 2 in its code).
-    Returns the matplotlib figure."""
-    from lib.book.plotting import figure
-    r = np.geomspace(*r_range, 400)
-    lo = 1 + x_round_to_one(m) / r
-    hi_bf16 = 1 + underflow_x("bf16") / r
-    hi_fp32 = 1 + underflow_x("fp32") / r
-    top = 1e3
-    fig, ax = figure(width=6.4, height=3.8)
-    ax.fill_between(r, 1, np.minimum(lo, top), color="#e9c46a", alpha=0.6, label="ineffective: max P̄ still rounds to 1")
-    ax.fill_between(r, np.minimum(lo, top), np.minimum(hi_bf16, top), color="#cfe8e4", alpha=0.8, label="fix works")
-    ax.fill_between(r, np.minimum(hi_bf16, top), top, color="#e76f51", alpha=0.45, label="row underflows (BF16 P̄, ℓ)")
-    ax.plot(r, np.minimum(hi_fp32, top), "k--", lw=1, label="underflow with FP32 P̄, ℓ")
-    for b in betas:
-        ax.axhline(b, color="#264653", lw=1)
-        ax.text(r_range[0] * 1.3, b * 1.08, f"β = {b:g}", fontsize=8, color="#264653")
-    ax.set(xscale="log", yscale="log", xlim=r_range, ylim=(1.0, top), xlabel="repeated row max $r_m$ (score units)",
-           ylabel="β")
-    ax.legend(fontsize=7.5, loc="upper right", frameon=True)
-    return fig

@@ -24,7 +24,7 @@ from lib.fp.bf16 import round_rne
 from lib.fp.numerics import get_profile
 from lib.fp.reference import attention_fp64, emulate_forward
 
-__all__ = ["VARIANTS", "tied_rows", "fix_error_profile", "fix_error_figure", "shift_spacing"]
+__all__ = ["VARIANTS", "tied_rows", "fix_error_profile", "shift_spacing"]
 
 # name -> (numerics, fix): the paper placement without and with the fix, the fix with S − m in FP32 (its rounding
 # point removed, everything else as the paper), and the fix in production FA2 numerics (FP32 S − m, ℓ and LSE).
@@ -88,27 +88,3 @@ def fix_error_profile(r_values=(1, 2, 4, 8, 16, 32, 64), heads: int = 16, n: int
     return dict(r=r_values, variants=out,
                 config=dict(heads=heads, n=n, gap=gap, beta=beta, max_shift=max_shift, seed=seed,
                             rows_per_r=heads * n, v="-|N(1, 0.5)|", min_ties_per_row=2))
-
-
-def fix_error_figure(profile: dict):
-    """Two panels against the tied maximum r_m (log-log): RMS relative error of O, and the backward P's row-sum
-    error, per variant, with half the BF16 spacing at the (capped) shift on the right. One legend above both panels;
-    its title carries the configuration."""
-    from lib.book import plotting
-    fig, (a0, a1) = plotting.figure(1, 2, height=3.8)
-    r = np.asarray(profile["r"])
-    styles = dict(zip(VARIANTS, ("-o", "-s", "--^", ":v")))
-    for name, m in profile["variants"].items():
-        a0.plot(r, m["o_rms"], styles.get(name, "-"), label=name, ms=4)
-        a1.plot(r, np.maximum(m["psum_err"], 1e-9), styles.get(name, "-"), label=name, ms=4)
-    c = profile["config"]
-    a0.set(xscale="log", yscale="log", xlabel="tied row maximum $r_m$ (score units)",
-           ylabel="RMS relative error of O vs FP64")
-    a1.set(xscale="log", yscale="log", xlabel="tied row maximum $r_m$ (score units)",
-           ylabel="mean |Σ exp(S − LSE) − 1|\n(backward P)")
-    sp = shift_spacing(r, c["beta"], c["max_shift"])
-    a1.plot(r, sp / 2, color="0.5", lw=0.8, ls="-.", label="½ BF16 spacing at the shift")
-    fig.legend(*a1.get_legend_handles_labels(), loc="outside upper center", ncol=3,
-               title=f"β = {c['beta']:g}, max_shift = {c['max_shift']}, {c['rows_per_r']} rows per $r_m$ "
-                     f"(≥ 2 tied maxima, gaps Exp({c['gap']:g})), seed {c['seed']}")
-    return fig

@@ -13,7 +13,7 @@ Profiles
               (rounded) O, in FP32; backward P and dS rounded only as matmul operands.
 * ``paper`` — the authors' pure-PyTorch FA under CUDA BF16 autocast: BF16 wherever an op's output is BF16 under
               autocast (einsum outputs, BF16 − BF16, in-place updates of BF16 buffers), FP32 where autocast runs the
-              op in FP32 (exp, log, sum). Checked on the GPU by `lib/experiments/paper_placement.py` (chapter 2).
+              op in FP32 (exp, log, sum). Checked on the GPU by `lib/studies/kernel/paper_placement.py` (chapter 2).
 
 Rounding blocks
 ---------------
@@ -91,7 +91,7 @@ FA2 = Numerics()
 # The authors' pure-PyTorch FA2 under CUDA BF16 autocast, as read from PyTorch's autocast rules: einsum outputs BF16
 # (S, P̄V, dP, dQ/dK/dV tiles), exp/log/sum run in FP32 (P̄, ℓ_tile, LSE, δ's row sum are FP32), BF16 − BF16 is BF16
 # (S − m), in-place updates of BF16 buffers round (ℓ, O accumulator, dQ/dK/dV accumulators). Checked bit-for-bit
-# on the GPU by `lib/experiments/paper_placement.py` (chapter 2 shows the measured agreement).
+# on the GPU by `lib/studies/kernel/paper_placement.py` (chapter 2 shows the measured agreement).
 PAPER = Numerics(round_s=True, round_s_minus_m=True, round_p=True, rowsum_rounded_p=False, round_l=True,
                  round_pv=True, round_acc=True, normalize_then_round=False, round_lse=False, round_o=True,
                  delta_source="saved_o", round_delta=False, round_delta_products=True, round_bwd_s_minus_lse=False,

@@ -9,7 +9,7 @@ copied): FA2 forward and backward over q- and k-tiles (512 × 512 in their model
 β = 2 in their current code, 7 in the paper's figures).
 
 Called with BF16 q, k, v under `torch.autocast(device, dtype=torch.bfloat16)`, as their model calls it, it rounds
-where their code rounds; `lib/experiments/paper_placement.py` establishes that placement bit-for-bit against the
+where their code rounds; `lib/studies/kernel/paper_placement.py` establishes that placement bit-for-bit against the
 emulator (chapter 2). The training backend built on it is `lib/training/authors_backend.py`.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Copies of one training step's attention inputs, outputs and gradients, small enough to keep and to replay offline.
 
-A *capture* holds what the δ-channel analysis (`lib.readings.delta_stats`) needs from one optimiser step, for a
+A *capture* holds what the δ-channel analysis (`lib.studies.delta.stats`) needs from one optimiser step, for a
 subsample of the batch: for each captured layer l, for the batch rows `meta["rows"]` (b of them), all heads H
 (or the subset `meta["heads"]`) and all T positions (D = head dim, C = width):
 

@@ -1,7 +1,7 @@
 """Judging one training run from its loss curve: stable, degraded, exploded, non-finite or short.
 
 The thresholds are definitions (nats/byte of the training loss smoothed over `SMOOTH` steps), fixed before the runs
-they judge; `classify` is the only place that applies them. `lib.readings.horizon` re-applies it at a common step
+they judge; `classify` is the only place that applies them. `lib.training.horizon` re-applies it at a common step
 horizon when runs of unequal length are compared.
 """
 from __future__ import annotations

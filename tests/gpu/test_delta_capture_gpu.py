@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import lib.book.setup  # noqa: F401
-from lib.readings import delta_stats as ds
+from lib.studies.delta import stats as ds
 from lib.training.capture import CaptureHook
 from lib.training.train import TrainConfig, train
 

@@ -41,7 +41,7 @@ def test_simulator_on_cuda_matches_kernel_emulated_path():
 
 
 def test_fa_deviation_small_grid_on_gpu():
-    from lib.experiments import fa_deviation
+    from lib.studies.golden import fa_deviation
     cfg = dict(device="cuda", seed=0, causal=False, rows=2048, inputs=["normal", "attention"], head_dims=[64],
                sram_elems=65536, seq_lens=[256, 1024], seq_formats=["fp64", "fp32", "fp16", "bf16"],
                impls=["baseline", "fa2", "fa1", "fa2-lowp", "fa1-lowp"], profiles=["fa2"], ours_block=[64, 64],
@@ -64,8 +64,8 @@ def test_fa_deviation_small_grid_on_gpu():
 
 
 def test_lockstep_and_drift_on_gpu():
-    from lib.readings.drift import wasserstein_1d, weight_matrices
-    from lib.experiments import weight_drift
+    from lib.studies.golden.drift import wasserstein_1d, weight_matrices
+    from lib.studies.golden import weight_drift
     cfg = dict(device="cuda", n_layer=2, n_head=2, n_embd=64, seq_len=128, batch_size=4, steps=4, lr=2e-3, warmup=2,
                schedule="constant", grad_clip=1.0, seed=0, data_seed=0, deterministic="warn", autocast="bf16",
                record_every=2, max_wall_s=0.0,

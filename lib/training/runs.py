@@ -1,0 +1,139 @@
+"""Reading training results: merging several into one, per-arm summaries at a common horizon, telemetry ranges,
+smoothed curves, and the words outcomes are written in. No experiment's result depends on the reading helpers here
+except `union` (the regime pilots read together, `lib.training.regime.pick_lr`).
+
+* `union(res_list)`: (data, arrays) with the runs and arrays of several results (run ids must not collide).
+* `merge(res_list)`: one `lib.book.results.Result` holding the runs and arrays of several training results that
+  share LR, steps, warm-up and data seed (ValueError otherwise): e.g. the healthy headline's two halves.
+* `result_arrays(res_list)`: {(result name, array key): array} where run ids may repeat across results.
+* `arm_summary(res)`: per arm, the runs judged at the result's common step horizon (`lib.training.horizon`) and the
+  ranges over seeds of best loss and of the fix / underflow telemetry.
+* `best_within(res, h)`: {run id: best smoothed loss over the first h steps} (to compare results of unequal length).
+* `smoothed_loss(loss, window)`: the moving-average loss curve every training figure draws.
+* `span(xs)` and `outcome_words(outcomes)`: a range of values and a list of outcomes as the prose writes them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from lib.book import results as _results
+from lib.training import outcome
+
+__all__ = ["union", "merge", "result_arrays", "arm_summary", "best_within", "telemetry", "smoothed_loss", "span",
+           "outcome_words", "TELEMETRY"]
+
+
+def merge(res_list, name: str | None = None):
+    """One Result with the runs and arrays of `res_list` (training results with "lr", "steps" and "runs" in their
+    data and "warmup", "data_seed" in their meta config). Raises ValueError if they differ in LR, steps, warm-up or
+    data seed (then they are not one headline) or if two share a run id. meta is the first result's; `stale` joins
+    every result's staleness, each prefixed with its name."""
+    res_list = list(res_list)
+    if not res_list:
+        raise ValueError("nothing to merge")
+    key = [(r.data["lr"], r.data["steps"], r.meta["config"]["warmup"], r.meta["config"]["data_seed"])
+           for r in res_list]
+    if len(set(key)) != 1:
+        raise ValueError(f"results differ in (lr, steps, warmup, data_seed): {key}")
+    from collections import Counter
+    dup = [i for i, n in Counter(x["id"] for r in res_list for x in r.data["runs"]).items() if n > 1]
+    if dup:
+        raise ValueError(f"run ids in more than one result: {dup}")
+    joined, arrays = union(res_list)
+    data = dict(res_list[0].data, runs=joined["runs"])
+    stale = [f"{r.name}: {s}" for r in res_list for s in r.stale]
+    return _results.Result(name or "+".join(r.name for r in res_list), res_list[0].scale, dict(res_list[0].meta),
+                           data, arrays, stale)
+
+
+def telemetry(arrays: dict, rid: str, key: str) -> dict | None:
+    """One run's telemetry `key` (array (telemetry steps, layers)): {"layer_mean": mean over steps of the most
+    affected layer, "mean": mean over layers and steps, "max": the largest single value}; None when the run did not
+    record it (missing or all NaN)."""
+    a = arrays.get(f"{rid}__{key}")
+    if a is None:
+        return None
+    a = np.asarray(a, dtype=np.float64)
+    if not np.isfinite(a).any():
+        return None
+    return dict(layer_mean=float(np.nanmax(np.nanmean(a, axis=0))), mean=float(np.nanmean(a)),
+                max=float(np.nanmax(a)))
+
+
+def outcome_words(outcomes, onsets=None, compact: bool = False) -> str:
+    """Outcomes of runs (in seed order) as the prose writes them: "exploded (647), stable, degraded (1136)", with
+    the onset step in brackets where `onsets` (a list beside `outcomes`) has one (None: no bracket), or, with
+    `compact` and every run alike, "3 × stable". '' for no runs. The one formatter of outcome words."""
+    outcomes = list(outcomes)
+    onsets = list(onsets) if onsets is not None else [None] * len(outcomes)
+    if compact and outcomes and len(set(outcomes)) == 1 and all(o is None for o in onsets):
+        return f"{len(outcomes)} × {outcomes[0]}"
+    return ", ".join(o + (f" ({n})" if n is not None else "") for o, n in zip(outcomes, onsets))
+
+
+def span(xs, fmt: str = "{:.3f}", sep: str = "–") -> str:
+    """'lo–hi' of the finite values of xs ('lo' when equal, '—' when none)."""
+    xs = [float(x) for x in xs if x is not None and np.isfinite(x)]
+    if not xs:
+        return "—"
+    lo, hi = fmt.format(min(xs)), fmt.format(max(xs))
+    return lo if lo == hi else f"{lo}{sep}{hi}"
+
+
+TELEMETRY = ("fix_rows", "fix_zero_rows", "underflow_rows", "tie_rate")
+
+
+def arm_summary(res) -> dict:
+    """{arm: {"runs": run rows in seed order, "seeds", "outcomes" (judged at the common horizon), "onsets" (judged
+    onsets, None where none), "failed", "stable" (counts, `lib.training.outcome`), "best" (whole-run best smoothed
+    losses), "max_logit" (per run, largest over the run), and per `TELEMETRY` key a list over runs of `telemetry`
+    dicts (None where not recorded)}}, plus "horizon" at the top level under the key None."""
+    from lib.training import horizon as hz
+    h, judged = hz.judge_result(res)
+    out = {None: {"horizon": h}}
+    for arm in dict.fromkeys(r["arm"] for r in res.data["runs"] if not r.get("tag")):
+        rs = sorted((r for r in res.data["runs"] if r["arm"] == arm and not r.get("tag")), key=lambda r: r["seed"])
+        oc = [judged[r["id"]]["outcome"] for r in rs]
+        s = dict(runs=rs, seeds=[r["seed"] for r in rs], outcomes=oc,
+                 onsets=[judged[r["id"]]["onset"] if not outcome.stayed_stable(judged[r["id"]]["outcome"]) else None
+                         for r in rs],
+                 failed=sum(outcome.failed(o) for o in oc), stable=sum(outcome.stayed_stable(o) for o in oc),
+                 best=[r["best"] for r in rs],
+                 max_logit=[float(np.nanmax(res.arrays[f"{r['id']}__max_logit"])) for r in rs])
+        for k in TELEMETRY:
+            s[k] = [telemetry(res.arrays, r["id"], k) for r in rs]
+        out[arm] = s
+    return out
+
+
+def best_within(res, h: int) -> dict:
+    """{run id: best smoothed loss over the first `h` steps} for every run of `res` that ran at least h steps
+    (`lib.training.outcome.classify` on the prefix, so the same smoothing as the verdicts)."""
+    warm = int(res.meta["config"]["warmup"])
+    out = {}
+    for r in res.data["runs"]:
+        loss = res.arrays[f"{r['id']}__loss"]
+        if len(loss) >= h:
+            out[r["id"]] = outcome.classify(loss[:h], res.arrays[f"{r['id']}__grad_norm"][:h], warm)["best"]
+    return out
+
+
+def result_arrays(res_list) -> dict:
+    """{(result name, array key): array} over several results (their run ids may repeat across results)."""
+    return {(res.name, k): v for res in res_list for k, v in res.arrays.items()}
+
+
+def union(res_list) -> tuple[dict, dict]:
+    """(data, arrays) with the runs and arrays of several training results (run ids carry the LR, so the regime
+    sweeps' ids do not collide)."""
+    runs, arrays = [], {}
+    for r in res_list:
+        runs += r.data["runs"]
+        arrays.update(r.arrays)
+    return dict(runs=runs), arrays
+
+
+def smoothed_loss(loss: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, moving-average loss) of a per-step loss curve, with the window shortened to a tenth of a short run
+    (`lib.training.outcome.smooth`, the smoothing of the verdicts)."""
+    return np.arange(len(loss)), outcome.smooth(loss, max(1, min(window, len(loss) // 10 or 1)))
