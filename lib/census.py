@@ -59,7 +59,7 @@ from lib.fp import theory
 from lib.fp.numerics import FA2, PAPER, Numerics, tiles_per_round_block
 
 __all__ = ["WINDOW_LO", "WINDOW_HI", "R_EDGES", "PLACEMENTS", "placement_numerics", "placement_scores",
-           "forward_rows", "theory_error", "precondition_census", "pool_census"]
+           "forward_rows", "theory_error", "precondition_census", "row_classes", "pool_census"]
 
 # The sticky-bit window, as r/n_max: the other keys' P̄ mass relative to the tied keys' (each P̄ = 1), i.e. their
 # share of P̄V when |V| is comparable across keys. The tied sum Σ lies in a binade [2^e, 2^(e+1)).
@@ -242,6 +242,41 @@ def _window_errors(s, at, win, v, placement, nm, block_n):
     return gi, n[gi, ri, 0], rho[gi, ri, fi], factor[gi, ri, fi], err[gi, ri, fi], err_ell[gi, ri, fi]
 
 
+def _classify(s: torch.Tensor, placement: str) -> tuple:
+    """(row max, FP32 P̄, tie mask (..., T, T), r/n_max (FP64), tied rows, window rows) of scores s (..., T, T)."""
+    mx = s.amax(-1, keepdim=True)
+    p = torch.exp(s - mx)                                # FP32 P̄ (masked keys: 0)
+    at = (s == mx) if placement == "authors" else (_bf16(p) == 1)
+    n = at.sum(-1)
+    ratio = p.masked_fill(at, 0).sum(-1).to(torch.float64) / n
+    tied = n >= 2
+    win = tied & (ratio >= WINDOW_LO) & (ratio < WINDOW_HI)
+    return mx, p, at, ratio, tied, win
+
+
+@torch.no_grad()
+def row_classes(q, k, v, *, causal: bool = True, placement: str = "authors", scale=None) -> dict:
+    """The census's classes as masks, for measurements made row by row (the chain probe, the kernel table).
+
+    q, k, v: (B, H, T, D) (BF16, or float32 holding BF16 values). Returns "tied", "window", "zero" (B, H, T) bool
+    (definitions in the module docstring), "one_signed" (B, H, T, D) bool (tied rows whose V has one strict sign over
+    the tied keys in that feature) and "tied_sign" (B, H, T, D) float32: that sign (±1), 0 elsewhere."""
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+    B, H, T, D = q.shape
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    s = placement_scores(q.detach().float(), k.detach().float(), placement, scale, causal)
+    _, _, at, ratio, tied, win = _classify(s, placement)
+    vf = v.detach().float()
+    atf = at.to(torch.float32)
+    n_pos = torch.matmul(atf, (vf > 0).to(torch.float32))          # exact counts of tied keys with V > 0
+    n_neg = torch.matmul(atf, (vf < 0).to(torch.float32))
+    n = at.sum(-1, keepdim=True).to(torch.float32)
+    pos, neg = (n_pos == n) & tied[..., None], (n_neg == n) & tied[..., None]
+    sign = pos.to(torch.float32) - neg.to(torch.float32)
+    return dict(tied=tied, window=win, zero=tied & (ratio < WINDOW_LO), one_signed=pos | neg, tied_sign=sign)
+
+
 @torch.no_grad()
 def precondition_census(q, k, v, *, causal: bool = True, placement: str = "authors", scale=None,
                         round_block: int = 512, block_n: int = 64, chunk: int = 8) -> dict:
@@ -284,13 +319,7 @@ def precondition_census(q, k, v, *, causal: bool = True, placement: str = "autho
         sl = slice(c0, c0 + chunk)
         h = heads[sl]
         s = placement_scores(q3[sl], k3[sl], placement, scale, causal)
-        mx = s.amax(-1, keepdim=True)
-        p = torch.exp(s - mx)                                # FP32 P̄ (masked keys: 0)
-        at = (s == mx) if placement == "authors" else (_bf16(p) == 1)
-        n = at.sum(-1)
-        ratio = p.masked_fill(at, 0).sum(-1).to(torch.float64) / n
-        tied = n >= 2
-        win = tied & (ratio >= WINDOW_LO) & (ratio < WINDOW_HI)
+        mx, p, at, ratio, tied, win = _classify(s, placement)
         for name, x in (("n_tied", tied), ("n_window", win), ("n_zero", tied & (ratio < WINDOW_LO)),
                         ("sink", s[..., 0] == mx[..., 0]), ("top1", 1.0 / p.sum(-1).to(torch.float64))):
             acc[name].index_add_(0, h, x.to(torch.float64).sum(-1))

@@ -1,0 +1,136 @@
+"""Reading the census: per run and head, how often the bias's preconditions hold late in training, and the rule.
+
+A census result (`census_regimes`, `gpt2_regime`, and every grid result that carries the census) holds, per run,
+arrays "<run>__census__<placement>/<key>" of shape (events, layers, heads) (`lib.training.loop.pack_runs`). Rates
+are pooled from the counts (`n_rows`, `n_tied`, `n_window`, `n_zero`, `n_conj`), never averaged as ratios.
+
+The rule (the registry's text, fixed before the runs): a (layer, head) of a run *has the preconditions* when its
+conjunction rate over the census events of the last third of the run, pooled, is ≥ `threshold` =
+max(`REF_FACTOR` × the healthy proxy's largest pooled last-third conjunction rate over its layers, heads and seeds,
+`FLOOR`), and its conjunction is non-zero at ≥ `HELD` of those events. A regime has them when some (layer, head)
+has them in every seed.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+REF_FACTOR = 10.0
+FLOOR = 1e-4
+HELD = 2.0 / 3.0
+KEYS = ("tie_rate", "window_rate", "zero_rate", "conjunction", "one_signed", "sink_rate", "top1", "max_logit")
+
+
+def runs_of(res) -> list[dict]:
+    """The run records of a result that trained (errors left out)."""
+    return [r for r in res.data["runs"] if "error" not in r]
+
+
+def census_of(res, label: str) -> dict:
+    """{"step": (E,), "<placement>/<key>": (E, L, H)} of run `label`."""
+    pre = f"{label}__census__"
+    return {k[len(pre):]: np.asarray(v) for k, v in res.arrays.items() if k.startswith(pre)}
+
+
+def late(steps: np.ndarray, frac: float = 1.0 / 3.0) -> np.ndarray:
+    """Boolean mask of the census events in the last `frac` of the run (by step)."""
+    steps = np.asarray(steps)
+    if len(steps) == 0:
+        return np.zeros(0, dtype=bool)
+    cut = steps.max() - frac * (steps.max() - steps.min())
+    return steps >= cut
+
+
+def head_dim(run: dict) -> int:
+    m = run["config"]["model"]
+    return m["n_embd"] // m["n_head"]
+
+
+def pooled(c: dict, placement: str, mask: np.ndarray, D: int) -> dict:
+    """Pooled rates over the events in `mask`, per (layer, head): tie, window, zero and conjunction rates from the
+    counts; the O error along sign(V) on the conjunction (count-weighted); the largest logit (max)."""
+    p = lambda k: np.asarray(c[f"{placement}/{k}"], dtype=np.float64)[mask]  # noqa: E731
+    rows = p("n_rows").sum(0)
+    out = dict(tie_rate=p("n_tied").sum(0) / rows, window_rate=p("n_window").sum(0) / rows,
+               zero_rate=p("n_zero").sum(0) / rows, conjunction=p("n_conj").sum(0) / (rows * D),
+               max_logit=p("max_logit").max(0), n_conj=p("n_conj").sum(0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        w = p("n_conj")
+        out["err_ulp"] = np.nansum(np.nan_to_num(p("err_ulp")) * w, 0) / w.sum(0)
+        out["err_pred"] = np.nansum(np.nan_to_num(p("err_pred")) * w, 0) / w.sum(0)
+    out["held"] = (p("n_conj") > 0).mean(0) if mask.any() else np.zeros_like(rows)
+    return out
+
+
+def regime_of(label: str) -> str:
+    return label.rsplit(":s", 1)[0]
+
+
+def late_table(res, placement: str = "authors") -> dict:
+    """{run label: pooled late-third rates (L, H)} for every run of a result."""
+    out = {}
+    for r in runs_of(res):
+        c = census_of(res, r["label"])
+        if f"{placement}/n_rows" in c:
+            out[r["label"]] = pooled(c, placement, late(c["step"]), head_dim(r))
+    return out
+
+
+def reference_rate(res, regime: str = "proxy", placement: str = "authors") -> float:
+    """The healthy proxy's largest pooled last-third conjunction rate over its layers, heads and seeds."""
+    vals = [t["conjunction"].max() for lab, t in late_table(res, placement).items() if regime_of(lab) == regime]
+    if not vals:
+        raise ValueError(f"no run of regime {regime!r} with a census in this result")
+    return float(np.nanmax(vals))
+
+
+def threshold(ref: float) -> float:
+    return max(REF_FACTOR * ref, FLOOR)
+
+
+def has_preconditions(t: dict, thr: float) -> np.ndarray:
+    """(L, H) bool: the rule on one run's pooled late-third table."""
+    return (t["conjunction"] >= thr) & (t["held"] >= HELD)
+
+
+def verdicts(results, thr: float, placement: str = "authors") -> dict:
+    """{regime: {"present": bool (in every seed), "seeds": n, "heads": [(layer, head), ...] of the first seed that
+    has them, "max_conj": largest pooled conjunction rate over runs}} over all runs of `results`."""
+    per = {}
+    for res in results:
+        for lab, t in late_table(res, placement).items():
+            per.setdefault(regime_of(lab), []).append(t)
+    out = {}
+    for reg, tabs in per.items():
+        hits = [has_preconditions(t, thr) for t in tabs]
+        heads = [tuple(map(int, ij)) for ij in np.argwhere(hits[0])] if hits[0].any() else []
+        out[reg] = dict(present=all(h.any() for h in hits), seeds=len(tabs), heads=heads,
+                        seeds_with=int(sum(h.any() for h in hits)),
+                        max_conj=float(max(np.nanmax(t["conjunction"]) for t in tabs)),
+                        max_window=float(max(np.nanmax(t["window_rate"]) for t in tabs)),
+                        max_tie=float(max(np.nanmax(t["tie_rate"]) for t in tabs)))
+    return out
+
+
+def over_training(res, label: str, placement: str = "authors", key: str = "conjunction") -> tuple:
+    """(steps (E,), per-layer max over heads (E, L)) of a rate computed from the counts at each event."""
+    c = census_of(res, label)
+    run = next(r for r in runs_of(res) if r["label"] == label)
+    n = lambda k: np.asarray(c[f"{placement}/{k}"], dtype=np.float64)  # noqa: E731
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if key == "conjunction":
+            rate = n("n_conj") / (n("n_rows") * head_dim(run))
+        else:
+            rate = n({"tie_rate": "n_tied", "window_rate": "n_window", "zero_rate": "n_zero"}[key]) / n("n_rows")
+    return np.asarray(c["step"]), np.nanmax(rate, axis=2)
+
+
+def remainder_hist(res, labels, placement: str = "authors", late_only: bool = True) -> tuple:
+    """(bin edges of log2(r/n_max), tied rows per bin pooled over the runs' heads, layers and (late) events)."""
+    from lib.census import R_EDGES
+    tot = np.zeros(len(R_EDGES) - 1)
+    for lab in labels:
+        c = census_of(res, lab)
+        h = np.asarray(c[f"{placement}/r_hist"], dtype=np.float64)
+        m = late(c["step"]) if late_only else np.ones(len(c["step"]), dtype=bool)
+        tot += h[m].sum(axis=(0, 1, 2))
+    return R_EDGES, tot

@@ -1,0 +1,2 @@
+"""For people who train: which kernels carry which bias (`kernel_table`), what the monitor and the user kernel cost,
+and the reading and figures of the chapter "Using this in your training"."""
