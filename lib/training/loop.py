@@ -208,10 +208,13 @@ class CensusObserver:
         out: dict = {}
         for li in layers:
             cap = model.attn_layers[li].captured
+            # The census is defined on BF16 q, k, v (what autocast gives on the GPU); an FP32 run (the CPU) is read
+            # at its values rounded to BF16.
+            q, k, v = (cap[n].to(torch.bfloat16) for n in ("q", "k", "v"))
             for p in self.placements:
-                c = precondition_census(cap["q"], cap["k"], cap["v"], causal=True, placement=p)
+                c = precondition_census(q, k, v, causal=True, placement=p)
                 for key, val in c.items():
-                    if np.ndim(val) >= 1 and np.shape(val)[0] == cap["q"].shape[1]:
+                    if np.ndim(val) >= 1 and np.shape(val)[0] == q.shape[1]:
                         out.setdefault(f"{p}/{key}", []).append(np.asarray(val, dtype=np.float64))
             wq, _ = model.qk_weights(li)
             s, self._vec[li] = power_sigma(wq, self._vec.get(li), self.iters)
@@ -396,7 +399,8 @@ def census_arrays(census: dict) -> dict:
     out = {"step": np.asarray(census["step"], dtype=np.int64)}
     for k, v in census.items():
         if k != "step" and len(v):
-            out[k] = np.stack([np.asarray(e) for e in v])
+            # FP32 keeps every count exact (< 2^24) and halves the result files (GPT-2: 12 layers × 12 heads × events)
+            out[k] = np.stack([np.asarray(e) for e in v]).astype(np.float32)
     return out
 
 
