@@ -8,8 +8,8 @@ first `rows` windows of the batch, for every head h (D = head dim, C = width, sc
   injected λ·E, the only error its backward sees); along sign(V) on the *conjunction* — the rows whose preconditions
   hold and the features whose V is one-signed over the tied keys (`classes`; default `lib.census.row_classes`),
   in ULP of O: its sum, count and how many agree with sign(V);
-* **Δδ = rowsum(dO ∘ E)** (B, H, T): sums, sums of |Δδ| and counts of Δδ > 0 over all rows, tied rows and
-  window rows, for sign tests and the normalised bias at read time;
+* **Δδ = rowsum(dO ∘ E)** (B, H, T): sums, sums of |Δδ|, counts of Δδ > 0 and of Δδ ≠ 0 over all rows, tied
+  rows and window rows, for sign tests and the normalised bias at read time;
 * **the dW_Q error**: δ + Δδ changes dS by −P·Δδ (row-broadcast), so the gradient at the backend's q by
   ΔdQ = −scale·Δδ·(P K); its vector-Jacobian product through the layer's projection (rope, QK-norm:
   `LMAttention.project`) gives ΔG_h = ΔdW_Q^h (D × C). Recorded per head: ‖ΔG_h‖_F, its stable rank, its cosine
@@ -31,8 +31,8 @@ import torch
 from lib.training.capture import adam_denominator
 from lib.training.inject import ulp_bf16
 
-KEYS = ("n_rows", "n_tied", "n_window", "n_conj", "dd_sum", "dd_abs", "dd_pos", "dd_sum_tied", "dd_abs_tied",
-        "dd_pos_tied", "dd_sum_window", "dd_abs_window", "dd_pos_window", "err_v_sum", "err_v_agree", "dg_norm",
+KEYS = ("n_rows", "n_tied", "n_window", "n_conj", "dd_sum", "dd_abs", "dd_pos", "dd_nz", "dd_sum_tied", "dd_abs_tied",
+        "dd_pos_tied", "dd_nz_tied", "dd_sum_window", "dd_abs_window", "dd_pos_window", "dd_nz_window", "err_v_sum", "err_v_agree", "dg_norm",
         "dg_srank", "dg_cos_prev", "wq_sigma", "push_sgd", "push_adam")
 
 
@@ -129,6 +129,7 @@ class ChainProbe:
             out[f"dd_sum{tag}"] = per_head(dd, m)
             out[f"dd_abs{tag}"] = per_head(dd.abs(), m)
             out[f"dd_pos{tag}"] = per_head((dd > 0).double(), m)
+            out[f"dd_nz{tag}"] = per_head((dd != 0).double(), m)     # rows an injection left alone have Δδ = 0
         out["err_v_sum"] = per_head(ev, conj)
         out["err_v_agree"] = per_head((ev > 0).double(), conj)
         # ΔdQ at the backend's q, then through the projection to W_Q (rope, QK-norm included).
