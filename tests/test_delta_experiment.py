@@ -8,6 +8,7 @@ from lib.book import registry, results
 from lib.studies.delta import delta_capture as dc
 from lib.studies.delta import figures as dp
 from lib.studies.delta import stats as ds
+from lib.studies.delta import verdicts as dv
 from lib.training.capture import unpack
 
 
@@ -50,14 +51,14 @@ def test_result_shapes_and_replay_fidelity(ci):
     assert np.all(a["rv__fa2__o_match"] < 1.0)
     r = d["runs"][0]
     assert r["n_captures"] == N and r["capture_bytes"] > 0 and 0 <= r["capture_overhead"] < 1.0
-    assert set(d["claims"]) == set(ds.VERDICT_RULES)
+    assert set(d["claims"]) == set(dv.VERDICT_RULES)
     assert all(c["status"] in ("reproduced", "partly", "not reproduced", "not yet tested") for c in d["claims"].values())
 
 
 def test_claims_recompute_from_the_saved_result(ci):
     _, out, res = ci
-    assert ds.claims(res, ci_as_untested=False) == res.data["claims"]
-    shown = ds.claims(res)                      # a ci result never counts for or against a claim
+    assert dv.claims(res, ci_as_untested=False) == res.data["claims"]
+    shown = dv.claims(res)                      # a ci result never counts for or against a claim
     assert all(v["status"] == "not yet tested" and v["evidence"].startswith("ci scale only") for v in shown.values())
 
 

@@ -8,59 +8,10 @@ import torch
 
 from lib.fp.numerics import FP32
 from lib.fp.reference import attention_fp64, emulate_backward, emulate_forward
+from lib import stats
 from lib.studies.delta import stats as ds
+from lib.studies.delta import verdicts as dv
 from lib.studies.delta.planted import planted, random_terms
-
-
-# ------------------------------------------------------------------------------------------- plain statistics
-def test_sign_test_exact_binomial():
-    t = ds.sign_test(n_pos=9, n_neg=1)
-    assert t["frac_pos"] == 0.9
-    assert t["p_greater"] == pytest.approx(11 / 1024)          # P(X ≥ 9), X ~ Bin(10, ½)
-    assert t["p_less"] == pytest.approx(1023 / 1024)
-    assert t["p_two"] == pytest.approx(22 / 1024)
-    t = ds.sign_test(np.array([1.0, -2.0, 0.0, 3.0, np.nan]))  # zeros and NaN dropped
-    assert (t["n_pos"], t["n_neg"], t["n"]) == (2, 1, 3)
-    assert ds.sign_test([])["p_two"] == 1.0
-
-
-def test_normalised_bias_and_ci():
-    assert ds.normalised_bias([1.0, 1.0, -1.0]) == pytest.approx(1 / 3)
-    assert ds.normalised_bias([2.0, -2.0]) == 0.0
-    assert np.isnan(ds.normalised_bias([0.0, 0.0]))
-    lo, hi = ds.clopper_pearson(0, 10)
-    assert lo == 0.0 and hi == pytest.approx(1 - 0.025 ** 0.1)
-    lo, hi = ds.clopper_pearson(10, 10)
-    assert hi == 1.0 and lo == pytest.approx(0.025 ** 0.1)
-
-
-def test_drift_detects_a_drift_and_not_a_random_walk():
-    d = ds.drift(np.ones(20), n_flip=4000, seed=1)
-    assert d["z"] == pytest.approx(np.sqrt(20))
-    assert d["p_greater"] < 1e-3 and d["p_flip"] < 1e-3
-    assert np.allclose(d["band"], np.sqrt(np.arange(1, 21)))     # √n scaling for equal increments
-    rng = np.random.default_rng(3)
-    walk = rng.choice([-1.0, 1.0], size=200) * rng.uniform(0.5, 1.5, 200)
-    d = ds.drift(walk, n_flip=4000, seed=1)
-    assert abs(d["z"]) < 2.5 and d["p_flip"] > 0.01
-
-
-def test_stable_rank_cos_top_component():
-    u, v = np.array([1.0, 2.0, 0.0]), np.array([0.0, 1.0, 1.0, 3.0])
-    assert ds.stable_rank(np.outer(u, v)) == pytest.approx(1.0)
-    assert ds.stable_rank(np.eye(5)) == pytest.approx(5.0)
-    assert ds.frob_cos(np.outer(u, v), -2 * np.outer(u, v)) == pytest.approx(-1.0)
-    uh, vh = u / np.linalg.norm(u), v / np.linalg.norm(v)
-    assert ds.top_component(3 * np.outer(uh, vh), uh, vh) == pytest.approx(3.0)
-
-
-def test_coherence_identical_vs_random():
-    m = np.arange(12.0).reshape(3, 4)
-    c = ds.coherence([m] * 10, n_flip=2000, seed=0)
-    assert c["rho2"] == pytest.approx(10.0) and c["p_flip"] < 0.01
-    rng = np.random.default_rng(0)
-    c = ds.coherence([rng.standard_normal((8, 16)) for _ in range(30)], n_flip=2000, seed=0)
-    assert 0.5 < c["rho2"] < c["null_q99"] and c["p_flip"] > 0.01
 
 
 # ---------------------------------------------------------------------------------- E: the derivation itself
@@ -120,7 +71,7 @@ def test_planted_ties_o_error_has_the_sign_of_v(tied):
 def test_planted_ties_delta_delta_positive(tied):
     P, st = tied
     assert st["sum_dd"][0] / st["n_rows"][0] == pytest.approx(P["pred"]["dd_mean"], rel=0.1)
-    t = ds.sign_test(n_pos=st["n_pos"][0], n_neg=st["n_neg"][0])
+    t = stats.sign_test(n_pos=st["n_pos"][0], n_neg=st["n_neg"][0])
     assert t["frac_pos"] > 0.95 and t["p_greater"] < 1e-100
     assert st["sum_dd"][0] / st["sum_abs_dd"][0] > 0.9
 
@@ -145,7 +96,7 @@ def test_planted_no_ties_gives_the_null(untied):
     assert abs(st["sum_os_ulp"][0] / st["n_os"][0]) < 0.02
     agree = st["n_os_agree"][0] / (st["n_os_agree"][0] + st["n_os_disagree"][0])
     assert abs(agree - 0.5) < 0.02
-    t = ds.sign_test(n_pos=st["n_pos"][0], n_neg=st["n_neg"][0])
+    t = stats.sign_test(n_pos=st["n_pos"][0], n_neg=st["n_neg"][0])
     assert abs(t["frac_pos"] - 0.5) < 0.05 and t["p_two"] > 1e-3
     assert abs(st["sum_dd"][0] / st["sum_abs_dd"][0]) < 0.05
     # the same identical directions, but signs that cancel: no coherence beyond shuffled signs
@@ -203,22 +154,22 @@ def _E(rng, N, H, coherent_heads=()):
 def test_claims_rules_reproduced_partly_not():
     ctx = dict(regime="planted", tile="64", seeds=[0, 1, 2], horizon="30 steps")
     rng = np.random.default_rng(0)
-    pos = [ds.run_summary(_per_step(rng, 30, 3, dd_pos_heads=(0,), push_heads=(1,)),
+    pos = [dv.run_summary(_per_step(rng, 30, 3, dd_pos_heads=(0,), push_heads=(1,)),
                           _E(rng, 30, 3, coherent_heads=(2,)), n_flip=2000, seed=s) for s in range(3)]
-    neg = [ds.run_summary(_per_step(rng, 30, 3), _E(rng, 30, 3), n_flip=2000, seed=s) for s in range(3)]
-    c = ds.claims_from_summaries(pos, ctx)
+    neg = [dv.run_summary(_per_step(rng, 30, 3), _E(rng, 30, 3), n_flip=2000, seed=s) for s in range(3)]
+    c = dv.claims_from_summaries(pos, ctx)
     assert c["delta_bias"]["status"] == "reproduced"
     assert c["low_rank"]["status"] == "reproduced"
     assert c["wq_norm_push"]["status"] == "reproduced"
     assert c["o_error_v_sign"]["status"] == "not reproduced"       # planted without an O-error effect
     assert "planted" in c["delta_bias"]["evidence"] and "seeds 0, 1, 2" in c["delta_bias"]["evidence"]
-    c = ds.claims_from_summaries(neg, ctx)
+    c = dv.claims_from_summaries(neg, ctx)
     assert all(v["status"] == "not reproduced" for v in c.values()), c
-    c = ds.claims_from_summaries([pos[0], neg[1], neg[2]], ctx)
+    c = dv.claims_from_summaries([pos[0], neg[1], neg[2]], ctx)
     assert c["delta_bias"]["status"] == "partly"
-    c = ds.claims_from_summaries(pos[:2], ctx)                        # two seeds are never enough to reproduce
+    c = dv.claims_from_summaries(pos[:2], ctx)                        # two seeds are never enough to reproduce
     assert c["delta_bias"]["status"] == "partly"
-    assert all(v["status"] == "not yet tested" for v in ds.claims_from_summaries([], ctx).values())
+    assert all(v["status"] == "not yet tested" for v in dv.claims_from_summaries([], ctx).values())
 
 
 def test_push_too_small_is_only_partly():
@@ -227,8 +178,8 @@ def test_push_too_small_is_only_partly():
     for s in range(3):
         ps = _per_step(rng, 30, 3, push_heads=(1,))
         ps["wq_growth"] = np.full((1, 3), 1e6)                         # the push is a negligible share of the growth
-        summ.append(ds.run_summary(ps, None, n_flip=500, seed=s))
-    c = ds.claims_from_summaries(summ, dict(seeds=[0, 1, 2]))
+        summ.append(dv.run_summary(ps, None, n_flip=500, seed=s))
+    c = dv.claims_from_summaries(summ, dict(seeds=[0, 1, 2]))
     assert c["wq_norm_push"]["status"] == "partly"
     assert c["low_rank"]["status"] == "not reproduced"                # no step matrices: cannot support
 
@@ -306,14 +257,3 @@ def test_heads_at_once_equal_one_head_at_a_time():
                 else:
                     assert float(got[n][h]) == pytest.approx(val, rel=1e-9, abs=1e-12), (n, h)
         assert float(got["m"][2]) < 2 and float(got["p_shuffle"][2]) == 1.0
-
-
-def test_flip_signs_are_cached_and_equal_to_fresh_draws():
-    ds._fair_signs.cache_clear()
-    mats = [np.random.default_rng(i).standard_normal((4, 5)) for i in range(12)]
-    first = ds.coherence(mats, n_flip=3000, seed=9)
-    again = ds.coherence(mats, n_flip=3000, seed=9)                      # served from the cache
-    assert first == again and ds._fair_signs.cache_info().hits >= 1
-    gen = torch.Generator(device="cpu").manual_seed(9)
-    fresh = (torch.randint(0, 2, (3000, 12), generator=gen) * 2 - 1).to(torch.float64)
-    assert torch.equal(ds._fair_signs(3000, 12, 9), fresh)

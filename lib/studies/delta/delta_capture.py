@@ -209,7 +209,7 @@ def replay(caps, cfg: dict, seed: int, grad_norm, grad_clip: float) -> dict:
     "replay_s" (capture stats and summary, s), "variant_s" (s)}, printing a line at each stage."""
     import torch
 
-    from lib.studies.delta import stats as ds
+    from lib.studies.delta import stats as ds, verdicts as dv
     dev = cfg.get("replay_device", "auto")
     dev = ("cuda" if torch.cuda.is_available() else "cpu") if dev == "auto" else dev
     tile = int(cfg.get("tile", 64))
@@ -241,7 +241,7 @@ def replay(caps, cfg: dict, seed: int, grad_norm, grad_clip: float) -> dict:
     t_sum = time.perf_counter()
     print(f"[delta_capture] seed {seed}: run_summary (n_flip {cfg['n_flip']}) …", flush=True)
     with torch_threads(1):
-        summary = ds.run_summary(per_step, E_steps, n_flip=cfg["n_flip"], seed=seed) if caps else {}
+        summary = dv.run_summary(per_step, E_steps, n_flip=cfg["n_flip"], seed=seed) if caps else {}
     for side in list(E_steps):
         if side not in COS_SIDES:
             summary.pop(f"steps_{side}_cos", None)
@@ -343,7 +343,7 @@ def run(scale: str, cfg: dict) -> dict:
     keep_seeds = set(int(s) for s in cfg["keep_seeds"])
     jobs = [(cfg, s, s in keep_seeds) for s in seeds]
     outs = map_jobs(_seed_worker, jobs, int(cfg["workers"]))
-    from lib.studies.delta import stats as ds
+    from lib.studies.delta import verdicts as dv
     arrays = {}
     names = sorted(set().union(*[o["stats"] for o in outs]))
     for n in names:
@@ -375,6 +375,6 @@ def run(scale: str, cfg: dict) -> dict:
     summaries = [{k: np.asarray(v) for k, v in o["summary"].items()} for o in outs if o["summary"]]
     data = dict(config=dict(cfg), runs=[o["run"] for o in outs], steps=[o["steps"] for o in outs], seeds=seeds,
                 keep_index=keep_index, variants=[list(v) for v in cfg["variants"]], context=ctx,
-                claims=ds.claims_from_summaries(summaries, ctx), verdict_rules=ds.VERDICT_RULES,
+                claims=dv.claims_from_summaries(summaries, ctx), verdict_rules=dv.VERDICT_RULES,
                 stat_names=names, summary_names=snames, scale=scale)
     return {"data": data, "arrays": arrays, "seeds": seeds}

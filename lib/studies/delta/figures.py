@@ -31,7 +31,9 @@ import numpy as np
 import torch
 
 from lib.book import plotting
+from lib import stats
 from lib.studies.delta import stats as ds
+from lib.studies.delta import verdicts as dv
 
 def _arr(res, name):
     if name not in res.arrays:
@@ -169,7 +171,7 @@ def _share_strip(ax, k, n, alpha: float, labels, L: int, H: int, xlabel: bool = 
         ks, ns = k[s].ravel(), n[s].ravel()
         with np.errstate(invalid="ignore", divide="ignore"):
             f = ks / ns
-        lo, hi = ds.clopper_pearson(ks, ns)
+        lo, hi = stats.clopper_pearson(ks, ns)
         ax.errorbar(x + off, f, yerr=[f - lo, hi - f], fmt="o", ms=3.5, lw=0.9, capsize=0, color=f"C{s}",
                     label=labels[s])
     ax.axhline(0.5, color="0.3", lw=0.7, ls=":")
@@ -256,7 +258,7 @@ def o_error_by_v_sign(res):
         ks, ms_ = k[s].ravel(), m[s].ravel()
         with np.errstate(invalid="ignore", divide="ignore"):
             f = ks / ms_
-            lo, hi = ds.clopper_pearson(ks, ms_)
+            lo, hi = stats.clopper_pearson(ks, ms_)
             a0.errorbar(x + off, f, yerr=[f - lo, hi - f], fmt="o", ms=3.5, lw=0.9, color=f"C{s}",
                         label=_seed_labels(res)[s])
             a1.plot(x + off, (np.nansum(ulp_os[s], 0) / np.nansum(n_os[s], 0)).ravel(), "o", ms=3.5, color=f"C{s}")
@@ -308,7 +310,7 @@ def push_figure(res):
         a1.plot(grow[s].ravel(), ps[s].ravel(), "o", ms=4, color=f"C{s}")
     xs = np.array(a0.get_xlim())
     for a in (a0, a1):
-        a.plot(xs, ds.PUSH_SHARE * xs, color="0.4", lw=0.8, ls="--", label=f"{ds.PUSH_SHARE:g} × growth")
+        a.plot(xs, dv.PUSH_SHARE * xs, color="0.4", lw=0.8, ls="--", label=f"{dv.PUSH_SHARE:g} × growth")
         a.axhline(0, color="0.3", lw=0.6)
         a.set_xlim(*xs)
     a0.set_ylabel("push, Adam-scaled\nlr·u₁ᵀ(E ⊘ (√v̂+ε))v₁")

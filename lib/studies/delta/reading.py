@@ -15,7 +15,9 @@ import warnings
 
 import numpy as np
 
+from lib import stats
 from lib.studies.delta import stats as ds
+from lib.studies.delta import verdicts as dv
 
 __all__ = ["shown_text", "planted_numbers", "derivation_check", "numbers_ch4", "numbers_ch5", "variant_table",
            "marchenko_pastur_srank", "telemetry_sign", "telemetry_numbers", "telemetry_context"]
@@ -53,7 +55,7 @@ def planted_numbers(n_shuffle: int = 200) -> dict:
              "np": planted("no_ties", spec="paper", **PLANTED)}
     for tag, P in cases.items():
         st = _layer(P, n_shuffle=n_shuffle)
-        t = ds.sign_test(n_pos=st["n_pos"][0], n_neg=st["n_neg"][0])
+        t = stats.sign_test(n_pos=st["n_pos"][0], n_neg=st["n_neg"][0])
         out[f"{tag}_os_ulp"] = float(st["sum_os_ulp"][0] / st["n_os"][0])
         out[f"{tag}_os_agree"] = float(st["n_os_agree"][0] / (st["n_os_agree"][0] + st["n_os_disagree"][0]))
         out[f"{tag}_dd_mean"] = float(st["sum_dd"][0] / st["n_rows"][0])
@@ -181,7 +183,7 @@ def numbers_ch4(res) -> dict:
     out["cap_overhead_pct"] = 100 * max(r["capture_overhead"] for r in runs)
     out["cap_mib"] = max(r["capture_bytes"] for r in runs) / 2 ** 20
     out["cap_every"] = int(res.meta.get("config", {}).get("capture_every", 0) or 0) or None
-    verdicts = ds.claims(res)               # a ci-scale result reads "not yet tested"
+    verdicts = dv.claims(res)               # a ci-scale result reads "not yet tested"
     for c in ("o_error_v_sign", "delta_bias"):
         out[f"claim_{c}"] = verdicts[c]["status"]
         out[f"claim_{c}_ev"] = verdicts[c]["evidence"]
@@ -214,7 +216,7 @@ def numbers_ch5(res) -> dict:
     with np.errstate(invalid="ignore", divide="ignore"):
         out["push_share_med"] = _med(np.asarray(a["sum__push_adam_total"], np.float64) / a["sum__wq_growth"])
     out["growth_med"] = _med(a["sum__wq_growth"])
-    verdicts = ds.claims(res)               # a ci-scale result reads "not yet tested"
+    verdicts = dv.claims(res)               # a ci-scale result reads "not yet tested"
     for c in ("low_rank", "wq_norm_push"):
         out[f"claim_{c}"] = verdicts[c]["status"]
         out[f"claim_{c}_ev"] = verdicts[c]["evidence"]
@@ -278,7 +280,7 @@ def telemetry_sign(res, arms=None, alpha: float = ds.ALPHA) -> dict:
         k, n = ((dd > 0) & ok).sum(1), ok.sum(1)
         pg, pl = np.ones((S, L, H)), np.ones((S, L, H))
         for idx in np.ndindex(S, L, H):
-            t = ds.sign_test(n_pos=k[idx], n_neg=n[idx] - k[idx])
+            t = stats.sign_test(n_pos=k[idx], n_neg=n[idx] - k[idx])
             pg[idx], pl[idx] = t["p_greater"], t["p_less"]
         with np.errstate(invalid="ignore", divide="ignore"):
             frac = k / n
@@ -304,7 +306,7 @@ def telemetry_sign(res, arms=None, alpha: float = ds.ALPHA) -> dict:
             k=k, n=n, frac=frac, p_greater=pg, p_less=pl, nb=nb, ac1=ac1,
             n_up=(pg < thr).sum((1, 2)), n_down=(pl < thr).sum((1, 2)),
             heads_pos=np.array([a for a, _ in hp]), heads_neg=np.array([b for _, b in hp]),
-            heads_p=np.array([ds.sign_test(n_pos=a, n_neg=b)["p_two"] for a, b in hp]),
+            heads_p=np.array([stats.sign_test(n_pos=a, n_neg=b)["p_two"] for a, b in hp]),
             zero_rows=zmean, zero_rows_max=zmax)
     return out
 

@@ -25,7 +25,6 @@ stays BF16), so its finding is labelled CPU and is not the paper's placement.
 """
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
