@@ -296,3 +296,12 @@ def test_inputs_must_hold_bf16_values():
         cs.precondition_census(q, q, q)
     with pytest.raises(ValueError, match="placement"):
         cs.precondition_census(q.bfloat16(), q.bfloat16(), q.bfloat16(), placement="sdpa")
+
+
+def test_the_benchmark_runs_in_smoke_mode():
+    from benchmarks.bench_census import main
+    rows = main(["--smoke"])
+    assert [(r["inputs"], r["placement"]) for r in rows] == [(i, p) for i in ("diffuse", "peaked")
+                                                             for p in cs.PLACEMENTS]
+    peaked = [r for r in rows if r["inputs"] == "peaked"]
+    assert all(r["window_rate"] > 0.3 and r["ms"] > 0 for r in peaked)      # the worst case is exercised

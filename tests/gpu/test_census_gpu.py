@@ -68,3 +68,30 @@ def test_census_at_the_monitors_shape(placement):
     assert peak_gb < 2.0, f"the census held {peak_gb:.2f} GiB at chunk 8"
     assert c["window_rate"].min() > 0.3 and np.isfinite(c["err_ulp"]).all() and np.isfinite(c["err_pred"]).all()
     assert (c["n_tied"] >= c["n_window"] + c["n_zero"]).all() and (c["r_hist"].sum(1) == c["n_tied"]).all()
+
+
+@pytest.mark.gpu
+def test_monitor_under_cuda_autocast_sees_bf16_and_matches_a_direct_census():
+    from lib.monitor import PER_HEAD, AttentionMonitor
+    from lib.training.model import GPT, GPTConfig
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=4, n_embd=256, block_size=256, vocab_size=512, attn="sdpa")).cuda()
+    x = torch.randint(0, 512, (6, 256), device="cuda")
+    mon = AttentionMonitor(model, every=1, layers=[1], out=None, batch_rows=4)
+    mon.step(0)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        _, loss = model(x, x)
+    loss.backward()
+    (rec,) = mon.collect(0)
+    assert rec["qkv_dtype"] == "bfloat16" and rec["batch_rows"] == 4
+    model.set_capture(True)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        model(x)
+    cap = model.attn_layers[1].captured
+    want = cs.precondition_census(cap["q"][:4], cap["k"][:4], cap["v"][:4], chunk=16)
+    for key in PER_HEAD:
+        got = np.array([np.nan if a is None else a for a in rec[key]])
+        np.testing.assert_array_equal(got, want[key], err_msg=key)
+    wq, _ = model.qk_weights(1)
+    assert np.all(np.array(rec["sigma_wq"]) <= torch.linalg.matrix_norm(wq.detach().double(), 2).cpu().numpy()
+                  * (1 + 1e-5))                     # a power-iteration estimate is a lower bound
