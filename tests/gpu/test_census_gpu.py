@@ -19,14 +19,21 @@ COUNTS = ("n_rows", "n_tied", "n_window", "n_zero", "n_conj", "r_hist")
 @pytest.mark.parametrize("placement", cs.PLACEMENTS)
 @pytest.mark.parametrize("heads", [oracle_heads, lambda: enumeration_heads(13.0)], ids=["oracle", "enumeration"])
 def test_gpu_census_equals_the_cpu_census_on_exact_heads(placement, heads):
-    """Planted heads whose FP32 arithmetic is exact: the GPU's census is the CPU's (errors to FP64 reduction order)."""
+    """Planted heads whose S and sums are exact: the GPU's census counts are the CPU's; the error means agree but for
+    CUDA's expf against the CPU's (a last-bit difference of one P̄ can move one BF16 rounding: allowed for at most
+    two pairs of a head, one ULP each)."""
     q, k, v = heads()
     cpu = cs.precondition_census(q, k, v, placement=placement, chunk=64)
     gpu = cs.precondition_census(*(t.cuda().bfloat16() for t in (q, k, v)), placement=placement, chunk=64)
     for key in COUNTS:
         np.testing.assert_array_equal(gpu[key], cpu[key], err_msg=key)
-    for key in ("err_ulp", "err_pred", "err_ell", "top1", "max_logit"):
-        np.testing.assert_allclose(gpu[key], cpu[key], rtol=1e-9, atol=1e-12, err_msg=key)
+    np.testing.assert_array_equal(gpu["max_logit"], cpu["max_logit"])
+    np.testing.assert_allclose(gpu["top1"], cpu["top1"], rtol=1e-6)
+    two_pairs = 2.0 / np.maximum(cpu["n_conj"], 1)
+    for key in ("err_ulp", "err_pred", "err_ell"):
+        ok = np.isnan(cpu[key]) == np.isnan(gpu[key])
+        assert ok.all(), key
+        assert (np.abs(np.nan_to_num(gpu[key] - cpu[key])) <= two_pairs + 1e-9).all(), key
 
 
 @pytest.mark.gpu
