@@ -8,7 +8,8 @@ import torch
 
 from lib.training import authors_backend, dose_backend
 from lib.training.authors_fa import AuthorsFA2, authors_attention
-from lib.training.model import AttnCall, AttnSpec, GPTConfig, naive_attention, run_backend
+from lib.training.model import AttnCall, GPTConfig, naive_attention, run_backend
+from lib.training.spec import AttnSpec
 from lib.training.train import TrainConfig, _parser, train
 from lib.training.zero_rows import OURS_ZERO_AT, authors_shift, authors_zero_at, ours_shift
 

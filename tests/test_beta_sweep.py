@@ -7,7 +7,8 @@ import torch
 from lib.fp import beta_theory
 from lib.studies.fix import beta_sweep
 from lib.book.runner import run_live
-from lib.training.model import AttnSpec, GPTConfig
+from lib.training.model import GPTConfig
+from lib.training.spec import AttnSpec
 
 
 def test_predictions_are_the_theory_thresholds():

@@ -4,7 +4,8 @@ import math
 import pytest
 import torch
 
-from lib.training.model import GPT, AttnSpec, GPTConfig, naive_attention, sdpa_attention
+from lib.training.model import GPT, GPTConfig, naive_attention, sdpa_attention
+from lib.training.spec import AttnSpec
 
 TINY = dict(n_layer=2, n_head=2, n_embd=32, block_size=32)
 

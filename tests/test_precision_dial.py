@@ -6,7 +6,7 @@ from lib.book import registry
 from lib.studies.explosion import precision_dial as pd
 from lib.book.runner import run_live
 from lib.studies.explosion import dial as dr
-from lib.training.model import AttnSpec
+from lib.training.spec import AttnSpec
 
 
 def test_arm_specs_parse_to_the_intended_numerics():

@@ -256,7 +256,7 @@ def test_numerics_rejects_bad_round_block(bad):
 
 
 def test_round_block_field_spec_and_table():
-    from lib.training.model import AttnSpec
+    from lib.training.spec import AttnSpec
     assert Numerics().round_block == 0 and PAPER.round_block == 0 and FA2.round_block == 0
     assert Numerics(round_block=-1).round_block == -1 and Numerics(round_block=512).round_block == 512
     s = AttnSpec.parse("paper/round_block=512")

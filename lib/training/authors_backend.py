@@ -1,6 +1,6 @@
 """The authors' pure-PyTorch flash attention (`lib.training.authors_fa`) as a training backend.
 
-Spec strings (parsed by `lib.training.model.AttnSpec.parse`):
+Spec strings (parsed by `lib.training.spec.AttnSpec.parse`):
 
     authors[/tile=<n>][/beta=<β>][/tie_tol=<t>][/floor=<ℓ_min>][/zero_at=<x>][+fix | +zero_rows]
 

@@ -20,7 +20,7 @@ so only δ carries the placement's error, amplified by λ ≥ 0 and reshaped by 
 
 λ = 0 adds nothing (the FP32 backward, bit for bit, whatever the placement and component).
 
-Spec strings (parsed by `lib.training.model.AttnSpec.parse`):
+Spec strings (parsed by `lib.training.spec.AttnSpec.parse`):
 
     dose/<placement>[/c=<component>][/lam=<λ>]
 

@@ -22,19 +22,20 @@ Attention backends (`AttnSpec.backend`; the dispatch table is `BACKENDS`):
 * ``"dose"`` — FP32 attention whose backward gets λ·c(Δδ) of a low-precision placement added to δ
   (`lib.training.dose_backend`).
 
-A spec is written as a string: ``"sdpa"``, ``"naive"``, ``"<profile>[/<field>=<value>...][+fix]"`` for our
-kernel, ``"authors[/key=value...][+fix|+zero_rows]"`` (grammar in `lib.training.authors_backend`) or
-``"dose/<placement>[/c=<component>][/lam=<λ>]"`` (grammar in `lib.training.dose_backend`). For our kernel: profile
-one of "fp32", "fa2", "paper"; each ``/field=value`` overrides one `lib.fp.numerics.Numerics` field (values:
-true/false, integers, or names), e.g. ``"paper/delta_source=dp_p"`` (δ = rowsum(dP∘P)); "+fix" = β fix with the
-config's β and tie tolerance (per-tile detection, the paper's Algorithm 1); "+fix_split" = the same fix also acting
-on a max repeated across key tiles (`kernels.attention`, fix="beta_split"); "+zero_rows" = the row-zeroing control
-(`lib.training.zero_rows`: the plain kernel, O = 0 and no gradient on the rows whose exact-rule shift exceeds the
-config's `zero_at`, default 126·ln 2 ≈ 87.3). The fix's own options can be written in the spec too and then win over
-the config's: ``/beta=<β>``, ``/tie_tol=<tolerance>``, ``/max_shift=<guard>|none`` (none: the paper's exact rule), e.g.
-``"paper/round_block=512/beta=2/tie_tol=0.001/max_shift=none+fix"``. ``GPTConfig(attn=["sdpa", "paper", "sdpa"])`` puts the paper kernel in
-layer 1 only. Per-head overrides (Python only): ``AttnSpec.parse("paper", heads=((1, 7), "naive"))`` runs heads
-1 and 7 of that layer with FP32 attention and the others with the paper kernel.
+A spec (`lib.training.spec.AttnSpec`, parsed there) is written as a string: ``"sdpa"``, ``"naive"``,
+``"<profile>[/<field>=<value>...][+fix]"`` for our kernel, ``"authors[/key=value...][+fix|+zero_rows]"`` (grammar in
+`lib.training.authors_backend`) or ``"dose/<placement>[/c=<component>][/lam=<λ>]"`` (grammar in
+`lib.training.dose_backend`). For our kernel: profile one of "fp32", "fa2", "paper"; each ``/field=value`` overrides
+one `lib.fp.numerics.Numerics` field (values: true/false, integers, or names), e.g. ``"paper/delta_source=dp_p"`` (δ
+= rowsum(dP∘P)); "+fix" = β fix with the config's β and tie tolerance (per-tile detection, the paper's Algorithm 1);
+"+fix_split" = the same fix also acting on a max repeated across key tiles (`kernels.attention`, fix="beta_split");
+"+zero_rows" = the row-zeroing control (`lib.training.zero_rows`: the plain kernel, O = 0 and no gradient on the
+rows whose exact-rule shift exceeds the config's `zero_at`, default 126·ln 2 ≈ 87.3). The fix's own options can be
+written in the spec too and then win over the config's: ``/beta=<β>``, ``/tie_tol=<tolerance>``,
+``/max_shift=<guard>|none`` (none: the paper's exact rule), e.g.
+``"paper/round_block=512/beta=2/tie_tol=0.001/max_shift=none+fix"``. ``GPTConfig(attn=["sdpa", "paper", "sdpa"])``
+puts the paper kernel in layer 1 only. Per-head overrides (Python only): ``AttnSpec.parse("paper", heads=((1, 7),
+"naive"))`` runs heads 1 and 7 of that layer with FP32 attention and the others with the paper kernel.
 
 Telemetry capture (`GPT.set_capture(True)`): each attention layer keeps, for the next forward, x (B, T, C, the input
 of `c_attn`), q, k, v, o (B, H, T, D; q and k as the backend saw them, i.e. after QK-norm), dO (the gradient reaching
@@ -50,124 +51,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from lib.training import authors_backend, dose_backend
+from lib.training.spec import AttnSpec
 from lib.training.zero_rows import OURS_ZERO_AT, count_rows, ours_zero_mask, zero_rows
-
-NUMERICS_NAMES = ("fp32", "fa2", "paper")
-FIXES = {"ours": (None, "beta", "beta_split", "zero_rows"), "authors": (None, "beta", "zero_rows")}
-FIX_OPTIONS = ("beta", "tie_tol", "max_shift")   # spec options of the fix, e.g. "paper/beta=2/tie_tol=0.001/max_shift=none+fix"
-SUFFIX_FIX = {"": None, "fix": "beta", "fix_split": "beta_split", "zero_rows": "zero_rows"}  # suffix -> fix
-
-
-@dataclass(frozen=True)
-class AttnSpec:
-    """One layer's attention: backend, and for "ours" the kernel's numerics, fix, β, tie tolerance and path."""
-    backend: str = "sdpa"
-    numerics: object = "fa2"      # a profile name or a lib.fp.numerics.Numerics (only for backend "ours")
-    fix: str | None = None        # None | "beta" | "beta_split" ("ours") | "zero_rows" ("ours", "authors")
-    beta: float = 7.0
-    tie_tol: float = 0.0
-    max_shift: float | None = 64.0  # the fix's underflow guard (kernels.attention); None = the paper's exact rule
-    path: str | None = None       # kernel path: None (auto) | "emulated" | "native"
-    heads: tuple | None = None    # ((head indices), spec): those heads use another spec (string or AttnSpec)
-    text: str | None = None       # the string this spec was parsed from (its label)
-    zero_at: float | None = None  # "zero_rows": zero rows whose exact-rule shift exceeds this (None: backend default)
-    opts: object = None           # backend options: authors_backend.AuthorsOptions, dose_backend.DoseOptions
-
-    def __post_init__(self):
-        if self.heads is not None:
-            idx, other = self.heads
-            idx = tuple(int(i) for i in idx)
-            if not idx or len(set(idx)) != len(idx) or min(idx) < 0:
-                raise ValueError(f"heads must name distinct non-negative head indices, got {self.heads!r}")
-            other = AttnSpec.parse(other, beta=self.beta, tie_tol=self.tie_tol) if isinstance(other, str) else other
-            if not isinstance(other, AttnSpec) or other.heads is not None:
-                raise ValueError("a per-head override must be a plain spec (no nested heads)")
-            object.__setattr__(self, "heads", (idx, other))
-        if self.backend not in BACKENDS:
-            raise ValueError(f"attention backend must be one of {tuple(BACKENDS)}, got {self.backend!r}")
-        if self.fix not in FIXES.get(self.backend, (None,)):
-            raise ValueError(f"fix={self.fix!r} is not available for backend {self.backend!r} (fixes: "
-                             f"{ {b: f[1:] for b, f in FIXES.items()} })")
-        if self.zero_at is not None and not (isinstance(self.zero_at, (int, float)) and self.zero_at > 0
-                                             and math.isfinite(self.zero_at)):
-            raise ValueError(f"zero_at must be a finite number > 0 or None, got {self.zero_at!r}")
-        want = {"authors": authors_backend.AuthorsOptions, "dose": dose_backend.DoseOptions}.get(self.backend)
-        if (want is None and self.opts is not None) or (want is not None and not isinstance(self.opts, want)):
-            raise ValueError(f"backend {self.backend!r} takes opts of type "
-                             f"{want.__name__ if want else None}, got {type(self.opts).__name__}")
-
-    @classmethod
-    def parse(cls, spec, **kw) -> "AttnSpec":
-        """An AttnSpec from a string (grammar in the module docstring: "sdpa", "naive", "paper+fix",
-        "authors/tile=512+fix", "dose/paper/c=bias/lam=30", ...) or an AttnSpec. `kw`: the config's defaults (beta,
-        tie_tol, max_shift, zero_at) and other AttnSpec fields; values written in the string win."""
-        if isinstance(spec, AttnSpec):
-            return replace(spec, **kw) if kw else spec
-        if not isinstance(spec, str):
-            raise TypeError(f"attention spec must be a str or AttnSpec, got {type(spec).__name__}")
-        s = spec.strip()
-        if s in ("sdpa", "naive"):
-            return cls(backend=s, text=s, **{k: v for k, v in kw.items() if k != "zero_at"})
-        head = s.partition("/")[0].partition("+")[0]
-        if head == "authors":
-            fields = kw | authors_backend.parse(s, kw)
-            if fields["fix"] != "zero_rows":
-                fields["zero_at"] = None
-            return cls(text=s, **fields)
-        if head == "dose":
-            sub = {k: v for k, v in kw.items() if k in ("beta", "tie_tol", "max_shift", "zero_at", "path")}
-            rest = {k: v for k, v in kw.items() if k not in sub}
-            return cls(text=s, **rest, **dose_backend.parse(s, lambda p: cls.parse(p, **sub)))
-        body, _, suffix = s.partition("+")
-        base, *overrides = body.split("/")
-        if base not in NUMERICS_NAMES or suffix not in SUFFIX_FIX:
-            raise ValueError(f"unknown attention spec {spec!r}; use 'sdpa', 'naive', 'authors[/...]', "
-                             f"'dose/<placement>[/...]', or one of {NUMERICS_NAMES} with optional '/field=value' "
-                             "overrides and '+fix', '+fix_split' or '+zero_rows'")
-        numerics = base
-        attn_opts = {}     # the fix's own options (not Numerics fields): beta, tie_tol, max_shift ("none": exact rule)
-        if overrides:
-            from lib.fp.numerics import get_profile
-            changes = {}
-            for ov in overrides:
-                key, eq, val = ov.partition("=")
-                if not eq or not key:
-                    raise ValueError(f"bad numerics override {ov!r} in {spec!r}; write field=value")
-                low = val.lower()
-                if key in FIX_OPTIONS:
-                    try:
-                        attn_opts[key] = None if key == "max_shift" and low == "none" else float(val)
-                    except ValueError:
-                        raise ValueError(f"bad {key} {val!r} in {spec!r}: write a number"
-                                         + (" or 'none'" if key == "max_shift" else "")) from None
-                    continue
-                changes[key] = True if low == "true" else False if low == "false" else \
-                    int(val) if val.lstrip("-").isdigit() else val
-            try:
-                numerics = replace(get_profile(base), **changes)
-            except TypeError as e:
-                raise ValueError(f"bad numerics override in {spec!r}: {e}") from e
-        fix = SUFFIX_FIX[suffix]
-        if attn_opts and fix not in ("beta", "beta_split", "zero_rows"):
-            raise ValueError(f"{sorted(attn_opts)} in {spec!r} are options of the fix: add '+fix' or '+fix_split'")
-        zero_at = kw.get("zero_at")
-        kw = kw | attn_opts | {"zero_at": (OURS_ZERO_AT if zero_at is None else zero_at) if fix == "zero_rows"
-                               else None}
-        return cls(backend="ours", numerics=numerics, fix=fix, text=s, **kw)
-
-    @property
-    def label(self) -> str:
-        if self.text is not None:
-            name = self.text
-        elif self.backend != "ours":
-            name = self.backend + ({None: "", "beta": "+fix", "zero_rows": "+zero_rows"}[self.fix]
-                                   if self.backend == "authors" else "")
-        else:
-            name = (self.numerics if isinstance(self.numerics, str) else "custom") + \
-                {None: "", "beta": "+fix", "beta_split": "+fix_split", "zero_rows": "+zero_rows"}[self.fix]
-        if self.heads is not None:
-            name += f"[heads {','.join(map(str, self.heads[0]))}: {self.heads[1].label}]"
-        return name
 
 
 @dataclass

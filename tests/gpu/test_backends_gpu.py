@@ -19,7 +19,8 @@ import torch
 import lib.book.setup  # noqa: F401
 from lib.training import dose_backend
 from lib.training.authors_fa import authors_attention
-from lib.training.model import AttnCall, AttnSpec, naive_attention, run_backend
+from lib.training.model import AttnCall, naive_attention, run_backend
+from lib.training.spec import AttnSpec
 from lib.training.train import TrainConfig, train
 from tests.test_backends import HOT, ZEROED, planted
 

@@ -316,7 +316,7 @@ def _pad(arrs, fill=np.nan):
 
 def context(cfg: dict, steps_done: list[int], n_caps: list[int]) -> dict:
     """The regime, tile, seeds and horizon, for the claims' evidence lines."""
-    from lib.training.model import AttnSpec
+    from lib.training.spec import AttnSpec
     rb = None
     try:
         sp = AttnSpec.parse(cfg["attn"].split(",")[0])

@@ -449,7 +449,7 @@ def replay_o(q, k, v, spec: str, *, block_m: int = 64, block_n: int = 64, scale=
     is passed through whole, so fields such as a rounding-block size act once the emulator reads them) on q, k, v
     (b, H, T, D) float32. Returns float32 numpy (b, H, T, D)."""
     from lib.fp.reference import emulate_forward
-    from lib.training.model import AttnSpec
+    from lib.training.spec import AttnSpec
     sp = AttnSpec.parse(spec)
     if sp.backend != "ours":
         raise ValueError(f"replay needs one of our kernel's specs (a Numerics), got {spec!r}")

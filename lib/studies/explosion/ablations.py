@@ -73,7 +73,7 @@ def plan(scale: str, cfg: dict) -> dict:
     bad = [a for a in first_only if a not in PAPER_EXPECTS]
     if bad:
         raise ValueError(f"ablations: unknown arm(s) {bad} in first_seed_only; known: {', '.join(PAPER_EXPECTS)}")
-    from lib.training.model import AttnSpec
+    from lib.training.spec import AttnSpec
     specs = dict(SPECS)
     n = base.n_layer
     specs["paper_layer_only"] = ",".join("paper" if i == layer else "sdpa" for i in range(n)) if n > 1 else "paper"

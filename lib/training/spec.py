@@ -1,0 +1,201 @@
+"""An attention spec: one layer's attention as a value (`AttnSpec`), its string grammar (`AttnSpec.parse`), and the
+readable label a table or a legend shows for it (`describe`).
+
+Grammar (the module docstring of `lib.training.model` shows it at work): ``"sdpa"``, ``"naive"``,
+``"<profile>[/<field>=<value>...][+fix|+fix_split|+zero_rows]"`` for our kernel (profile "fp32", "fa2" or "paper";
+each ``/field=value`` overrides one `lib.fp.numerics.Numerics` field, or sets one of the fix's own options
+``/beta=``, ``/tie_tol=``, ``/max_shift=<guard>|none``), ``"authors[/key=value...][+fix|+zero_rows]"``
+(`lib.training.authors_backend`) and ``"dose/<placement>[/c=<component>][/lam=<λ>]"`` (`lib.training.dose_backend`).
+
+`describe(spec)` turns a spec into words: "paper/round_block=512/beta=7/tie_tol=0.001/max_shift=none+fix" reads
+"paper placement, 512-key blocks, fix β = 7". Arm *names* (`paper_rb512+fix_b7`) are keys in results; tables and
+legends show `describe` of the arm's spec instead.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from lib.fp.fix import Fix
+from lib.training import authors_backend, dose_backend
+from lib.training.zero_rows import OURS_ZERO_AT
+
+__all__ = ["AttnSpec", "NUMERICS_NAMES", "FIXES", "FIX_OPTIONS", "SUFFIX_FIX", "describe"]
+
+
+NUMERICS_NAMES = ("fp32", "fa2", "paper")
+
+
+FIXES = {"ours": (None, "beta", "beta_split", "zero_rows"), "authors": (None, "beta", "zero_rows")}
+
+
+FIX_OPTIONS = ("beta", "tie_tol", "max_shift")   # spec options of the fix, e.g. "paper/beta=2/tie_tol=0.001/max_shift=none+fix"
+
+
+SUFFIX_FIX = {"": None, "fix": "beta", "fix_split": "beta_split", "zero_rows": "zero_rows"}  # suffix -> fix
+
+
+@dataclass(frozen=True)
+class AttnSpec:
+    """One layer's attention: backend, and for "ours" the kernel's numerics, fix, β, tie tolerance and path."""
+    backend: str = "sdpa"
+    numerics: object = "fa2"      # a profile name or a lib.fp.numerics.Numerics (only for backend "ours")
+    fix: str | None = None        # None | "beta" | "beta_split" ("ours") | "zero_rows" ("ours", "authors")
+    beta: float = 7.0
+    tie_tol: float = 0.0
+    max_shift: float | None = 64.0  # the fix's underflow guard (kernels.attention); None = the paper's exact rule
+    path: str | None = None       # kernel path: None (auto) | "emulated" | "native"
+    heads: tuple | None = None    # ((head indices), spec): those heads use another spec (string or AttnSpec)
+    text: str | None = None       # the string this spec was parsed from (its label)
+    zero_at: float | None = None  # "zero_rows": zero rows whose exact-rule shift exceeds this (None: backend default)
+    opts: object = None           # backend options: authors_backend.AuthorsOptions, dose_backend.DoseOptions
+
+    def __post_init__(self):
+        from lib.training.model import BACKENDS      # the backends' dispatch table (model.py imports this module)
+        if self.heads is not None:
+            idx, other = self.heads
+            idx = tuple(int(i) for i in idx)
+            if not idx or len(set(idx)) != len(idx) or min(idx) < 0:
+                raise ValueError(f"heads must name distinct non-negative head indices, got {self.heads!r}")
+            other = AttnSpec.parse(other, beta=self.beta, tie_tol=self.tie_tol) if isinstance(other, str) else other
+            if not isinstance(other, AttnSpec) or other.heads is not None:
+                raise ValueError("a per-head override must be a plain spec (no nested heads)")
+            object.__setattr__(self, "heads", (idx, other))
+        if self.backend not in BACKENDS:
+            raise ValueError(f"attention backend must be one of {tuple(BACKENDS)}, got {self.backend!r}")
+        if self.fix not in FIXES.get(self.backend, (None,)):
+            raise ValueError(f"fix={self.fix!r} is not available for backend {self.backend!r} (fixes: "
+                             f"{ {b: f[1:] for b, f in FIXES.items()} })")
+        if self.zero_at is not None and not (isinstance(self.zero_at, (int, float)) and self.zero_at > 0
+                                             and math.isfinite(self.zero_at)):
+            raise ValueError(f"zero_at must be a finite number > 0 or None, got {self.zero_at!r}")
+        want = {"authors": authors_backend.AuthorsOptions, "dose": dose_backend.DoseOptions}.get(self.backend)
+        if (want is None and self.opts is not None) or (want is not None and not isinstance(self.opts, want)):
+            raise ValueError(f"backend {self.backend!r} takes opts of type "
+                             f"{want.__name__ if want else None}, got {type(self.opts).__name__}")
+
+    @classmethod
+    def parse(cls, spec, **kw) -> "AttnSpec":
+        """An AttnSpec from a string (grammar in the module docstring: "sdpa", "naive", "paper+fix",
+        "authors/tile=512+fix", "dose/paper/c=bias/lam=30", ...) or an AttnSpec. `kw`: the config's defaults (beta,
+        tie_tol, max_shift, zero_at) and other AttnSpec fields; values written in the string win."""
+        if isinstance(spec, AttnSpec):
+            return replace(spec, **kw) if kw else spec
+        if not isinstance(spec, str):
+            raise TypeError(f"attention spec must be a str or AttnSpec, got {type(spec).__name__}")
+        s = spec.strip()
+        if s in ("sdpa", "naive"):
+            return cls(backend=s, text=s, **{k: v for k, v in kw.items() if k != "zero_at"})
+        head = s.partition("/")[0].partition("+")[0]
+        if head == "authors":
+            fields = kw | authors_backend.parse(s, kw)
+            if fields["fix"] != "zero_rows":
+                fields["zero_at"] = None
+            return cls(text=s, **fields)
+        if head == "dose":
+            sub = {k: v for k, v in kw.items() if k in ("beta", "tie_tol", "max_shift", "zero_at", "path")}
+            rest = {k: v for k, v in kw.items() if k not in sub}
+            return cls(text=s, **rest, **dose_backend.parse(s, lambda p: cls.parse(p, **sub)))
+        body, _, suffix = s.partition("+")
+        base, *overrides = body.split("/")
+        if base not in NUMERICS_NAMES or suffix not in SUFFIX_FIX:
+            raise ValueError(f"unknown attention spec {spec!r}; use 'sdpa', 'naive', 'authors[/...]', "
+                             f"'dose/<placement>[/...]', or one of {NUMERICS_NAMES} with optional '/field=value' "
+                             "overrides and '+fix', '+fix_split' or '+zero_rows'")
+        numerics = base
+        attn_opts = {}     # the fix's own options (not Numerics fields): beta, tie_tol, max_shift ("none": exact rule)
+        if overrides:
+            from lib.fp.numerics import get_profile
+            changes = {}
+            for ov in overrides:
+                key, eq, val = ov.partition("=")
+                if not eq or not key:
+                    raise ValueError(f"bad numerics override {ov!r} in {spec!r}; write field=value")
+                low = val.lower()
+                if key in FIX_OPTIONS:
+                    try:
+                        attn_opts[key] = None if key == "max_shift" and low == "none" else float(val)
+                    except ValueError:
+                        raise ValueError(f"bad {key} {val!r} in {spec!r}: write a number"
+                                         + (" or 'none'" if key == "max_shift" else "")) from None
+                    continue
+                changes[key] = True if low == "true" else False if low == "false" else \
+                    int(val) if val.lstrip("-").isdigit() else val
+            try:
+                numerics = replace(get_profile(base), **changes)
+            except TypeError as e:
+                raise ValueError(f"bad numerics override in {spec!r}: {e}") from e
+        fix = SUFFIX_FIX[suffix]
+        if attn_opts and fix not in ("beta", "beta_split", "zero_rows"):
+            raise ValueError(f"{sorted(attn_opts)} in {spec!r} are options of the fix: add '+fix' or '+fix_split'")
+        zero_at = kw.get("zero_at")
+        kw = kw | attn_opts | {"zero_at": (OURS_ZERO_AT if zero_at is None else zero_at) if fix == "zero_rows"
+                               else None}
+        return cls(backend="ours", numerics=numerics, fix=fix, text=s, **kw)
+
+    @property
+    def label(self) -> str:
+        if self.text is not None:
+            name = self.text
+        elif self.backend != "ours":
+            name = self.backend + ({None: "", "beta": "+fix", "zero_rows": "+zero_rows"}[self.fix]
+                                   if self.backend == "authors" else "")
+        else:
+            name = (self.numerics if isinstance(self.numerics, str) else "custom") + \
+                {None: "", "beta": "+fix", "beta_split": "+fix_split", "zero_rows": "+zero_rows"}[self.fix]
+        if self.heads is not None:
+            name += f"[heads {','.join(map(str, self.heads[0]))}: {self.heads[1].label}]"
+        return name
+
+
+# ------------------------------------------------------------------------------------------------------ labels
+_BACKEND_WORDS = {"sdpa": "PyTorch flash SDPA", "naive": "FP32 attention"}
+_PROFILE_WORDS = {"paper": "paper placement", "fa2": "FA2 placement", "fp32": "our kernel in FP32"}
+_DELTA_WORDS = {"dp_p": "δ = rowsum(dP∘P)", "fp32_o": "δ from an FP32 O", "saved_o": "δ from the saved O"}
+
+
+def _field_words(name: str, value) -> str:
+    """One Numerics field that a spec changed, in words."""
+    if name == "round_block":
+        return "whole-row blocks" if value == -1 else "per-tile rounding" if value == 0 else f"{value}-key blocks"
+    if name == "mantissa_bits":
+        return f"{value} mantissa bits"
+    if name == "rounding":
+        return "stochastic rounding" if value == "sr" else "round-to-nearest-even"
+    if name == "delta_source":
+        return _DELTA_WORDS[value]
+    if name == "round_s_minus_m":
+        return "S − m rounded" if value else "S − m in FP32"
+    if isinstance(value, bool):
+        return f"{name} {'on' if value else 'off'}"
+    return f"{name} = {value}"
+
+
+def _fix_words(s: "AttnSpec", detail: bool) -> list[str]:
+    return [] if s.fix is None else [Fix.of(s).label(detail)]
+
+
+def describe(spec, detail: bool = False, **defaults) -> str:
+    """The readable label of an attention spec (a string or an `AttnSpec`): "paper placement, 512-key blocks, fix
+    β = 7" for "paper/round_block=512/beta=7/tie_tol=0.001/max_shift=none+fix"; `detail` adds the fix's tie
+    tolerance and shift cap ("…, ties within 0.001, exact rule"); `defaults`: the run's configuration values the
+    string does not set (beta, tie_tol, max_shift). The one place arm labels are made."""
+    from lib.fp.numerics import PROFILES, get_profile
+    s = AttnSpec.parse(spec, **defaults) if isinstance(spec, str) else spec
+    if s.heads is not None:
+        idx, other = s.heads
+        return f"{describe(replace(s, heads=None), detail)}; heads {', '.join(map(str, idx))}: {describe(other, detail)}"
+    if s.backend in _BACKEND_WORDS:
+        return _BACKEND_WORDS[s.backend]
+    if s.backend == "dose":
+        o = s.opts
+        return f"FP32 attention, δ + {o.lam:g} × {o.component} part of Δδ ({describe(o.placement)})"
+    if s.backend == "authors":
+        tile = "untiled" if s.opts.tile == -1 else f"{s.opts.tile}-key tiles"
+        return ", ".join(["the authors' code", tile] + _fix_words(s, detail))
+    base = (s.text or "").partition("/")[0].partition("+")[0]
+    if base not in PROFILES:                       # a Numerics value without a profile to compare against
+        base = next((name for name, p in PROFILES.items() if p == get_profile(s.numerics)), "fa2")
+    mine, ref = get_profile(s.numerics), PROFILES[base]
+    changed = [_field_words(f, getattr(mine, f)) for f in mine.as_dict() if getattr(mine, f) != getattr(ref, f)]
+    return ", ".join([_PROFILE_WORDS[base], *changed, *_fix_words(s, detail)])
