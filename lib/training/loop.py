@@ -314,6 +314,9 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
         tmp.replace(ckpt)
 
     tokens_per_step = cfg.batch_size * (cfg.seq_len - cfg.n_bos)
+    # Only the dose and injection backends read the step (their random signs and rows); others never see it, and a
+    # compiled graph would otherwise be guarded on an object that changes every step.
+    needs_step = any(getattr(s, "backend", None) in ("inject", "dose") for s in cfg.model.layer_specs())
     pending = []
     t0 = last_ckpt = time.perf_counter()
     model.train()
@@ -330,12 +333,28 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
             res["census"]["step"].append(step)
             for k_, v_ in rec.items():
                 res["census"].setdefault(k_, []).append(v_)
-        model.set_step(step, cfg.seed)
+        if needs_step:
+            model.set_step(step, cfg.seed)
         if step_hook is not None and rank == 0:
             step_hook.before_forward(step, model)
-        with torch.autocast(device_type=device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-            _, loss = fwd(x, y)
-        loss.backward()
+        try:
+            with torch.autocast(device_type=device.type, dtype=amp_dtype or torch.float32,
+                                enabled=amp_dtype is not None):
+                _, loss = fwd(x, y)
+            loss.backward()
+        except Exception as e:  # noqa: BLE001  (a compiler failure at the first step: train eagerly, say so)
+            if fwd is model or step != step0:
+                raise
+            res["compile_error"] = f"{type(e).__name__}: {str(e)[:500]}"
+            print(f"[{cfg.label}] torch.compile failed at the first step, training eagerly: {res['compile_error']}",
+                  flush=True)
+            for o in opts:
+                o.zero_grad(set_to_none=True)
+            fwd = model
+            with torch.autocast(device_type=device.type, dtype=amp_dtype or torch.float32,
+                                enabled=amp_dtype is not None):
+                _, loss = fwd(x, y)
+            loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
         if step_hook is not None and rank == 0:
             step_hook.after_backward(step, model, opts[-1])
