@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from lib.training import outcome, proxy, regime
+from lib.studies.dial import figures as dial_figures
 from lib.studies.explosion import figures as explosion_plots
 from lib.book.results import Result
 
@@ -80,14 +81,14 @@ def test_dial_figure_draws_valid_arms_and_the_controls_of_each_m():
         return Result(name, "ci", dict(scale="ci", device="cpu", git_commit=commit), r["data"], r["arrays"])
 
     buggy, fixed = as_result("precision_dial", "675045d"), as_result("precision_dial_fine", "f" * 40)
-    fig = explosion_plots.dial_figure([buggy])
+    fig = dial_figures.dial_figure([buggy])
     n_dial = len([x for x in r["data"]["runs"] if x["arm"].startswith("paper_m3")])
     n_ctrl = len(r["data"]["runs"]) - n_dial
     assert len(fig.axes) == 1 and len(fig.axes[0].lines) == n_dial - 1 + n_ctrl     # SR left out
     plt.close(fig)
-    fig = explosion_plots.dial_figure([fixed])
+    fig = dial_figures.dial_figure([fixed])
     assert len(fig.axes[0].lines) == n_dial + n_ctrl
     plt.close(fig)
-    fig = explosion_plots.dial_figure([fixed], horizons={3: 2})
+    fig = dial_figures.dial_figure([fixed], horizons={3: 2})
     assert len(fig.axes[0].lines) == n_dial + n_ctrl + 1 and fig.axes[0].lines[-1].get_xdata()[0] == 2
     plt.close(fig)

@@ -117,11 +117,11 @@ def fig_ch6_sweep():
 
 def fig_ch6_dial():
     from lib.studies.explosion import figures as ep
-    from lib.studies.explosion import dial as dial_reading
+    from lib.studies.dial import figures as dial_figures, reading as dial_reading
     dial_res = results.load_group("precision_dial")
     if not dial_res:
         pytest.skip("no committed precision-dial result")
-    return ep.dial_figure(dial_res, horizons=dial_reading.at_common_horizon(dial_res)["horizon"])
+    return dial_figures.dial_figure(dial_res, horizons=dial_reading.at_common_horizon(dial_res)["horizon"])
 
 
 def fig_ch6_regime():

@@ -1,11 +1,11 @@
-"""lib/studies/explosion/precision_dial.py: arm specs, the reading of outcomes, and the CI code path through the kernel."""
+"""lib/studies/dial/precision_dial.py: arm specs, the reading of outcomes, and the CI code path through the kernel."""
 import numpy as np
 import pytest
 
 from lib.book import registry
-from lib.studies.explosion import precision_dial as pd
+from lib.studies.dial import precision_dial as pd
 from lib.book.runner import run_live
-from lib.studies.explosion import dial as dr
+from lib.studies.dial import reading as dr
 from lib.training.spec import AttnSpec
 
 

@@ -4,7 +4,7 @@ Each TOML table is one result::
 
     [precision_dial_m6]            # result name: results/<scale>/precision_dial_m6.json (+ .npz)
     extends = "precision_dial"     # optional: inherit every key (and both scale tables) of another entry
-    base = "lib.studies.explosion.precision_dial"   # the module with run(scale, cfg) (inherited if extended)
+    base = "lib.studies.dial.precision_dial"   # the module with run(scale, cfg) (inherited if extended)
     summary = "one line: what it shows"
     chapter = "06"
     gpu_min = 4.0                  # minutes of one H100 at full scale (measured where the result exists)

@@ -275,11 +275,11 @@ DERIVERS = {"bias_kernel": derive_bias_kernel, "headline": derive_headline, "abl
             "generic_growth_controls": derive_generic}
 
 def derive_dial(res_list) -> dict:
-    """bias_not_coarseness from the precision-dial results together (`lib.studies.explosion.dial.at_common_horizon`):
+    """bias_not_coarseness from the precision-dial results together (`lib.studies.dial.reading.at_common_horizon`):
     reproduced where RNE failed and valid SR did not fail at some width; inconclusive where SR failed wherever RNE
     failed (SR's √2 × larger rounding noise alone predicts that); "partly" otherwise. Empty when no width has both
     a valid SR run and an RNE run."""
-    from lib.studies.explosion import dial as dial_reading
+    from lib.studies.dial import reading as dial_reading
     if not res_list:
         return {}
     t = dial_reading.at_common_horizon(res_list)

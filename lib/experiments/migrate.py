@@ -63,7 +63,7 @@ REVIEWED = {
     "lib.training.train:progress_lines": "new: formats the progress lines",
     "lib.studies.explosion.headline:_arms": "new: validates the configured arm names (was _env_arms for env variables)",
     "lib.studies.explosion.headline:pick_lr": _RUN_PLAN,
-    "lib.studies.explosion.precision_dial:CONTROLS": "new: the control arms, formerly a literal inside plan()",
+    "lib.studies.dial.precision_dial:CONTROLS": "new: the control arms, formerly a literal inside plan()",
     **{f"lib.experiments.{b}:{f}": _RUN_PLAN for b in ("ablations", "beta_sweep", "headline", "lr_sweep",
                                                         "precision_dial") for f in ("plan", "run")},
     **{f"lib.experiments.{b}:run": _RUN_PLAN for b in ("bias_kernel", "bias_montecarlo", "paper_placement",
@@ -80,8 +80,8 @@ def forward(mod: str, name: str) -> tuple[str, str]:
     """Where an old (module, name) lives now."""
     if mod == "lib.explosion":
         return ("lib.training.outcome" if name in _OUTCOME else "lib.training.proxy"), name
-    if mod == "lib.studies.explosion.precision_dial" and name in _DIAL:
-        return "lib.studies.explosion.dial", "_facts" if name == "facts" else name
+    if mod == "lib.studies.dial.precision_dial" and name in _DIAL:
+        return "lib.studies.dial.reading", "_facts" if name == "facts" else name
     return _MOVED.get(mod, mod), name
 
 

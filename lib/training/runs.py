@@ -6,6 +6,7 @@ except `union` (the regime pilots read together, `lib.training.regime.pick_lr`).
 * `merge(res_list)`: one `lib.book.results.Result` holding the runs and arrays of several training results that
   share LR, steps, warm-up and data seed (ValueError otherwise): e.g. the healthy headline's two halves.
 * `result_arrays(res_list)`: {(result name, array key): array} where run ids may repeat across results.
+* `repeats(res_list)`: the same arm and seed run in two results — are their loss curves bit-identical?
 * `arm_summary(res)`: per arm, the runs judged at the result's common step horizon (`lib.training.horizon`) and the
   ranges over seeds of best loss and of the fix / underflow telemetry.
 * `best_within(res, h)`: {run id: best smoothed loss over the first h steps} (to compare results of unequal length).
@@ -19,7 +20,7 @@ import numpy as np
 from lib.book import results as _results
 from lib.training import outcome
 
-__all__ = ["union", "merge", "result_arrays", "arm_summary", "best_within", "telemetry", "smoothed_loss", "span",
+__all__ = ["union", "merge", "result_arrays", "repeats", "arm_summary", "best_within", "telemetry", "smoothed_loss", "span",
            "outcome_words", "TELEMETRY"]
 
 
@@ -58,6 +59,30 @@ def telemetry(arrays: dict, rid: str, key: str) -> dict | None:
         return None
     return dict(layer_mean=float(np.nanmax(np.nanmean(a, axis=0))), mean=float(np.nanmean(a)),
                 max=float(np.nanmax(a)))
+
+
+def repeats(res_list, skip=None) -> list[dict]:
+    """Runs with the same arm, seed and LR in two of the results `res_list` (a repeat across results; `skip(res, row)`
+    leaves runs out): [{"arm", "seed", "lr", "results": (name_a, name_b), "commits": (git commit a, b), "steps":
+    steps both ran, "identical": loss curves bit-identical over those steps, "first_diff": first differing step or
+    None}]."""
+    from itertools import combinations
+    arr = result_arrays(res_list)
+    seen = {}
+    for res in res_list:
+        for r in res.data["runs"]:
+            if skip is None or not skip(res, r):
+                seen.setdefault((r["arm"], r["seed"], r["lr"]), []).append((res, r))
+    out = []
+    for (arm, seed, lr), rs in sorted(seen.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+        for (ra, a), (rb, b) in combinations(rs, 2):
+            la, lb = arr[(ra.name, f"{a['id']}__loss")], arr[(rb.name, f"{b['id']}__loss")]
+            n = min(len(la), len(lb))
+            diff = np.nonzero(la[:n] != lb[:n])[0]
+            out.append(dict(arm=arm, seed=seed, lr=lr, results=(ra.name, rb.name),
+                            commits=(ra.meta.get("git_commit"), rb.meta.get("git_commit")), steps=int(n),
+                            identical=len(diff) == 0, first_diff=int(diff[0]) if len(diff) else None))
+    return out
 
 
 def outcome_words(outcomes, onsets=None, compact: bool = False) -> str:

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from lib.training import outcome  # noqa: E402  (one definition of a failed run)
 
-from itertools import combinations
 
 import numpy as np
 
 from lib.training import horizon as horizon_
+from lib.training import runs
 from lib.training.runs import result_arrays
 
 __all__ = ["KIND_SUFFIX", "SR_BACKWARD_BUG", "at_common_horizon", "facts", "merged_table", "repeats",
@@ -41,7 +41,7 @@ def sr_valid(meta: dict) -> bool:
 
 def verdicts(summaries: list[dict], bits, sr_valid: bool = True) -> dict:
     """Per m: the outcomes over seeds of every arm kind (keys of `KIND_SUFFIX`; empty where not run) and what they
-    say (see `lib.studies.explosion.precision_dial`'s docstring). SR outcomes that measure a broken gradient are reported under "invalid" and not
+    say (see `lib.studies.dial.precision_dial`'s docstring). SR outcomes that measure a broken gradient are reported under "invalid" and not
     used: all of them with sr_valid=False, and any summary carrying "valid": False (`merged_table` marks those)."""
     def ok(s):
         return s.get("valid", True) and (sr_valid or not s["arm"].endswith(KIND_SUFFIX["sr"]))
@@ -189,27 +189,9 @@ def facts(table: dict) -> dict:
 
 
 def repeats(res_list) -> list[dict]:
-    """Runs (dial arms and controls; SR runs with the SR backward bug left out) with the same arm, seed and LR in
-    two results: [{"arm", "seed", "lr",
-    "results": (name_a, name_b), "commits": (git commit a, b), "steps": steps both ran, "identical": loss curves
-    bit-identical over those steps, "first_diff": first differing step or None}]."""
-    arr = result_arrays(res_list)
-    seen = {}
-    for res in res_list:
-        for r in res.data["runs"]:
-            if r["arm"].endswith(KIND_SUFFIX["sr"]) and not sr_valid(res.meta):
-                continue            # a run with the SR backward bug is not a repeat of a fixed one
-            seen.setdefault((r["arm"], r["seed"], r["lr"]), []).append((res, r))
-    out = []
-    for (arm, seed, lr), runs in sorted(seen.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
-        for (ra, a), (rb, b) in combinations(runs, 2):
-            la, lb = arr[(ra.name, f"{a['id']}__loss")], arr[(rb.name, f"{b['id']}__loss")]
-            n = min(len(la), len(lb))
-            diff = np.nonzero(la[:n] != lb[:n])[0]
-            out.append(dict(arm=arm, seed=seed, lr=lr, results=(ra.name, rb.name),
-                            commits=(ra.meta.get("git_commit"), rb.meta.get("git_commit")), steps=int(n),
-                            identical=len(diff) == 0, first_diff=int(diff[0]) if len(diff) else None))
-    return out
+    """`lib.training.runs.repeats` over dial results, SR runs with the SR backward bug left out (a run with the bug
+    is not a repeat of a fixed one)."""
+    return runs.repeats(res_list, skip=lambda res, r: r["arm"].endswith(KIND_SUFFIX["sr"]) and not sr_valid(res.meta))
 
 
 def sr_error_ratio(m: int, n: int = 1 << 20, seed: int = 0) -> dict:
