@@ -18,3 +18,4 @@ if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
                   "set TRITON_INTERPRET=1 yourself to silence this", RuntimeWarning, stacklevel=2)
 
 from kernels.attention import attention  # noqa: E402,F401
+from kernels.stable_attention import stable_attention  # noqa: E402,F401

@@ -1,0 +1,188 @@
+"""`stable_attention(q, k, v, is_causal=False, scale=None, fix=None, beta=2.0, max_shift=64.0)`: SDPA's call with
+production FlashAttention-2 numerics and the β fix of Qiu & Yao (arXiv 2510.04212, §4), forward and backward.
+
+q, k, v: (batch, heads, T, head_dim), one shape, dtype and device; head_dim 64 or 128. On CUDA, BF16 or FP16
+tensors run the fast path (`kernels/stable_fwd.py`, `kernels/stable_bwd.py`: TMA on Hopper, autotuned tiles);
+FP32 tensors run the EMULATE mode (FP32 matmuls, BF16 roundings by the bit-exact helper; slow, for checking), as do
+all tensors in Triton's CPU interpreter (TRITON_INTERPRET=1; BF16 or FP32 CPU tensors). Non-contiguous inputs are
+copied with `.contiguous()`. Returns O with q's shape and dtype; differentiable in q, k, v (the plain FA2
+backward: a δ = rowsum(dO∘O) pre-kernel, then one dK/dV + dQ kernel).
+
+fix=None: FA2. fix="beta": on each key tile, a row whose tile max occurs at least twice subtracts β·max (max > 0)
+or 0 (max < 0) instead, the shift capped at `max_shift` (None: no cap, the paper's rule, which underflows whole rows
+once (β−1)·max ≳ 88). Tie detection is per key tile: 64 keys in EMULATE and in the fallback config, the autotuned
+BLOCK_N on the fast path (`fwd_block_n(q.shape, is_causal, fix)` says which, after a first call). β > 1.
+
+Lower level: `forward(...)` and `backward(...)` launch the kernels with an explicit launch config or the autotuner
+and return the raw outputs (LSE in the kernel's units: natural in EMULATE, base 2 on the fast path).
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import triton
+
+from kernels.stable_bwd import DELTA_BLOCK, attn_bwd_kernel, attn_bwd_tuned, attn_delta_kernel
+from kernels.stable_fwd import EMULATE_BLOCK, attn_fwd_kernel, attn_fwd_tuned
+
+__all__ = ["stable_attention", "forward", "backward", "fwd_block_n", "LOG2E"]
+
+LOG2E = 1.0 / math.log(2.0)
+_HEAD_DIMS = (64, 128)
+_FIXES = (None, "beta")
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def _use_tma(x: torch.Tensor, emulate: bool) -> bool:
+    """TMA descriptors on Hopper and later for the BF16/FP16 path (EMULATE's FP32 rows are wider than one 128-byte
+    TMA box: plain pointers there)."""
+    return (not emulate and x.is_cuda and not _interpreting() and torch.cuda.get_device_capability(x.device)[0] >= 9)
+
+
+def _tma_scratch():
+    """Device-side TMA descriptors need a global scratch allocator (the tutorial's `alloc_fn`). Triton keeps it in a
+    context variable, which autograd's backward thread does not inherit, so it is set before every launch."""
+    triton.set_allocator(_alloc)
+
+
+def _alloc(size: int, align: int, stream):
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def forward(q, k, v, *, causal: bool, scale: float, fix=None, beta: float = 2.0, max_shift=64.0,
+            emulate: bool = False, use_tma=None, config=None):
+    """Launch the forward on contiguous (B, H, T, D) q, k, v (FP32 for emulate, BF16/FP16 otherwise).
+    Returns (o (B, H, T, D) like q, lse FP32 (B, H, T) in the kernel's units: natural log in EMULATE, base 2
+    otherwise). config: {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"} or None (autotuned; EMULATE: 64×64)."""
+    if _interpreting() and not emulate:
+        raise ValueError("the interpreter runs only the EMULATE mode (its BF16 casts truncate)")
+    B, H, T, D = q.shape
+    o = torch.empty_like(q)
+    lse = torch.empty((B, H, T), device=q.device, dtype=torch.float32)
+    use_tma = _use_tma(q, emulate) if use_tma is None else use_tma
+    if use_tma and not _interpreting():
+        _tma_scratch()
+    units = 1.0 if emulate else LOG2E            # scores and shifts in the exponent's units
+    shift = math.inf if max_shift is None else float(max_shift) * units
+    args = (q, k, v, o, lse, float(scale) * units, float(beta), shift, T)
+    kw = dict(HEAD_DIM=D, CAUSAL=bool(causal), FIX=fix == "beta", EMULATE=emulate, USE_TMA=use_tma)
+    if config is None and not emulate:
+        grid = lambda meta: (triton.cdiv(T, meta["BLOCK_M"]), B * H)  # noqa: E731
+        attn_fwd_tuned[grid](*args, STATIC_LOOPS=False, N_TILES=1, **kw)
+    else:
+        cfg = {"BLOCK_M": EMULATE_BLOCK, "BLOCK_N": EMULATE_BLOCK, "num_warps": 4, **(config or {})}
+        cfg.setdefault("WARP_SPECIALIZE", False)
+        static = _interpreting()
+        attn_fwd_kernel[(triton.cdiv(T, cfg["BLOCK_M"]), B * H)](
+            *args, STATIC_LOOPS=static, N_TILES=triton.cdiv(T, cfg["BLOCK_N"]) if static else 1, **kw, **cfg)
+    return o, lse
+
+
+def backward(do, q, k, v, o, lse, *, causal: bool, scale: float, emulate: bool = False, use_tma=None,
+             config=None):
+    """Launch the δ pre-kernel and the dK/dV + dQ kernel. All tensors contiguous (B, H, T, D) (lse: the forward's,
+    (B, H, T)). Returns (dq, dk, dv, delta) with gradients in q's dtype and δ FP32 (B, H, T).
+    config: {"BLOCK_BIG", "BLOCK_STEP", "num_warps", "num_stages"} or None (autotuned; EMULATE: 64 and 64)."""
+    B, H, T, D = q.shape
+    delta = torch.empty((B, H, T), device=q.device, dtype=torch.float32)
+    attn_delta_kernel[(triton.cdiv(T, DELTA_BLOCK), B * H)](o, do, delta, T, HEAD_DIM=D, BLOCK_M=DELTA_BLOCK)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    use_tma = _use_tma(q, emulate) if use_tma is None else use_tma
+    if use_tma and not _interpreting():
+        _tma_scratch()
+    units = 1.0 if emulate else LOG2E
+    args = (q, k, v, do, dq, dk, dv, lse, delta, float(scale) * units, float(scale), T)
+    kw = dict(HEAD_DIM=D, CAUSAL=bool(causal), EMULATE=emulate, USE_TMA=use_tma)
+    if config is None and not emulate:
+        grid = lambda meta: (triton.cdiv(T, meta["BLOCK_BIG"]), B * H)  # noqa: E731
+        attn_bwd_tuned[grid](*args, STATIC_LOOPS=False, N_STEPS=1, **kw)
+    else:
+        cfg = {"BLOCK_BIG": EMULATE_BLOCK, "BLOCK_STEP": EMULATE_BLOCK, "num_warps": 4, **(config or {})}
+        static = _interpreting()
+        attn_bwd_kernel[(triton.cdiv(T, cfg["BLOCK_BIG"]), B * H)](
+            *args, STATIC_LOOPS=static, N_STEPS=triton.cdiv(T, cfg["BLOCK_STEP"]) if static else 1, **kw, **cfg)
+    return dq, dk, dv, delta
+
+
+def fwd_block_n(shape, causal: bool, fix=None):
+    """The key tile (= the fix's tie-detection width) the autotuner chose for a forward of this (B, H, T, D) shape,
+    or None before the first call with it (EMULATE and explicit configs: their own BLOCK_N)."""
+    B, H, T, D = shape
+    for key, cfg in attn_fwd_tuned.cache.items():
+        if tuple(key[:4]) == (T, D, bool(causal), fix == "beta"):
+            return cfg.kwargs["BLOCK_N"]
+    return None
+
+
+class _StableAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale, fix, beta, max_shift):
+        in_dtype = q.dtype
+        emulate = q.dtype == torch.float32 or _interpreting()
+        q, k, v = ((t.float() if emulate else t).contiguous() for t in (q, k, v))   # BF16 → FP32 is exact
+        o, lse = forward(q, k, v, causal=causal, scale=scale, fix=fix, beta=beta, max_shift=max_shift,
+                         emulate=emulate)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.cfg = (causal, scale, emulate, in_dtype)
+        return o.to(in_dtype)
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        causal, scale, emulate, in_dtype = ctx.cfg
+        dq, dk, dv, _ = backward(do.to(q.dtype).contiguous(), q, k, v, o, lse, causal=causal, scale=scale,
+                                 emulate=emulate)
+        return dq.to(in_dtype), dk.to(in_dtype), dv.to(in_dtype), None, None, None, None, None
+
+
+def _real(name, x, ok, what):
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or not ok(x):
+        raise ValueError(f"{name} must be {what}, got {x!r}")
+
+
+def _check(q, k, v):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if q.dim() != 4 or not (q.shape == k.shape == v.shape):
+        raise ValueError(f"q, k, v must have one shape (batch, heads, T, head_dim), got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if q.shape[-1] not in _HEAD_DIMS:
+        raise ValueError(f"head_dim must be one of {_HEAD_DIMS}, got {q.shape[-1]}")
+    if 0 in q.shape:
+        raise ValueError(f"batch, heads and T must be positive, got {tuple(q.shape)}")
+    if _interpreting():
+        if q.device.type != "cpu" or q.dtype not in (torch.bfloat16, torch.float32):
+            raise TypeError(f"Triton's CPU interpreter runs the EMULATE mode on BF16 or FP32 CPU tensors, got "
+                            f"{q.dtype} on {q.device}")
+    elif q.device.type != "cuda" or q.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise TypeError(f"stable_attention needs BF16, FP16 or FP32 CUDA tensors, got {q.dtype} on {q.device}")
+
+
+def stable_attention(q, k, v, is_causal: bool = False, scale=None, fix=None, beta: float = 2.0,
+                     max_shift=64.0):
+    """softmax(scale·q·kᵀ (+ causal mask))·v with FA2 numerics and, with fix="beta", the β-shifted max on tied rows.
+
+    q, k, v: (batch, heads, T, head_dim) BF16/FP16 CUDA (FP32 or the interpreter: EMULATE mode), head_dim 64 or
+    128. is_causal: mask keys after the query. scale: default 1/sqrt(head_dim). fix: None or "beta". beta: finite,
+    > 1. max_shift: finite > 0 (the cap on a fixed row's shift, in units of the scaled scores) or None (no cap).
+    Returns O, shape and dtype of q; differentiable (module docstring)."""
+    _check(q, k, v)
+    if fix not in _FIXES:
+        raise ValueError(f"fix must be one of {_FIXES}, got {fix!r}")
+    _real("beta", beta, lambda b: b > 1, "a finite number > 1")
+    if max_shift is not None:
+        _real("max_shift", max_shift, lambda s: s > 0, "a finite number > 0 or None")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    _real("scale", scale, lambda s: s > 0, "a finite number > 0 or None")
+    return _StableAttention.apply(q, k, v, bool(is_causal), float(scale), fix, float(beta),
+                                  None if max_shift is None else float(max_shift))

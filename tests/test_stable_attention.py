@@ -1,0 +1,190 @@
+"""kernels/stable_attention.py in the CPU interpreter (EMULATE mode): forward O, LSE and backward δ, dQ, dK, dV bit
+for bit against the oracle (`lib.fp.reference`, numerics "fa2", 64-wide tiles), with and without the β fix, causal
+and not, ragged T, both load paths (pointers and in-kernel TMA descriptors); error against FP64; autograd wiring and
+a finite-difference check of the gradients; argument checks. Shapes are tiny (the interpreter runs numpy per op)."""
+import math
+
+import numpy as np
+import pytest
+import torch
+import triton
+
+import lib.book.setup  # noqa: F401  (interpreter before kernels)
+from kernels import stable_attention
+from kernels.stable_attention import backward, forward
+from kernels.stable_bwd import BWD_CONFIGS, BWD_FALLBACK
+from kernels.stable_bwd import _prune as bwd_prune
+from kernels.stable_fwd import EMULATE_BLOCK, FWD_CONFIGS, FWD_FALLBACK
+from kernels.stable_fwd import _prune as fwd_prune
+from lib.fp.reference import attention_fp64, emulate_backward, emulate_forward
+
+
+def _inputs(seed, T, D=64, ties=False, big=1.0):
+    """BF16-valued FP32 q, k, v, dO of shape (1, 2, T, D). With `ties`, every fourth key repeats the one before it
+    (exact score ties inside a 64-key tile), and half the query rows get a large negative score offset, so repeated
+    maxima occur with both signs and both branches of the fix run; `big` scales q (large tied maxima: the guard)."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v, do = (torch.randn((1, 2, T, D), generator=g).bfloat16().float() for _ in range(4))
+    if ties:
+        q = q * 2 * big
+        k[:, :, 1::4] = k[:, :, 0::4][:, :, : k[:, :, 1::4].shape[2]]
+        k[..., 0] = 3.0
+        q[:, :, ::2, 0] = -8.0 * big
+    return q, k, v, do
+
+
+def _ours(q, k, v, do, causal, fix, beta=7.0, max_shift=64.0, use_tma=False):
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    o, lse = forward(q, k, v, causal=causal, scale=scale, fix=fix, beta=beta, max_shift=max_shift, emulate=True,
+                     use_tma=use_tma)
+    dq, dk, dv, delta = backward(do, q, k, v, o, lse, causal=causal, scale=scale, emulate=True, use_tma=use_tma)
+    return {"o": o, "lse": lse, "delta": delta, "dq": dq, "dk": dk, "dv": dv}
+
+
+def _oracle(q, k, v, do, causal, fix, beta=7.0, max_shift=64.0):
+    kw = dict(causal=causal, block_m=EMULATE_BLOCK, block_n=EMULATE_BLOCK, fix=fix, beta=beta, max_shift=max_shift)
+    f = emulate_forward(q, k, v, "fa2", **kw)
+    return {"o": f.o, "lse": f.lse, **emulate_backward(q, k, v, f.o, f.lse, do, "fa2", **kw)}
+
+
+def _assert_bitwise(ours, ref):
+    for name in ("o", "lse", "delta", "dq", "dk", "dv"):
+        a = ours[name].numpy()
+        b = np.asarray(ref[name], dtype=np.float32).reshape(a.shape)
+        same = a.view(np.uint32) == b.view(np.uint32)
+        assert same.all(), f"{name}: {int((~same).sum())} of {same.size} differ, max |diff| {np.nanmax(abs(a - b)):.3e}"
+
+
+# (T, D, causal, fix, TMA descriptors): ragged and whole-tile lengths, both maskings, both load paths, head dim 128
+CASES = [(130, 64, True, None, False), (130, 64, False, "beta", False), (100, 64, True, "beta", True),
+         (64, 64, False, None, True), (70, 128, True, "beta", False)]
+
+
+@pytest.mark.parametrize("T,D,causal,fix,use_tma", CASES)
+def test_bit_exact_against_oracle(T, D, causal, fix, use_tma):
+    q, k, v, do = _inputs(T + D, T, D, ties=fix is not None)
+    _assert_bitwise(_ours(q, k, v, do, causal, fix, use_tma=use_tma), _oracle(q, k, v, do, causal, fix))
+
+
+@pytest.mark.parametrize("max_shift", [64.0, None])
+def test_bit_exact_guard_and_paper_rule(max_shift):
+    """Tied maxima of ~10–40 with β = 7: the shift (β−1)·max exceeds 64, so the guard caps it (max_shift = 64) or,
+    without it (None, the paper's rule), whole rows underflow: ℓ = 0 and O = 0 there, in both implementations."""
+    q, k, v, do = _inputs(10, 80, ties=True, big=6.0)
+    ours = _ours(q, k, v, do, True, "beta", max_shift=max_shift)
+    _assert_bitwise(ours, _oracle(q, k, v, do, True, "beta", max_shift=max_shift))
+    zero_rows = (ours["o"] == 0).all(-1).any().item()
+    assert zero_rows == (max_shift is None)
+
+
+def _fp64(q, k, v, do, causal):
+    ref = attention_fp64(q, k, v, do, causal=causal)
+    return {n: torch.as_tensor(np.asarray(ref[n])) for n in ("o", "dq", "dk", "dv")}
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_fix_fires_and_both_stay_within_bf16_of_fp64(causal):
+    """On tied rows the fix changes O (it subtracts another max) and both results stay within one BF16 rounding of
+    the FP64 attention (twice the error of rounding the FP64 O itself, as FlashAttention's tests allow); the
+    gradients within 2⁻⁶ of their largest FP64 magnitude (BF16 operands P and dS, FP32 sums)."""
+    q, k, v, do = _inputs(3, 96, ties=True)
+    ref = _fp64(q, k, v, do, causal)
+    rounding = (ref["o"].bfloat16().double() - ref["o"]).abs().max().item()
+    plain, fixed = _ours(q, k, v, do, causal, None), _ours(q, k, v, do, causal, "beta")
+    assert not torch.equal(plain["o"], fixed["o"])
+    for ours in (plain, fixed):
+        assert (ours["o"].double() - ref["o"]).abs().max().item() <= 2 * rounding + 1e-6
+        for name in ("dq", "dk", "dv"):
+            err = (ours[name].double() - ref[name]).abs().max().item()
+            assert err <= 2 ** -6 * ref[name].abs().max().item(), (name, err)
+
+
+def test_autograd_matches_the_launchers_and_bf16_in_bf16_out():
+    """stable_attention's autograd gives the launchers' O and gradients bit for bit; BF16 inputs give BF16 O and
+    gradients equal to the FP32-emulated ones rounded; the defaults are SDPA's (non-causal, 1/sqrt(D))."""
+    q, k, v, do = _inputs(5, 70)
+    qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+    o = stable_attention(qg, kg, vg)
+    dq, dk, dv = torch.autograd.grad(o, (qg, kg, vg), do)
+    low = _ours(q, k, v, do, False, None)
+    for a, b in ((o, low["o"]), (dq, low["dq"]), (dk, low["dk"]), (dv, low["dv"])):
+        assert torch.equal(a.detach(), b)
+    qb, kb, vb = (t.bfloat16().requires_grad_(True) for t in (q, k, v))
+    ob = stable_attention(qb, kb, vb)
+    grads = torch.autograd.grad(ob, (qb, kb, vb), do.bfloat16())
+    assert ob.dtype == torch.bfloat16 and torch.equal(ob.float(), low["o"])
+    for g, name in zip(grads, ("dq", "dk", "dv")):
+        assert g.dtype == torch.bfloat16 and torch.equal(g, low[name].bfloat16())
+
+
+def test_gradients_match_finite_differences():
+    """gradcheck in spirit: the derivative of L = Σ O∘W along the backward's own gradient g (for q, k and v), by
+    central differences of the forward kernel, equals ‖g‖·‖u‖ within 1 %. O is rounded to BF16, so the step cannot
+    be tiny: along g the derivative is largest, and with step 2⁻⁶ the rounding noise is ~10⁻⁴ of it and the
+    curvature term ~10⁻³. A gradient off by more than 1 % along itself, or with a wrong part of more than ~15 % of
+    its size orthogonal to the true one, fails."""
+    q, k, v, _ = _inputs(6, 70)
+    w = torch.randn(q.shape, generator=torch.Generator().manual_seed(1))
+    qkv = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    grads = torch.autograd.grad((stable_attention(*qkv, is_causal=True) * w).sum(), qkv)
+    h = 2.0 ** -6
+    for i, g in enumerate(grads):
+        u = g / g.norm() * math.sqrt(g.numel())         # unit RMS, along the gradient
+
+        def loss(x):
+            args = [t.detach() for t in qkv]
+            args[i] = x
+            return (stable_attention(*args, is_causal=True).double() * w).sum().item()
+
+        fd = (loss(qkv[i].detach() + h * u) - loss(qkv[i].detach() - h * u)) / (2 * h)
+        exact = (g.double() * u).sum().item()
+        assert abs(fd - exact) <= 0.01 * exact, ("qkv"[i], fd, exact)
+
+
+def test_non_contiguous_inputs():
+    q, k, v, _ = _inputs(8, 64)
+    qt = q.transpose(1, 2).contiguous().transpose(1, 2)      # (B, T, H, D) storage, as nanoGPT's view
+    assert not qt.is_contiguous()
+    assert torch.equal(stable_attention(qt, k, v, is_causal=True), stable_attention(q, k, v, is_causal=True))
+
+
+def _qkv(shape=(1, 1, 8, 64), dtype=torch.float32):
+    return [torch.randn(shape, dtype=dtype) for _ in range(3)]
+
+
+@pytest.mark.parametrize("kwargs,exc", [
+    (dict(beta=1.0), ValueError), (dict(beta=float("nan")), ValueError), (dict(fix="beta_split"), ValueError),
+    (dict(max_shift=0.0), ValueError), (dict(max_shift=True), ValueError), (dict(scale=-1.0), ValueError)])
+def test_bad_arguments(kwargs, exc):
+    with pytest.raises(exc):
+        stable_attention(*_qkv(), **kwargs)
+
+
+def test_bad_tensors():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="head_dim"):
+        stable_attention(*_qkv((1, 1, 8, 48)))
+    with pytest.raises(TypeError):
+        stable_attention(q.half(), k.half(), v.half())        # the interpreter emulates BF16 only
+    with pytest.raises(TypeError):
+        stable_attention(q, k.bfloat16(), v)
+    with pytest.raises(ValueError):
+        stable_attention(q, k[:, :, :5], v)
+    with pytest.raises(ValueError):
+        stable_attention(q[0], k[0], v[0])
+    with pytest.raises(TypeError):
+        stable_attention(q.numpy(), k, v)
+
+
+def test_launch_configs():
+    """Every config keeps the diagonal whole key tiles (BLOCK_M a multiple of BLOCK_N; BIG of STEP), the pruners
+    keep the fallback for short sequences and never give warp specialisation to a causal forward."""
+    assert FWD_FALLBACK in FWD_CONFIGS and BWD_FALLBACK in BWD_CONFIGS
+    assert all(c.kwargs["BLOCK_M"] % c.kwargs["BLOCK_N"] == 0 for c in FWD_CONFIGS)
+    assert all(c.kwargs["BLOCK_BIG"] % c.kwargs["BLOCK_STEP"] == 0 for c in BWD_CONFIGS)
+    short = fwd_prune(FWD_CONFIGS, {"T": 40}, CAUSAL=False)
+    assert FWD_FALLBACK in short and all(c.kwargs["BLOCK_M"] == 64 for c in short)
+    ws = triton.Config(dict(BLOCK_M=128, BLOCK_N=128, WARP_SPECIALIZE=True), num_warps=8, num_stages=3)
+    assert ws not in fwd_prune(FWD_CONFIGS + [ws], {"T": 4096}, CAUSAL=True)
+    assert bwd_prune(BWD_CONFIGS, {"T": 40}) and all(c.kwargs["BLOCK_BIG"] == 64
+                                                     for c in bwd_prune(BWD_CONFIGS, {"T": 40}))
