@@ -98,8 +98,11 @@ def _assigned_names(node) -> list[str]:
 class Index:
     """The parsed project sources and the fingerprint of every definition."""
 
-    def __init__(self, root: Path | str = ROOT, packages=PACKAGES):
+    def __init__(self, root: Path | str = ROOT, packages=PACKAGES, outside=()):
+        """`outside`: extra modules ("pkg.mod") or definitions ("pkg.mod:name") treated as outside code, like the
+        plumbing (for checks that some code did not change apart from named parts, `lib.book.rekey_unused`)."""
         self.root = Path(root)
+        self.outside = tuple(outside)
         self.modules: dict[str, _Module] = {}
         for pkg in packages:
             base = self.root / pkg
@@ -141,7 +144,8 @@ class Index:
     def _is_plumbing(self, modname: str) -> bool:
         if modname in FINGERPRINTED:
             return False
-        return any(modname == p or modname.startswith(p + ".") for p in PLUMBING)
+        return any(modname == p or modname.startswith(p + ".") for p in PLUMBING + tuple(
+            o for o in self.outside if ":" not in o))
 
     # -- name resolution -------------------------------------------------------------------------------------------
     def _resolve_in_module(self, modname: str, name: str, depth: int = 0):
@@ -153,7 +157,8 @@ class Index:
         if m is None:
             return ("ext", sub)
         if name in m.defs:
-            return ("ext", sub) if self._is_plumbing(modname) else ("def", modname, name)
+            outside = self._is_plumbing(modname) or f"{modname}:{name}" in self.outside
+            return ("ext", sub) if outside else ("def", modname, name)
         if name in m.imports:
             return self._resolve_binding(m.imports[name], depth + 1)
         if sub in self.modules:
@@ -191,6 +196,8 @@ class Index:
             t = ("ext", t[1])
         if t is not None and t[0] == "module" and self._is_plumbing(t[1]):
             t = ("ext", t[1])
+        if t is not None and t[0] == "def" and f"{t[1]}:{t[2]}" in self.outside:
+            t = ("ext", f"{t[1]}.{t[2]}")
         return t, used
 
     # -- canonical text of one definition --------------------------------------------------------------------------

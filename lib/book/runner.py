@@ -64,7 +64,10 @@ def run_and_save(name: str, scale: str, out: Path | str | None = None, overrides
     res = mod.run(scale, cfg)
     wall = time.perf_counter() - t0
     read = [n for n in e.needs if scale == "full"]
-    prov = dict(registry=name, code=provenance.code_fingerprint([e.code_entry]), cfg=cfg,
+    # Code a configuration selects at run time (a backend named in a spec string) is reached by name, not by a
+    # reference the fingerprint can follow: the base module lists it (`code_entries(cfg)`), so it is fingerprinted too.
+    extra = list(getattr(mod, "code_entries", lambda c: [])(cfg))
+    prov = dict(registry=name, code=provenance.code_fingerprint([e.code_entry, *extra]), cfg=cfg,
                 inputs=results.input_hashes(e.inputs, read, scale))
     return results.save(name, scale, res["data"], arrays=res.get("arrays"), provenance=prov,
                         seeds=res.get("seeds", ()), wall_s=round(wall, 3), config=res.get("config"), root=out)

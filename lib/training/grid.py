@@ -11,7 +11,15 @@ paper's LR are entries whose `base` is this module.
 """
 from __future__ import annotations
 
+from lib.training.lm import STABLE_KERNEL
 from lib.training.loop import configs_from_regimes, pack_runs, run_many
+
+
+def code_entries(cfg: dict) -> list[str]:
+    """Code the configuration selects by name (`lib.book.runner` fingerprints it with `run`): the user kernel
+    when a layer's spec is "stable"."""
+    specs = [str(r.get("attn", cfg["base"].get("attn", ""))) for r in cfg["regimes"]]
+    return [STABLE_KERNEL] if any("stable" in s for s in specs) else []
 
 
 def run(scale: str, cfg: dict) -> dict:

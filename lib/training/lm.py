@@ -128,8 +128,15 @@ def rope(x: torch.Tensor, base: float = ROPE_BASE) -> torch.Tensor:
     return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1).to(x.dtype)
 
 
+# The user kernel is found by name: a run that does not select it does not depend on its code. A run that does is
+# fingerprinted with it through `code_entries` (`lib.training.grid`).
+STABLE_KERNEL = "kernels.stable_attention:stable_attention"
+
+
 def stable_attend(spec: StableSpec, q, k, v):
-    from kernels.stable_attention import stable_attention
+    import importlib
+    mod, _, name = STABLE_KERNEL.partition(":")
+    stable_attention = getattr(importlib.import_module(mod), name)
     if q.device.type != "cuda":
         raise RuntimeError("the stable backend is a CUDA kernel; train it on a GPU")
     with torch.autocast(device_type="cuda", enabled=False):
