@@ -1,10 +1,10 @@
-"""lib/studies/dial/reading.py: the common-horizon re-judging, bit-identical repeats and the SR/RNE noise ratio."""
+"""lib/studies/dial/table.py: the common-horizon re-judging, bit-identical repeats and the SR/RNE noise ratio."""
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from lib.studies.dial import reading as dr
+from lib.studies.dial import table as dr
 
 WARM = 20
 

@@ -117,7 +117,7 @@ def fig_ch6_sweep():
 
 def fig_ch6_dial():
     from lib.studies.explosion import figures as ep
-    from lib.studies.dial import figures as dial_figures, reading as dial_reading
+    from lib.studies.dial import figures as dial_figures, table as dial_reading
     dial_res = results.load_group("precision_dial")
     if not dial_res:
         pytest.skip("no committed precision-dial result")

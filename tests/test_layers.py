@@ -31,9 +31,6 @@ CHAPTER_COMPONENTS = {
     "03-numeric-deviation.md": ("lib.fp", "kernels.attention"),
     "04-biased-output.md": ("lib.training.capture",),
     "05-low-rank-accumulation.md": ("lib.training.capture",),
-    # until their code moves into their studies' numbers() (the next step of the study-wings change)
-    "06-loss-explosion.md": ("lib.training", "lib.fp"),
-    "07-the-fix.md": ("lib.training", "lib.fp", "kernels.attention", "lib.studies.explosion"),
 }
 
 
@@ -148,7 +145,7 @@ def test_the_check_can_fail(tmp_path):
     p.write_text("def f():\n    from lib.training import model\n")
     assert [t for _, t in imports(p)] == ["lib.training"]
     assert bad_imports("lib.book.x", imports(p))
-    assert bad_imports("lib.studies.fix.reading", [(1, "lib.studies.dial.reading")])
+    assert bad_imports("lib.studies.fix.reading", [(1, "lib.studies.dial.table")])
     assert bad_imports("lib.studies.fix.reading", [(1, "lib.claims.table")])
     assert bad_imports("lib.training.regime", [(1, "lib.studies.explosion")])
     assert bad_imports("lib.census", [(1, "lib.training.model")])
@@ -159,5 +156,6 @@ def test_the_check_can_fail(tmp_path):
     assert chapter_violations("04-biased-output.md", [(3, "lib.training.horizon")])
     assert not chapter_violations("04-biased-output.md", [(3, "lib.studies.delta.reading"), (4, "numpy")])
     cell = tmp_path / "ch.md"
-    cell.write_text("# t\n\n```{code-cell} ipython3\n:tags: [remove-cell]\nimport numpy\nfrom lib.studies import fix\n```\n")
+    cell.write_text("# t\n\n```{code-cell} ipython3\n:tags: [remove-cell]\nimport numpy\n"
+                    "from lib.studies import fix\n```\n")
     assert list(chapter_imports(cell)) == [(5, "numpy"), (6, "lib.studies.fix")]

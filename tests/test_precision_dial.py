@@ -5,7 +5,7 @@ import pytest
 from lib.book import registry
 from lib.studies.dial import precision_dial as pd
 from lib.book.runner import run_live
-from lib.studies.dial import reading as dr
+from lib.studies.dial import table as dr
 from lib.training.spec import AttnSpec
 
 

@@ -275,11 +275,11 @@ DERIVERS = {"bias_kernel": derive_bias_kernel, "headline": derive_headline, "abl
             "generic_growth_controls": derive_generic}
 
 def derive_dial(res_list) -> dict:
-    """bias_not_coarseness from the precision-dial results together (`lib.studies.dial.reading.at_common_horizon`):
+    """bias_not_coarseness from the precision-dial results together (`lib.studies.dial.table.at_common_horizon`):
     reproduced where RNE failed and valid SR did not fail at some width; inconclusive where SR failed wherever RNE
     failed (SR's √2 × larger rounding noise alone predicts that); "partly" otherwise. Empty when no width has both
     a valid SR run and an RNE run."""
-    from lib.studies.dial import reading as dial_reading
+    from lib.studies.dial import table as dial_reading
     if not res_list:
         return {}
     t = dial_reading.at_common_horizon(res_list)
@@ -350,3 +350,14 @@ def status_table(root=None) -> list[dict]:
         rows.append({"id": c.id, "claim": c.text, "chapter": c.chapter,
                      "status": v.get("status", "not yet tested"), "evidence": v.get("evidence", ""), "source": src})
     return rows
+
+
+def status_md(ids, with_source: bool = False, root=None) -> str:
+    """The claims `ids` as a Markdown table (claim, status, evidence; `with_source`: the result each verdict came
+    from, in italics after its evidence), in the order of `CLAIMS`."""
+    rows = ["| claim | status | evidence |", "|---|---|---|"]
+    for r in status_table(root):
+        if r["id"] in ids:
+            rows.append(f"| {r['claim']} | **{r['status']}** | {r['evidence']}"
+                        + (f" *({r['source']})*" if with_source and r["source"] else "") + " |")
+    return "\n".join(rows)

@@ -81,7 +81,7 @@ def forward(mod: str, name: str) -> tuple[str, str]:
     if mod == "lib.explosion":
         return ("lib.training.outcome" if name in _OUTCOME else "lib.training.proxy"), name
     if mod == "lib.studies.dial.precision_dial" and name in _DIAL:
-        return "lib.studies.dial.reading", "_facts" if name == "facts" else name
+        return "lib.studies.dial.table", "_facts" if name == "facts" else name
     return _MOVED.get(mod, mod), name
 
 

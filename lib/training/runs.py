@@ -11,7 +11,9 @@ except `union` (the regime pilots read together, `lib.training.regime.pick_lr`).
   ranges over seeds of best loss and of the fix / underflow telemetry.
 * `best_within(res, h)`: {run id: best smoothed loss over the first h steps} (to compare results of unequal length).
 * `smoothed_loss(loss, window)`: the moving-average loss curve every training figure draws.
-* `span(xs)` and `outcome_words(outcomes)`: a range of values and a list of outcomes as the prose writes them.
+* `span(xs)` and `outcome_words(outcomes)`: a range of values and a list of outcomes as the prose writes them;
+  `arm_label(res, arm)`: an arm in words; `outcome_table(data)`: the run summaries as a Markdown table;
+  `labelled(res_list)`: results named with their provenance label.
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ import numpy as np
 from lib.book import results as _results
 from lib.training import outcome
 
-__all__ = ["union", "merge", "result_arrays", "repeats", "arm_summary", "best_within", "telemetry", "smoothed_loss", "span",
+__all__ = ["union", "merge", "result_arrays", "repeats", "arm_label", "outcome_table", "labelled", "arm_summary",
+           "best_within", "telemetry", "smoothed_loss", "span",
            "outcome_words", "TELEMETRY"]
 
 
@@ -83,6 +86,40 @@ def repeats(res_list, skip=None) -> list[dict]:
                             commits=(ra.meta.get("git_commit"), rb.meta.get("git_commit")), steps=int(n),
                             identical=len(diff) == 0, first_diff=int(diff[0]) if len(diff) else None))
     return out
+
+
+def arm_label(res, arm: str) -> str:
+    """The readable label of `arm` in training result `res`: its attention spec in words
+    (`lib.training.spec.describe`, with the run's β, tie tolerance and cap), plus ", QK-norm" where the entry trained
+    the arm with QK-norm. The label tables and legends show in place of the arm's name."""
+    from lib.training.spec import describe
+    row = next(r for r in res.data["runs"] if r["arm"] == arm)
+    cfg = res.meta.get("config", {})
+    fix = {k: cfg[k] for k in ("beta", "tie_tol", "max_shift") if k in cfg}
+    label = describe(row["attn"], **fix)
+    extra = (res.meta.get("provenance", {}).get("cfg", {}).get("arm_train", {}) or {}).get(arm, {})
+    return label + (", QK-norm" if extra.get("qk_norm") else "")
+
+
+def outcome_table(data: dict, judged: dict | None = None) -> str:
+    """A Markdown table of a training result's run summaries (`data["runs"]`): outcome, steps, best and final loss,
+    rise, largest grad norm, onset; with `judged` ({run id: `lib.training.horizon.rejudge` row}) also the outcome at
+    the common horizon."""
+    hz = bool(judged)
+    rows = ["| run | outcome | steps | best loss | final loss | rise | max grad norm | onset step |"
+            + (f" at step {next(iter(judged.values()))['horizon']} (onset) |" if hz else ""),
+            "|---|---|---|---|---|---|---|---|" + ("---|" if hz else "")]
+    for r in data["runs"]:
+        rows.append(f"| `{r['id']}` | **{r['outcome']}** | {r['steps']} | {r['best']:.3f} | {r['final']:.3f} | "
+                    f"{r['rise']:+.3f} | {r['max_grad_norm']:.3g} | {r['onset'] if r['onset'] is not None else '—'} |"
+                    + (f" {judged[r['id']]['outcome']}" + (f" ({judged[r['id']]['onset']})"
+                       if judged[r['id']]['onset'] is not None else "") + " |" if hz else ""))
+    return "\n".join(rows)
+
+
+def labelled(res_list) -> str:
+    """"name: label" of each result, with its staleness warning where it is stale, joined by "; " (captions)."""
+    return "; ".join(f"{r.name}: {r.label}" + (f" — {r.warning}" if r.stale else "") for r in res_list)
 
 
 def outcome_words(outcomes, onsets=None, compact: bool = False) -> str:

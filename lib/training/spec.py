@@ -184,7 +184,8 @@ def describe(spec, detail: bool = False, **defaults) -> str:
     s = AttnSpec.parse(spec, **defaults) if isinstance(spec, str) else spec
     if s.heads is not None:
         idx, other = s.heads
-        return f"{describe(replace(s, heads=None), detail)}; heads {', '.join(map(str, idx))}: {describe(other, detail)}"
+        heads = ", ".join(map(str, idx))
+        return f"{describe(replace(s, heads=None), detail)}; heads {heads}: {describe(other, detail)}"
     if s.backend in _BACKEND_WORDS:
         return _BACKEND_WORDS[s.backend]
     if s.backend == "dose":

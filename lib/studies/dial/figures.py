@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from lib.book import plotting
-from lib.studies.dial import reading as dial_reading
+from lib.studies.dial import table as dial_reading
 from lib.training.outcome import SMOOTH
 from lib.training.runs import result_arrays, smoothed_loss
 
@@ -17,8 +17,8 @@ _DIAL_STYLE = {"rne": ("C0", "RNE"), "fix": ("C3", "RNE + fix"), "dfp32o": ("C9"
 def dial_figure(res_list, window: int = SMOOTH, horizons: dict | None = None):
     """Smoothed training loss over steps, one panel per mantissa width m of the precision dial, for the per-m arms
     (colour = kind, line style = seed) and the BF16 / FP32 controls (grey) of the same results. SR arms of results
-    with the SR backward bug (`lib.studies.dial.reading.SR_BACKWARD_BUG`) are left out: they measure a broken gradient.
-    horizons: optional {m: step} (`lib.studies.dial.reading.at_common_horizon`), drawn as a dotted vertical line.
+    with the SR backward bug (`lib.studies.dial.table.SR_BACKWARD_BUG`) are left out: they measure a broken gradient.
+    horizons: optional {m: step} (`lib.studies.dial.table.at_common_horizon`), drawn as a dotted vertical line.
     One legend above the panels explains colours (kind), line styles (seed) and the controls."""
     t = dial_reading.merged_table(res_list)
     if not t["bits"]:

@@ -37,7 +37,7 @@ wall seconds. At ci scale: the tiny CPU proxy, a few steps (proves the code path
 """
 from __future__ import annotations
 
-from lib.studies.dial import reading as dial_reading
+from lib.studies.dial import table as dial_reading
 from lib.training import outcome, proxy
 
 KINDS = ("rne", "sr", "fix", "dfp32o", "sm32", "fixsm32")   # per-m arm kinds (dfp32o only at the smallest m)

@@ -1,213 +1,225 @@
-"""Reading the precision dial across its results: runs of unequal length compared at a common step horizon, and
-repeated runs checked bit for bit (chapters 6 and 7, and the claims table).
+"""The numbers chapters 6 and 7 glue about the precision dial, from its results read as one (`lib.studies.dial.table`).
 
-The dial's results (`precision_dial`, `precision_dial_fine`, `precision_dial_sr`, `precision_dial_seeds`) ran under a
-wall-clock budget with different numbers of processes sharing the GPU (and SR runs several times slower per step), so
-their runs reached different step counts. A run that "trained" for its shorter time and one that "exploded" after
-that time are not comparable. `at_common_horizon` re-judges every run of one width m on its first H_m
-steps, H_m = the fewest steps of any finite run at that m, with the same rule (`lib.outcome.classify`).
-
-* `at_common_horizon(res_list)`: `merged_table` with every row re-judged at its width's horizon.
-* `facts(table)`: `_facts` of such a table plus the widths where SR failed first, and counts.
-* `repeats(res_list)`: runs with the same arm, seed and LR in several results, and whether their loss curves are
-  bit-identical over the steps they share.
-* `sr_error_ratio(m)`: RMS rounding error of SR over RNE at m mantissa bits (how much noisier SR is).
+* `chapter6_numbers(res_list, live)`: RNE against stochastic rounding per width, the controls, the repeats, the
+  variants (S − m in FP32, δ from an FP32 O, the fix), the SR bug's runs left out: "dl_*" values, the table
+  ("dl_table_md"), the reading ("dl_text_md") and the figure; `live` (the ci run) when nothing is committed.
+* `chapter7_numbers(res_list)`: the fix's arms of the dial against no fix and the fix with S − m in FP32 ("d7_*",
+  "fe_dial").
 """
 from __future__ import annotations
 
-from lib.training import outcome  # noqa: E402  (one definition of a failed run)
-
-
-import numpy as np
-
-from lib.training import horizon as horizon_
+from lib.studies.dial import figures as dial_figures, table
 from lib.training import runs
-from lib.training.runs import result_arrays
 
-__all__ = ["KIND_SUFFIX", "SR_BACKWARD_BUG", "at_common_horizon", "facts", "merged_table", "repeats",
-           "sr_error_ratio", "sr_valid", "verdicts"]
+__all__ = ["chapter6_numbers", "chapter7_numbers", "KINDS"]
 
-
-# arm name of kind k at m bits: f"paper_m{m}{KIND_SUFFIX[k]}"
-KIND_SUFFIX = {"rne": "", "sr": "_sr", "fix": "+fix", "dfp32o": "_dfp32o", "sm32": "_sm32", "fixsm32": "+fix_sm32"}
-# Git commits of committed results whose SR arms ran with the SR backward bug (fixed in 8b8d26d): see the docstring.
-SR_BACKWARD_BUG = frozenset({"675045d", "697579c076d22d4b7043a2023b0b624d6511b224"})
+KINDS = (("rne", "RNE"), ("sr", "SR"), ("fix", "RNE + fix"), ("fixsm32", "fix, S − m FP32"),
+         ("sm32", "RNE, S − m FP32"), ("dfp32o", "δ from FP32 O"))      # the table's columns
 
 
-def sr_valid(meta: dict) -> bool:
-    """False for a result recorded at a commit with the SR backward bug (its SR arms measure a broken gradient)."""
-    return meta.get("git_commit") not in SR_BACKWARD_BUG
+class _Dial:
+    """One judged dial table with the helpers every sentence about it uses."""
+
+    def __init__(self, res_list):
+        self.res_list = res_list
+        self.t = table.at_common_horizon(res_list)       # every run judged at a common step horizon per width
+        self.f = table.facts(self.t)
+
+    def rows(self, m, kind):
+        return sorted((r for r in self.t["rows"] if r["m"] == m and r["kind"] == kind and r["valid"]),
+                      key=lambda r: r["seed"])
+
+    def oc(self, m, kind) -> str:
+        """Outcomes of one kind at width m in seed order, the onset of a failed run in brackets."""
+        rs = self.rows(m, kind)
+        return runs.outcome_words([r["outcome"] for r in rs],
+                                  [r["onset"] if r["outcome"] in ("exploded", "nonfinite") else None for r in rs]) \
+            or "not run"
+
+    def n(self, m, kind):
+        c = self.f["count"].get(m, {}).get(kind)
+        return (c["failed"], c["n"]) if c else None
+
+    def cnt(self, m, kind) -> str:
+        return "{} of {}".format(*self.n(m, kind)) if self.n(m, kind) else "none"
 
 
-def verdicts(summaries: list[dict], bits, sr_valid: bool = True) -> dict:
-    """Per m: the outcomes over seeds of every arm kind (keys of `KIND_SUFFIX`; empty where not run) and what they
-    say (see `lib.studies.dial.precision_dial`'s docstring). SR outcomes that measure a broken gradient are reported under "invalid" and not
-    used: all of them with sr_valid=False, and any summary carrying "valid": False (`merged_table` marks those)."""
-    def ok(s):
-        return s.get("valid", True) and (sr_valid or not s["arm"].endswith(KIND_SUFFIX["sr"]))
+def _ms(ms) -> str:
+    return ", ".join(f"m = {m}" for m in ms) or "no width"
 
-    def outcomes(arm, good=True):
-        return [s["outcome"] for s in summaries if s["arm"] == arm and ok(s) == good]
 
-    def failed(oc):
-        return bool(oc) and all(outcome.failed(o) for o in oc)
+def _bits(ms) -> str:
+    return ", ".join(str(m) for m in ms) + " mantissa bits" if ms else "no width tried"
 
-    def trained(oc):
-        return bool(oc) and all(o in ("stable", "degraded") for o in oc)
 
-    def words(oc):
-        return "failed" if failed(oc) else "trained" if trained(oc) else "was mixed"
+def chapter6_numbers(res_list, live: dict | None = None) -> dict:
+    """Chapter 6's precision dial: see the module docstring. `res_list`: the committed dial results
+    (`lib.book.results.load_group("precision_dial")`); `live`: the ci-scale run, shown when there are none."""
+    if not res_list:
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(4, 1))
+        ax.axis("off")
+        ax.text(0.5, 0.5, "precision dial: no committed GPU result", ha="center")
+        return {"dl_takeaway": "no committed result yet", "dl_steps_lo": "—", "dl_steps_hi": "—", "fig-dial": fig,
+                "dl_table_md": ("**Not run on the GPU yet** — so this chapter makes no claim from it. The live run "
+                                "below, at this build's scale, proves the code path only:\n\n"
+                                + (runs.outcome_table(live["data"]) if live else "")),
+                "dl_text_md": "No committed precision-dial result: nothing is claimed from it."}
+    D = _Dial(res_list)
+    t, f = D.t, D.f
+    fin = [r["full_steps"] for r in t["rows"] if r["valid"] and r["full_outcome"] != "nonfinite"]
 
-    def fix_words(fix):
-        return "the fix did not prevent it" if failed(fix) else "the fix trained" if trained(fix) else \
-            "the fix was not run" if not fix else "the fix was mixed"
-
-    out = {}
-    for m in bits:
-        oc = {k: outcomes(f"paper_m{m}{suf}") for k, suf in KIND_SUFFIX.items()}
-        bad = {k: outcomes(f"paper_m{m}{suf}", good=False) for k, suf in KIND_SUFFIX.items()}
-        rne, sr, fix = oc["rne"], oc["sr"], oc["fix"]
-        if not failed(rne):
-            reading = "RNE did not fail: no test of the bias at this m"
-            if failed(fix):
-                reading += "; the fix itself failed"
-        elif not sr:
-            reading = f"RNE failed and {fix_words(fix)}; SR {'invalid' if bad['sr'] else 'not run'}: bias vs " \
-                      "coarseness undecided"
-        elif failed(sr):
-            reading = "SR failed too: coarseness alone suffices, the bias is not isolated"
-        elif trained(sr) and trained(fix):
-            reading = "only RNE failed: the bias, not the coarseness, made it fail, and the fix removed it"
-        elif trained(sr):
-            reading = "RNE failed, SR trained (bias), but the fix did not help"
-        else:
-            reading = "mixed"
-        if oc["sm32"]:
-            reading += f"; RNE with S − m in FP32 {words(oc['sm32'])}"
-        if oc["fixsm32"]:
-            reading += f"; the fix with S − m in FP32 {words(oc['fixsm32'])}"
-        out[str(m)] = dict(oc, invalid={k: v for k, v in bad.items() if v}, sr_valid=not bad["sr"], reading=reading)
+    def worse(m):
+        return f"m = {m}: SR failed in {D.cnt(m, 'sr')} seeds, RNE in {D.cnt(m, 'rne')}"
+    out = {"dl_steps_lo": f"{min(fin):,}", "dl_steps_hi": f"{max(fin):,}",
+           "dl_takeaway": (f"judged at a common step horizon, the paper placement failed at {_bits(f['rne_failed'])} "
+                           f"and trained at {_bits(f['rne_trained'])}, but unbiased stochastic rounding failed at "
+                           f"{_bits(f['sr_failed'])} and trained at {_bits(f['sr_trained'])}"
+                           + " (" + "; ".join(f"m = {m}: {D.cnt(m, 'sr')} SR seeds" for m in f["sr_failed"])
+                           + " failed)"
+                           + (", and failed more often than RNE at " + "; ".join(worse(m) for m in f["sr_worse"])
+                              if f["sr_worse"] else "")
+                           + ". In this amplification, on the few seeds per width in the table, the failures follow "
+                           "the size of the rounding noise, not its bias"),
+           "fig-dial": dial_figures.dial_figure(res_list, horizons=t["horizon"])}
+    head = ("| m | horizon (steps) | " + " | ".join(n for _, n in KINDS) + " | reading |\n|---|---|"
+            + "---|" * len(KINDS) + "---|\n")
+    body = "\n".join(f"| {m} | {t['horizon'][m]} | " + " | ".join(D.oc(m, k) if D.rows(m, k) else "—"
+                                                                  for k, _ in KINDS)
+                     + f" | {t['verdicts'][str(m)]['reading']} |" for m in t["bits"])
+    changed = [r for r in t["rows"] if r["valid"] and r["outcome"] != r["full_outcome"]]
+    note = ("\n\nOutcomes at the horizon, per seed in seed order (onset step in brackets). Whole runs that ended "
+            "differently: " + "; ".join(f"{r['arm']} seed {r['seed']}: {r['full_outcome']}"
+                                       + (f" (onset {r['full_onset']})" if r["full_onset"] is not None else "")
+                                       + f" after {r['full_steps']} steps" for r in changed) + "."
+            if changed else "\n\nOutcomes at the horizon, per seed in seed order (onset step in brackets); every "
+            "whole run ended the same way.")
+    warnings = [r.warning for r in res_list if r.stale]
+    out["dl_table_md"] = ("\n\n".join(warnings) + "\n\n" if warnings else "") + head + body + note
+    out["dl_text_md"] = _chapter6_text(D)
     return out
 
 
-def merged_table(res_list) -> dict:
-    """The dial's per-m outcomes over several results (e.g. `precision_dial` and `precision_dial_fine`).
+def _chapter6_text(D: _Dial) -> str:
+    """The dial's reading in chapter 6: repeats, RNE, SR against its noise ratio, the variants, the fix, the bug."""
+    t, f = D.t, D.f
 
-    res_list: `lib.book.results.Result`s of the dial experiments. Returns {"bits": sorted m, "lr": [...], "rows": [{"m", "kind",
-    "id", "arm", "seed", "outcome", "onset", "steps", "final", "valid", "result"}], "controls": [...same keys, m None...],
-    "verdicts": {m: verdict (see `verdicts`) over all the results' runs, SR ignored where a result has the SR backward
-    bug}}."""
-    rows, controls = [], []
-    for res in res_list:
-        ok_sr = sr_valid(res.meta)
-        bits = res.data["bits"]
-        by_arm = {f"paper_m{m}{suf}": (m, kind) for m in bits for kind, suf in KIND_SUFFIX.items()}
-        for r in res.data["runs"]:
-            rec = dict(id=r["id"], arm=r["arm"], seed=r["seed"], outcome=r["outcome"], onset=r["onset"], steps=r["steps"],
-                       final=r["final"], result=res.name, lr=r["lr"])
-            if r["arm"] in by_arm:
-                m, kind = by_arm[r["arm"]]
-                rows.append(dict(rec, m=m, kind=kind, valid=ok_sr or kind != "sr"))
-            else:
-                controls.append(dict(rec, m=None, kind="control", valid=True))
-    bits = sorted({r["m"] for r in rows})
-    # one reading per m over every result (e.g. RNE from one result, SR from another)
-    verdicts_ = verdicts([dict(arm=r["arm"], outcome=r["outcome"], valid=r["valid"]) for r in rows], bits)
-    return dict(bits=bits, lr=sorted({r["lr"] for r in rows + controls}), rows=rows, controls=controls,
-                verdicts=verdicts_)
+    def oc(kind, ms):
+        return "; ".join(f"m = {m}: {D.oc(m, kind)}" for m in ms)
+    ctl = sorted({(c["arm"], c["outcome"]) for c in t["controls"]})
+    controls = "; ".join(f"{'BF16 paper' if a == 'paper' else 'FP32 attention'} {o}" for a, o in ctl) \
+        + f" ({len(t['controls'])} runs)"
+    para = [f"The committed runs ({'; '.join(f'{r.name}: {r.label}' for r in D.res_list)}; staleness above) used LR "
+            f"{', '.join(f'{x:g}' for x in t['lr'])}. The controls: {controls}."]
+    reps = table.repeats(D.res_list)
+    if reps:
+        same = [x for x in reps if x["identical"]]
+        para.append(f"Runs repeated in two results are {'all ' if len(same) == len(reps) else ''}bit-identical over "
+                    "the steps both ran ("
+                    + "; ".join(f"{x['arm']} seed {x['seed']} at commits {x['commits'][0][:7]} and "
+                                f"{x['commits'][1][:7]}: {x['steps']} steps, "
+                                f"{'identical' if x['identical'] else 'first difference at step ' + str(x['first_diff'])}"
+                                for x in reps) + ").")
+    para.append(f"\n\nWith round-to-nearest-even the paper placement **failed at {_ms(f['rne_failed'])}** "
+                f"({oc('rne', f['rne_failed'])}) and **trained at {_ms(f['rne_trained'])}** "
+                f"({oc('rne', f['rne_trained'])}).")
+    if f["sr_failed"]:
+        srr = table.sr_error_ratio(5)
+        mixed = [m for m in sorted(f["count"]) if "sr" in f["count"][m] and m not in f["sr_failed"] + f["sr_trained"]]
+        para.append(f"**Stochastic rounding failed at {_ms(f['sr_failed'])}** ({oc('sr', f['sr_failed'])})"
+                    + (f", was mixed at {_ms(mixed)} ({oc('sr', mixed)})" if mixed else "")
+                    + (f" and trained at {_ms(f['sr_trained'])} ({oc('sr', f['sr_trained'])})"
+                       if f["sr_trained"] else "")
+                    + (". It failed in a larger share of seeds than RNE at " + "; ".join(
+                        f"m = {m}: SR failed in {D.cnt(m, 'sr')} seeds, RNE in {D.cnt(m, 'rne')}"
+                        for m in f["sr_worse"]) + "." if f["sr_worse"] else ".")
+                    + f" SR is unbiased, but its error is noisier: at m bits its RMS error is {srr['ratio']:.2f}× "
+                    f"that of RNE ({srr['rms_sr_ulp']:.3f} vs {srr['rms_rne_ulp']:.3f} ulp, "
+                    f"`lib.studies.dial.table.sr_error_ratio`), as much extra noise as {srr['bits_equiv']:.2f} "
+                    "mantissa bit less. So in this amplification the runs fail as the rounding noise grows, whether "
+                    "or not it is biased (SR seeds failed: " + "; ".join(f"m = {m}: {D.cnt(m, 'sr')}"
+                                                                         for m in f["sr_failed"])
+                    + "; more seeds would firm this up), and **the dial does not reproduce the paper's causal claim** "
+                    "that the bias is what breaks training. It does not refute it at BF16 either: at 7 bits the bias "
+                    f"is {2 ** (7 - max(t['bits']))}–{2 ** (7 - min(t['bits']))}× weaker than at these widths (it "
+                    "halves per bit, chapter 1), and the paper's run lasted far longer than ours before it exploded.")
+    sm = sorted(f["sm32_failed"] + f["sm32_trained"])
+    if sm:
+        para.append(f"Keeping the exponent arguments S − m in FP32 (RNE elsewhere) failed at {_ms(f['sm32_failed'])} "
+                    f"and trained at {_ms(f['sm32_trained'])} ({oc('sm32', sm)}), as plain RNE did: the rounding of "
+                    "S − m is not what breaks the coarse runs (seeds: "
+                    + "; ".join(f"m = {m}: {D.cnt(m, 'sm32')} failed" for m in sm) + ").")
+    if f["dfp32o_run"]:
+        para.append(f"δ from an FP32 O (run at {_ms(f['dfp32o_run'])}) failed at {_ms(f['dfp32o_failed'])} "
+                    f"({oc('dfp32o', f['dfp32o_run'])})"
+                    + (": where the RNE arm failed too, the failure does not go only through δ, the paper's channel."
+                       if set(f["dfp32o_failed"]) & set(f["rne_failed"]) else "."))
+    ms = sorted(f["count"])
+    para.append("\n\nThe β fix: " + "; ".join(f"m = {m}: {D.cnt(m, 'fix')} seeds failed"
+                                              + (f" (RNE: {D.cnt(m, 'rne')})" if D.rows(m, 'rne') else "")
+                                              for m in ms if D.rows(m, "fix")) + ". "
+                + ("With S − m in FP32 the fix failed in " + "; ".join(f"{D.cnt(m, 'fixsm32')} at m = {m}"
+                                                                        for m in ms if D.rows(m, "fixsm32"))
+                   + ". Chapter 7 (\"The fix's own rounding error\") offers a mechanism for the difference: in this "
+                   "placement the fix's shifted exponent arguments are rounded on a coarse grid, which biases the "
+                   "backward's P." if any(D.rows(m, "fixsm32") for m in ms) else ""))
+    bad = [r for r in t["rows"] if r["kind"] == "sr" and not r["valid"]]
+    if bad:
+        para.append(f"\n\n**Earlier SR runs are not a result.** {len(bad)} SR runs of the first dial result went "
+                    f"{', '.join(sorted({r['full_outcome'] for r in bad}))} after "
+                    f"{', '.join(str(r['full_steps']) for r in bad)} steps. Their backward recomputed S with *other* "
+                    "random bits than the forward, so under SR its P was not the P that made O (RNE was never "
+                    "affected: its recomputation is deterministic). The bug is fixed and tested (commit 8b8d26d; "
+                    "`tests/test_attention_kernel.py::test_sr_backward_recomputes_the_forward_scores`, and the GPU "
+                    "tests ran again after it, `results/full/gpu_tests_after_sr_fix.log`). The SR runs in the table "
+                    "were recorded after the fix; the earlier ones are left out.")
+    return " ".join(para)
 
 
-def _facts(table: dict) -> dict:
-    """From `merged_table`: the widths m (sorted lists) at which every seed of a kind failed or trained —
-    {"<kind>_failed", "<kind>_trained" for every kind of `KIND_SUFFIX`, "fix_breaks" (RNE trained, the fix failed),
-    "dfp32o_run"} — so prose can state outcomes without typing them. A kind not run at m is in neither list."""
-    def failed(oc):
-        return bool(oc) and all(outcome.failed(o) for o in oc)
+def chapter7_numbers(res_list) -> dict:
+    """Chapter 7's reading of the dial's fix arms: where the fix failed in more seeds than no fix, and whether the
+    fix with S − m in FP32 (no rounding error of its own) failed in fewer."""
+    if not res_list:
+        return {"d7_lr": "not run", "d7_fix": "not run", "d7_rne": "not run", "d7_fixsm": "not run",
+                "d7_h": "not run", "d7_breaks": "", "fe_dial": "The test has not been run on the GPU yet.",
+                "d7_take": "and the precision dial has not been run"}
+    D = _Dial(res_list)
+    t, f = D.t, D.f
 
-    def trained(oc):
-        return bool(oc) and all(o in ("stable", "degraded") for o in oc)
+    def by_width(kind):
+        parts = [f"m = {m}: " + runs.outcome_words(r["outcome"] for r in D.rows(m, kind))
+                 for m in t["bits"] if D.rows(m, kind)]
+        return "; ".join(parts) or "not run"
 
-    v = {int(m): x for m, x in table["verdicts"].items()}
-    pick = lambda cond: sorted(m for m, x in v.items() if cond(x))  # noqa: E731
-    out = {}
-    for k in KIND_SUFFIX:
-        out[f"{k}_failed"] = pick(lambda x: failed(x.get(k, [])))
-        out[f"{k}_trained"] = pick(lambda x: trained(x.get(k, [])))
-    out["fix_breaks"] = pick(lambda x: trained(x["rne"]) and failed(x["fix"]))
-    out["dfp32o_run"] = pick(lambda x: bool(x.get("dfp32o")))
+    def frac(m, k):
+        return D.n(m, k)[0] / D.n(m, k)[1]
+    worse = [m for m in t["bits"] if D.n(m, "fix") and D.n(m, "rne") and frac(m, "fix") > frac(m, "rne")]
+    sm_cmp = [m for m in t["bits"] if D.n(m, "fixsm32") and D.n(m, "fix")]
+    rescued = sorted(set(f["rne_failed"]) & set(f["fixsm32_trained"]))
+    sm_failed_with_rne = sorted(set(f["rne_failed"]) & set(f["fixsm32_failed"]))
+    out = {"d7_lr": ", ".join(f"{x:g}" for x in t["lr"]),
+           "d7_h": "; ".join(f"m = {m}: {h}" for m, h in t["horizon"].items()),
+           "d7_fix": by_width("fix"), "d7_rne": by_width("rne"), "d7_fixsm": by_width("fixsm32")}
+    out["d7_breaks"] = ((" ".join(
+        f"At m = {m} the fix failed in {D.cnt(m, 'fix')} seeds where the paper placement without it failed in "
+        f"{D.cnt(m, 'rne')}" + (f", and the fix with S − m in FP32 in {D.cnt(m, 'fixsm32')}." if D.n(m, "fixsm32")
+                                else ".") for m in worse)
+        + " That is the pattern the fix's own rounding error (previous section) predicts; with this few seeds it is "
+        "evidence, not proof.") if worse else "")
+    out["fe_dial"] = (("In the precision dial of chapter 6 (LR " + out["d7_lr"] + ", runs judged at a common step "
+                       "horizon), seeds failed: "
+                       + "; ".join(f"m = {m}: the fix {D.cnt(m, 'fix')}, the fix with S − m in FP32 "
+                                   f"{D.cnt(m, 'fixsm32')}, no fix {D.cnt(m, 'rne')}" for m in sm_cmp)
+                       + ". Where the paper placement failed without the fix (m = "
+                       + (", ".join(map(str, f["rne_failed"])) or "none") + "), the fix with S − m in FP32 "
+                       + ("rescued it at m = " + ", ".join(map(str, rescued)) if rescued else
+                          "failed as well" if sm_failed_with_rne else "was not run") + ".")
+                      if sm_cmp else "The test has not been run on the GPU yet.")
+    out["d7_take"] = ((f"and in the precision dial it failed in more seeds than no fix at m = "
+                       f"{', '.join(map(str, worse))}" if worse else "and not in the precision dial")
+                      + ("; in these seeds keeping S − m in FP32 removed that harm" if worse and all(
+                          D.n(m, "fixsm32") and frac(m, "fixsm32") <= frac(m, "rne") for m in worse) else "")
+                      + (f", but rescued no width where the unfixed placement failed "
+                         f"({', '.join(f'm = {m}' for m in sm_failed_with_rne)})"
+                         if sm_failed_with_rne and not rescued else ""))
     return out
-
-
-def at_common_horizon(res_list) -> dict:
-    """`merged_table(res_list)` with every dial row re-judged on its first H_m steps.
-
-    res_list: `lib.book.results.Result`s of the dial experiments (with arrays). H_m is the fewest steps of any valid run
-    at width m whose loss stayed finite (`lib.training.horizon`; a run stopped by non-finite values keeps its outcome: it failed
-    before H_m; an invalid SR run keeps its whole-run outcome: it is in no verdict). Returns the merged table with,
-    per row, "outcome"/"onset" at the horizon, "full_outcome"/"full_steps"/"full_onset" over the whole run and
-    "horizon"; the table gains "horizon": {m: H_m} and its "verdicts" are recomputed from the re-judged rows.
-    Controls are left whole (they are not part of any verdict)."""
-    t = merged_table(res_list)
-    arr = result_arrays(res_list)
-    warm = {res.name: int(res.meta["config"]["warmup"]) for res in res_list}
-    horizon = {m: horizon_.common_horizon([r for r in t["rows"] if r["m"] == m and r["valid"]]) for m in t["bits"]}
-    rows = [horizon_.rejudge(r, arr[(r["result"], f"{r['id']}__loss")], arr[(r["result"], f"{r['id']}__grad_norm")],
-                             warm[r["result"]], horizon[r["m"]] if r["valid"] else None) for r in t["rows"]]
-    v = verdicts([dict(arm=r["arm"], outcome=r["outcome"], valid=r["valid"]) for r in rows],
-                                t["bits"])
-    # `verdicts` reads SR only where RNE failed; where SR failed in a larger share of its seeds than RNE, the
-    # unbiased rounding did worse than the biased one (the opposite of the bias hypothesis), so say so
-    cnt = _counts(v)
-    for m in _sr_worse(cnt):
-        sr, rne = cnt[m]["sr"], cnt[m]["rne"]
-        v[str(m)]["reading"] += (f"; SR failed in {sr['failed']} of {sr['n']} seeds where RNE failed in "
-                                 f"{rne['failed']} of {rne['n']}: the unbiased but noisier rounding failed more often")
-    return dict(t, rows=rows, horizon=horizon, verdicts=v)
-
-
-def _counts(verdicts: dict) -> dict:
-    """{m: {kind: {"n": runs, "failed": exploded or non-finite}}} over the kinds run at m, from `verdicts`."""
-    return {int(m): {k: dict(n=len(x[k]), failed=sum(outcome.failed(o) for o in x[k]))
-                     for k in KIND_SUFFIX if x.get(k)} for m, x in verdicts.items()}
-
-
-def _sr_worse(count: dict) -> list[int]:
-    """Widths where SR failed in a larger fraction of its seeds than RNE did, from `_counts`."""
-    return sorted(m for m, c in count.items() if "sr" in c and "rne" in c
-                  and c["sr"]["failed"] / c["sr"]["n"] > c["rne"]["failed"] / c["rne"]["n"])
-
-
-def facts(table: dict) -> dict:
-    """`_facts` of an `at_common_horizon` table, plus per m and kind the counts {"n", "failed"}
-    ("count": {m: {kind: ...}}), "sr_fails_first": the widths where every SR seed failed and every RNE seed
-    trained, and "sr_worse": the widths where SR failed in a larger fraction of its seeds than RNE."""
-    f = _facts(table)
-    f["count"] = _counts(table["verdicts"])
-    f["sr_fails_first"] = sorted(set(f["rne_trained"]) & set(f["sr_failed"]))
-    f["sr_worse"] = _sr_worse(f["count"])
-    return f
-
-
-def repeats(res_list) -> list[dict]:
-    """`lib.training.runs.repeats` over dial results, SR runs with the SR backward bug left out (a run with the bug
-    is not a repeat of a fixed one)."""
-    return runs.repeats(res_list, skip=lambda res, r: r["arm"].endswith(KIND_SUFFIX["sr"]) and not sr_valid(res.meta))
-
-
-def sr_error_ratio(m: int, n: int = 1 << 20, seed: int = 0) -> dict:
-    """RMS rounding error of stochastic rounding over round-to-nearest-even, to m mantissa bits, in units of the
-    ulp at m bits, on n log-uniform positive FP32 values in [1, 2) (the error in ulps does not depend on the binade).
-
-    Returns {"m", "rms_rne_ulp", "rms_sr_ulp", "ratio", "bits_equiv" = log2(ratio): how many mantissa bits SR's
-    extra noise costs}. Theory: RNE error is uniform on ±½ ulp (RMS 1/√12 ≈ 0.289), SR's has variance f(1−f) for
-    a value f ulp above the grid point below (RMS 1/√6 ≈ 0.408), a ratio of √2 (half a bit)."""
-    from lib.fp.reference import round_rne, round_stochastic
-    if not 1 <= m <= 22:
-        raise ValueError(f"m must lie in 1..22 mantissa bits, got {m}")
-    rng = np.random.default_rng(seed)
-    x = np.exp2(rng.random(n)).astype(np.float32)
-    ulp = 2.0 ** -m
-    e_rne = (round_rne(x, m).astype(np.float64) - x) / ulp
-    e_sr = (round_stochastic(x, m, rng=rng).astype(np.float64) - x) / ulp
-    a, b = float(np.sqrt(np.mean(e_rne ** 2))), float(np.sqrt(np.mean(e_sr ** 2)))
-    return dict(m=m, rms_rne_ulp=a, rms_sr_ulp=b, ratio=b / a, bits_equiv=float(np.log2(b / a)))

@@ -1,0 +1,472 @@
+"""The numbers chapter 6 glues: does the proxy GPT explode, and is it the paper's mechanism?
+
+`numbers(scale)` loads the committed results and returns one dict, {glue name: value}, that the chapter glues in a
+loop: a value is a string or number (`{glue:text}`), a Markdown block (keys ending in "_md", shown where the prose
+puts them) or a matplotlib Figure (keys starting with "fig-"). One function per section, each on the results it
+reads, so each can be tested on its own:
+
+* `setup_numbers()`: the proxy's recipe;
+* `regime_numbers(pilots, headline)`: the rule that picks the healthy LR, applied to the pilots;
+* `healthy_numbers(parts, refs)`: the healthy headline (width 384) against the pilots' references;
+* `wide_numbers(parts, refs, healthy)`: the same at width 768;
+* `generic_numbers(gg)`: the LR 8e-3 controls (QK-norm, row zeroing);
+* `headline_numbers(res, sm, ablations)`: the LR 8e-3 headline and the fix with S − m in FP32;
+* `ablation_numbers(ab, headline)`: the paper's ablations at that LR;
+* `sweep_numbers(sw)`: the LR sweep;
+* `live_numbers(live, scale)`: this build's live run.
+
+The precision dial's numbers come from its own study (`lib.studies.dial.reading.chapter6_numbers`). Verdicts are
+derived here, when results are read; no run recorded them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from lib.book import results
+from lib.fp.bf16 import ulp
+from lib.fp.fix import Fix
+from lib.studies.explosion import ablations, figures as ep
+from lib.stats import one_sided_sign_p
+from lib.training import horizon as hz, outcome, proxy, regime, runs
+from lib.training.zero_rows import OURS_ZERO_AT
+
+__all__ = ["numbers", "setup_numbers", "regime_numbers", "pilot_refs", "healthy_numbers", "wide_numbers",
+           "generic_numbers", "headline_numbers", "ablation_numbers", "sweep_numbers", "live_numbers"]
+
+PAPER, FIX7, FIX2 = "paper_rb512", "paper_rb512+fix_b7", "paper_rb512+fix_b2"   # the healthy headline's arms
+EARLY = 250       # steps: a quarter of the way to the first explosion onsets at LR 8e-3
+SW_STEP = 300     # steps: where the LR sweep's stable runs' logits are read
+
+
+def numbers(scale: str) -> dict:
+    """Every number, table and figure of chapter 6 from the committed full-scale results (and the live run of
+    `headline` at `scale`)."""
+    from lib.book.runner import run_live
+    full = lambda name: results.load(name, "full") if results.exists(name, "full") else None   # noqa: E731
+    pilots = [results.load(n, "full") for n in regime.REGIME_RESULTS if results.exists(n, "full")]
+    headline, sm, ab = full("headline"), full("headline_fix_sm32"), full("ablations")
+    out = setup_numbers() | regime_numbers(pilots, headline)
+    refs = pilot_refs(pilots) if pilots else None
+    hh_parts = results.load_group("healthy_headline")
+    healthy = runs.merge(hh_parts, name="healthy headline") if hh_parts and refs is not None else None
+    if healthy is not None:
+        out |= healthy_numbers(hh_parts, refs)
+    out |= wide_numbers(results.load_group("width_768"), refs, healthy)
+    out |= generic_numbers(full("generic_growth_controls"))
+    out |= headline_numbers(headline, sm, ab)
+    out |= ablation_numbers(ab, headline)
+    out |= sweep_numbers(full("lr_sweep"))
+    return out | live_numbers(run_live("headline", scale), scale)
+
+
+def setup_numbers() -> dict:
+    """The proxy's recipe at full scale, the outcome smoothing, and the row-zeroing level of our kernel."""
+    cfg = proxy.proxy_config("full")
+    return {"p_layers": cfg.n_layer, "p_width": cfg.n_embd, "p_heads": cfg.n_head, "p_batch": cfg.batch_size,
+            "p_seq": cfg.seq_len, "p_warm": cfg.warmup, "p_tokens": f"{cfg.batch_size * cfg.seq_len:,}",
+            "p_hd": cfg.n_embd // cfg.n_head, "p_betas": f"({cfg.beta1:g}, {cfg.beta2:g})",
+            "p_wd": f"{cfg.weight_decay:g}", "p_clip": f"{cfg.grad_clip:g}", "p_smooth": outcome.SMOOTH,
+            "zero_level": f"{OURS_ZERO_AT:.1f}", "zero_at_b7": f"{OURS_ZERO_AT / (Fix().beta - 1):.1f}"}
+
+
+def pilot_refs(pilots) -> results.Result:
+    """The regime pilots as one Result: the FP32 and SDPA references of every later comparison."""
+    data, arrays = runs.union(pilots)
+    return results.Result("regime pilots", "full", dict(pilots[0].meta), data, arrays)
+
+
+def regime_numbers(pilots, headline=None) -> dict:
+    """The healthy-regime rule (`lib.training.regime`) on the pilots: per LR the reference runs' health
+    ("rg_table_md"), the chosen LR, the figure; `headline` (LR 8e-3) for the logits of the generic failure."""
+    out = {"rg_bound": f"{regime.MAX_LOGIT:g}", "rg_horizon": f"{regime.HORIZON:,}",
+           "rg_trend": f"{regime.TREND_STEPS:,}"}
+    if not pilots:
+        return out | {"rg_table_md": "The regime pilots have not been run at full scale yet "
+                                     "(`python -m lib.experiments regime_sweep`)."}
+    out["rg_warm"] = pilots[0].meta["provenance"]["cfg"]["train"]["warmup"]
+    out["rg_first_lr"] = f"{pilots[0].meta['provenance']['cfg']['lrs'][0]:g}"
+    refs = pilot_refs(pilots)
+    health = regime.health(refs.data, refs.arrays, horizon=regime.HORIZON)
+    lr, _ = regime.select_lr(refs.data, refs.arrays)
+    out["rg_lrs"] = ", ".join(f"{x:g}" for x in sorted(health, reverse=True))
+    out["rg_chosen"] = f"{lr:g}" if lr is not None else "none"
+    rows = ["| LR | arm | seed | outcome | steps | largest logit | healthy |", "|---|---|---|---|---|---|---|"]
+    for x in sorted(health, reverse=True):
+        rows += [f"| {x:g} | {h['arm']} | {h['seed']} | {h['outcome']} | {h['steps']:,} | {h['max_logit']:.0f} | "
+                 f"{'yes' if h['healthy'] else 'no'} |" for h in health[x]["runs"]]
+    out["rg_table_md"] = "\n".join(rows)
+    hi = health[max(health)]["runs"]
+    out["rg_hi"] = f"{max(health):g}"
+    out["rg_hi_over"] = f"{sum(h['max_logit'] > regime.MAX_LOGIT for h in hi)} of {len(hi)}"
+    out["rg_hi_range"] = runs.span([h["max_logit"] for h in hi], "{:.0f}")
+    out["rg_hi_stable"] = f"{sum(h['outcome'] == 'stable' for h in hi)} of {len(hi)}"
+    if lr is not None:
+        out["rg_ch_range"] = runs.span([h["max_logit"] for h in health[lr]["runs"]], "{:.0f}")
+        out["rg_ch_n"] = len(health[lr]["runs"])
+    if headline is not None:
+        top = [float(np.nanmax(headline.arrays[f"{r['id']}__max_logit"])) for r in headline.data["runs"]]
+        out["rg_8e3_logit"] = runs.span(top, "{:,.0f}")
+    else:
+        out["rg_8e3_logit"] = "10³–10⁴ (committed result missing)"
+    out["fig-regime"] = ep.regime_figure(pilots, bound=regime.MAX_LOGIT)
+    out["rg_label"] = runs.labelled(pilots)
+    return out
+
+
+def _words(arm, src_runs, judged) -> str:
+    return runs.outcome_words(judged[r["id"]]["outcome"] for r in sorted(src_runs, key=lambda r: r["seed"])
+                              if r["arm"] == arm)
+
+
+def _tel(summary, arm, key, stat="layer_mean") -> str:
+    """The range over seeds of one telemetry share (`runs.arm_summary`), in per cent."""
+    return runs.span([100 * t[stat] for t in summary.get(arm, {}).get(key, []) if t], "{:.1f}") + " %"
+
+
+def healthy_numbers(parts, refs) -> dict:
+    """The healthy headline (`parts`: its results, merged) against the pilots' FP32 and SDPA runs at its LR
+    (`refs`): outcomes at the common horizon, best losses, the fix's row telemetry, the per-arm table
+    ("hh_table_md"), the logit comparison and the figure."""
+    hh = runs.merge(parts, name="healthy headline")     # one headline: same LR, steps, warm-up and batch order
+    h, judged = hz.judge_result(hh)
+    summ = runs.arm_summary(hh)
+    lr = hh.data["lr"]
+    ref_runs = [r for r in refs.data["runs"] if r["lr"] == lr]
+    _, ref_j = hz.judge_result(refs)
+    out = {"hh_lr": f"{lr:g}", "hh_steps": f"{h:,}",
+           "hh_seeds": ", ".join(str(x) for x in sorted({r["seed"] for r in hh.data["runs"]})),
+           "hh_paper": _words(PAPER, hh.data["runs"], judged), "hh_fix": _words(FIX7, hh.data["runs"], judged),
+           "hh_fix2": _words(FIX2, hh.data["runs"], judged) or "not run",
+           "hh_fa2": _words("fa2", hh.data["runs"], judged) or "not run",
+           "hh_fp32": _words("fp32", ref_runs, ref_j), "hh_sdpa": _words("sdpa", ref_runs, ref_j)}
+
+    def bests(arm, src):
+        return [r["best"] for r in src.data["runs"] if r["arm"] == arm and r["lr"] == lr]
+    for key, arm in (("paper", PAPER), ("fix", FIX7), ("fix2", FIX2), ("fa2", "fa2")):
+        out[f"hh_{key}_best"] = runs.span(bests(arm, hh))
+    out["hh_ref_best"] = runs.span(bests("fp32", refs) + bests("sdpa", refs))
+
+    def mean_best(arm):
+        return float(np.mean(bests(arm, hh))) if bests(arm, hh) else float("nan")
+    out["hh_gap7"] = f"{mean_best(FIX7) - mean_best(PAPER):+.3f}"
+    out["hh_gap2"] = f"{mean_best(FIX2) - mean_best(PAPER):+.3f}"
+    for key, arm, tel in (("fix_zero", FIX7, "fix_zero_rows"), ("fix_rows", FIX7, "fix_rows"),
+                          ("fix2_rows", FIX2, "fix_rows"), ("fix2_zero", FIX2, "fix_zero_rows"),
+                          ("tie_paper", PAPER, "tie_rate"), ("tie_fix", FIX7, "tie_rate"),
+                          ("tie_fix2", FIX2, "tie_rate")):
+        out[f"hh_{key}"] = _tel(summ, arm, tel)
+    out["hh_fix2_logit"] = runs.span(summ.get(FIX2, {}).get("max_logit", []), "{:.0f}")
+    # the per-arm table: seeds are in the caption's text (every arm ran the same three), to keep the column narrow
+    rows = ["| arm | outcomes | best loss | largest logit | rows shifted | rows zeroed |", "|---|---|---|---|---|---|"]
+    for arm, v in ((a, v) for a, v in summ.items() if a is not None):
+        rows.append(f"| {runs.arm_label(hh, arm)} | {runs.outcome_words(v['outcomes'], compact=True)} | "
+                    f"{runs.span(v['best'])} | {runs.span(v['max_logit'], '{:.0f}')} | "
+                    + (f"{_tel(summ, arm, 'fix_rows')} | {_tel(summ, arm, 'fix_zero_rows')} |"
+                       if any(v["fix_rows"]) else "— | — |"))
+    for arm in ("fp32", "sdpa"):
+        rs = sorted((r for r in ref_runs if r["arm"] == arm), key=lambda r: r["seed"])
+        top = [float(np.nanmax(refs.arrays[r["id"] + "__max_logit"])) for r in rs]
+        rows.append(f"| {runs.arm_label(refs, arm)} (pilot) | "
+                    f"{runs.outcome_words((ref_j[r['id']]['outcome'] for r in rs), compact=True)} | "
+                    f"{runs.span([r['best'] for r in rs])} | {runs.span(top, '{:.0f}')} | — | — |")
+    out["hh_table_md"] = "\n".join(rows)
+
+    def last_logit(src, rid):     # the largest logit over layers at the run's last telemetry step
+        return float(regime.max_logit_curve(src.arrays, rid)[1][-1])
+    comp = []
+    for seed in sorted({r["seed"] for r in hh.data["runs"]}):
+        p = next(r for r in hh.data["runs"] if r["arm"] == PAPER and r["seed"] == seed)
+        comp.append((seed, last_logit(hh, p["id"]),
+                     max(last_logit(refs, r["id"]) for r in ref_runs if r["seed"] == seed)))
+    out["hh_logit_cmp"] = "; ".join(f"seed {s}: {a:.0f} against {b:.0f}" for s, a, b in comp)
+    pos = [float((hh.arrays[f"{r['id']}__delta_err_sum"] > 0).mean()) for r in hh.data["runs"] if r["arm"] == PAPER]
+    out["hh_dd_pos"] = f"{100 * min(pos):.0f}–{100 * max(pos):.0f} %"
+    out["fig-healthy"] = ep.healthy_figure(hh, refs)
+    out["hh_label"] = runs.labelled(parts)
+    out["hh_wall"] = f"{sum(r.meta['wall_s'] for r in parts) / 60:.1f}"
+    return out
+
+
+def wide_numbers(parts, refs=None, healthy=None) -> dict:
+    """The headline at width 768 (`parts`, merged) with its own FP32 and SDPA references, judged by the regime rule;
+    the paper arm's logits against them per seed, with a one-sided sign test over seeds; `refs` (the width-384
+    pilots) and `healthy` (the width-384 headline) for the comparison across widths."""
+    if not parts:
+        return {}
+    wd = runs.merge(parts, name="width 768")    # seeds 0-1 and seed 2 ran on two machines: one headline
+    h, _ = hz.judge_result(wd)
+    summ = runs.arm_summary(wd)
+    cfg = wd.meta["config"]
+    health = regime.health(wd.data, wd.arrays).get(wd.data["lr"], {"healthy": False, "runs": []})
+    paper = summ[PAPER]
+    out = {"wd_width": cfg["n_embd"], "wd_heads": cfg["n_head"], "wd_lr": f"{wd.data['lr']:g}",
+           "wd_steps": f"{h:,}", "wd_seeds": ", ".join(str(x) for x in sorted({r["seed"] for r in wd.data["runs"]})),
+           "wd_healthy": "healthy" if health["healthy"] else "not healthy",
+           "wd_ref_logit": runs.span([x["max_logit"] for x in health["runs"]], "{:.0f}"),
+           "wd_ref_out": ", ".join(sorted({x["outcome"] for x in health["runs"]})),
+           "wd_paper_out": runs.outcome_words(paper["outcomes"]),
+           "wd_paper_logit": runs.span(paper["max_logit"], "{:.0f}"),
+           "wd_paper_best": runs.span(paper["best"]),
+           "wd_ref_best": runs.span(summ.get("fp32", {}).get("best", []) + summ.get("sdpa", {}).get("best", [])),
+           "wd_runs": len([r for r in wd.data["runs"] if not r.get("tag")]), "wd_layers": cfg["n_layer"],
+           "wd_hd": cfg["n_embd"] // cfg["n_head"]}
+    per_seed = []       # the paper arm's largest logit against the larger of the two references of that seed
+    for seed in sorted({r["seed"] for r in wd.data["runs"]}):
+        top = {a: max(float(np.nanmax(wd.arrays[r["id"] + "__max_logit"])) for r in wd.data["runs"]
+                      if r["arm"] == a and r["seed"] == seed) for a in (PAPER, "fp32", "sdpa")}
+        per_seed.append((seed, top[PAPER], max(top["fp32"], top["sdpa"])))
+    n_hot = sum(p > q for _, p, q in per_seed)
+    out["wd_hot"] = f"{n_hot} of {len(per_seed)}"
+    out["wd_logit_cmp"] = "; ".join(f"seed {s}: {p:.0f} against {q:.0f}" for s, p, q in per_seed)
+    # a one-sided sign test over seeds, stated only as what it is: the chance of this many or more seeds above
+    out["wd_hot_p"] = f"{one_sided_sign_p(n_hot, len(per_seed)):.3f}"
+    ref384 = regime.health(refs.data, refs.arrays).get(wd.data["lr"], {"runs": []})["runs"] if refs else []
+    out["wd_ref384_logit"] = runs.span([x["max_logit"] for x in ref384], "{:.0f}")
+    n_fail = sum(outcome.failed(o) for o in paper["outcomes"])
+    out["wd_close"] = (f"So at width {cfg['n_embd']} the paper placement failed in {n_fail} of "
+                       f"{len(paper['outcomes'])} seeds within {h:,} steps"
+                       + ("" if health["healthy"] else ", and the references' largest logits left the range this "
+                          "chapter calls healthy, so a failure here would not have been the paper's alone") + ".")
+    out["wd_384_best"] = (runs.span([b for rid, b in runs.best_within(healthy, h).items()
+                                     if rid.startswith(PAPER + "_")]) if healthy is not None else "—")
+    out["fig-wide"] = ep.healthy_figure(wd, None, bound=regime.MAX_LOGIT)
+    out["wd_label"] = runs.labelled(parts)
+    out["wd_wall"] = f"{sum(r.meta['wall_s'] for r in parts) / 60:.0f}"
+    return out
+
+
+def generic_numbers(gg) -> dict:
+    """The LR 8e-3 controls (`generic_growth_controls`): QK-norm in every arm, and row zeroing without a shift."""
+    if gg is None:
+        return {"gg_table_md": "The generic-growth controls have not been run at full scale yet."}
+    _, judged = hz.judge_result(gg)
+    rows = ["| arm | seeds | outcome | largest logit |", "|---|---|---|---|"]
+    for arm in dict.fromkeys(r["arm"] for r in gg.data["runs"]):
+        rs = sorted((r for r in gg.data["runs"] if r["arm"] == arm), key=lambda r: r["seed"])
+        top = max(float(np.nanmax(gg.arrays[f"{r['id']}__max_logit"])) for r in rs)
+        rows.append(f"| {runs.arm_label(gg, arm)} | {len(rs)} | "
+                    f"{runs.outcome_words(judged[r['id']]['outcome'] for r in rs)} | {top:,.0f} |")
+    qk = [r for r in gg.data["runs"] if (gg.meta["provenance"]["cfg"].get("arm_train") or {}).get(r["arm"], {})
+          .get("qk_norm")]
+    zr = sorted((r for r in gg.data["runs"] if r["arm"] == "paper+zero_rows"), key=lambda r: r["seed"])
+    return {"gg_table_md": "\n".join(rows),
+            "gg_qk": f"{sum(judged[r['id']]['outcome'] == 'stable' for r in qk)} of {len(qk)}",
+            "gg_qk_logit": f"{max(float(np.nanmax(gg.arrays[r['id'] + '__max_logit'])) for r in qk):.0f}",
+            "gg_zr": runs.outcome_words(judged[r["id"]]["outcome"] for r in zr),
+            "gg_label": gg.label + (f" — {gg.warning}" if gg.stale else "")}
+
+
+def _repeat_prefix(res, rep: dict, q: str) -> tuple[int, bool]:
+    """(shared steps, bit-identical?) of a result's repeat run and its original for per-step quantity `q`."""
+    a, b = res.arrays[f"{rep['original']}__{q}"], res.arrays[f"{rep['repeat']}__{q}"]
+    n = min(len(a), len(b))
+    return n, n > 0 and a[:n].tobytes() == b[:n].tobytes()
+
+
+def headline_numbers(res, sm=None, ab=None) -> dict:
+    """The LR 8e-3 headline (`res`), the fix with S − m in FP32 run apart at its LR and steps (`sm`,
+    `headline_fix_sm32`), and `ab` (`ablations`, for repeats across results): outcomes at the common horizon, the
+    repeat, logits, ‖W_Q‖₂, tie rates, the outcome tables ("h_table_md"), what happened ("h_what_md"), figures."""
+    if res is None:
+        return {"h_table_md": "**The headline has not been run on the GPU yet**: no committed "
+                              "`results/full/headline.json`.", "h_what_md": ""}
+    d = res.data
+    rs = [r for r in d["runs"] if not r["tag"]]
+    trunc = [r for r in rs if r["truncated_at"]]
+    out = {"h_label": res.label, "h_warning": res.warning or "", "h_lr": f"{d['lr']:g}", "h_lr_source": d["lr_source"],
+           "h_steps_min": min(r["steps"] for r in rs), "h_steps_max": max(r["steps"] for r in rs),
+           "h_budget": f"{res.meta['config'].get('max_wall_s', float('nan')):.0f}",
+           "h_workers": res.meta["config"]["workers"], "h_steps_cap": d["steps"],
+           "h_stop": ("every run ended on its step count, none on the budget" if not trunc else
+                      f"{len(trunc)} of {len(rs)} runs stopped at the budget"),
+           "h_wall": f"{res.meta['wall_s']:.0f}", "h_wall_min": f"{res.meta['wall_s'] / 60:.1f}",
+           "h_n_runs": len(d["runs"]), "h_beta": f"{res.meta['config']['beta']:g}"}
+    sm_note = ""
+    if sm is not None and (sm.data["lr"], sm.data["steps"]) != (d["lr"], d["steps"]):   # a headline re-run since
+        sm_note = (f"\n\n`headline_fix_sm32` ({sm.label}) ran at LR {sm.data['lr']:g} for {sm.data['steps']} steps, "
+                   f"not at this headline's {d['lr']:g} and {d['steps']}: it is left out until it is re-run.")
+        sm = None
+    for key, arm in (("paper", "paper"), ("fix", "paper+fix"), ("fa2", "fa2")):
+        out[f"h_onset_{key}"] = ", ".join(str(r["onset"]) for r in rs if r["arm"] == arm
+                                          and r["onset"] is not None) or "none"
+    h, judged = hz.judge_result(res)
+    out["h_horizon"] = h
+    out["h_also_failed"] = ", ".join(a for a in dict.fromkeys(r["arm"] for r in rs) if a != "paper" and all(
+        outcome.failed(judged[x["id"]]["outcome"]) for x in rs if x["arm"] == a)) or "no other arm"
+    out["h_stable_arms"] = ", ".join(hz.stable_arms(rs, judged)) or "none"
+    rep = d["repeat"] or {}
+    (rn, rl), (_, rg) = ((_repeat_prefix(res, rep, "loss"), _repeat_prefix(res, rep, "grad_norm"))
+                         if rep.get("repeat") else ((0, False), (0, False)))
+    out["h_repeat"] = (f"bit-identical (over the {rn} steps both ran)" if rl and rg
+                       else f"NOT identical (first differing step {rep.get('first_differing_step')})")
+    ids = [r["id"] for r in rs]
+    out["h_early"] = EARLY
+    early = [ep.max_logit_at(res.arrays, rid, EARLY) for rid in ids]
+    out["h_ml250_min"], out["h_ml250_max"] = f"{min(early):,.0f}", f"{max(early):,.0f}"
+    fp32 = next(r["id"] for r in rs if r["arm"] == "fp32")
+    out["h_ml_fp32_end"] = f"{float(res.arrays[f'{fp32}__max_logit'][-1].max()):,.0f}"
+    ends = [float(res.arrays[f"{rid}__max_logit"][-1].max()) for rid in ids]
+    out["h_ml_end_lo"], out["h_ml_end_hi"] = f"{min(ends):,.0f}", f"{max(ends):,.0f}"
+    out["h_ulp_lo"], out["h_ulp_hi"] = f"{float(ulp(min(ends))):g}", f"{float(ulp(max(ends))):g}"
+    wq = {r["arm"]: float(res.arrays[f"{r['id']}__wq_norm_layer"][-1].max()) for r in rs if r["seed"] == 0}
+    out["h_wq_paper"], out["h_wq_fp32"] = f"{wq['paper']:.0f}", f"{wq['fp32']:.0f}"
+    tr = {r["arm"]: float(res.arrays[f"{r['id']}__tie_rate"].max()) for r in rs if r["seed"] == 0}
+    out["h_tie_paper"], out["h_tie_fp32"], out["h_tie_fix"] = (f"{tr[a]:.0%}" for a in ("paper", "fp32", "paper+fix"))
+    seed0 = [f"{a}_s0_lr{d['lr']:g}" for a in ("paper", "paper+fix", "fp32")]
+    out["fig-loss"] = ep.loss_curves(res)
+    out["fig-logit"] = ep.max_logit_figure(res, [r["id"] for r in rs if r["seed"] == 0])
+    out["fig-wq"] = ep.qk_norm_figure(res, seed0, 1)
+    out["fig-tie"] = ep.tie_rate_figure(res, seed0)
+    h_sm, judged_sm = hz.judge_result(sm) if sm is not None else (None, {})
+    out["h_table_md"] = (f"Committed GPU result ({res.label}). " + (res.warning + "\n\n" if res.stale else "\n\n")
+                         + runs.outcome_table(d, judged)
+                         + (f"\n\nThe fix with S − m in FP32, run apart (`headline_fix_sm32`, {sm.label}; same LR, "
+                            "steps and batch order, with FP32 attention again as a control and a repeat of its first "
+                            "run). " + (sm.warning + "\n\n" if sm.stale else "\n\n")
+                            + runs.outcome_table(sm.data, judged_sm) if sm is not None else sm_note))
+    out["h_what_md"] = _what_happened(res, sm, ab, rs, judged, h, h_sm, judged_sm, rn, rl and rg)
+    return out
+
+
+def _what_happened(res, sm, ab, rs, judged, h, h_sm, judged_sm, rn, identical) -> str:
+    """The LR 8e-3 headline in one paragraph: outcomes per arm at the horizon, the repeats within and across
+    results."""
+    sm_arm = "paper+fix_split_sm32"
+    rs = rs + ([r for r in sm.data["runs"] if r["arm"] == sm_arm and not r["tag"]] if sm is not None else [])
+    judged = judged | ({r["id"]: judged_sm[r["id"]] for r in rs if r["arm"] == sm_arm} if sm is not None else {})
+    arms = [a for a in ("paper", "paper+fix", sm_arm, "fa2", "sdpa", "fp32") if any(r["arm"] == a for r in rs)]
+    stable = hz.stable_arms(rs, judged)
+    diff = [j for j in judged.values() if j["outcome"] != j["full_outcome"]]
+    reps = runs.repeats([res] + ([sm] if sm is not None else []) + ([ab] if ab is not None else []))
+    reps = list({(x["arm"], x["seed"], x["results"]): x for x in reps
+                 if x["results"][0] != x["results"][1]}.values())        # across results, one per run pair
+    sm_rep = (sm.data["repeat"] or {}) if sm is not None else {}
+    return (f"**What happened.** Judged on the first {h} steps (the fewest any run reached; the last column of the "
+            "tables, onset step in brackets, seeds in order"
+            + (f"; the fix with S − m in FP32 on its own result's {h_sm}" if sm is not None and h_sm != h else "")
+            + "): " + "; ".join(f"`{a}` " + hz.arm_words(rs, judged, a) for a in arms) + ". "
+            + (f"Only {', '.join(f'`{a}`' for a in stable)} stayed stable in every seed. " if stable else
+               "No arm stayed stable. ")
+            + ("Over the whole runs " + "; ".join(f"`{j['id']}` ended {j['full_outcome']}" for j in diff)
+               + ". " if diff else "")
+            + f"Rerunning `paper` at seed 0 in the same result gave a {'bit-identical' if identical else 'DIFFERENT'} "
+            f"loss and gradient-norm curve over the {rn} steps both ran"
+            + (f" (so did `{sm_arm}` at seed 0 in its own result: "
+               + ("bit-identical" if sm_rep.get("loss_bit_identical") and sm_rep.get("grad_norm_bit_identical")
+                  else f"NOT identical, first differing step {sm_rep.get('first_differing_step')}") + ")"
+               if sm_rep.get("repeat") else "")
+            + ("; the same arm and seed run in another result: " + "; ".join(
+                f"`{x['arm']}` seed {x['seed']} in `{x['results'][0]}` and `{x['results'][1]}` (commits "
+                f"{x['commits'][0][:7]} and {x['commits'][1][:7]}) over {x['steps']} shared steps, "
+                + ("bit-identical" if x["identical"] else f"first difference at step {x['first_diff']}")
+                for x in reps) if reps else "")
+            + ". Same seed, same curve, on the GPU, for our kernel (FP32 attention: the precision dial's repeated "
+            "controls below). PyTorch's flash SDPA backward adds dQ with atomics in a non-deterministic order under "
+            "our harness's default `deterministic=\"warn\"` (`lib/training/train.py`; `\"strict\"` selects its "
+            "deterministic variant), so its curve is not repeatable bit for bit and its single run here is one draw "
+            "of several possible outcomes.")
+
+
+def ablation_numbers(ab, headline=None) -> dict:
+    """The paper's ablations at the headline's LR (`ablations`): the table ("ab_table_md") and its reading
+    ("ab_text_md"), with `headline` for whether the layer and heads chosen then are still the ones chosen now."""
+    if ab is None:
+        return {"ab_table_md": "**The ablations have not been run on the GPU yet.**", "ab_text_md": ""}
+    h, judged = hz.judge_result(ab)
+
+    def arm_runs(arm):
+        return sorted((r for r in ab.data["runs"] if r["arm"] == arm), key=lambda r: r["seed"])
+
+    def n_stable(arm):
+        return sum(judged[r["id"]]["outcome"] == "stable" for r in arm_runs(arm))
+    rows = [f"Committed GPU result ({ab.label}), LR {ab.data['lr']:g}; layer {ab.data['layer']} "
+            f"({ab.data['layer_why']}), outlier heads {ab.data['heads']}. Outcomes judged on the first {h} steps "
+            "(the fewest any run reached), per seed in seed order, onset step in brackets."
+            + ((" " + ab.warning) if ab.stale else ""), "",
+            "| arm | spec | seeds | outcomes at the horizon | stable | whole runs (steps) | paper reports |",
+            "|---|---|---|---|---|---|---|"]
+    for arm, v in ab.data["verdicts"].items():
+        spec = ab.data["specs"][arm]
+        spec = spec if isinstance(spec, str) else " · ".join(spec)
+        rs = arm_runs(arm)
+        whole = ", ".join(f"{r['outcome']} ({r['steps']})" for r in rs)
+        rows.append(f"| `{arm}` | `{spec}` | {', '.join(str(r['seed']) for r in rs)} | "
+                    f"{hz.arm_words(ab.data['runs'], judged, arm)} | {n_stable(arm)} of {len(rs)} | {whole} | "
+                    f"{v['paper']} |")
+    table = "\n".join(rows)
+    if headline is not None:  # the layer and heads come from the headline committed when the ablations ran
+        layer, heads, _ = ablations.outlier_layer_and_heads(headline.data, headline.arrays,
+                                                            proxy.proxy_config("full").n_layer)
+        if (layer, list(heads)) != (ab.data["layer"], list(ab.data["heads"])):
+            table += (f"\n\nThe layer and heads were chosen from the headline committed when the ablations ran; the "
+                      f"current headline ({headline.label}, {headline.data['steps']} steps) gives layer {layer} and "
+                      f"heads {list(heads)}, so re-running the ablations now would change the single-layer or "
+                      "outlier-head arms.")
+    multi = [a for a in ab.data["verdicts"] if len(arm_runs(a)) > 1]
+    single = [a for a in ab.data["verdicts"] if len(arm_runs(a)) == 1]
+    text = (f"At the headline's LR the arms with {len(arm_runs(multi[0])) if multi else 1} seeds "
+            f"({', '.join(f'`{a}`' for a in multi)}) decide the two claims the paper rests most on. "
+            + "; ".join(f"`{a}` stayed stable in {n_stable(a)} of {len(arm_runs(a))}" for a in multi) + ". "
+            + (f"The arms run at one seed ({', '.join(f'`{a}`' for a in single)}) stayed stable in "
+               f"{sum(n_stable(a) for a in single)} of {len(single)}. " if single else "")
+            + "So computing O in FP32 in the forward (the paper: stable) "
+            + (f"stabilised {n_stable('fp32_o')} of {len(arm_runs('fp32_o'))} seeds" if n_stable("fp32_o")
+               else "stabilised no seed")
+            + "; computing δ from an FP32 recompute of O (the paper's δ-channel ablation; the paper: stable) "
+            "stabilised " + (f"{n_stable('delta_fp32_o')} of {len(arm_runs('delta_fp32_o'))} seeds"
+                             if "delta_fp32_o" in multi else "its one seed" if n_stable("delta_fp32_o") else "no seed")
+            + ".")
+    if headline is not None:
+        _, hj = hz.judge_result(headline)
+        rs = [r for r in headline.data["runs"] if not r["tag"]]
+        bf16_failed = [a for a in dict.fromkeys(r["arm"] for r in rs) if a != "fp32"
+                       and not any(hj[r["id"]]["outcome"] == "stable" for r in rs if r["arm"] == a)]
+        fp32_ok = all(hj[r["id"]]["outcome"] == "stable" for r in rs if r["arm"] == "fp32")
+        text += (f" At this LR the headline's FP32 attention {'stayed stable' if fp32_ok else 'failed too'} and its "
+                 f"BF16 arms {', '.join(f'`{a}`' for a in bf16_failed) or 'none'} stayed stable in no seed; the "
+                 "ablations do not isolate δ as the channel here. They fit the same generic logit growth, with "
+                 "rounding anywhere on the path to the weights enough to tip it.")
+    return {"ab_table_md": table, "ab_text_md": text}
+
+
+def sweep_numbers(sw) -> dict:
+    """The LR sweep (`lr_sweep`): outcomes at its common horizon at the lowest and highest LR, the rule's choice,
+    the logits of the stable runs, the table ("sw_table_md") and the figure."""
+    if sw is None:
+        return {"sw_table_md": "**The LR sweep has not been run on the GPU yet.**"}
+    sd = sw.data
+    lo, hi = min(sd["lrs"]), max(sd["lrs"])
+    h, judged = hz.judge_result(sw)       # runs of unequal length (wall budget): judged on a common horizon
+
+    def outs(lr):
+        return {r["arm"]: judged[r["id"]]["outcome"] for r in sd["runs"] if r["lr"] == lr}
+    fail_hi = [a for a, o in outs(hi).items() if outcome.failed(o)]
+    deg_hi = [a for a, o in outs(hi).items() if o == "degraded"]
+    fp32_hi = judged.get(f"fp32_s0_lr{hi:g}", {})
+    notok_lo = [f"{a} ({o})" for a, o in outs(lo).items() if o != "stable"]
+    mls = [ep.max_logit_at(sw.arrays, r["id"], SW_STEP) for r in sd["runs"] if r["lr"] == lo
+           and r["outcome"] == "stable"]
+    return {"sw_label": sw.label, "sw_lrs": ", ".join(f"{x:g}" for x in sd["lrs"]), "sw_n": len(sd["runs"]),
+            "sw_horizon": h, "sw_lo": f"{lo:g}", "sw_hi": f"{hi:g}", "sw_fail_hi": ", ".join(fail_hi) or "none",
+            "sw_deg_hi": ", ".join(deg_hi) or "none", "sw_notstable_hi": ", ".join(fail_hi + deg_hi) or "no arm",
+            "sw_fp32_hi": outs(hi).get("fp32", "not run") + (f" (onset step {fp32_hi['onset']})"
+                                                             if fp32_hi.get("onset") is not None else ""),
+            "sw_ok_hi": ", ".join(a for a, o in outs(hi).items() if o == "stable") or "none",
+            "sw_lo_clause": f"every arm trained except {', '.join(notok_lo)}" if notok_lo else "every arm trained",
+            "sw_choice": (f"{sd['chosen_lr']:g} ({sd['chosen_lr_reason']})" if sd["chosen_lr"] is not None
+                          else f"none ({sd['chosen_lr_reason']})"),
+            "sw_step": SW_STEP, "sw_ml_lo": f"{min(mls):,.0f}", "sw_ml_hi": f"{max(mls):,.0f}",
+            "sw_steps": f"{min(r['steps'] for r in sd['runs'])}–{max(r['steps'] for r in sd['runs'])}",
+            "fig-sweep": ep.lr_sweep_figure(sw),
+            "sw_table_md": (f"Committed GPU result ({sw.label}), seed 0, data seed 0. "
+                            + (sw.warning + "\n\n" if sw.stale else "\n\n") + runs.outcome_table(sd, judged))}
+
+
+def live_numbers(live: dict, scale: str) -> dict:
+    """The headline run live at this build's `scale` (`lib.book.runner.run_live`): its runs as a table."""
+    rows = ["| run | outcome | steps | final loss |", "|---|---|---|---|"] + [
+        f"| `{r['id']}` | {r['outcome']} | {r['steps']} | {r['final']:.3f} |" for r in live["data"]["runs"]]
+    return {"live_scale": scale, "live_n": len(live["data"]["runs"]),
+            "live_md": (f"At scale **{scale}** the headline experiment ran {len(live['data']['runs'])} arms "
+                        + ("(a tiny CPU model for a few steps: the outcomes below prove the code path, they mean "
+                           "nothing about stability)" if scale == "ci" else "") + ":\n\n" + "\n".join(rows))}

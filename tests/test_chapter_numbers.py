@@ -1,0 +1,142 @@
+"""Chapters 6 and 7 get every number from a tested `numbers()`: each name the prose glues is in the dict the
+chapter glues, and the values are the readings of the committed results (checked here against the components that
+compute them); each section reads "not run" (or similar) without its result instead of failing."""
+import re
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+from lib.book import registry, results
+from lib.studies.dial import reading as dial
+from lib.studies.explosion import reading as explosion
+from lib.studies.fix import reading as fix
+from lib.training import horizon as hz, regime, runs
+
+ROOT = Path(__file__).resolve().parents[1]
+LIVE = {"data": {"runs": [dict(id="paper_s0_lr0.01", outcome="stable", steps=5, final=5.04, beta=7.0,
+                               max_shift=64.0)]}}
+
+
+def glued_names(page: str) -> set:
+    """Names a page's prose and display cells read: {glue:text}`x`, {glue:figure} x, md("x") and N["x"]."""
+    text = (ROOT / "chapters" / page).read_text()
+    names = set(re.findall(r"\{glue:(?:text|md)\}`([\w-]+)", text))
+    names |= set(re.findall(r"^```\{glue:figure\} ([\w-]+)", text, flags=re.M))
+    names |= set(re.findall(r"""(?:md\(|N\[)"([\w-]+)"[\])]""", text))
+    return names
+
+
+def _all(scale_numbers) -> dict:
+    out = scale_numbers()
+    plt.close("all")
+    return out
+
+
+@pytest.fixture(scope="module")
+def ch6(monkeypatch_module):
+    monkeypatch_module.setattr("lib.book.runner.run_live", lambda name, scale, overrides=None: LIVE)
+    return _all(lambda: explosion.numbers("ci") | dial.chapter6_numbers(results.load_group("precision_dial")))
+
+
+@pytest.fixture(scope="module")
+def ch7(monkeypatch_module):
+    monkeypatch_module.setattr("lib.book.runner.run_live", lambda name, scale, overrides=None: LIVE)
+    return _all(lambda: fix.numbers("ci") | dial.chapter7_numbers(results.load_group("precision_dial")))
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+def test_chapter_6_glues_only_what_numbers_gives(ch6):
+    missing = glued_names("06-loss-explosion.md") - set(ch6)
+    assert missing == set()
+    assert all(isinstance(v, (str, int, float)) or k.startswith("fig-") for k, v in ch6.items())
+
+
+def test_chapter_7_glues_only_what_numbers_gives(ch7):
+    assert glued_names("07-the-fix.md") - set(ch7) == set()
+
+
+def test_the_name_finder_can_fail():
+    assert glued_names("06-loss-explosion.md") >= {"hh_paper", "fig-healthy", "rg_table_md", "hh_table_md"}
+
+
+def test_chapter_6_values_are_the_readings_of_the_results(ch6):
+    pilots = [results.load(n, "full") for n in regime.REGIME_RESULTS]
+    refs = explosion.pilot_refs(pilots)
+    lr, _ = regime.select_lr(refs.data, refs.arrays)
+    assert ch6["rg_chosen"] == f"{lr:g}"
+    hh = runs.merge(results.load_group("healthy_headline"))
+    h, judged = hz.judge_result(hh)
+    assert ch6["hh_steps"] == f"{h:,}" and ch6["hh_lr"] == f"{hh.data['lr']:g}"
+    paper = sorted((r for r in hh.data["runs"] if r["arm"] == explosion.PAPER), key=lambda r: r["seed"])
+    assert ch6["hh_paper"] == ", ".join(judged[r["id"]]["outcome"] for r in paper)
+    assert "paper placement, 512-key blocks, fix β = 7" in ch6["hh_table_md"]      # labels, not arm names
+    assert "paper_rb512" not in ch6["hh_table_md"] and "_qknorm" not in ch6["gg_table_md"]
+
+
+def test_chapter_7_values_are_the_readings_of_the_results(ch7):
+    from lib.fp.fix import Fix
+    assert ch7["max_shift"] == f"{Fix().max_shift:g}"
+    tb = results.load("train_step_bench", "full")
+    assert ch7["tb_rb512"] == f"{fix.step_bench(tb.data)['ratio']:.2f}"
+    ac = results.load("authors_code", "full")
+    assert ch7["ac_lr"] == f"{ac.data['lr']:g}"
+
+
+def test_sections_without_their_results():
+    assert "not been run" in explosion.generic_numbers(None)["gg_table_md"]
+    assert "not been run" in explosion.sweep_numbers(None)["sw_table_md"]
+    assert explosion.ablation_numbers(None)["ab_text_md"] == ""
+    assert explosion.headline_numbers(None)["h_what_md"] == ""
+    assert explosion.wide_numbers([]) == {}
+    assert explosion.regime_numbers([])["rg_table_md"].startswith("The regime pilots have not been run")
+    assert fix.sweep_fix_numbers(None)["sw_fix"] == "not run"
+    assert fix.healthy_fix_numbers([])["h7_gap"] == "—"
+    assert fix.cost_numbers(None, None)["tb_rb512"] == "—"
+    assert dial.chapter7_numbers([])["d7_take"] == "and the precision dial has not been run"
+    d6 = dial.chapter6_numbers([], LIVE | {"data": dict(LIVE["data"], runs=[dict(
+        LIVE["data"]["runs"][0], best=5.0, rise=0.0, max_grad_norm=1.0, onset=None)])})
+    assert "Not run on the GPU yet" in d6["dl_table_md"] and "`paper_s0_lr0.01`" in d6["dl_table_md"]
+    plt.close("all")
+
+
+def test_live_numbers_and_step_bench():
+    live = explosion.live_numbers(LIVE, "ci")
+    assert live["live_n"] == 1 and "| `paper_s0_lr0.01` | stable | 5 | 5.040 |" in live["live_md"]
+    assert "tiny CPU model" in live["live_md"]
+    assert "tiny CPU model" not in explosion.live_numbers(LIVE, "full")["live_md"]
+    d = {"ratio_to_sdpa": {"paper_rb512": 1.25}, "ratio_to_sdpa_rounds": {"paper_rb512": [1.2, 1.25, 1.4]}}
+    s = fix.step_bench(d)
+    assert s["met"] and s["every_round"] == "both" and (s["lo"], s["hi"]) == (1.2, 1.4)
+
+
+def test_generic_numbers_on_a_planted_result():
+    """QK-norm arms are found by the entry's arm_train (not by their names), outcomes judged at the horizon."""
+    n = 300
+    rows, arrays = [], {}
+    for arm, seed, rise in (("a", 0, 0.0), ("a", 1, 0.0), ("b", 0, 3.0)):
+        rid = f"{arm}_s{seed}"
+        loss = np.full(n, 2.0) + (np.linspace(0, rise, n) if rise else 0.0)
+        arrays |= {f"{rid}__loss": loss, f"{rid}__grad_norm": np.ones(n),
+                   f"{rid}__max_logit": np.full((6, 2), 10.0 + seed), f"{rid}__step": np.arange(6) * 50.0}
+        rows.append(dict(id=rid, arm=arm, seed=seed, attn="paper" if arm == "a" else "naive", lr=8e-3, tag="",
+                         steps=n, outcome="stable" if not rise else "exploded", onset=None))
+    meta = dict(config=dict(warmup=10), provenance=dict(cfg=dict(arm_train={"a": {"qk_norm": True}})),
+                scale="full", device="cpu", git_commit="0" * 8, created_utc="2026-01-01")
+    out = explosion.generic_numbers(results.Result("generic_growth_controls", "full", meta, dict(runs=rows), arrays))
+    assert out["gg_qk"] == "2 of 2" and out["gg_qk_logit"] == "11"
+    assert "| paper placement, QK-norm | 2 | stable, stable | 11 |" in out["gg_table_md"]
+    assert "| FP32 attention | 1 | exploded | 10 |" in out["gg_table_md"]
+
+
+def test_result_groups_the_chapters_read_exist():
+    for g in ("healthy_headline", "width_768", "authors_code", "beta_sweep", "precision_dial"):
+        assert results.load_group(g), g
+        assert all(n in registry.entries() for n in registry.GROUPS[g])
