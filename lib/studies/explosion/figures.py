@@ -16,7 +16,7 @@ from lib.book import plotting
 from lib.training.proxy import ARMS
 from lib.training.outcome import SMOOTH
 from lib.training.regime import max_logit_curve
-from lib.training.runs import smoothed_loss
+from lib.training.runs import arm_label, smoothed_loss
 
 _OUTCOME_MARKERS = {"stable": "o", "degraded": "s", "exploded": "X", "nonfinite": "v", "short": "."}
 
@@ -227,6 +227,8 @@ def healthy_figure(res, refs=None, window: int = 200, bound: float | None = None
                                                                                    // 5:]) for src, r in rows)
     a0.set(xlabel="step", ylabel=f"train loss, {window}-step mean", ylim=(lo - 0.05, lo + 0.6))
     a1.set(xlabel="step", ylabel="largest attention logit")
-    plotting.style_legend(fig, col, {f"seed {s}": v for s, v in sty.items()}, extra=extra, ncol=4)
+    label = {r["arm"]: arm_label(src, r["arm"]) for src, r in rows}        # arms in words, not their names
+    plotting.style_legend(fig, {label[a]: c for a, c in col.items()}, {f"seed {s}": v for s, v in sty.items()},
+                          extra=extra, ncol=3)
     plotting.label_provenance(fig, res.meta)
     return fig

@@ -9,7 +9,7 @@ from lib.book import plotting
 from lib.fp.beta_theory import underflow_x, x_round_to_one
 from lib.fp.fix_error import VARIANTS, shift_spacing
 from lib.training.outcome import SMOOTH
-from lib.training.runs import result_arrays, smoothed_loss
+from lib.training.runs import arm_label, result_arrays, smoothed_loss
 
 __all__ = ["authors_figure", "beta_sweep_figure", "beta_window_figure", "fix_error_figure"]
 
@@ -46,7 +46,9 @@ def authors_figure(res_list, window: int = 50):
                  for r in res.data["runs"])
         a0.set_ylim(lo - 0.1, lo + 1.6)
         a1.set(xlabel="step", ylabel="rows at ℓ clamp, %" if j == 0 else None)
-    plotting.style_legend(fig, col, {f"seed {s}": v for s, v in sty.items()}, ncol=3)
+    label = {r["arm"]: arm_label(res, r["arm"]) for res in res_list for r in res.data["runs"]}   # arms in words
+    plotting.style_legend(fig, {label[a]: c for a, c in col.items()}, {f"seed {s}": v for s, v in sty.items()},
+                          ncol=2)
     plotting.label_provenance(fig, [r.meta for r in res_list])
     return fig
 
