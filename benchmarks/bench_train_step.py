@@ -1,7 +1,7 @@
 """Benchmark (a script, not a test): time of one training step of the proxy GPT per attention arm, GPU only.
 
 The step is what `lib.training.train.train` does per step without telemetry: forward under BF16 autocast, backward, global
-grad-norm clip, fused AdamW step, zero_grad. Proxy model of `lib.proxy.proxy_config("full")` (6 layers, width
+grad-norm clip, fused AdamW step, zero_grad. Proxy model of `lib.training.proxy.proxy_config("full")` (6 layers, width
 384, 6 heads, batch 32 × 512 bytes). Times are `triton.testing.do_bench` medians (ms) of the same fixed batch, all
 arms in one process on one GPU, so the ratios compare like with like. Reported: ms per arm, each arm / sdpa, and the
 cost of the fix (paper+fix / paper), and of logical rounding blocks (`Numerics.round_block`: "paper_rb512" is the

@@ -11,6 +11,9 @@ from lib.studies.fix import reading as fix_reading
 from lib.training import runs as hr
 
 N, WARM, LR = 400, 50, 5e-4
+SPECS = {"paper_rb512": "paper/round_block=512", "fa2": "fa2", "fp32": "naive", "sdpa": "sdpa",
+         "paper_rb512+fix_b7": "paper/round_block=512/beta=7/tie_tol=0.001/max_shift=none+fix",
+         "paper_rb512+fix_b2": "paper/round_block=512/beta=2/tie_tol=0.001/max_shift=none+fix"}
 
 
 def _curve(kind: str, seed: int):
@@ -28,7 +31,7 @@ def _result(name, arms: dict, logit: float = 50.0, steps: int = N, stale=()):
         for seed, kind in enumerate(kinds):
             rid = f"{arm}_s{seed}_lr{LR:g}"
             loss, gn = _curve(kind, seed)
-            runs.append(dict(id=rid, arm=arm, attn=f"spec-of-{arm}", seed=seed, lr=LR, outcome=kind, steps=steps,
+            runs.append(dict(id=rid, arm=arm, attn=SPECS[arm], seed=seed, lr=LR, outcome=kind, steps=steps,
                              onset=None, tag="",
                              best=float(loss.min()), final=float(loss[-1])))
             arrays[f"{rid}__loss"], arrays[f"{rid}__grad_norm"] = loss[:steps], gn[:steps]
@@ -55,11 +58,12 @@ def test_explosion_not_reproduced_when_the_paper_placement_trains():
     assert c["fix_stabilises"]["status"] == c["fp32_o_stabilises"]["status"] == "not yet tested"
     ev = c["explosion"]["evidence"]
     for must in ("healthy regime", "LR 0.0005", "512-key rounding blocks", "seeds 0, 1, 2", f"judged at {N}",
-                 "fa2 stable, stable, stable"):
+                 "FA2 placement stable, stable, stable"):
         assert must in ev, must
-    # each fix arm is named with the spec it trained with (β, ties, guard come from the run, not from typed text)
+    # each fix arm is named by the spec it trained with, in words (β, ties, guard come from the run)
     ev = c["fix_stabilises"]["evidence"]
-    assert "spec-of-paper_rb512+fix_b2" in ev and "spec-of-paper_rb512+fix_b7" in ev
+    assert "paper placement, 512-key blocks, fix β = 2, ties within 0.001, exact rule: stable" in ev
+    assert "fix β = 7, ties within 0.001, exact rule" in ev and "paper_rb512" not in ev
 
 
 def test_explosion_reproduced_only_with_healthy_stable_contrasts():
@@ -163,7 +167,7 @@ def test_a_second_width_joins_the_explosion_evidence():
     c = claims.derive_healthy(h, _refs(), _wide(["stable"] * 3))
     ev = c["explosion"]["evidence"]
     assert c["explosion"]["status"] == "not reproduced"
-    assert "width 768 (12 heads" in ev and "paper_rb512 stable, stable, stable" in ev.split("width 768")[1]
+    assert "width 768 (12 heads" in ev and "paper placement, 512-key blocks stable, stable, stable" in ev.split("width 768")[1]
     assert "healthy (all stable, max logit ≤ 50)" in ev
     # a failure at the second width alone makes the explosion "partly"
     assert claims.derive_healthy(h, _refs(), _wide(["exploded", "stable", "stable"]))["explosion"]["status"] == "partly"
@@ -174,7 +178,8 @@ def test_a_second_width_joins_the_explosion_evidence():
     assert claims.derive_healthy(h_fail, _refs(), _wide(["stable"] * 3))["explosion"]["status"] == "partly"
     unhealthy = claims.derive_healthy(h_fail, _refs(), _wide(["exploded"] * 3, fp32=["degraded"] * 3))
     assert unhealthy["explosion"]["status"] == "partly"
-    assert "not healthy by the regime rule (max logit 50–50, bound 100; fp32 degraded, degraded, degraded; sdpa stable" in unhealthy["explosion"]["evidence"]
+    assert ("not healthy by the regime rule (max logit 50–50, bound 100; FP32 attention degraded, degraded, degraded; "
+            "PyTorch flash SDPA stable") in unhealthy["explosion"]["evidence"]
     hot = claims.derive_healthy(h_fail, _refs(), _wide(["exploded"] * 3, logit=500.0))
     assert hot["explosion"]["status"] == "partly"
-    assert "not healthy by the regime rule (max logit 500–500, bound 100; fp32 stable" in hot["explosion"]["evidence"]
+    assert "not healthy by the regime rule (max logit 500–500, bound 100; FP32 attention stable" in hot["explosion"]["evidence"]

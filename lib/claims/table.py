@@ -136,12 +136,15 @@ HEALTHY_FIX_ARMS = ("paper_rb512+fix_b7", "paper_rb512+fix_b2")   # the exact ru
 def _wide_clause(wide) -> tuple[str, int, bool]:
     """The second width's part of the explosion evidence: (text, paper runs that failed, whether every paper run
     failed in a healthy regime), `wide` judged at its own common horizon with its own FP32 and SDPA arms."""
-    from lib.training import horizon as hz, regime
+    from lib.training import horizon as hz, regime, runs as training_runs
     h, judged = hz.judge_result(wide)
     runs = sorted((r for r in wide.data["runs"] if not r.get("tag")), key=lambda r: r["seed"])
 
     def oc(arm):
         return [judged[r["id"]]["outcome"] for r in runs if r["arm"] == arm]
+
+    def label(arm):
+        return training_runs.arm_label(wide, arm) if any(r["arm"] == arm for r in runs) else arm
     paper = oc("paper_rb512")
     health = regime.health(wide.data, wide.arrays).get(wide.data["lr"], {"healthy": False, "runs": []})
     logits = [x["max_logit"] for x in health["runs"]]
@@ -149,13 +152,13 @@ def _wide_clause(wide) -> tuple[str, int, bool]:
     if health["healthy"]:
         refs = f"healthy (all stable, max logit ≤ {max(logits):.0f})"
     else:
-        arms = "; ".join(f"{a} {', '.join(oc(a)) or 'not run'}" for a in regime.REFERENCE_ARMS)
+        arms = "; ".join(f"{label(a)} {', '.join(oc(a)) or 'not run'}" for a in regime.REFERENCE_ARMS)
         span = f"max logit {min(logits):.0f}–{max(logits):.0f}, " if logits else ""
         refs = f"not healthy by the regime rule ({span}bound {regime.MAX_LOGIT:g}; {arms})"
     cfg = wide.meta["config"]
     text = (f"; width {cfg.get('n_embd')} ({cfg.get('n_head')} heads, LR {wide.data['lr']:g}, seeds "
-            f"{', '.join(map(str, sorted({r['seed'] for r in runs})))}, judged at {h:,} steps): paper_rb512 "
-            f"{', '.join(paper) or 'not run'}; its FP32/SDPA arms {refs}")
+            f"{', '.join(map(str, sorted({r['seed'] for r in runs})))}, judged at {h:,} steps): "
+            f"{label('paper_rb512')} {', '.join(paper) or 'not run'}; its FP32/SDPA arms {refs}")
     return text, n_fail, bool(paper) and n_fail == len(paper) and health["healthy"]
 
 
@@ -176,7 +179,8 @@ def derive_healthy(res, refs, wide=None) -> dict:
     with its own FP32 and SDPA arms. Its paper runs join the explosion's evidence: a failure there makes the
     explosion at least "partly"; "reproduced" needs every paper seed to fail at both widths, each in a healthy
     regime."""
-    from lib.training import horizon as hz, regime
+    from lib.training import horizon as hz, regime, runs as training_runs
+    from lib.training.spec import describe
     h, judged = hz.judge_result(res)
     lr = res.data["lr"]
     runs = [r for r in res.data["runs"] if not r.get("tag")]
@@ -187,8 +191,9 @@ def derive_healthy(res, refs, wide=None) -> dict:
     def oc(arm):
         return [judged[r["id"]]["outcome"] for r in sorted(runs, key=lambda r: r["seed"]) if r["arm"] == arm]
 
-    def words(arm):
-        return f"{arm} {', '.join(oc(arm)) or 'not run'}"
+    def words(arm):     # the arm in words (its spec, `lib.training.spec.describe`), then its outcomes
+        name = training_runs.arm_label(res, arm) if any(r["arm"] == arm for r in runs) else arm
+        return f"{name} {', '.join(oc(arm)) or 'not run'}"
     paper = oc("paper_rb512")
     fixes = {a: oc(a) for a in HEALTHY_FIX_ARMS if oc(a)}
     fa2 = oc("fa2")
@@ -208,9 +213,9 @@ def derive_healthy(res, refs, wide=None) -> dict:
               else "partly" if n_fail or wide_fail else "not reproduced")
     out = {"explosion": dict(status=status, evidence=f"{where}: {words('paper_rb512')}"
                              + (f"; {words('fa2')}" if fa2 else "") + f"; {refs_txt}{wide_txt}")}
-    # the attention spec each arm trained with (β, ties, guard), spaced so that the claims table can wrap it
-    spec = {r["arm"]: r.get("attn", "").replace("/", " / ") for r in runs}
-    fix_txt = "; ".join(f"{a} ({spec.get(a, '')}) {', '.join(o)}" for a, o in fixes.items()) or "the fix not run"
+    # each fix arm as the spec it trained with, in words (β, ties, guard from the run, not from typed text)
+    spec = {r["arm"]: describe(r["attn"], detail=True) for r in runs if r["arm"] in fixes}
+    fix_txt = "; ".join(f"{spec[a]}: {', '.join(o)}" for a, o in fixes.items()) or "the fix not run"
     if n_fail == 0:
         why = f"no failure to prevent — in the {where} the paper placement did not fail ({', '.join(paper)})"
         out["fix_stabilises"] = dict(status="not yet tested", evidence=f"{why}; {fix_txt}")

@@ -3,7 +3,7 @@
 Our GPU experiments stop each run at a wall-clock budget, and runs sharing the GPU with more (or slower) processes
 reach fewer steps. A run that "trained" for 950 steps and one that "exploded" at step 1,100 are not comparable, so
 readers of several runs re-judge each one on its first H steps, H = the fewest steps of any run that stayed finite,
-with the same rule as the whole run (`lib.outcome.classify`).
+with the same rule as the whole run (`lib.training.outcome.classify`).
 
 * `common_horizon(rows)`: H over summary rows ({"steps", "outcome"}); None if every run went non-finite.
 * `rejudge(row, loss, grad_norm, warmup, h)`: the row with "outcome"/"onset"/"steps"/"final" judged on the first h

@@ -5,7 +5,7 @@ The dial's results (`precision_dial`, `precision_dial_fine`, `precision_dial_sr`
 wall-clock budget with different numbers of processes sharing the GPU (and SR runs several times slower per step), so
 their runs reached different step counts. A run that "trained" for its shorter time and one that "exploded" after
 that time are not comparable. `at_common_horizon` re-judges every run of one width m on its first H_m
-steps, H_m = the fewest steps of any finite run at that m, with the same rule (`lib.outcome.classify`).
+steps, H_m = the fewest steps of any finite run at that m, with the same rule (`lib.training.outcome.classify`).
 
 * `at_common_horizon(res_list)`: `merged_table` with every row re-judged at its width's horizon.
 * `facts(table)`: `_facts` of such a table plus the widths where SR failed first, and counts.

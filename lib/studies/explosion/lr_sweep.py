@@ -1,7 +1,7 @@
 """LR sweep of the proxy GPT: where do the paper placement, the fix and the contrast arms train stably?
 
-Arms (`lib.proxy.ARMS`): paper, paper+fix, paper+fix_split, fa2, sdpa, fp32 — one seed (0), the same recorded batch order
-(data seed 0), each LR. Outcome per run by `lib.outcome.classify` (fixed thresholds on the smoothed loss rise and
+Arms (`lib.training.proxy.ARMS`): paper, paper+fix, paper+fix_split, fa2, sdpa, fp32 — one seed (0), the same recorded batch order
+(data seed 0), each LR. Outcome per run by `lib.training.outcome.classify` (fixed thresholds on the smoothed loss rise and
 the pre-clip grad norm). `headline` picks its LR from this result (`lib.training.regime.choose_lr`): the largest swept LR at which every
 contrast arm is stable and the paper arm is not; failing that, the largest LR at which every contrast arm is stable.
 
