@@ -57,6 +57,8 @@ def pooled(c: dict, placement: str, mask: np.ndarray, D: int) -> dict:
         w = p("n_conj")
         out["err_ulp"] = np.nansum(np.nan_to_num(p("err_ulp")) * w, 0) / w.sum(0)
         out["err_pred"] = np.nansum(np.nan_to_num(p("err_pred")) * w, 0) / w.sum(0)
+        if f"{placement}/err_ell" in c:
+            out["err_ell"] = np.nansum(np.nan_to_num(p("err_ell")) * w, 0) / w.sum(0)
     out["held"] = (p("n_conj") > 0).mean(0) if mask.any() else np.zeros_like(rows)
     return out
 
@@ -134,3 +136,55 @@ def remainder_hist(res, labels, placement: str = "authors", late_only: bool = Tr
         m = late(c["step"]) if late_only else np.ones(len(c["step"]), dtype=bool)
         tot += h[m].sum(axis=(0, 1, 2))
     return R_EDGES, tot
+
+
+def pooled_error(t: dict) -> dict:
+    """The O error along sign(V) pooled over every (layer, head) of a late table, weighted by conjunction pairs:
+    measured, predicted (chapter 1's theory) and the part from rounding ℓ."""
+    w = np.nan_to_num(t["n_conj"])
+    n = float(w.sum())
+    f = lambda k: float(np.nansum(np.nan_to_num(t[k]) * w) / n) if n and k in t else float("nan")  # noqa: E731
+    return dict(n_conj=n, err_ulp=f("err_ulp"), err_pred=f("err_pred"), err_ell=f("err_ell"))
+
+
+def first_step_above(res, label: str, layer: int, thr: float, placement: str = "authors"):
+    """The first census step at which `layer`'s conjunction rate (max over heads) reached `thr` (None: never)."""
+    steps, rate = over_training(res, label, placement, "conjunction")
+    hit = np.nonzero(rate[:, layer] >= thr)[0]
+    return int(steps[hit[0]]) if len(hit) else None
+
+
+def gpt2_numbers(res, thr: float | None = None) -> dict:
+    """The chapter's numbers from a `gpt2_regime` result (its first run): corpus, training, and the census late in
+    training for both placements; `thr` the rule's threshold (default: the floor, `threshold(0)`)."""
+    thr = threshold(0.0) if thr is None else thr
+    run = runs_of(res)[0]
+    lab = run["label"]
+    man = res.data["manifest"]
+    out = dict(label=lab, n_files=man["files"]["found"], n_docs=man["n_documents"], n_tok_m=man["n_tokens"] / 1e6,
+               n_mb=man["n_bytes"] / 1e6, build_s=man["seconds"]["total"], corpus_sha=man["tokens_sha256"][:12],
+               python=man["python"]["version"], n_dists=man.get("n_distributions", 0), steps=run["steps"],
+               tokens_m=run["tokens"] / 1e6, tok_per_s_m=run["tokens_per_s"] / 1e6, wall_min=run["wall_s"] / 60,
+               val_final=run["val"]["loss"][-1], val_first=run["val"]["loss"][0],
+               val_first_step=run["val"]["step"][0], truncated=run["truncated_at"] is not None,
+               lr=run["config"]["lr"], batch=run["config"]["batch_size"], seq=run["config"]["model"]["block_size"],
+               warmup=run["config"]["warmup"], seed=run["config"]["seed"], threshold=thr)
+    c = census_of(res, lab)
+    out["n_events"], out["census_every"] = len(c["step"]), run["config"]["census_every"]
+    out["late_from"] = int(c["step"][late(c["step"])].min())
+    for p in ("authors", "fa2"):
+        t = late_table(res, p)[lab]
+        L, H = t["conjunction"].shape
+        li, hi = np.unravel_index(int(np.nanargmax(t["conjunction"])), t["conjunction"].shape)
+        e = pooled_error(t)
+        hits = has_preconditions(t, thr)
+        out.update({f"{p}_max_tie": float(np.nanmax(t["tie_rate"])), f"{p}_max_window": float(np.nanmax(
+            t["window_rate"])), f"{p}_max_conj": float(t["conjunction"][li, hi]), f"{p}_conj_layer": int(li) + 1,
+            f"{p}_conj_head": int(hi), f"{p}_n_heads": int(hits.sum()), f"{p}_n_layers_with": int(hits.any(1).sum()),
+            f"{p}_layers_with": ", ".join(str(i + 1) for i in np.nonzero(hits.any(1))[0]) or "none",
+            f"{p}_err": e["err_ulp"], f"{p}_pred": e["err_pred"], f"{p}_ell": e["err_ell"], f"{p}_n_conj": e["n_conj"],
+            f"{p}_present": bool(hits.any()), f"{p}_max_logit": float(np.nanmax(t["max_logit"]))})
+        out[f"{p}_first_step"] = first_step_above(res, lab, int(li), thr, p)
+        out[f"{p}_logit_layer_end"] = float(np.asarray(c[f"{p}/max_logit"])[-1, li].max())
+    out["n_layers"], out["n_heads"] = L, H
+    return out
