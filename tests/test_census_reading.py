@@ -69,3 +69,15 @@ def test_figures_draw_and_pass_the_figure_check():
     for fig in (cf.conjunction_figure(res, "knob:s0"), cf.remainder_figure(res, ["knob:s0"]),
                 cf.error_figure(res, "knob:s0")):
         assert plotting.check_figure(fig) == []
+
+
+def test_worked_example_numbers_classify_the_three_gaps():
+    n = rd.worked_example_numbers()
+    for p in ("authors", "fa2"):
+        assert n[f"{p}_g4_tie"] > 0.9 and n[f"{p}_g4_window"] == 0          # tied, remainder too large
+        assert n[f"{p}_g10_window"] > 0.9 and n[f"{p}_g10_zero"] == 0     # the sticky-bit window
+        assert n[f"{p}_g20_zero"] > 0.9 and n[f"{p}_g20_window"] == 0     # below it
+    # the worked example's pair is a carry tie: half an ULP away from zero in the authors' order (round, then
+    # normalise), toward zero in FA2's; the theory's expectation over tied pairs has the same signs
+    assert 0.4 < n["authors_g10_err"] < 0.7 and -0.6 < n["fa2_g10_err"] < -0.3
+    assert n["authors_g10_pred"] > 0 and n["fa2_g10_pred"] < 0

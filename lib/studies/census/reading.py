@@ -188,3 +188,41 @@ def gpt2_numbers(res, thr: float | None = None) -> dict:
         out[f"{p}_logit_layer_end"] = float(np.asarray(c[f"{p}/max_logit"])[-1, li].max())
     out["n_layers"], out["n_heads"] = L, H
     return out
+
+
+def worked_example_heads(T: int = 64, gaps=(4.0, 10.0, 20.0)):
+    """q, k, v (1, len(gaps), T, 16) float32 (BF16 values): one head per gap g, two tied keys (1 and 2) whose V are
+    the paper's worked example (−2.40625 and −2.296875 in every feature), every other key g nats below them with
+    V = −1. Causal rows i ≥ 2 tie with r = (i − 1)·e^−g: a large remainder for g = 4, the sticky-bit window for g = 10,
+    below it for g = 20 (r/n_max < 2⁻²²)."""
+    import torch
+    from lib.fp.rounding_bias import worked_example
+    w = worked_example()
+    D, top = 16, 8.0
+    H = len(gaps)
+    q = torch.zeros(1, H, T, D)
+    k = torch.zeros(1, H, T, D)
+    v = torch.full((1, H, T, D), -1.0)
+    for h, g in enumerate(gaps):
+        q[0, h, :, 0], q[0, h, :, 1] = top, top - g          # S_ij = ¼·q·k: class 0 scores 8, class 1 scores 8 − g
+        k[0, h, :, 1] = 4.0
+        k[0, h, [1, 2], 0], k[0, h, [1, 2], 1] = 4.0, 0.0
+        v[0, h, 1], v[0, h, 2] = w["a"], w["b"]
+    return q, k, v
+
+
+def worked_example_numbers() -> dict:
+    """The census of `worked_example_heads` in both placements: per gap, window and zero rates and the O error along
+    sign(V) measured and predicted (ULP)."""
+    from lib import census
+    gaps = (4.0, 10.0, 20.0)
+    q, k, v = worked_example_heads(gaps=gaps)
+    out = dict(gaps=gaps)
+    for p in census.PLACEMENTS:
+        c = census.precondition_census(q, k, v, placement=p)
+        for i, g in enumerate(gaps):
+            tag = f"{p}_g{int(g)}"
+            out.update({f"{tag}_tie": float(c["tie_rate"][i]), f"{tag}_window": float(c["window_rate"][i]),
+                        f"{tag}_zero": float(c["zero_rate"][i]), f"{tag}_err": float(c["err_ulp"][i]),
+                        f"{tag}_pred": float(c["err_pred"][i]), f"{tag}_ell": float(c["err_ell"][i])})
+    return out
