@@ -53,3 +53,12 @@ def test_arm_words_and_stable_arms_read_judged_rows_in_seed_order():
     assert horizon.stable_arms(runs, judged) == ["b"]
     judged["a2"] = judged["a0"] = dict(outcome="stable", onset=None)
     assert horizon.stable_arms(runs, judged) == ["a", "b"]
+
+
+def test_outcome_words_is_the_one_formatter():
+    from lib.training.outcome import words
+    assert words(["exploded", "stable", "degraded"], [647, None, 1136]) == "exploded (647), stable, degraded (1136)"
+    assert words(["stable"] * 3, compact=True) == "3 × stable"
+    assert words(["stable", "exploded"], compact=True) == "stable, exploded"      # not all alike: the list
+    assert words(["stable"] * 2, [None, 5], compact=True) == "stable, stable (5)"  # an onset keeps the list
+    assert words([]) == ""

@@ -2,14 +2,15 @@
 
 Components, bottom to top: lib.book (plumbing, the experiment runner) < lib.fp (floating point, the oracle) <
 kernels (Triton) < lib.census (the bias's preconditions) < lib.training < lib.stats (generic statistics) <
-lib.monitor. Above them the
-studies, one folder each (`lib/studies/<name>/`): a study imports components only, never another study. The claims
-table (`lib.claims`) reads the studies; `lib.experiments` (the registry's command line) and `benchmarks/` sit on top.
-A chapter imports `lib.book`, its own studies and the claims table (plus, for the chapters listed in
-`CHAPTER_COMPONENTS`, the component modules named there, each still to move into its study's reading).
+lib.monitor. Above them the studies, one folder each (`lib/studies/<name>/`): a study imports components only, never
+another study. The claims table (`lib.claims`) reads the studies; `lib.experiments` (the registry's command line) and
+`benchmarks/` sit on top. No import cycles, lazy imports included. A chapter imports `lib.book`, its own studies and
+the claims table (plus, for the chapters listed in `CHAPTER_COMPONENTS`, the component modules named there, each still
+to move into its study's reading).
 """
 import ast
 import re
+from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,6 +21,7 @@ RANK = {"lib.book": 0, "lib.fp": 1, "kernels": 2, "lib.census": 2.5, "lib.traini
 
 # the study (or studies) whose chapter a page is
 CHAPTER_STUDIES = {"intro.md": (), "01-bf16-rounding.md": ("rounding",), "02-flash-attention-kernel.md": ("kernel",),
+                   "02b-where-can-the-chain-start.md": ("census",),
                    "03-numeric-deviation.md": ("golden",), "04-biased-output.md": ("delta",),
                    "05-low-rank-accumulation.md": ("delta", "dose"), "06-loss-explosion.md": ("explosion", "dial"),
                    "07-the-fix.md": ("fix", "dial"), "reproduce.md": (), "bibliography.md": ()}
@@ -28,6 +30,7 @@ CHAPTER_STUDIES = {"intro.md": (), "01-bf16-rounding.md": ("rounding",), "02-fla
 CHAPTER_COMPONENTS = {
     "01-bf16-rounding.md": ("lib.fp",),
     "02-flash-attention-kernel.md": ("lib.fp",),
+    "02b-where-can-the-chain-start.md": ("lib.census",),
     "03-numeric-deviation.md": ("lib.fp", "kernels.attention"),
     "04-biased-output.md": ("lib.training.capture",),
     "05-low-rank-accumulation.md": ("lib.training.capture",),
@@ -126,6 +129,33 @@ def test_imports_point_down():
     for path, name in modules():
         bad += [f"{path.relative_to(ROOT)}:{b}" for b in bad_imports(name, imports(path))]
     assert bad == [], "upward or sideways imports:\n" + "\n".join(bad)
+
+
+def cycle(edges: dict):
+    """One import cycle of {module: {imported module}} as a list of modules (first = last), or None."""
+    try:
+        TopologicalSorter(edges).prepare()
+    except CycleError as err:
+        return err.args[1]
+    return None
+
+
+def test_no_import_cycles():
+    """No two modules import each other, directly or around a loop — lazy imports inside functions included."""
+    names = {name for _, name in modules()}
+    edges = {}
+    for path, name in modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:   # `from pkg import mod`
+                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in names else node.module
+                           for a in node.names]
+            else:
+                continue
+            edges.setdefault(name, set()).update(t for t in targets if t in names and t != name)
+    assert cycle(edges) is None, f"import cycle: {' -> '.join(cycle(edges))}"
+    assert sorted(set(cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}))) == ["a", "b", "c"]   # it can fail
 
 
 def test_chapters_import_their_own_study():

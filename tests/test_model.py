@@ -137,7 +137,7 @@ def test_numerics_overrides_in_spec_strings():
 
 
 def test_per_head_override_routes_heads(monkeypatch):
-    import lib.training.model as model_mod
+    import lib.training.backends as model_mod
     calls = []
 
     def fake(spec, q, k, v, *, causal=True, scale=None, call=None):  # marks each output with its backend

@@ -60,9 +60,8 @@ def arm_words(runs, judged: dict, arm: str, onsets: bool = True) -> str:
     """The outcomes of `arm`'s runs (summary rows with "id", "arm", "seed", "tag") as judged in `judged` ({run id:
     `rejudge` row}), in seed order: "exploded (647), stable, degraded (1136)", the onset step in brackets for a run
     that did not stay stable (onsets=False: outcomes only). Empty string if the arm has no run."""
-    from lib.training.runs import outcome_words
     js = [judged[r["id"]] for r in _arm_runs(runs, arm)]
-    return outcome_words([j["outcome"] for j in js],
+    return outcome.words([j["outcome"] for j in js],
                          [j["onset"] if onsets and j["outcome"] != "stable" else None for j in js])
 
 

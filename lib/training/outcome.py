@@ -2,7 +2,7 @@
 
 The thresholds are definitions (nats/byte of the training loss smoothed over `SMOOTH` steps), fixed before the runs
 they judge; `classify` is the only place that applies them. `lib.training.horizon` re-applies it at a common step
-horizon when runs of unequal length are compared.
+horizon when runs of unequal length are compared. `words` writes outcomes as the prose does (the one formatter).
 """
 from __future__ import annotations
 
@@ -82,3 +82,14 @@ def classify(loss, grad_norm, warmup: int) -> dict:
         outcome = "stable"
     return dict(outcome=outcome, best=best, final=final, rise=rise, max_grad_norm=max_gn,
                 onset=int(above[0]) if len(above) else None)
+
+
+def words(outcomes, onsets=None, compact: bool = False) -> str:
+    """Outcomes of runs (in seed order) as the prose writes them: "exploded (647), stable, degraded (1136)", with
+    the onset step in brackets where `onsets` (a list beside `outcomes`) has one (None: no bracket), or, with
+    `compact` and every run alike, "3 × stable". '' for no runs. The one formatter of outcome words."""
+    outcomes = list(outcomes)
+    onsets = list(onsets) if onsets is not None else [None] * len(outcomes)
+    if compact and outcomes and len(set(outcomes)) == 1 and all(o is None for o in onsets):
+        return f"{len(outcomes)} × {outcomes[0]}"
+    return ", ".join(o + (f" ({n})" if n is not None else "") for o, n in zip(outcomes, onsets))

@@ -11,7 +11,7 @@ except `union` (the regime pilots read together, `lib.training.regime.pick_lr`).
   ranges over seeds of best loss and of the fix / underflow telemetry.
 * `best_within(res, h)`: {run id: best smoothed loss over the first h steps} (to compare results of unequal length).
 * `smoothed_loss(loss, window)`: the moving-average loss curve every training figure draws.
-* `span(xs)` and `outcome_words(outcomes)`: a range of values and a list of outcomes as the prose writes them;
+* `span(xs)`: a range of values as the prose writes it (outcomes: `lib.training.outcome.words`);
   `arm_label(res, arm)`: an arm in words; `outcome_table(data)`: the run summaries as a Markdown table;
   `labelled(res_list)`: results named with their provenance label.
 """
@@ -24,7 +24,7 @@ from lib.training import outcome
 
 __all__ = ["union", "merge", "result_arrays", "repeats", "arm_label", "outcome_table", "labelled", "arm_summary",
            "best_within", "telemetry", "smoothed_loss", "span",
-           "outcome_words", "TELEMETRY"]
+           "TELEMETRY"]
 
 
 def merge(res_list, name: str | None = None):
@@ -120,17 +120,6 @@ def outcome_table(data: dict, judged: dict | None = None) -> str:
 def labelled(res_list) -> str:
     """"name: label" of each result, with its staleness warning where it is stale, joined by "; " (captions)."""
     return "; ".join(f"{r.name}: {r.label}" + (f" — {r.warning}" if r.stale else "") for r in res_list)
-
-
-def outcome_words(outcomes, onsets=None, compact: bool = False) -> str:
-    """Outcomes of runs (in seed order) as the prose writes them: "exploded (647), stable, degraded (1136)", with
-    the onset step in brackets where `onsets` (a list beside `outcomes`) has one (None: no bracket), or, with
-    `compact` and every run alike, "3 × stable". '' for no runs. The one formatter of outcome words."""
-    outcomes = list(outcomes)
-    onsets = list(onsets) if onsets is not None else [None] * len(outcomes)
-    if compact and outcomes and len(set(outcomes)) == 1 and all(o is None for o in onsets):
-        return f"{len(outcomes)} × {outcomes[0]}"
-    return ", ".join(o + (f" ({n})" if n is not None else "") for o, n in zip(outcomes, onsets))
 
 
 def span(xs, fmt: str = "{:.3f}", sep: str = "–") -> str:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from lib.fp.fix import Fix
 from lib.training import authors_backend, dose_backend
+from lib.training.backends import BACKENDS
 from lib.training.zero_rows import OURS_ZERO_AT
 
 __all__ = ["AttnSpec", "NUMERICS_NAMES", "FIXES", "FIX_OPTIONS", "SUFFIX_FIX", "describe"]
@@ -51,7 +52,6 @@ class AttnSpec:
     opts: object = None           # backend options: authors_backend.AuthorsOptions, dose_backend.DoseOptions
 
     def __post_init__(self):
-        from lib.training.model import BACKENDS      # the backends' dispatch table (model.py imports this module)
         if self.heads is not None:
             idx, other = self.heads
             idx = tuple(int(i) for i in idx)

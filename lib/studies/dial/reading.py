@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from lib.studies.dial import figures as dial_figures, table
-from lib.training import runs
+from lib.training import outcome, runs
 
 __all__ = ["chapter6_numbers", "chapter7_numbers", "KINDS"]
 
@@ -32,7 +32,7 @@ class _Dial:
     def oc(self, m, kind) -> str:
         """Outcomes of one kind at width m in seed order, the onset of a failed run in brackets."""
         rs = self.rows(m, kind)
-        return runs.outcome_words([r["outcome"] for r in rs],
+        return outcome.words([r["outcome"] for r in rs],
                                   [r["onset"] if r["outcome"] in ("exploded", "nonfinite") else None for r in rs]) \
             or "not run"
 
@@ -187,7 +187,7 @@ def chapter7_numbers(res_list) -> dict:
     t, f = D.t, D.f
 
     def by_width(kind):
-        parts = [f"m = {m}: " + runs.outcome_words(r["outcome"] for r in D.rows(m, kind))
+        parts = [f"m = {m}: " + outcome.words(r["outcome"] for r in D.rows(m, kind))
                  for m in t["bits"] if D.rows(m, kind)]
         return "; ".join(parts) or "not run"
 

@@ -114,7 +114,7 @@ def regime_numbers(pilots, headline=None) -> dict:
 
 
 def _words(arm, src_runs, judged) -> str:
-    return runs.outcome_words(judged[r["id"]]["outcome"] for r in sorted(src_runs, key=lambda r: r["seed"])
+    return outcome.words(judged[r["id"]]["outcome"] for r in sorted(src_runs, key=lambda r: r["seed"])
                               if r["arm"] == arm)
 
 
@@ -159,7 +159,7 @@ def healthy_numbers(parts, refs) -> dict:
     # the per-arm table: seeds are in the caption's text (every arm ran the same three), to keep the column narrow
     rows = ["| arm | outcomes | best loss | largest logit | rows shifted | rows zeroed |", "|---|---|---|---|---|---|"]
     for arm, v in ((a, v) for a, v in summ.items() if a is not None):
-        rows.append(f"| {runs.arm_label(hh, arm)} | {runs.outcome_words(v['outcomes'], compact=True)} | "
+        rows.append(f"| {runs.arm_label(hh, arm)} | {outcome.words(v['outcomes'], compact=True)} | "
                     f"{runs.span(v['best'])} | {runs.span(v['max_logit'], '{:.0f}')} | "
                     + (f"{_tel(summ, arm, 'fix_rows')} | {_tel(summ, arm, 'fix_zero_rows')} |"
                        if any(v["fix_rows"]) else "— | — |"))
@@ -167,7 +167,7 @@ def healthy_numbers(parts, refs) -> dict:
         rs = sorted((r for r in ref_runs if r["arm"] == arm), key=lambda r: r["seed"])
         top = [float(np.nanmax(refs.arrays[r["id"] + "__max_logit"])) for r in rs]
         rows.append(f"| {runs.arm_label(refs, arm)} (pilot) | "
-                    f"{runs.outcome_words((ref_j[r['id']]['outcome'] for r in rs), compact=True)} | "
+                    f"{outcome.words((ref_j[r['id']]['outcome'] for r in rs), compact=True)} | "
                     f"{runs.span([r['best'] for r in rs])} | {runs.span(top, '{:.0f}')} | — | — |")
     out["hh_table_md"] = "\n".join(rows)
 
@@ -204,7 +204,7 @@ def wide_numbers(parts, refs=None, healthy=None) -> dict:
            "wd_healthy": "healthy" if health["healthy"] else "not healthy",
            "wd_ref_logit": runs.span([x["max_logit"] for x in health["runs"]], "{:.0f}"),
            "wd_ref_out": ", ".join(sorted({x["outcome"] for x in health["runs"]})),
-           "wd_paper_out": runs.outcome_words(paper["outcomes"]),
+           "wd_paper_out": outcome.words(paper["outcomes"]),
            "wd_paper_logit": runs.span(paper["max_logit"], "{:.0f}"),
            "wd_paper_best": runs.span(paper["best"]),
            "wd_ref_best": runs.span(summ.get("fp32", {}).get("best", []) + summ.get("sdpa", {}).get("best", [])),
@@ -245,14 +245,14 @@ def generic_numbers(gg) -> dict:
         rs = sorted((r for r in gg.data["runs"] if r["arm"] == arm), key=lambda r: r["seed"])
         top = max(float(np.nanmax(gg.arrays[f"{r['id']}__max_logit"])) for r in rs)
         rows.append(f"| {runs.arm_label(gg, arm)} | {len(rs)} | "
-                    f"{runs.outcome_words(judged[r['id']]['outcome'] for r in rs)} | {top:,.0f} |")
+                    f"{outcome.words(judged[r['id']]['outcome'] for r in rs)} | {top:,.0f} |")
     qk = [r for r in gg.data["runs"] if (gg.meta["provenance"]["cfg"].get("arm_train") or {}).get(r["arm"], {})
           .get("qk_norm")]
     zr = sorted((r for r in gg.data["runs"] if r["arm"] == "paper+zero_rows"), key=lambda r: r["seed"])
     return {"gg_table_md": "\n".join(rows),
             "gg_qk": f"{sum(judged[r['id']]['outcome'] == 'stable' for r in qk)} of {len(qk)}",
             "gg_qk_logit": f"{max(float(np.nanmax(gg.arrays[r['id'] + '__max_logit'])) for r in qk):.0f}",
-            "gg_zr": runs.outcome_words(judged[r["id"]]["outcome"] for r in zr),
+            "gg_zr": outcome.words(judged[r["id"]]["outcome"] for r in zr),
             "gg_label": gg.label + (f" — {gg.warning}" if gg.stale else "")}
 
 

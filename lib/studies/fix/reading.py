@@ -26,7 +26,7 @@ from lib.fp import beta_theory as bt, fix_error
 from lib.fp.fix import Fix
 from lib.studies.fix import beta as beta_reading, figures as fix_figures
 from lib.studies.fix.checks import fix_effect
-from lib.training import horizon as hz, proxy, runs
+from lib.training import horizon as hz, outcome, proxy, runs
 from lib.training.authors_backend import AuthorsOptions
 from lib.training.zero_rows import OURS_ZERO_AT, authors_zero_at
 
@@ -164,13 +164,13 @@ def healthy_fix_numbers(parts) -> dict:
     pap = [r for r in hh.data["runs"] if r["arm"] == PAPER]
     fz = [float(np.nanmax(np.nanmean(hh.arrays[f"{r['id']}__fix_zero_rows"], axis=0))) for r in fix]
     ml = [float(np.nanmax(hh.arrays[f"{r['id']}__max_logit"])) for r in fix]
-    return {"h7_fix2": runs.outcome_words(f2["outcomes"]) if f2 else "not run",
+    return {"h7_fix2": outcome.words(f2["outcomes"]) if f2 else "not run",
             "h7_gap2": f"{np.mean(f2['best']) - np.mean(summ[PAPER]['best']):+.3f}" if f2 else "—",
             "h7_zero2": (runs.span([100 * t["layer_mean"] for t in f2["fix_zero_rows"] if t], "{:.1f}") + " %")
             if f2 else "—",
             "h7_logit2": runs.span(f2["max_logit"], "{:.0f}") if f2 else "—", "h7_lr": f"{hh.data['lr']:g}",
-            "h7_fix": runs.outcome_words(r["outcome"] for r in sorted(fix, key=lambda r: r["seed"])),
-            "h7_paper": runs.outcome_words(r["outcome"] for r in sorted(pap, key=lambda r: r["seed"])),
+            "h7_fix": outcome.words(r["outcome"] for r in sorted(fix, key=lambda r: r["seed"])),
+            "h7_paper": outcome.words(r["outcome"] for r in sorted(pap, key=lambda r: r["seed"])),
             "h7_gap": f"{np.mean([r['best'] for r in fix]) - np.mean([r['best'] for r in pap]):+.3f}",
             "h7_zero": f"{100 * min(fz):.1f}–{100 * max(fz):.1f} %", "h7_label": hh.label,
             "h7_logit": f"{min(ml):.0f}–{max(ml):.0f}", "h7_level": f"{OURS_ZERO_AT:.1f}",
@@ -200,7 +200,7 @@ def _uf(v, stat="layer_mean") -> str:
 
 
 def _onset_words(v) -> str:
-    return runs.outcome_words(v["outcomes"], v["onsets"])
+    return outcome.words(v["outcomes"], v["onsets"])
 
 
 def authors_numbers(parts, ac6=None, healthy_parts=(), gg=None) -> dict:
@@ -235,7 +235,7 @@ def authors_numbers(parts, ac6=None, healthy_parts=(), gg=None) -> dict:
         s6 = runs.arm_summary(ac6)
         out["ac6_text"] = (f" Its no-fix arm alone, run again to {s6[None]['horizon']:,} steps in "
                            f"{len(s6['authors']['seeds'])} seeds ({runs.labelled([ac6])}), was "
-                           f"{runs.outcome_words(s6['authors']['outcomes'])} (best loss "
+                           f"{outcome.words(s6['authors']['outcomes'])} (best loss "
                            f"{runs.span(s6['authors']['best'])}).")
     else:
         out["ac6_text"] = ""
@@ -323,7 +323,7 @@ def beta_sweep_numbers(res_list, live: dict | None = None, scale: str = "ci") ->
     return out | {
         "bs_label": runs.labelled(res_list), "bs_lr": ", ".join(f"{x:g}" for x in t["lr"]), "bs_h": t["horizon"],
         "bs_groups": "; ".join(f"β = {x['beta']:g} {'with the guard' if x['guarded'] else 'exact'}: "
-                               + runs.outcome_words(x["outcomes"]) + f" (seeds {', '.join(map(str, x['seeds']))})"
+                               + outcome.words(x["outcomes"]) + f" (seeds {', '.join(map(str, x['seeds']))})"
                                for x in t["groups"]),
         "bs_big": f"{big['beta']:g}", "bs_big_r": f"{exact_big[0]['underflow_r']:.1f}",
         "bs_big_first": ", ".join("never" if r["first_above"] is None else str(r["first_above"]) for r in exact_big),
