@@ -187,6 +187,20 @@ def gpt2_numbers(res, thr: float | None = None) -> dict:
         out[f"{p}_first_step"] = first_step_above(res, lab, int(li), thr, p)
         out[f"{p}_logit_layer_end"] = float(np.asarray(c[f"{p}/max_logit"])[-1, li].max())
     out["n_layers"], out["n_heads"] = L, H
+    from lib.fp.bf16 import ulp
+    out["authors_logit_ulp"] = float(ulp(np.float32(out["authors_logit_layer_end"])))
+    out["pairs_ratio"] = out["authors_n_conj"] / max(out["fa2_n_conj"], 1.0)
+    # ‖W_Q^h‖₂ at the last census event: which layer grew most, and whether, within the layer with the most
+    # conjunction, the heads that grew are the heads with the conjunction
+    sig = np.asarray(c["wq_sigma"], dtype=np.float64)
+    out["sigma_start"] = float(sig[0].max())
+    out["sigma_layer"] = int(np.argmax(sig[-1].max(1))) + 1
+    out["sigma_max"] = float(sig[-1].max())
+    out["sigma_other_max"] = float(np.delete(sig[-1].max(1), out["sigma_layer"] - 1).max())
+    li = out["authors_conj_layer"] - 1
+    conj = late_table(res, "authors")[lab]["conjunction"][li]
+    out["sigma_conj_corr"] = float(np.corrcoef(conj, sig[-1, li])[0, 1])
+    out["head_1based"] = out["authors_conj_head"] + 1
     return out
 
 
