@@ -1,0 +1,473 @@
+"""The numbers of the chapter "Using this in your training": which kernels carry which bias, how the monitor sees it
+coming, what the fix costs, and what is not measured yet.
+
+`numbers()` returns one dict, {glue name: value} (a string, a Markdown block under a key ending in "_md", or a
+Figure under "fig-…"), that the chapter glues in a loop. One function per section, each on what it reads:
+
+* `kernel_table_numbers(res)`: the kernel bias table (`kernel_table`), committed full-scale result or a live run;
+* `remainder_sign_check(...)`: the same planted tie with the other keys' V of random sign and of the tied sign (CPU);
+* `planted_demo`, `run_monitor_demo(path)`, `monitor_demo_numbers(path)`: `AttentionMonitor` on a tiny `LM` with a
+  planted tied head, for a few CPU steps, and what its JSON lines and warnings say;
+* `monitor_view(res, ...)`, `gpt2_monitor_numbers(res)`: the census of the committed GPT-2 124M run read as the
+  monitor reads its own records (per event, per head), with the warnings the monitor's thresholds would have raised;
+* `fix_numbers()`: the recommended settings, read from the code (the user kernel's defaults, the fix's window, the
+  authors' clamp on ℓ);
+* `dev_log(path)`, `dev_log_numbers(log)`: the development measurement of the user kernel on an H100, parsed from
+  its log (speed against SDPA's cuDNN and flash backends, the fix's cost, the open dQ difference).
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import re
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from lib.studies.practice import figures
+from lib.studies.practice.figures import KINDS
+
+ROOT = Path(__file__).resolve().parents[3]
+DEV_LOG = ROOT / "results" / "full" / "stable_attention_bench_dev_run.log"
+# The user kernel's targets (forward+backward speed-ups over SDPA's backends; the fix's extra time), stated before
+# the measurement in benchmarks/bench_stable_attention.py's docstring.
+TARGETS = {"cudnn": 0.9, "flash": 1.3, "fix": 0.02}
+CHECK_KERNELS = ("sdpa_math", "ours_fa2", "ours_paper")
+PLANT_GAIN = 16.0        # the demo's layer-0 head 0: q and k weights scaled, so attention concentrates
+ALPHABET = 8             # the demo's tokens come from 8 symbols: each repeats in a 32-token row (ties)
+
+__all__ = ["numbers", "TARGETS", "kernel_table_result", "kernel_table_numbers", "remainder_sign_check",
+           "check_numbers", "planted_demo", "run_monitor_demo", "monitor_demo_numbers", "monitor_view",
+           "first_warnings", "watched_layer", "gpt2_monitor_numbers", "fix_numbers", "dev_log", "dev_shape_numbers",
+           "dev_log_numbers", "dq_numbers", "kernel_label"]
+
+
+def numbers() -> dict:
+    """Every number, table and figure of the chapter but the monitor demo's (which the chapter runs in view and reads
+    with `monitor_demo_numbers`). The same at every scale: the results it reads are committed, and what is live (the
+    ci kernel table, the remainder check) is CPU work."""
+    from lib.book import results
+    table = kernel_table_result()
+    check = remainder_sign_check()
+    gpt2 = results.load("gpt2_regime", "full")
+    layer = watched_layer(gpt2)
+    views = {p: monitor_view(gpt2, layer, p) for p in ("authors", "fa2")}
+    return (kernel_table_numbers(table) | check_numbers(check) | gpt2_monitor_numbers(gpt2) | fix_numbers()
+            | dev_log_numbers(dev_log())
+            | {"fig-kernel-table": figures.kernel_table_figure(table, check),
+               "fig-gpt2-monitor": figures.gpt2_monitor_figure(views, gpt2.meta)})
+
+
+# ------------------------------------------------------------------------------------------------ formatting
+def _num(x: float, fmt: str = "+.2f") -> str:
+    """A number with a typographic minus sign."""
+    return format(x, fmt).replace("-", "−")
+
+
+def _interval(cell: dict) -> str:
+    """'−0.19 [−0.20, −0.17]': a table cell's mean and 95 % interval (ULP)."""
+    if not cell or cell.get("n_problems", 0) == 0:
+        return "—"
+    if not math.isfinite(cell["lo"]):
+        return _num(cell["mean"])
+    return f"{_num(cell['mean'])} [{_num(cell['lo'])}, {_num(cell['hi'])}]"
+
+
+def kernel_label(name: str, labels: dict) -> str:
+    """A kernel's label for prose and tables, where an identifier does not belong: `stable_attention` is "the user
+    kernel"."""
+    return labels.get(name, name).replace("stable_attention", "user kernel")
+
+
+def _ranges(rows) -> str:
+    """'25–63, 89': sorted integers as runs."""
+    rows = sorted(rows)
+    runs, start = [], rows[0]
+    for a, b in zip(rows, rows[1:] + [None]):
+        if b != a + 1:
+            runs.append(f"{start}–{a}" if a > start else f"{a}")
+            start = b
+    return ", ".join(runs)
+
+
+# ------------------------------------------------------------------------------------------------ kernel table
+def kernel_table_result():
+    """The kernel bias table: the committed full-scale result if there is one, else a live run at ci scale (on the
+    CPU: SDPA's math backend and the research kernel's emulated path; about a second)."""
+    from lib.book import results
+    from lib.book.runner import live_result
+    if results.exists("kernel_bias_table", "full"):
+        return results.load("kernel_bias_table", "full")
+    return live_result("kernel_bias_table", "ci")
+
+
+def kernel_table_numbers(res) -> dict:
+    """The kernel bias table as Markdown ("kt_md": kernel × kind of input, mean error along sign(V) in ULP with its
+    95 % interval), what it is ("kt_what"), its size, and the full table's kernels it does not hold ("kt_missing")."""
+    from lib.studies.practice import kernel_table as kt
+    d = res.data
+    kinds = [k for k in KINDS if any(k in row for row in d["table"].values())]      # the table's, not the check's
+    lines = ["| kernel | " + " | ".join(KINDS[k] for k in kinds) + " |", "|---" * (len(kinds) + 1) + "|"]
+    for name, row in d["table"].items():
+        lines.append(f"| {kernel_label(name, d['labels'])} | " + " | ".join(_interval(row.get(k)) for k in kinds)
+                     + " |")
+    n = sorted({row[k]["n_problems"] for row in d["table"].values() for k in kinds if k in row})
+    B, H, T, D = d["shape"]
+    on_cpu = d["device"] == "cpu"
+    missing = [kernel_label(k, kt.LABELS) for k in kt.KERNELS if k not in d["table"]]
+    conc = {n: _direction(row["concentrated"]) for n, row in d["table"].items() if "concentrated" in row}
+    named = lambda w: "; ".join(kernel_label(n, d["labels"]) for n, v in conc.items() if v == w) or "none"  # noqa: E731
+    diffuse = [abs(row["diffuse"]["mean"]) for row in d["table"].values() if "diffuse" in row]
+    return {"kt_md": "\n".join(lines),
+            "kt_what": ("a live run on this machine's CPU (Triton's interpreter, BF16 rounding emulated bit for bit)"
+                        if on_cpu else f"the run on {d['device']} ({res.label})"),
+            "kt_on_gpu": not on_cpu, "kt_shape": f"{B}·{H}·{T}·{D}",
+            "kt_n_problems": " or ".join(str(x) for x in n), "kt_gap_c": f"{d['gaps']['concentrated']:g}",
+            "kt_gap_d": f"{d['gaps']['diffuse']:g}", "kt_n_missing": len(missing),
+            "kt_missing": "; ".join(missing) if missing else "none",
+            "kt_missing_md": "Kernels not in the table above:\n\n" + "\n".join(f"* {m}" for m in missing)
+            if missing else "Every kernel of the full table is in the table above.",
+            "kt_skipped": "; ".join(f"{k}: {v}" for k, v in d["skipped"].items()) or "none",
+            "kt_toward": named("toward zero"), "kt_away": named("away from zero"),
+            "kt_unresolved": named("not resolved from zero"),
+            "kt_diffuse_max": f"{max(diffuse):.3f}" if diffuse else "—"}
+
+
+def _direction(cell: dict) -> str:
+    """Which way a table cell's 95 % interval puts the error along sign(V)."""
+    if cell["lo"] > 0:
+        return "away from zero"
+    if cell["hi"] < 0:
+        return "toward zero"
+    return "not resolved from zero"
+
+
+def _planted_errors(name: str, shape, seeds, gap: float, tied_sign_rest: bool) -> dict:
+    """`kernel_table.summarize` of kernel `name`'s error along sign(V) on the table's planted concentrated ties, with
+    the other keys' V as planted (random sign) or with their magnitudes given the tied keys' sign."""
+    import torch
+    from lib.studies.practice import kernel_table as kt
+    fn, means = kt.kernel_fn(name), []
+    for seed in seeds:
+        q, k, v, sign = kt.planted(*shape, gap, seed, "cpu")
+        if tied_sign_rest:
+            v = v.clone()
+            v[:, :, 2:] = (v[:, :, 2:].float().abs() * sign[:, :, None, :]).to(v.dtype)
+        e = kt.along_sign(fn(q, k, v, False), kt.fp64_attention(q, k, v, False), sign[:, :, None, :])
+        means.append(kt.problem_means(e, torch.ones_like(e, dtype=torch.bool), 2))
+    return kt.summarize(np.concatenate(means))
+
+
+def remainder_sign_check(shape=(1, 4, 128, 16), seeds=(0, 1), gap: float = 14.0, kernels=CHECK_KERNELS) -> dict:
+    """The sign condition of the tie bias, on the CPU: the kernel table's planted concentrated ties (two tied keys
+    `gap` nats above the rest, tied V of one sign per feature) with the other keys' V of random sign (as planted) and
+    with the same magnitudes given the tied keys' sign. The sticky bit pushes the rounding of the tied sum the way the
+    remainder Σ P̄V of the other keys points; only a remainder of the tied sign makes that push away from zero.
+    Returns {"random"|"tied": {kernel: summary}, "shape", "n_problems"}."""
+    out = {which: {k: _planted_errors(k, shape, seeds, gap, which == "tied") for k in kernels}
+           for which in ("random", "tied")}
+    return out | {"shape": list(shape), "n_problems": shape[0] * shape[1] * len(seeds), "gap": gap}
+
+
+def check_numbers(check: dict) -> dict:
+    """Glue names of `remainder_sign_check`: "ck_<which>_<kernel>" (mean [interval]), the size."""
+    out = {f"ck_{w}_{k}": _interval(s) for w in ("random", "tied") for k, s in check[w].items()}
+    B, H, T, D = check["shape"]
+    return out | {"ck_n": check["n_problems"], "ck_shape": f"{B}·{H}·{T}·{D}"}
+
+
+# ------------------------------------------------------------------------------------------------ the monitor demo
+def planted_demo(seed: int = 0, steps: int = 6, gain: float = PLANT_GAIN):
+    """(model, optimizer, batches) of the monitor demo: an `LM` of 2 layers × 2 heads (C = 32, T = 32, vocabulary
+    64) without positional embeddings, so a token repeated in a row gives layer 0 identical keys (ties, in both heads);
+    layer 0's head 0 has its q and k weights scaled by `gain`, so its attention concentrates on those keys and some
+    tied rows have a remainder in the sticky-bit window. `steps` batches of 4 rows of tokens from `ALPHABET`
+    symbols; AdamW at LR 1e-3."""
+    import torch
+    from lib.training.lm import LM, LMConfig
+    torch.manual_seed(seed)
+    cfg = LMConfig(n_layer=2, n_head=2, n_embd=32, block_size=32, vocab_size=64, attn="sdpa", pos="none")
+    model = LM(cfg)
+    C, D = cfg.n_embd, cfg.head_dim
+    with torch.no_grad():
+        w = model.transformer.h[0].attn.c_attn.weight        # (3C, C): rows [0, C) give q, [C, 2C) give k
+        w[0:D] *= gain
+        w[C:C + D] *= gain
+    batches = []
+    for s in range(steps):
+        x = torch.randint(0, ALPHABET, (4, cfg.block_size), generator=torch.Generator().manual_seed(seed + s))
+        batches.append((x, torch.roll(x, -1, 1)))
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-3), batches
+
+
+def run_monitor_demo(path, steps: int = 6, every: int = 2):
+    """The chapter's usage example as a function: `planted_demo`, then the training loop with `AttentionMonitor`
+    around it (events every `every` steps on both layers, JSON lines to `path`). Its warnings are kept in the records
+    (and returned as Python warnings, which this function silences). Returns the monitor."""
+    from lib.monitor import AttentionMonitor, MonitorWarning
+    model, optimizer, batches = planted_demo(steps=steps)
+    mon = AttentionMonitor(model, every=every, out=path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MonitorWarning)
+        for step, (x, y) in enumerate(batches):
+            mon.step(step)
+            model(x, y)[1].backward()
+            mon.collect(step)
+            optimizer.step()
+            optimizer.zero_grad()
+    return mon
+
+
+def monitor_demo_numbers(path) -> dict:
+    """What the demo's JSON lines say, read back with `AttentionMonitor.read`: a Markdown table of layer 0 per event
+    and head ("md_table"), the largest rates of each (layer, head) over the events, the O error on the conjunction
+    (measured, tie theory, rounding of ℓ) of the planted head, and the warnings ("md_warnings", a code block)."""
+    from lib.monitor import AttentionMonitor
+    d = AttentionMonitor.read(path)
+    S, L, H = d["conjunction"].shape
+    rows = ["| step | head | tied rows | in window | conjunction | largest logit | σ₁(W_Q) |", "|---" * 7 + "|"]
+    for i, s in enumerate(d["step"]):
+        for h in range(H):
+            rows.append(f"| {s} | {h} | {d['tie_rate'][i, 0, h]:.2f} | {d['window_rate'][i, 0, h]:.3f} | "
+                        f"{d['conjunction'][i, 0, h]:.3f} | {d['max_logit'][i, 0, h]:.3g} | "
+                        f"{d['sigma_wq'][i, 0, h]:.2f} |")
+    w = np.nan_to_num(d["n_conj"][:, 0, 0])
+    err = {k: float(np.nansum(np.nan_to_num(d[k][:, 0, 0]) * w) / w.sum()) if w.sum() else float("nan")
+           for k in ("err_ulp", "err_pred", "err_ell")}
+    msgs_at = d["warnings"]
+    msgs = [m for _, _, m in msgs_at]
+    per_head = lambda key: {(l, h): float(np.nanmax(d[key][:, l, h])) for l in range(L) for h in range(H)}  # noqa: E731
+    return {"md_table": "\n".join(rows), "md_steps": ", ".join(str(s) for s in d["step"]), "md_layers": L,
+            "md_max_tie": per_head("tie_rate"),
+            "md_max_window": per_head("window_rate"), "md_max_conj": per_head("conjunction"),
+            "md_planted_tie": f"{np.nanmax(d['tie_rate'][:, 0, 0]):.2f}",
+            "md_other_tie": f"{np.nanmax(d['tie_rate'][:, 0, 1]):.2f}",
+            "md_planted_conj": f"{np.nanmax(d['conjunction'][:, 0, 0]):.3f}",
+            "md_layer1_window": f"{np.nanmax(d['window_rate'][:, 1, :]):.3f}",
+            "md_err": _num(err["err_ulp"]), "md_pred": _num(err["err_pred"]), "md_ell": _num(err["err_ell"]),
+            "md_n_warn": len(msgs), "md_warn_steps": ", ".join(str(s) for s in sorted({s for s, _, _ in msgs_at})),
+            "md_warnings": "```text\n" + ("\n".join(msgs) or "(no warnings)") + "\n```"}
+
+
+# ------------------------------------------------------------------------------------------------ GPT-2, monitored
+def _census(res, placement: str, key: str) -> np.ndarray:
+    run = res.data["runs"][0]["label"]
+    return np.asarray(res.arrays[f"{run}__census__{placement}/{key}"], dtype=np.float64)
+
+
+def monitor_view(res, layer: int, placement: str = "authors") -> dict:
+    """The census of a training result (`gpt2_regime`: the monitor's own census, every `census_every` steps) for one
+    layer, as the monitor's records hold it: "step" (E,), "conjunction", "max_logit", "sigma" (E, H), and the
+    warnings `AttentionMonitor` would have raised on them with its default `Thresholds` — its own rule
+    (`AttentionMonitor._warnings`, the method `collect` calls), fed event by event: "warnings" [(step, kind,
+    message)], kind "conjunction", "rise" or "logit"; "first" {kind: first step or None}."""
+    from lib.monitor import AttentionMonitor, MonitorWarning
+    run = res.data["runs"][0]["label"]
+    steps = np.asarray(res.arrays[f"{run}__census__step"])
+    conj = np.nan_to_num(_census(res, placement, "conjunction")[:, layer])
+    logit = _census(res, placement, "max_logit")[:, layer]
+    mon = AttentionMonitor(None, out=None, placement=placement)
+    found = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MonitorWarning)
+        for i, s in enumerate(steps):
+            for m in mon._warnings(dict(step=int(s), layer=layer), dict(conjunction=conj[i], max_logit=logit[i])):
+                kind = "logit" if "logit" in m else "rise" if "rose to" in m else "conjunction"
+                found.append((int(s), kind, m))
+    first = {k: min((s for s, kk, _ in found if kk == k), default=None) for k in ("conjunction", "rise", "logit")}
+    sigma = np.asarray(res.arrays[f"{run}__census__wq_sigma"], dtype=np.float64)[:, layer]
+    return dict(step=steps, conjunction=conj, max_logit=logit, sigma=sigma, warnings=found, first=first,
+                thresholds=mon.thresholds, layer=layer, placement=placement)
+
+
+def first_warnings(res) -> dict:
+    """{(placement, layer): `monitor_view(...)["first"]`} for every layer of the result, both placements."""
+    L = _census(res, "authors", "conjunction").shape[1]
+    return {(p, l): monitor_view(res, l, p)["first"] for p in ("authors", "fa2") for l in range(L)}
+
+
+def watched_layer(res) -> int:
+    """The layer (0-based) whose conjunction warning (authors' placement, rate above the threshold) fires first."""
+    firsts = first_warnings(res)
+    hits = [(f["conjunction"], l) for (p, l), f in firsts.items() if p == "authors" and f["conjunction"] is not None]
+    if not hits:
+        raise ValueError("no layer's conjunction rate passes the monitor's threshold in this result")
+    return min(hits)[1]
+
+
+def gpt2_monitor_numbers(res) -> dict:
+    """The GPT-2 run seen through the monitor: per layer, when each warning would first have fired ("g2_md", only
+    the layers with a warning), and in the layer whose conjunction warning fires first (1-based in the glue) the
+    largest rates, the logit and σ₁(W_Q) at that point; the thresholds."""
+    firsts = first_warnings(res)
+    L = max(l for _, l in firsts) + 1
+    cell = lambda s: "—" if s is None else f"{s:,}"  # noqa: E731
+    th = monitor_view(res, 0)["thresholds"]
+    md = [f"| layer | authors': above {100 * th.conjunction:g} % | authors': {th.rise:g}× rise | FA2: above "
+          f"{100 * th.conjunction:g} % | FA2: {th.rise:g}× rise | logit above {th.max_logit:g} |", "|---" * 6 + "|"]
+    quiet = []
+    for l in range(L):
+        a, f = firsts[("authors", l)], firsts[("fa2", l)]
+        if all(v is None for v in (*a.values(), *f.values())):
+            quiet.append(str(l + 1))
+            continue
+        md.append(f"| {l + 1} | {cell(a['conjunction'])} | {cell(a['rise'])} | {cell(f['conjunction'])} | "
+                  f"{cell(f['rise'])} | {cell(a['logit'])} |")
+    logit = [(f["logit"], l) for (p, l), f in firsts.items() if p == "authors" and f["logit"] is not None]
+    conj_layers = sorted(l + 1 for (p, l), f in firsts.items() if p == "authors" and f["conjunction"] is not None)
+    fa2_layers = sorted(l + 1 for (p, l), f in firsts.items()
+                        if p == "fa2" and (f["conjunction"] is not None or f["rise"] is not None))
+    layer = watched_layer(res)
+    run = res.data["runs"][0]
+    out = {"g2_md": "\n".join(md), "g2_quiet": ", ".join(quiet) or "none", "g2_layer": layer + 1,
+           "g2_every": run["config"]["census_every"], "g2_steps": f"{run['steps']:,}", "g2_label": res.label,
+           "g2_n_logit_layers": len(logit), "g2_first_logit": f"{min(logit)[0]:,}" if logit else "never",
+           "g2_first_logit_layer": min(logit)[1] + 1 if logit else "",
+           "g2_conj_layers": " and ".join(map(str, conj_layers)), "g2_n_conj_layers": len(conj_layers),
+           "g2_fa2_layers": " and ".join(map(str, fa2_layers)) or "none",
+           "th_conj": f"{100 * th.conjunction:g} %", "th_rise": f"{th.rise:g}", "th_floor": f"{th.floor:g}",
+           "th_logit": f"{th.max_logit:g}"}
+    for p in ("authors", "fa2"):
+        v = monitor_view(res, layer, p)
+        out |= {f"g2_{p}_{k}": (f"{s:,}" if s is not None else "never") for k, s in v["first"].items()}
+        out[f"g2_{p}_max_conj"] = f"{v['conjunction'].max():.3f}"
+    v = monitor_view(res, layer, "authors")
+    first = v["first"]["conjunction"]
+    i = int(np.nonzero(v["step"] == first)[0][0])
+    out |= {"g2_logit_at": f"{v['max_logit'][i].max():,.0f}", "g2_sigma_start": f"{v['sigma'][0].max():.2f}",
+            "g2_sigma_at": f"{v['sigma'][i].max():.2f}", "g2_sigma_end": f"{v['sigma'][-1].max():.1f}",
+            "g2_logit_end": f"{v['max_logit'][-1].max():,.0f}"}
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ the fix
+def fix_numbers() -> dict:
+    """The recommended settings, read from the code: the user kernel's defaults (β, the shift cap), the fix's window
+    at that β (ineffective below x₁/(β − 1); without the cap a row with FP32 P̄ and ℓ underflows above
+    underflow/(β − 1)), and the authors' clamp of ℓ with the tied maximum above which it drops rows, at β = 7 and
+    at the user kernel's β."""
+    from kernels.stable_attention import stable_attention
+    from lib.fp import beta_theory as bt
+    from lib.fp.fix import Fix
+    from lib.training.authors_fa import authors_attention
+    p = inspect.signature(stable_attention).parameters
+    beta, cap = float(p["beta"].default), float(p["max_shift"].default)
+    floor = float(inspect.signature(authors_attention).parameters["row_sum_floor"].default)
+    level = -math.log(floor)
+    x1, xu = bt.x_round_to_one(7), bt.underflow_x("fp32")
+    return {"fx_beta": f"{beta:g}", "fx_cap": f"{cap:g}", "fx_paper_beta": f"{Fix().beta:g}",
+            "fx_lo": f"{x1 / (beta - 1):.4f}", "fx_uf": f"{xu / (beta - 1):.0f}", "fx_floor": f"{floor:g}",
+            "fx_floor_level": f"{level:.1f}", "fx_floor_b7": f"{level / (Fix().beta - 1):.2f}",
+            "fx_floor_b2": f"{level / (beta - 1):.1f}", "fx_min_weight": f"{math.exp(-cap):.1e}"}
+
+
+# ------------------------------------------------------------------------------------------------ the dev log
+def dev_log(path=DEV_LOG) -> dict:
+    """The development measurement's log, parsed: "header" (its first line), "bench" (the JSON the benchmark wrote),
+    "tests" (the GPU tests' progress line, e.g. "....F.F."), "dq" {"counts": {tensor: (differing, total)},
+    "counts_their_fwd": the same with the user kernel's backward on the research kernel's forward outputs (the log's
+    "ours" is the user kernel, "their" the research kernel, as in tests/gpu/test_stable_attention_gpu.py),
+    "examples": [(index (b, h, row, col), value, value)], "rows_head0": [rows], "rows_total": n}."""
+    text = Path(path).read_text()
+    header = text.splitlines()[0].lstrip("# ").strip()
+    parts = re.split(r"## ([^\n]+)\n", text)            # [preamble, title, body, title, body, ...]
+    sec = dict(zip(parts[1::2], parts[2::2]))
+    bench = json.loads(sec["stable_attention_bench.json"])
+    tests_title = next(t for t in sec if t.startswith("GPU tests"))
+    tests = sec[tests_title].strip()
+    body = next(b for t, b in sec.items() if t.startswith("dQ comparison"))
+    first, _, second = body.splitlines()[0].partition("|")
+    counts = lambda s: {n: (int(a), int(b)) for n, a, b in re.findall(r"(\w+) (\d+)/(\d+)", s)}  # noqa: E731
+    examples = [(tuple(int(i) for i in idx.split(", ")), float(a), float(b))
+                for idx, a, b in re.findall(r"\[(\d+(?:, \d+){3})\] (\S+) (\S+)", body)]
+    m = re.search(r"rows differing \(head 0\): \[([\d, ]+)\] (\d+)", body)
+    return dict(header=header, bench=bench, tests=tests, tests_title=tests_title,
+                dq=dict(counts=counts(first), counts_their_fwd=counts(second), examples=examples,
+                        rows_head0=[int(r) for r in m.group(1).split(",")], rows_total=int(m.group(2))))
+
+
+def _round_ratios(shape: dict, a: str, b: str, mode: str) -> list[float]:
+    """Per interleaved round: how many times faster `a` is than `b` (b's time / a's time)."""
+    ms = shape["ms_per_round"]
+    return [tb / ta for ta, tb in zip(ms[f"{a} {mode}"], ms[f"{b} {mode}"])]
+
+
+def dev_shape_numbers(shape: dict) -> dict:
+    """One shape of the development measurement against the targets (medians over rounds, as the benchmark reports
+    them; per-round values as a span): speed-ups of the user kernel's forward+backward over cuDNN and flash, the
+    fix's extra time (forward+backward and forward), TFLOP/s and fraction of the peak."""
+    out = {}
+    for other in ("cudnn", "flash"):
+        per = _round_ratios(shape, "stable", f"sdpa_{other}", "fwd+bwd")
+        val = shape["ratios"][f"stable over sdpa_{other} fwd+bwd (speed-up)"]
+        out[other] = dict(value=val, lo=min(per), hi=max(per), met=val >= TARGETS[other],
+                          firm=min(per) >= TARGETS[other] or max(per) < TARGETS[other])
+    for mode in ("fwd+bwd", "fwd"):
+        per = [r - 1.0 for r in _round_ratios(shape, "stable", "stable_fix", mode)]
+        val = shape["fix_cost"][mode]
+        out[f"fix {mode}"] = dict(value=val, lo=min(per), hi=max(per), met=val <= TARGETS["fix"],
+                                  firm=max(per) <= TARGETS["fix"] or min(per) > TARGETS["fix"])
+    for impl in ("stable", "sdpa_cudnn", "sdpa_flash"):
+        out[f"tflops {impl}"] = shape[f"{impl} fwd+bwd"]["tflops"]
+        out[f"peak {impl}"] = shape[f"{impl} fwd+bwd"]["fraction_of_peak"]
+    return out
+
+
+def _speed_cell(r: dict) -> str:
+    return f"{r['value']:.2f}× ({r['lo']:.2f}–{r['hi']:.2f}): {'met' if r['met'] else 'not met'}"
+
+
+def _cost_cell(r: dict) -> str:
+    pct = lambda x: _num(100 * x, "+.1f")  # noqa: E731
+    return f"{pct(r['value'])} % ({pct(r['lo'])} to {pct(r['hi'])}): {'met' if r['met'] else 'not met'}"
+
+
+def dev_log_numbers(log: dict) -> dict:
+    """Glue names of the development measurement: provenance ("dev_…"), the cost table ("dev_md": one column per
+    shape), the verdicts against `TARGETS` per shape and how many of them the two rounds leave unsettled, and the dQ
+    difference ("dq_…")."""
+    meta, shapes = log["bench"]["meta"], log["bench"]["shapes"]
+    per = [dev_shape_numbers(s) for s in shapes]
+    names = ["·".join(str(x) for x in s["shape"]) for s in shapes]
+    impls = ("stable", "sdpa_cudnn", "sdpa_flash")
+    fix = f"{100 * TARGETS['fix']:g} %"
+    rows = [(f"speed-up over {name}, fwd + bwd (target ≥ {TARGETS[key]:g}×)", [_speed_cell(p[key]) for p in per])
+            for key, name in (("cudnn", "cuDNN"), ("flash", "flash"))]
+    rows += [(f"fix's extra time, {mode.replace('+', ' + ')} (target ≤ {fix})",
+              [_cost_cell(p[f"fix {mode}"]) for p in per]) for mode in ("fwd+bwd", "fwd")]
+    rows += [("TFLOP/s fwd + bwd: ours, cuDNN, flash",
+              [", ".join(f"{p[f'tflops {i}']:.0f}" for i in impls) for p in per]),
+             (f"fraction of {meta['peak_tflops']:g} TFLOP/s",
+              [", ".join(f"{100 * p[f'peak {i}']:.0f} %" for i in impls) for p in per])]
+    md = ["| B·H·T·D | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    md += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in rows]
+    verdicts = [p[k] for p in per for k in ("cudnn", "flash", "fix fwd+bwd", "fix fwd")]
+
+    def where(key):
+        hit = [n for n, p in zip(names, per) if p[key]["met"]]
+        return ("met at both shapes" if len(hit) == len(per) else "met at neither shape" if not hit
+                else f"met at {', '.join(hit)} only")
+    date = re.search(r"\d{4}-\d{2}-\d{2}", log["header"])
+    out = {"dev_md": "\n".join(md), "dev_device": meta["device"], "dev_rounds": meta["rounds"],
+           "dev_date": date.group(0) if date else "", "dev_torch": meta["torch"].split("+")[0],
+           "dev_cudnn_ok": where("cudnn"), "dev_flash_ok": where("flash"), "dev_fix_ok": where("fix fwd+bwd"),
+           "dev_fix_fwd_ok": where("fix fwd"), "dev_n_verdicts": len(verdicts),
+           "dev_unfirm": sum(not v["firm"] for v in verdicts),
+           "dev_registered": "not a registered result" in log["header"].lower()}
+    return out | dq_numbers(log)
+
+
+def dq_numbers(log: dict) -> dict:
+    """Glue names of the dQ difference recorded in the development log ("dq_…")."""
+    dq = log["dq"]
+    c, c2 = dq["counts"], dq["counts_their_fwd"]
+    names = {"o": "O", "lse": "LSE", "delta": "δ", "dk": "dK", "dv": "dV"}
+    diffs = [abs(a - b) for _, a, b in dq["examples"]]
+    return {"dq_diff": f"{c['dq'][0]:,}", "dq_total": f"{c['dq'][1]:,}",
+            "dq_agree": ", ".join(names.get(n, n) for n, (k, _) in c.items() if k == 0 and n != "ties"),
+            "dq_their_fwd_diff": f"{c2['dq'][0]:,}", "dq_rows_total": dq["rows_total"],
+            "dq_rows_head0": _ranges(dq["rows_head0"]), "dq_rows_all": c["lse"][1],
+            "dq_ex_diff": f"{max(diffs):.3f}" if diffs else "", "dq_ex_n": len(diffs),
+            "dq_tests_failed": log["tests"].count("F"), "dq_tests_n": len(log["tests"])}

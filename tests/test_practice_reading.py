@@ -1,0 +1,153 @@
+"""lib/studies/practice/reading.py and figures.py: the development log parsed to the values it holds, the ci kernel
+table's shape and signs, the remainder-sign check, the monitor demo recording its planted tie, the GPT-2 run read
+through the monitor's own warning rule, the fix's settings read from the code, and both figures' readability."""
+import json
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+from lib.book import plotting, results
+from lib.book.runner import live_result
+from lib.studies.practice import figures, kernel_table as kt, reading as rd
+
+
+# ------------------------------------------------------------------------------------------------ the dev log
+@pytest.fixture(scope="module")
+def log():
+    return rd.dev_log()
+
+
+def test_dev_log_values_as_written(log):
+    """Values read off the log by hand: the JSON's first shape, the ratios it printed, the dQ line."""
+    assert "not a registered result" in log["header"].lower() and log["bench"]["meta"]["rounds"] == 2
+    s0, s1 = log["bench"]["shapes"]
+    assert s0["shape"] == [32, 12, 1024, 64] and s1["shape"] == [1, 32, 16384, 64]
+    assert s0["stable fwd+bwd"]["ms"] == pytest.approx(0.8182879984378815)
+    assert s0["ratios"]["stable over sdpa_cudnn fwd+bwd (speed-up)"] == pytest.approx(0.877, abs=5e-4)   # bench.log
+    assert s1["ratios"]["stable over sdpa_flash fwd+bwd (speed-up)"] == pytest.approx(1.342, abs=5e-4)
+    assert log["tests"] == "....F.F."
+    dq = log["dq"]
+    assert dq["counts"]["dq"] == (19906, 32768) and dq["counts"]["dk"] == (0, 32768) and dq["counts"]["lse"] == (0, 512)
+    assert dq["counts_their_fwd"]["dq"] == (19906, 32768) and "o" not in dq["counts_their_fwd"]
+    assert dq["examples"][0] == ((0, 0, 25, 0), -0.49294281005859375, -0.44972991943359375)
+    assert dq["rows_head0"] == list(range(25, 64)) + [89] and dq["rows_total"] == 156
+
+
+def test_dev_numbers_against_the_targets(log):
+    n = rd.dev_log_numbers(log)
+    per = [rd.dev_shape_numbers(s) for s in log["bench"]["shapes"]]
+    # medians over two rounds, from the raw times: 0.7175839841365814 / 0.8182879984378815 = 0.877 < 0.9
+    assert per[0]["cudnn"]["value"] == pytest.approx(0.7175839841365814 / 0.8182879984378815)
+    assert not per[0]["cudnn"]["met"] and per[1]["cudnn"]["met"] and per[0]["flash"]["met"] and per[1]["flash"]["met"]
+    # round 0 of the first shape: cuDNN 0.7171199917793274 ms, ours 0.7610560059547424 ms
+    assert per[0]["cudnn"]["hi"] == pytest.approx(0.7171199917793274 / 0.7610560059547424)
+    assert per[1]["fix fwd+bwd"]["value"] == pytest.approx(10.817647695541382 / 10.0939359664917 - 1)
+    assert per[1]["fix fwd+bwd"]["lo"] == pytest.approx(10.28825569152832 / 10.076767921447754 - 1)
+    assert not per[1]["fix fwd+bwd"]["met"] and not per[0]["fix fwd"]["met"]
+    assert per[0]["tflops stable"] == pytest.approx(220.44637924100488)
+    assert n["dev_cudnn_ok"] == "met at 1·32·16384·64 only" and n["dev_flash_ok"] == "met at both shapes"
+    assert n["dq_agree"] == "O, LSE, δ, dK, dV" and n["dq_rows_head0"] == "25–63, 89" and n["dq_diff"] == "19,906"
+    assert n["dq_their_fwd_diff"] == "19,906" and n["dev_n_verdicts"] == 8
+    assert n["dq_ex_diff"] == f"{0.49294281005859375 - 0.44972991943359375:.3f}"
+    assert n["dq_tests_failed"] == 2 and n["dq_tests_n"] == 8
+    assert n["dev_md"].count("\n") == 7 and "not met" in n["dev_md"]
+
+
+def test_dev_log_parser_reads_a_changed_log(tmp_path, log):
+    """The parser reads the values, not constants: a log with other numbers gives other results."""
+    bench = json.loads(json.dumps(log["bench"]))
+    bench["shapes"][0]["ratios"]["stable over sdpa_cudnn fwd+bwd (speed-up)"] = 0.95
+    text = rd.DEV_LOG.read_text()
+    head, _, rest = text.partition("## stable_attention_bench.json\n")
+    _, _, tail = rest.partition("## bench.log\n")
+    tail = tail.replace("dq 19906/32768 dk", "dq 7/32768 dk", 1)
+    p = tmp_path / "log"
+    p.write_text(head + "## stable_attention_bench.json\n" + json.dumps(bench) + "\n## bench.log\n" + tail)
+    other = rd.dev_log(p)
+    assert other["dq"]["counts"]["dq"] == (7, 32768) and other["dq"]["counts_their_fwd"]["dq"] == (19906, 32768)
+    assert rd.dev_shape_numbers(other["bench"]["shapes"][0])["cudnn"]["met"]
+
+
+# ------------------------------------------------------------------------------------------------ kernel table
+def test_ci_kernel_table_shape_and_signs():
+    res = live_result("kernel_bias_table", "ci")
+    t = res.data["table"]
+    assert list(t) == ["sdpa_math", "ours_fa2", "ours_paper"] and res.data["skipped"] == {}
+    for row in t.values():
+        assert set(row) == {"concentrated", "diffuse"} and all(c["n_problems"] == 2 for c in row.values())
+        assert abs(row["diffuse"]["mean"]) < 0.02                  # the remainder decides the rounding: no tie bias
+    for name in ("sdpa_math", "ours_fa2"):                         # normalise, then round: toward zero
+        assert t[name]["concentrated"]["hi"] < 0
+    n = rd.kernel_table_numbers(res)
+    assert n["kt_md"].count("\n") == 4 and n["kt_n_missing"] == len(kt.KERNELS) - 3 and not n["kt_on_gpu"]
+    assert "user kernel, fix β = 2" in n["kt_missing"] and "stable_attention" not in n["kt_missing"]
+    assert n["kt_shape"] == "1·2·128·16"
+
+
+@pytest.fixture(scope="module")
+def check():
+    return rd.remainder_sign_check(shape=(1, 4, 128, 16), seeds=(0,))
+
+
+def test_the_remainder_sign_decides_the_paper_placements_bias(check):
+    """A remainder of random sign leaves the paper placement's rounding almost unbiased; of the tied sign, it is
+    biased away from zero, well apart. The FA2 order stays toward zero either way."""
+    assert check["n_problems"] == 4
+    r, t = check["random"], check["tied"]
+    assert abs(r["ours_paper"]["mean"]) < 0.05 and t["ours_paper"]["lo"] > max(0.1, r["ours_paper"]["hi"])
+    for name in ("ours_fa2", "sdpa_math"):
+        assert r[name]["hi"] < 0 and t[name]["hi"] < 0
+
+
+# ------------------------------------------------------------------------------------------------ the monitor
+def test_the_monitor_demo_records_the_planted_tie(tmp_path):
+    path = tmp_path / "m.jsonl"
+    mon = rd.run_monitor_demo(path)
+    assert [(r["step"], r["layer"]) for r in mon.records] == [(s, l) for s in (0, 2, 4) for l in (0, 1)]
+    n = rd.monitor_demo_numbers(path)
+    conj, window, tie = n["md_max_conj"], n["md_max_window"], n["md_max_tie"]
+    assert conj[(0, 0)] > 0.01 and window[(0, 0)] > 0              # the planted head: ties in the window
+    assert tie[(0, 1)] > 0.5 and window[(0, 1)] == 0               # the other head ties as often, all diffuse
+    assert max(conj[(1, 0)], conj[(1, 1)]) == 0
+    assert n["md_n_warn"] >= 1 and "head 0's conjunction rate" in n["md_warnings"]
+    assert [m for r in mon.records for m in r["warnings"]] == n["md_warnings"].split("\n")[1:-1]
+    # equal tied V (copies of one token): no carry-tie bias predicted; the error is the rounding of ℓ
+    assert abs(float(n["md_pred"].replace("−", "-"))) < 0.05 and float(n["md_ell"].replace("−", "-")) > 0.1
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    return results.load("gpt2_regime", "full")
+
+
+def test_gpt2_read_through_the_monitors_rule(gpt2):
+    layer = rd.watched_layer(gpt2)
+    v = rd.monitor_view(gpt2, layer, "authors")
+    th = v["thresholds"]
+    first = v["first"]["conjunction"]
+    i = list(v["step"]).index(first)
+    assert v["conjunction"][i].max() > th.conjunction and (v["conjunction"][:i].max(1) <= th.conjunction).all()
+    j = list(v["step"]).index(v["first"]["logit"])
+    assert v["max_logit"][j].max() > th.max_logit and (v["max_logit"][:j] <= th.max_logit).all()
+    n = rd.gpt2_monitor_numbers(gpt2)
+    assert n["g2_layer"] == layer + 1 and n["g2_md"].count("\n") + 1 == 2 + 12 - len(n["g2_quiet"].split(", "))
+    fa2 = rd.monitor_view(gpt2, layer, "fa2")
+    assert fa2["conjunction"].max() < v["conjunction"].max()       # FA2 numerics: far fewer pairs
+
+
+def test_fix_settings_come_from_the_code():
+    n = rd.fix_numbers()
+    assert n["fx_beta"] == "2" and n["fx_cap"] == "64" and n["fx_paper_beta"] == "7"
+    assert float(n["fx_floor_level"]) == pytest.approx(-np.log(1e-10), abs=0.05)
+    assert float(n["fx_floor_b7"]) == pytest.approx(-np.log(1e-10) / 6, abs=0.005)
+
+
+# ------------------------------------------------------------------------------------------------ figures
+def test_figures_are_readable(gpt2, check):
+    res = live_result("kernel_bias_table", "ci")
+    layer = rd.watched_layer(gpt2)
+    views = {p: rd.monitor_view(gpt2, layer, p) for p in ("authors", "fa2")}
+    for fig in (figures.kernel_table_figure(res, check), figures.gpt2_monitor_figure(views, gpt2.meta)):
+        assert plotting.check_figure(fig) == []
+        plt.close(fig)
