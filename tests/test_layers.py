@@ -22,6 +22,7 @@ RANK = {"lib.book": 0, "lib.fp": 1, "kernels": 2, "lib.census": 2.5, "lib.traini
 # the study (or studies) whose chapter a page is
 CHAPTER_STUDIES = {"intro.md": (), "01-bf16-rounding.md": ("rounding",), "02-flash-attention-kernel.md": ("kernel",),
                    "02b-where-can-the-chain-start.md": ("census",),
+                   "08-using-this-in-your-training.md": ("practice",),
                    "03-numeric-deviation.md": ("golden",), "04-biased-output.md": ("delta",),
                    "05-low-rank-accumulation.md": ("delta", "dose"), "06-loss-explosion.md": ("explosion", "dial"),
                    "07-the-fix.md": ("fix", "dial"), "reproduce.md": (), "bibliography.md": ()}
@@ -31,6 +32,7 @@ CHAPTER_COMPONENTS = {
     "01-bf16-rounding.md": ("lib.fp",),
     "02-flash-attention-kernel.md": ("lib.fp",),
     "02b-where-can-the-chain-start.md": ("lib.census",),
+    "08-using-this-in-your-training.md": ("lib.monitor",),
     "03-numeric-deviation.md": ("lib.fp", "kernels.attention"),
     "04-biased-output.md": ("lib.training.capture",),
     "05-low-rank-accumulation.md": ("lib.training.capture",),

@@ -18,8 +18,8 @@ import numpy as np
 from lib.book import plotting
 
 KINDS = {"concentrated": "concentrated ties", "diffuse": "diffuse ties", "trained": "trained-model rows",
-         "tied": "concentrated, other keys' V of the tied sign (CPU check)"}
-_MARKERS = {"concentrated": "o", "diffuse": "s", "trained": "D", "tied": "^"}
+         "random": "concentrated, other keys' V of random sign (CPU check)"}
+_MARKERS = {"concentrated": "o", "diffuse": "s", "trained": "D", "random": "^"}
 
 
 def kernel_table_figure(res, check: dict | None = None):
@@ -28,7 +28,7 @@ def kernel_table_figure(res, check: dict | None = None):
     kinds = [k for k in KINDS if any(k in row for row in d["table"].values())]
     series = [(k, {n: d["table"][n].get(k) for n in names}) for k in kinds]
     if check is not None:
-        series.append(("tied", {n: check["tied"].get(n) for n in names}))
+        series.append(("random", {n: check["random"].get(n) for n in names}))
     fig, ax = plotting.figure(height=1.3 + 0.42 * len(names) * max(1, len(series) / 3))
     step = 0.7 / max(1, len(series))
     for j, (kind, cells) in enumerate(series):

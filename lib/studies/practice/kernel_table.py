@@ -11,7 +11,8 @@ Kinds of input (q, k, v in BF16, shape (B, H, T, D), non-causal for the planted 
   ε_i ⊥ e₀, so S_i0 = S_i1 = scale·a² exactly: a tied maximum `gap` nats above the other keys (scale·ε_i·k_j), which
   puts the remainder r = Σ_{j≥2} exp(S_ij − max) inside the sticky-bit band for gap ≈ 14 at T = 1024; V₀, V₁ of one
   sign in every feature (independent magnitudes, so their sum needs a ninth mantissa bit half the time: the carry
-  tie); the other V random. Every (row, feature) pair is in the conjunction by construction.
+  tie); the other keys' V of the same sign (the remainder then adds to the tied sum's magnitude, as in the paper's
+  worked example). Every (row, feature) pair is in the conjunction by construction.
 * ``diffuse`` — the same with a small gap: tied, but the remainder decides the rounding by itself.
 * ``trained`` — q, k, v of a trained model: the captured steps of `delta_capture` (the proxy's healthy regime,
   causal), the conjunction pairs chosen by the census (`lib.census.row_classes`, authors' placement); each
@@ -46,9 +47,10 @@ LABELS = {
 
 
 # ------------------------------------------------------------------------------------------------ inputs
-def planted(B: int, H: int, T: int, D: int, gap: float, seed: int, device) -> tuple:
+def planted(B: int, H: int, T: int, D: int, gap: float, seed: int, device, rest: str = "tied") -> tuple:
     """(q, k, v) BF16 (B, H, T, D) with a tied maximum at keys 0 and 1, `gap` nats above the others, V₀ and V₁ of
-    one sign per feature (module docstring). Also returns the sign of the tied V, (B, H, D)."""
+    one sign per feature (module docstring); the other keys' V of the tied sign (`rest="tied"`) or of random sign
+    (`rest="random"`, same magnitudes). Also returns the sign of the tied V, (B, H, D)."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     scale = 1.0 / math.sqrt(D)
     a = float(torch.tensor(math.sqrt(gap / scale)).to(torch.bfloat16))      # a BF16 value: a² exact in FP32
@@ -59,7 +61,14 @@ def planted(B: int, H: int, T: int, D: int, gap: float, seed: int, device) -> tu
     k[:, :, :2] = 0.0
     k[:, :, :2, 0] = a
     sign = torch.where(torch.rand(B, H, 1, D, generator=g) < 0.5, -1.0, 1.0)
+    # The other keys' V share the tied keys' sign, as in the paper's worked example: the sticky bit breaks the carry
+    # tie away from zero only when the remainder adds to the tied sum's magnitude (a remainder of random sign breaks
+    # it either way and the mean error is ≈ 0 — the practice chapter's remainder-sign check).
     v = torch.randn(B, H, T, D, generator=g)
+    if rest == "tied":
+        v = sign * v.abs()
+    elif rest != "random":
+        raise ValueError(f"rest must be 'tied' or 'random', got {rest!r}")
     v[:, :, :2] = sign * (0.5 + torch.rand(B, H, 2, D, generator=g))       # |V| in [0.5, 1.5): one sign
     to = lambda t: t.to(torch.bfloat16).to(device)  # noqa: E731
     return to(q), to(k), to(v), sign[:, :, 0].to(device)

@@ -146,15 +146,12 @@ def _direction(cell: dict) -> str:
 
 def _planted_errors(name: str, shape, seeds, gap: float, tied_sign_rest: bool) -> dict:
     """`kernel_table.summarize` of kernel `name`'s error along sign(V) on the table's planted concentrated ties, with
-    the other keys' V as planted (random sign) or with their magnitudes given the tied keys' sign."""
+    the other keys' V of random sign or of the tied keys' sign (the table's own inputs)."""
     import torch
     from lib.studies.practice import kernel_table as kt
     fn, means = kt.kernel_fn(name), []
     for seed in seeds:
-        q, k, v, sign = kt.planted(*shape, gap, seed, "cpu")
-        if tied_sign_rest:
-            v = v.clone()
-            v[:, :, 2:] = (v[:, :, 2:].float().abs() * sign[:, :, None, :]).to(v.dtype)
+        q, k, v, sign = kt.planted(*shape, gap, seed, "cpu", rest="tied" if tied_sign_rest else "random")
         e = kt.along_sign(fn(q, k, v, False), kt.fp64_attention(q, k, v, False), sign[:, :, None, :])
         means.append(kt.problem_means(e, torch.ones_like(e, dtype=torch.bool), 2))
     return kt.summarize(np.concatenate(means))
@@ -162,8 +159,8 @@ def _planted_errors(name: str, shape, seeds, gap: float, tied_sign_rest: bool) -
 
 def remainder_sign_check(shape=(1, 4, 128, 16), seeds=(0, 1), gap: float = 14.0, kernels=CHECK_KERNELS) -> dict:
     """The sign condition of the tie bias, on the CPU: the kernel table's planted concentrated ties (two tied keys
-    `gap` nats above the rest, tied V of one sign per feature) with the other keys' V of random sign (as planted) and
-    with the same magnitudes given the tied keys' sign. The sticky bit pushes the rounding of the tied sum the way the
+    `gap` nats above the rest, tied V of one sign per feature) with the other keys' V of random sign and with the
+    same magnitudes given the tied keys' sign (as the table plants them). The sticky bit pushes the rounding of the tied sum the way the
     remainder Σ P̄V of the other keys points; only a remainder of the tied sign makes that push away from zero.
     Returns {"random"|"tied": {kernel: summary}, "shape", "n_problems"}."""
     out = {which: {k: _planted_errors(k, shape, seeds, gap, which == "tied") for k in kernels}
