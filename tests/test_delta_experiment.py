@@ -96,8 +96,10 @@ def test_chapter_numbers(ci):
     from lib.studies.delta import reading as dr
     cfg, out, res = ci
     n4, n5 = dr.numbers_ch4(res), dr.numbers_ch5(res)
-    assert n4["n_heads"] == cfg["n_layer"] * cfg["n_head"] and n4["var_self"] == "paper"
-    assert n4["var_self_match"] == 1.0 and "paper_untiled" in n4["var_line"]
+    assert n4["n_heads"] == cfg["n_layer"] * cfg["n_head"] and n4["var_self_key"] == "paper"
+    assert n4["var_self"] == "paper placement, 64-key blocks"              # variants in words, names kept apart
+    assert n4["var_self_match"] == 1.0 and "paper placement, 512-key blocks" in n4["var_line"]
+    assert "paper_untiled" not in n4["var_line"]
     assert 0 <= n4["rows_lo"] <= n4["rows_hi"] <= 1 and -1 <= n4["nb_lo"] <= n4["nb_hi"] <= 1
     assert n4["claim_delta_bias"] == "not yet tested" and "the rules gave" in n4["claim_delta_bias_ev"]
     assert np.isfinite(n5["tok_rho2_med"]) and np.isfinite(n5["steps_rho2_med"]) and n5["push_sig"] >= 0

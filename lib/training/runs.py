@@ -12,8 +12,9 @@ except `union` (the regime pilots read together, `lib.training.regime.pick_lr`).
 * `best_within(res, h)`: {run id: best smoothed loss over the first h steps} (to compare results of unequal length).
 * `smoothed_loss(loss, window)`: the moving-average loss curve every training figure draws.
 * `span(xs)`: a range of values as the prose writes it (outcomes: `lib.training.outcome.words`);
-  `arm_label(res, arm)`: an arm in words; `outcome_table(data)`: the run summaries as a Markdown table;
-  `labelled(res_list)`: results named with their provenance label.
+  `arm_label(res, arm)`: an arm in words (`spec_words`: an attention spec, or one per layer, in words); `outcome_table(res)`: the run summaries as a Markdown table (with
+  `tokens_seen`, `val_loss`);
+  `labelled(res_list)`: results named by their titles, with their provenance in words.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from lib.book import results as _results
 from lib.training import outcome
 
 __all__ = ["union", "merge", "result_arrays", "repeats", "arm_label", "outcome_table", "labelled", "arm_summary",
+           "tokens_seen", "tokens_words", "val_loss", "spec_words",
            "best_within", "telemetry", "smoothed_loss", "span",
            "TELEMETRY"]
 
@@ -92,34 +94,87 @@ def arm_label(res, arm: str) -> str:
     """The readable label of `arm` in training result `res`: its attention spec in words
     (`lib.training.spec.describe`, with the run's β, tie tolerance and cap), plus ", QK-norm" where the entry trained
     the arm with QK-norm. The label tables and legends show in place of the arm's name."""
-    from lib.training.spec import describe
     row = next(r for r in res.data["runs"] if r["arm"] == arm)
     cfg = res.meta.get("config", {})
     fix = {k: cfg[k] for k in ("beta", "tie_tol", "max_shift") if k in cfg}
-    label = describe(row["attn"], **fix)
+    label = spec_words(row["attn"], fix)
     extra = (res.meta.get("provenance", {}).get("cfg", {}).get("arm_train", {}) or {}).get(arm, {})
     return label + (", QK-norm" if extra.get("qk_norm") else "")
 
 
-def outcome_table(data: dict, judged: dict | None = None) -> str:
-    """A Markdown table of a training result's run summaries (`data["runs"]`): outcome, steps, best and final loss,
-    rise, largest grad norm, onset; with `judged` ({run id: `lib.training.horizon.rejudge` row}) also the outcome at
-    the common horizon."""
+def spec_words(attn, fix: dict | None = None) -> str:
+    """An arm's attention in words: one spec (`lib.training.spec.describe`), or one spec per layer (a list, or a
+    comma-separated string) as "<spec> in layer 2, <other> elsewhere"; a layer spec "paper[heads 0,1: <spec>]"
+    reads "<paper>, heads 0, 1: <spec>"."""
+    import re
+    from lib.training.spec import describe
+    fix = fix or {}
+
+    def one(spec: str) -> str:
+        m = re.fullmatch(r"(.+?)\[heads ([\d,]+): (.+)\]", spec)
+        if m:
+            return f"{describe(m.group(1), **fix)}, heads {m.group(2).replace(',', ', ')}: {describe(m.group(3), **fix)}"
+        return describe(spec, **fix)
+    layers = list(attn) if isinstance(attn, (list, tuple)) else str(attn).split(",") if "," in str(attn) and \
+        "[" not in str(attn) else [str(attn)]
+    if len(set(layers)) == 1:
+        return one(layers[0])
+    common = max(set(layers), key=layers.count)
+    odd = {}
+    for i, sp in enumerate(layers):
+        if sp != common:
+            odd.setdefault(sp, []).append(i)
+    parts = [f"{one(sp)} in layer{'s' if len(ix) > 1 else ''} {', '.join(map(str, ix))}" for sp, ix in odd.items()]
+    return "; ".join(parts) + f"; {one(common)} elsewhere"
+
+
+def tokens_seen(res, run: dict) -> int | None:
+    """Tokens a training run saw: its steps × batch size × sequence length (the result's meta config); None when the
+    config does not say."""
+    cfg = (getattr(res, "meta", {}) or {}).get("config", {})
+    if not cfg.get("batch_size") or not cfg.get("seq_len"):
+        return None
+    return int(run["steps"]) * int(cfg["batch_size"]) * int(cfg["seq_len"])
+
+
+def tokens_words(n) -> str:
+    """A token count as a table shows it: "98.3 M" ("—" for None)."""
+    return "—" if n is None else f"{n / 1e6:.1f} M"
+
+
+def val_loss(run: dict) -> float | None:
+    """A run's validation loss at its end (nats per byte), None when it recorded none."""
+    v = run.get("val_loss")
+    return float(v) if isinstance(v, (int, float)) and np.isfinite(v) else None
+
+
+def outcome_table(res, judged: dict | None = None) -> str:
+    """A Markdown table of a training result's run summaries, one row per run: the run (its arm in words and its
+    seed), outcome, tokens seen, best and final training loss, validation loss, largest pre-clip grad norm; with
+    `judged` ({run id: `lib.training.horizon.rejudge` row}) the outcome at the common horizon, onset in brackets,
+    in place of the whole-run outcome. `res`: a Result (or, for a live run without meta, its data dict: runs are
+    then named by their ids)."""
+    data = res.data if hasattr(res, "data") else res
     hz = bool(judged)
-    rows = ["| run | outcome | steps | best loss | final loss | rise | max grad norm | onset step |"
-            + (f" at step {next(iter(judged.values()))['horizon']} (onset) |" if hz else ""),
-            "|---|---|---|---|---|---|---|---|" + ("---|" if hz else "")]
+    head = f"at step {next(iter(judged.values()))['horizon']:,} (onset)" if hz else "outcome (onset)"
+    rows = [f"| run | {head} | tokens | best / final loss | val loss | max grad norm |",
+            "|---|---|---|---|---|---|"]
     for r in data["runs"]:
-        rows.append(f"| `{r['id']}` | **{r['outcome']}** | {r['steps']} | {r['best']:.3f} | {r['final']:.3f} | "
-                    f"{r['rise']:+.3f} | {r['max_grad_norm']:.3g} | {r['onset'] if r['onset'] is not None else '—'} |"
-                    + (f" {judged[r['id']]['outcome']}" + (f" ({judged[r['id']]['onset']})"
-                       if judged[r['id']]['onset'] is not None else "") + " |" if hz else ""))
+        name = (f"{arm_label(res, r['arm'])}, seed {r['seed']}" if hasattr(res, "data") else f"`{r['id']}`") \
+            + (" (repeat)" if r.get("tag") else "")
+        oc, on = (judged[r["id"]]["outcome"], judged[r["id"]]["onset"]) if hz else (r["outcome"], r["onset"])
+        v = val_loss(r)
+        rows.append(f"| {name} | {oc}" + (f" ({on})" if on is not None else "") + f" | "
+                    f"{tokens_words(tokens_seen(res, r))} | {r['best']:.3f} / {r['final']:.3f} | "
+                    f"{'—' if v is None else f'{v:.3f}'} | {r['max_grad_norm']:.3g} |")
     return "\n".join(rows)
 
 
 def labelled(res_list) -> str:
-    """"name: label" of each result, with its staleness warning where it is stale, joined by "; " (captions)."""
-    return "; ".join(f"{r.name}: {r.label}" + (f" — {r.warning}" if r.stale else "") for r in res_list)
+    """Each result by its title and provenance in words, "stale" where it is, joined by "; " (captions and prose:
+    `lib.book.catalogue.cite`; the appendix pairs each title with the result's name and command)."""
+    from lib.book import catalogue
+    return catalogue.cite(list(res_list))
 
 
 def span(xs, fmt: str = "{:.3f}", sep: str = "–") -> str:

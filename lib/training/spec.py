@@ -14,6 +14,7 @@ legends show `describe` of the arm's spec instead.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
 
 from lib.fp.fix import Fix
@@ -21,7 +22,7 @@ from lib.training import authors_backend, dose_backend
 from lib.training.backends import BACKENDS
 from lib.training.zero_rows import OURS_ZERO_AT
 
-__all__ = ["AttnSpec", "NUMERICS_NAMES", "FIXES", "FIX_OPTIONS", "SUFFIX_FIX", "describe"]
+__all__ = ["AttnSpec", "NUMERICS_NAMES", "FIXES", "FIX_OPTIONS", "SUFFIX_FIX", "describe", "in_words"]
 
 
 NUMERICS_NAMES = ("fp32", "fa2", "paper")
@@ -166,9 +167,34 @@ def _field_words(name: str, value) -> str:
         return _DELTA_WORDS[value]
     if name == "round_s_minus_m":
         return "S − m rounded" if value else "S − m in FP32"
-    if isinstance(value, bool):
-        return f"{name} {'on' if value else 'off'}"
-    return f"{name} = {value}"
+    if name == "normalize_then_round":
+        return "normalise, then round" if value else "round, then normalise"
+    if isinstance(value, bool) and name in _ROUNDED_WORDS:
+        return f"{_ROUNDED_WORDS[name]} {'rounded' if value else 'in FP32'}"
+    return f"{name.replace('_', ' ')} = {value}"
+
+
+# the quantity each boolean rounding point of lib.fp.numerics.Numerics rounds, as a label names it
+_ROUNDED_WORDS = {"round_s": "S", "round_p": "P̄", "rowsum_rounded_p": "ℓ of the rounded P̄", "round_l": "ℓ",
+                  "round_pv": "P̄V", "round_acc": "O accumulator", "round_lse": "LSE", "round_o": "O",
+                  "round_delta": "δ", "round_delta_products": "dO∘O", "round_bwd_s_minus_lse": "S − LSE",
+                  "round_bwd_p": "backward P", "round_ds": "dS", "round_dp": "dP", "round_grad_acc": "dQ, dK, dV"}
+
+# an attention spec with options or a fix ("paper/round_block=512/beta=7+fix"; a bare profile name is a word)
+_SPEC_IN_TEXT = re.compile(r"(?<![\w/])(?:paper|fa2|fp32|authors)(?:/[a-z_]+=[\w.+-]+?)*(?:/[a-z_]+=[\w.-]+)"
+                           r"(?:\+(?:fix_split|fix|zero_rows))?(?![\w/])|(?<![\w/])(?:paper|fa2|fp32|authors)"
+                           r"\+(?:fix_split|fix|zero_rows)(?![\w/])")
+
+
+def in_words(text: str) -> str:
+    """`text` (a context line a result recorded, say "arm paper/round_block=512, LR 0.0005") with every attention
+    spec that has options or a fix replaced by `describe` of it ("arm paper placement, 512-key blocks, LR …")."""
+    def one(m):
+        try:
+            return describe(m.group(0))
+        except (ValueError, KeyError, TypeError):
+            return m.group(0)
+    return _SPEC_IN_TEXT.sub(one, text)
 
 
 def _fix_words(s: "AttnSpec", detail: bool) -> list[str]:

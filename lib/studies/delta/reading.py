@@ -16,21 +16,23 @@ import warnings
 import numpy as np
 
 from lib import stats
+from lib.book import catalogue
 from lib.studies.delta import stats as ds
 from lib.studies.delta import verdicts as dv
 
-__all__ = ["shown_text", "planted_numbers", "derivation_check", "numbers_ch4", "numbers_ch5", "variant_table",
-           "marchenko_pastur_srank", "telemetry_sign", "telemetry_numbers", "telemetry_context"]
+__all__ = ["shown_text", "context_text", "variant_words", "planted_numbers", "derivation_check", "numbers_ch4",
+           "numbers_ch5", "variant_table", "marchenko_pastur_srank", "telemetry_sign", "telemetry_numbers", "telemetry_context"]
 
 
 def shown_text(res, full: bool) -> str:
     """One sentence naming the result a chapter shows: the committed full-scale one, or the live CI run."""
     if full:
-        return f"the committed full-scale result ({res.label})" + (" — " + res.warning if res.stale else "")
+        return f"the committed full-scale result, {catalogue.cite(res)}"
     c = res.data.get("config", {})
     return (f"the live CI-scale result computed while this page was built (a {c.get('n_layer')}-layer, "
             f"{c.get('n_head')}-head model of width {c.get('n_embd')} trained for {c.get('steps')} steps: it proves "
-            f"the code path, not the science). The full-scale result delta_capture has not been produced yet")
+            f"the code path, not the science). The full-scale result ({catalogue.title(res.name)}) has not been "
+            "produced yet")
 
 
 def marchenko_pastur_srank(m: int, n: int) -> float:
@@ -143,13 +145,33 @@ def _own_numerics(cfg: dict) -> tuple:
     return attn, int(cfg.get("tile", 64))
 
 
+def context_text(res, keys=("regime", "tile", "seeds", "horizon")) -> str:
+    """A `delta_capture` result's context (`data["context"]`) as one line, its attention spec in words: regime;
+    tile; seeds …; horizon (the `keys` asked for, in that order)."""
+    from lib.training.spec import in_words
+    ctx = res.data["context"]
+    parts = {"regime": in_words(ctx["regime"]), "tile": ctx["tile"],
+             "seeds": "seeds " + ", ".join(map(str, ctx["seeds"])), "horizon": ctx["horizon"]}
+    return "; ".join(parts[k] for k in keys)
+
+
+def variant_words(spec: str, block_n) -> str:
+    """A replay variant (numerics `spec`, rounding per `block_n` keys) as a label reads it: "paper placement, 512-key
+    blocks"; FA2 numerics have no rounding block to name."""
+    from lib.training.spec import describe
+    return describe(spec) if spec == "fa2" else f"{describe(spec)}, {int(block_n)}-key blocks"
+
+
 def numbers_ch4(res) -> dict:
-    """Chapter 4's numbers from a `delta_capture` result (pooled over seeds: medians and ranges over heads)."""
+    """Chapter 4's numbers from a `delta_capture` result (pooled over seeds: medians and ranges over heads). Text
+    the result recorded (regime, verdict evidence) has its attention specs in words (`lib.training.spec.in_words`);
+    "var_self" is the training kernel's own variant in words, "var_self_key" its name in the result."""
+    from lib.training.spec import in_words
     a, d = res.arrays, res.data
     ctx = d["context"]
     S, L, H = np.asarray(a["sum__rows_frac_pos"]).shape
     runs = d["runs"]
-    out = dict(regime=ctx["regime"], tile=ctx["tile"], seeds=", ".join(map(str, ctx["seeds"])), horizon=ctx["horizon"],
+    out = dict(regime=in_words(ctx["regime"]), tile=ctx["tile"], seeds=", ".join(map(str, ctx["seeds"])), horizon=ctx["horizon"],
                n_seeds=S, n_heads=L * H, n_layers=L, n_head=H, label=res.label)
     out["rows_lo"], out["rows_hi"] = _rng(a["sum__rows_frac_pos"])
     out["nb_lo"], out["nb_hi"] = _rng(a["sum__norm_bias"])
@@ -166,19 +188,25 @@ def numbers_ch4(res) -> dict:
         out["dd_plus"] = int(((np.asarray(a["sum__dd_step_p_greater"]) < ds.ALPHA / (L * H)) & (nbp > 0)).sum())
         out["dd_minus"] = int(((np.asarray(a["sum__dd_step_p_less"]) < ds.ALPHA / (L * H)) & (nbp < 0)).sum())
     out["os_plus"], out["os_minus"] = _sig(res, "os_step_p_greater"), _sig(res, "os_step_p_less")
+    # the (seed, layer, head) cells whose O error leans against sign(V) across steps: where, by how much, how tied
+    against = np.asarray(a["sum__os_step_p_less"], np.float64) < ds.ALPHA / (L * H)
+    out["os_minus_layers"] = ", ".join(map(str, sorted({int(l) for _, l, _ in np.argwhere(against)}))) or "none"
+    out["os_minus_ulp"] = _med(np.asarray(a["sum__os_mean_ulp"], np.float64)[against]) if against.any() else float("nan")
+    out["os_minus_tie"] = _med(np.asarray(a["sum__tie_frac"], np.float64)[against]) if against.any() else float("nan")
     out["drift_sig"] = _sig(res, "dd_drift_p")
     out["n_steps_med"] = _med(a["sum__dd_step_n"])
     cfg = d.get("config", {})
-    parts, out["var_self"], out["var_self_match"] = [], "none", float("nan")
+    parts, out["var_self"], out["var_self_key"], out["var_self_match"] = [], "none", "none", float("nan")
     for name, spec, bn in d["variants"]:
         sd, sa = np.asarray(a[f"rv__{name}__sum_dd"], np.float64), np.asarray(a[f"rv__{name}__sum_abs_dd"], np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
             nb = _med(np.nansum(sd, 1) / np.nansum(sa, 1))
         out[f"var_{name}_nb"] = nb
         out[f"var_{name}_match"] = float(np.nanmean(a[f"rv__{name}__o_match"]))
-        parts.append(f"{name} ({spec}, {bn}-key blocks) {nb:+.3f}")
+        parts.append(f"{variant_words(spec, bn)} {nb:+.3f}")
         if (spec, int(bn)) == _own_numerics(cfg):
-            out["var_self"], out["var_self_match"] = name, out[f"var_{name}_match"]
+            out["var_self"], out["var_self_key"] = variant_words(spec, bn), name
+            out["var_self_match"] = out[f"var_{name}_match"]
     out["var_line"] = "; ".join(parts)
     out["cap_overhead_pct"] = 100 * max(r["capture_overhead"] for r in runs)
     out["cap_mib"] = max(r["capture_bytes"] for r in runs) / 2 ** 20
@@ -186,12 +214,13 @@ def numbers_ch4(res) -> dict:
     verdicts = dv.claims(res)               # a ci-scale result reads "not yet tested"
     for c in ("o_error_v_sign", "delta_bias"):
         out[f"claim_{c}"] = verdicts[c]["status"]
-        out[f"claim_{c}_ev"] = verdicts[c]["evidence"]
+        out[f"claim_{c}_ev"] = in_words(verdicts[c]["evidence"])
     return out
 
 
 def numbers_ch5(res) -> dict:
-    """Chapter 5's numbers from a `delta_capture` result."""
+    """Chapter 5's numbers from a `delta_capture` result (verdict evidence with its attention specs in words)."""
+    from lib.training.spec import in_words
     a, d = res.arrays, res.data
     S, L, H = np.asarray(a["sum__rows_frac_pos"]).shape
     out = dict(label=res.label, n_heads=L * H, n_seeds=S)
@@ -219,7 +248,7 @@ def numbers_ch5(res) -> dict:
     verdicts = dv.claims(res)               # a ci-scale result reads "not yet tested"
     for c in ("low_rank", "wq_norm_push"):
         out[f"claim_{c}"] = verdicts[c]["status"]
-        out[f"claim_{c}_ev"] = verdicts[c]["evidence"]
+        out[f"claim_{c}_ev"] = in_words(verdicts[c]["evidence"])
     return out
 
 
@@ -329,7 +358,8 @@ def telemetry_numbers(reading: dict | None) -> dict:
     for tag, arm in zip(("p", "f"), arms):
         r = reading["arms"][arm]
         S, L, H = r["k"].shape
-        out[f"{tag}_arm"], out[f"{tag}_attn"] = arm, r["attn"]
+        from lib.training.spec import in_words
+        out[f"{tag}_arm"], out[f"{tag}_attn"] = arm, in_words(r["attn"])
         out[f"{tag}_S"], out[f"{tag}_L"], out[f"{tag}_H"], out[f"{tag}_heads"] = S, L, H, L * H
         out[f"{tag}_n_steps"] = int(np.max(r["n"]))
         out[f"{tag}_n_steps_min"] = int(np.min(r["n"]))
@@ -382,9 +412,10 @@ def _skeleton_reading() -> dict:
 def telemetry_context(res) -> dict:
     """What a chapter says about the training result a `telemetry_sign` reading comes from: lr, steps (the most any
     run reached), seeds (a line), batch and sequence sizes, telemetry interval, outcomes per arm (a line)."""
+    from lib.training.runs import arm_label
     d, cfg = res.data, (getattr(res, "meta", {}) or {}).get("config", {})
     runs = [r for r in d["runs"] if not r.get("tag")]
-    oc = "; ".join(f"{arm}: " + ", ".join(f"{v} {k}" for k, v in o.items())
+    oc = "; ".join(f"{arm_label(res, arm)}: " + ", ".join(f"{v} {k}" for k, v in o.items())
                    for arm, o in d.get("outcomes", {}).items())
     return dict(lr=d.get("lr"), steps=max(int(r["steps"]) for r in runs),
                 seeds=", ".join(str(s) for s in sorted({r["seed"] for r in runs})),

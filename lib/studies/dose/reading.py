@@ -179,7 +179,7 @@ def _fmt_threshold(c: str, t: dict | None) -> str:
     hi = f"> {t['lam_lo']:g} (none)" if t["censored"] else f"{t['lam_star']:g}"
     r = ""
     if t.get("rms_hi") is not None or t.get("rms_lo") is not None:
-        r = f", injected RMS {_g(t.get('rms_lo'))} → {_g(t.get('rms_hi'))}"
+        r = f", injected RMS {_rms_span(t.get('rms_lo'), t.get('rms_hi'))}"
     counts = ", ".join(f"λ {k:g}: {v}" for k, v in t["fail_counts"].items())
     return f"{c} λ* {hi} (below: {lo}; broke/seeds {counts}{r})"
 
@@ -236,6 +236,14 @@ def claim_delta_bias_dose(results) -> dict | None:
 
 def _g(x):
     return "?" if x is None else f"{x:.3g}"
+
+
+def _rms_span(lo, hi) -> str:
+    """The injected RMS below → at a threshold; only the known end where the other has no run (a threshold at the
+    smallest λ tried has nothing below it)."""
+    if lo is None or hi is None:
+        return "—" if lo is None and hi is None else f"{_g(hi if lo is None else lo)}"
+    return f"{_g(lo)} → {_g(hi)}"
 
 
 def _context(results) -> str:
@@ -357,5 +365,5 @@ def threshold_table_md(results) -> str:
         lo = "–" if u["lam_lo"] is None else f"{u['lam_lo']:g}"
         counts = ", ".join(f"{k:g}: {n}" for k, n in u["fail_counts"].items())
         fstar = f"none up to {f['lam_lo']:g}" if f["censored"] else f"{f['lam_star']:g}"
-        lines.append(f"| {c} | {star} | {lo} | {counts} | {_g(u.get('rms_lo'))} → {_g(u.get('rms_hi'))} | {fstar} |")
+        lines.append(f"| {c} | {star} | {lo} | {counts} | {_rms_span(u.get('rms_lo'), u.get('rms_hi'))} | {fstar} |")
     return "\n".join(lines)

@@ -260,3 +260,24 @@ def key_numbers(data: dict, arrays: dict) -> dict:
             rp, _ = ratios(data, arrays, low, pair, at=at)
             out[f"median:{pair}"] = float(np.nanmedian(rp))
     return out
+
+
+# Reader-facing words for the arms and pairs of `weight_drift` (its names are keys in the result).
+ARM_WORDS = {"flash": "SDPA flash", "naive": "FP32 attention", "naive_fp32": "FP32 attention, FP32 training",
+             "naive_seed1": "FP32 attention, seed 1", "fa2": "our kernel, FA2 numerics",
+             "paper": "our kernel, paper placement"}
+PAIR_WORDS = {"flash_vs_naive": "flash vs FP32 attention", "fa2_vs_naive": "FA2 numerics vs FP32 attention",
+              "paper_vs_naive": "paper placement vs FP32 attention", "paper_vs_fa2": "paper placement vs FA2 numerics",
+              "seed": "seed vs seed", "bf16_vs_fp32": "BF16 vs FP32 training"}
+
+
+def in_words(text: str) -> str:
+    """`text` (a claim's evidence, say) with `weight_drift`'s pair names replaced by `PAIR_WORDS` (longest names
+    first, whole words only; arm names and the pair "seed", which are common words, only where they are a W1
+    argument: "W1(seed)")."""
+    import re
+    words = {k: v for k, v in PAIR_WORDS.items() if "_" in k}
+    pat = re.compile(r"\b(" + "|".join(sorted(map(re.escape, words), key=len, reverse=True)) + r")\b")
+    text = re.sub(r"W1\((\w+)\)", lambda m: f"W1({PAIR_WORDS.get(m.group(1), m.group(1))})", text)
+    return pat.sub(lambda m: words[m.group(1)], text)
+

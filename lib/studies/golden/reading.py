@@ -177,6 +177,25 @@ def summary_table(df: pd.DataFrame, *, sweep="seq", N, d, inputs, impls, fmts) -
     return pd.DataFrame(rows)
 
 
+INPUT_LABELS = {"normal": "N(0, 1)", "attention": "attention"}   # short: the table must fit the column
+
+
+def measurements_markdown(df: pd.DataFrame, *, sweep: str = "seq", d: int) -> str:
+    """Every measured cell of one sweep at head dim `d` as a Markdown table narrow enough for the text column:
+    inputs and N, format, implementation (in words), max |Δ|, mean |Δ| and the signed mean in ULPs. Cells that raised
+    are left out (`failed_cells` says which)."""
+    rows = ["| inputs, N | format | implementation | max \\|Δ\\| | mean \\|Δ\\|, ULP | bias, ULP |",
+            "|---|---|---|---|---|---|"]
+    if df.empty:
+        return "\n".join(rows)
+    sel = _ok(df[(df["sweep"] == sweep) & (df["d"] == d)])
+    for _, r in sel.iterrows():
+        rows.append(f"| {INPUT_LABELS.get(r['inputs'], r['inputs'])}, {int(r['N']):,} | {format_label(r['fmt'])} | "
+                    f"{IMPL_LABELS.get(r['impl'], r['impl'])} | {r['max_abs']:.2g} | {r['mean_abs_ulp']:.2f} | "
+                    f"{r['bias_ulp']:+.3f} |")
+    return "\n".join(rows)
+
+
 def failed_cells(df: pd.DataFrame) -> list[dict]:
     """The measurements that raised instead of returning O, grouped: [{"impl", "fmt", "error", "n"}] sorted by
     implementation and format (empty when every cell ran). Cells the wall-clock budget skipped are not failures
