@@ -127,13 +127,17 @@ def test_generic_numbers_on_a_planted_result():
         arrays |= {f"{rid}__loss": loss, f"{rid}__grad_norm": np.ones(n),
                    f"{rid}__max_logit": np.full((6, 2), 10.0 + seed), f"{rid}__step": np.arange(6) * 50.0}
         rows.append(dict(id=rid, arm=arm, seed=seed, attn="paper" if arm == "a" else "naive", lr=8e-3, tag="",
-                         steps=n, outcome="stable" if not rise else "exploded", onset=None))
-    meta = dict(config=dict(warmup=10), provenance=dict(cfg=dict(arm_train={"a": {"qk_norm": True}})),
+                         steps=n, outcome="stable" if not rise else "exploded", onset=None,
+                         val_loss=2.5 + 0.1 * seed + rise))
+    meta = dict(config=dict(warmup=10, batch_size=100, seq_len=100),
+                provenance=dict(cfg=dict(arm_train={"a": {"qk_norm": True}})),
                 scale="full", device="cpu", git_commit="0" * 8, created_utc="2026-01-01")
     out = explosion.generic_numbers(results.Result("generic_growth_controls", "full", meta, dict(runs=rows), arrays))
     assert out["gg_qk"] == "2 of 2" and out["gg_qk_logit"] == "11"
-    assert "| paper placement, QK-norm | 2 | stable, stable | 11 |" in out["gg_table_md"]
-    assert "| FP32 attention | 1 | exploded | 10 |" in out["gg_table_md"]
+    # validation loss (range over seeds) and tokens seen (steps × batch × sequence) beside the outcome
+    assert "| paper placement, QK-norm | 2 | stable, stable | 2.500–2.600 | 3.0 M | 11 |" in out["gg_table_md"]
+    assert "| FP32 attention | 1 | exploded | 5.500 | 3.0 M | 10 |" in out["gg_table_md"]
+    assert out["gg_label"] == "the QK-norm and row-zeroing controls at LR 8e-3 (CPU, 2026-01-01)"
 
 
 def test_result_groups_the_chapters_read_exist():

@@ -32,7 +32,11 @@ def test_lr_sweep_figure(res):
     fig = explosion_plots.lr_sweep_figure(res)
     ax = fig.axes[0]
     assert len(ax.collections) == len(res.data["runs"])        # one marker per run
-    assert ax.get_xscale() == "log"
+    assert not [ln for ln in ax.lines if len(ln.get_xdata()) > 1 and ln.get_linestyle() == "-"]   # no LR joined
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["PyTorch flash SDPA", "FP32 attention"]   # arms in words, in the result's order
+    rises = sorted(float(c.get_offsets()[0][0]) for c in ax.collections)
+    np.testing.assert_allclose(rises, sorted(r["rise"] for r in res.data["runs"]))
     plt.close(fig)
 
 

@@ -300,24 +300,36 @@ def step_heatmaps(res, seed_index: int = 0, layer: int = 0, head: int = 0):
 
 def push_figure(res):
     """Per head: the push of E_Q on ‖W_Q^h‖₂ summed over the captured steps and extrapolated to every step and the
-    whole batch (first order; Adam-scaled above, plain SGD direction below), against the measured growth of
-    σ₁(W_Q^h) over the run. The line y = 0.1·x is the verdict's threshold for a push that matters."""
+    whole batch (first order), as a share of the measured growth of σ₁(W_Q^h) over the run, against that growth:
+    Adam-scaled (left) and the plain SGD direction (right). The share spans orders of magnitude of both signs, so the
+    y axis is symmetric-log (linear within ±`linthresh`); the dashed line is the verdict's share for a push that
+    matters (`lib.studies.delta.verdicts.PUSH_SHARE`), the solid line 0."""
     grow = _arr(res, "sum__wq_growth")
     pa, ps = _arr(res, "sum__push_adam_total"), _arr(res, "sum__push_sgd_total")
-    fig, (a0, a1) = plotting.figure(2, 1, height=5.0, sharex=True)
-    for s in range(grow.shape[0]):
-        a0.plot(grow[s].ravel(), pa[s].ravel(), "o", ms=4, color=f"C{s}", label=_seed_labels(res)[s])
-        a1.plot(grow[s].ravel(), ps[s].ravel(), "o", ms=4, color=f"C{s}")
-    xs = np.array(a0.get_xlim())
-    for a in (a0, a1):
-        a.plot(xs, dv.PUSH_SHARE * xs, color="0.4", lw=0.8, ls="--", label=f"{dv.PUSH_SHARE:g} × growth")
-        a.axhline(0, color="0.3", lw=0.6)
-        a.set_xlim(*xs)
-    a0.set_ylabel("push, Adam-scaled\nlr·u₁ᵀ(E ⊘ (√v̂+ε))v₁")
-    a1.set_ylabel("push, SGD direction\nlr·u₁ᵀE v₁")
-    a1.set_xlabel("measured growth of ‖W_Q^h‖₂ over the run")
-    plotting.legend_above(a0, ncol=min(grow.shape[0] + 1, 4),
-                          title="extrapolated push of E_Q on ‖W_Q^h‖₂, one dot per head")
+    fig, (a0, a1) = plotting.figure(1, 2, height=3.6, sharey=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shares = [pa / grow, ps / grow]
+    finite = np.concatenate([np.abs(x[np.isfinite(x) & (x != 0)]).ravel() for x in shares])
+    lin = float(10 ** np.floor(np.log10(np.percentile(finite, 5)))) if finite.size else 1e-3
+    for ax, share, what in ((a0, shares[0], "Adam-scaled: lr·u₁ᵀ(E ⊘ (√v̂+ε))v₁"),
+                            (a1, shares[1], "SGD direction: lr·u₁ᵀE v₁")):
+        for s in range(grow.shape[0]):
+            ax.plot(grow[s].ravel(), share[s].ravel(), "o", ms=4, color=f"C{s}",
+                    label=_seed_labels(res)[s] if ax is a0 else None)
+        ax.axhline(dv.PUSH_SHARE, color="0.4", lw=0.8, ls="--",
+                   label=f"share {dv.PUSH_SHARE:g}" if ax is a0 else None)
+        ax.axhline(0, color="0.3", lw=0.6)
+        ax.set_yscale("symlog", linthresh=lin)
+        ax.set(xlabel="growth of ‖W_Q^h‖₂ over the run", title=what)
+    # a few decades per side as ticks (symlog's default labels every decade, which crowds the axis)
+    top = np.nanmax(np.abs(np.concatenate([x.ravel() for x in shares]))) if finite.size else 1.0
+    k0, k1 = int(np.log10(lin)), int(np.ceil(np.log10(max(top, lin))))
+    step = max(1, -(-(k1 - k0) // 3))
+    ks = list(range(k1, k0, -step)) or [k1]       # not the linear decade: its ticks would touch 0
+    a0.set_yticks([-(10.0 ** k) for k in ks] + [0.0] + [10.0 ** k for k in reversed(ks)])
+    a0.set_ylabel("push / growth")
+    fig.legend(loc="outside upper center", ncol=min(grow.shape[0] + 1, 4),
+               title="extrapolated push of E_Q on ‖W_Q^h‖₂, one dot per head")
     _stamp(fig, res)
     return fig
 

@@ -43,6 +43,32 @@ class _Dial:
     def cnt(self, m, kind) -> str:
         return "{} of {}".format(*self.n(m, kind)) if self.n(m, kind) else "none"
 
+    def _runs(self, m, kind):
+        """(result, run row) of the whole runs behind one kind at width m."""
+        by = {(res.name, r["id"]): (res, r) for res in self.res_list for r in res.data["runs"]}
+        return [by[(x["result"], x["id"])] for x in self.rows(m, kind) if (x["result"], x["id"]) in by]
+
+    def val(self, m, kind) -> str:
+        """The range over seeds of the validation loss at the end of the whole runs."""
+        return runs.span([runs.val_loss(r) for _, r in self._runs(m, kind)])
+
+    def tokens(self, m, kind) -> str:
+        """Tokens the whole runs saw (their range)."""
+        ns = sorted(n for n in (runs.tokens_seen(res, r) for res, r in self._runs(m, kind)) if n is not None)
+        if not ns:
+            return "—"
+        lo, hi = runs.tokens_words(ns[0]), runs.tokens_words(ns[-1])
+        return lo if lo == hi else f"{lo[:-2]}–{hi}"
+
+
+def _arm_words(D: "_Dial", arm: str) -> str:
+    """A dial arm in words: its kind and width ("RNE + fix, m = 5"), or the control it is ("BF16 paper placement",
+    "FP32 attention")."""
+    row = next((r for r in D.t["rows"] if r["arm"] == arm), None)
+    if row is not None:
+        return f"{dict(KINDS).get(row['kind'], row['kind'])}, m = {row['m']}"
+    return {"paper": "BF16 paper placement", "fp32": "FP32 attention"}.get(arm, arm.replace("_", " "))
+
 
 def _ms(ms) -> str:
     return ", ".join(f"m = {m}" for m in ms) or "no width"
@@ -82,20 +108,21 @@ def chapter6_numbers(res_list, live: dict | None = None) -> dict:
                            + ". In this amplification, on the few seeds per width in the table, the failures follow "
                            "the size of the rounding noise, not its bias"),
            "fig-dial": dial_figures.dial_figure(res_list, horizons=t["horizon"])}
-    head = ("| m | horizon (steps) | " + " | ".join(n for _, n in KINDS) + " | reading |\n|---|---|"
-            + "---|" * len(KINDS) + "---|\n")
-    body = "\n".join(f"| {m} | {t['horizon'][m]} | " + " | ".join(D.oc(m, k) if D.rows(m, k) else "—"
-                                                                  for k, _ in KINDS)
-                     + f" | {t['verdicts'][str(m)]['reading']} |" for m in t["bits"])
+    # one row per (width, kind): four columns fit the text column; the reading per width follows as a list
+    head = ("| m | horizon (steps) | kind | outcomes at the horizon | val loss | tokens |\n"
+            "|---|---|---|---|---|---|\n")
+    body = "\n".join(f"| {m} | {t['horizon'][m]:,} | {name} | {D.oc(m, k)} | {D.val(m, k)} | {D.tokens(m, k)} |"
+                     for m in t["bits"] for k, name in KINDS if D.rows(m, k))
+    readings = "\n".join(f"* m = {m}: {t['verdicts'][str(m)]['reading']}" for m in t["bits"])
     changed = [r for r in t["rows"] if r["valid"] and r["outcome"] != r["full_outcome"]]
     note = ("\n\nOutcomes at the horizon, per seed in seed order (onset step in brackets). Whole runs that ended "
-            "differently: " + "; ".join(f"{r['arm']} seed {r['seed']}: {r['full_outcome']}"
+            "differently: " + "; ".join(f"{_arm_words(D, r['arm'])}, seed {r['seed']}: {r['full_outcome']}"
                                        + (f" (onset {r['full_onset']})" if r["full_onset"] is not None else "")
                                        + f" after {r['full_steps']} steps" for r in changed) + "."
             if changed else "\n\nOutcomes at the horizon, per seed in seed order (onset step in brackets); every "
             "whole run ended the same way.")
-    warnings = [r.warning for r in res_list if r.stale]
-    out["dl_table_md"] = ("\n\n".join(warnings) + "\n\n" if warnings else "") + head + body + note
+    out["dl_table_md"] = (head + body + note + " Validation loss and tokens are the whole runs', which went on past "
+                          "the horizon.\n\nThe reading per width:\n\n" + readings)
     out["dl_text_md"] = _chapter6_text(D)
     return out
 
@@ -109,14 +136,14 @@ def _chapter6_text(D: _Dial) -> str:
     ctl = sorted({(c["arm"], c["outcome"]) for c in t["controls"]})
     controls = "; ".join(f"{'BF16 paper' if a == 'paper' else 'FP32 attention'} {o}" for a, o in ctl) \
         + f" ({len(t['controls'])} runs)"
-    para = [f"The committed runs ({'; '.join(f'{r.name}: {r.label}' for r in D.res_list)}; staleness above) used LR "
+    para = [f"The committed runs ({runs.labelled(D.res_list)}) used LR "
             f"{', '.join(f'{x:g}' for x in t['lr'])}. The controls: {controls}."]
     reps = table.repeats(D.res_list)
     if reps:
         same = [x for x in reps if x["identical"]]
         para.append(f"Runs repeated in two results are {'all ' if len(same) == len(reps) else ''}bit-identical over "
                     "the steps both ran ("
-                    + "; ".join(f"{x['arm']} seed {x['seed']} at commits {x['commits'][0][:7]} and "
+                    + "; ".join(f"{_arm_words(D, x['arm'])}, seed {x['seed']}, at commits {x['commits'][0][:7]} and "
                                 f"{x['commits'][1][:7]}: {x['steps']} steps, "
                                 f"{'identical' if x['identical'] else 'first difference at step ' + str(x['first_diff'])}"
                                 for x in reps) + ").")

@@ -13,12 +13,15 @@ reads, so each can be tested on its own:
 * `headline_numbers(res, sm, ablations)`: the LR 8e-3 headline and the fix with S − m in FP32;
 * `ablation_numbers(ab, headline)`: the paper's ablations at that LR;
 * `sweep_numbers(sw)`: the LR sweep;
-* `live_numbers(live, scale)`: this build's live run.
+* `live_numbers(live, scale)`: this build's live run;
+* `stale_line(res_list)`: the one sentence on the section's stale results.
 
 The precision dial's numbers come from its own study (`lib.studies.dial.reading.chapter6_numbers`). Verdicts are
 derived here, when results are read; no run recorded them.
 """
 from __future__ import annotations
+
+import re
 
 import numpy as np
 
@@ -31,7 +34,7 @@ from lib.training import horizon as hz, outcome, proxy, regime, runs
 from lib.training.zero_rows import OURS_ZERO_AT
 
 __all__ = ["numbers", "setup_numbers", "regime_numbers", "pilot_refs", "healthy_numbers", "wide_numbers",
-           "generic_numbers", "headline_numbers", "ablation_numbers", "sweep_numbers", "live_numbers"]
+           "generic_numbers", "headline_numbers", "ablation_numbers", "sweep_numbers", "live_numbers", "stale_line"]
 
 PAPER, FIX7, FIX2 = "paper_rb512", "paper_rb512+fix_b7", "paper_rb512+fix_b2"   # the healthy headline's arms
 EARLY = 250       # steps: a quarter of the way to the first explosion onsets at LR 8e-3
@@ -56,7 +59,18 @@ def numbers(scale: str) -> dict:
     out |= headline_numbers(headline, sm, ab)
     out |= ablation_numbers(ab, headline)
     out |= sweep_numbers(full("lr_sweep"))
+    out["stale_line"] = stale_line([r for r in (headline, sm, ab, full("lr_sweep")) if r is not None]
+                                   + results.load_group("precision_dial"))
     return out | live_numbers(run_live("headline", scale), scale)
+
+
+def stale_line(res_list) -> str:
+    """The one sentence chapter 6 gives to its stale results (`lib.book.catalogue.stale_line`), with the reason
+    they share: their code changed after they ran."""
+    from lib.book import catalogue
+    return catalogue.stale_line(res_list, why="the code their runs reach has changed since they ran (for the LR 8e-3 "
+                                              "runs, the kernel's rounding-block change), and re-running them needs a "
+                                              "GPU") or "Every result of this section is up to date."
 
 
 def setup_numbers() -> dict:
@@ -90,10 +104,13 @@ def regime_numbers(pilots, headline=None) -> dict:
     lr, _ = regime.select_lr(refs.data, refs.arrays)
     out["rg_lrs"] = ", ".join(f"{x:g}" for x in sorted(health, reverse=True))
     out["rg_chosen"] = f"{lr:g}" if lr is not None else "none"
-    rows = ["| LR | arm | seed | outcome | steps | largest logit | healthy |", "|---|---|---|---|---|---|---|"]
+    by_id = {r["id"]: r for r in refs.data["runs"]}
+    rows = ["| LR | arm | seed | outcome | tokens | val loss | largest logit | healthy |",
+            "|---|---|---|---|---|---|---|---|"]
     for x in sorted(health, reverse=True):
-        rows += [f"| {x:g} | {h['arm']} | {h['seed']} | {h['outcome']} | {h['steps']:,} | {h['max_logit']:.0f} | "
-                 f"{'yes' if h['healthy'] else 'no'} |" for h in health[x]["runs"]]
+        rows += [f"| {x:g} | {runs.arm_label(refs, h['arm'])} | {h['seed']} | {h['outcome']} | "
+                 f"{runs.tokens_words(runs.tokens_seen(refs, by_id[h['id']]))} | {_val(by_id[h['id']])} | "
+                 f"{h['max_logit']:.0f} | {'yes' if h['healthy'] else 'no'} |" for h in health[x]["runs"]]
     out["rg_table_md"] = "\n".join(rows)
     hi = health[max(health)]["runs"]
     out["rg_hi"] = f"{max(health):g}"
@@ -111,6 +128,33 @@ def regime_numbers(pilots, headline=None) -> dict:
     out["fig-regime"] = ep.regime_figure(pilots, bound=regime.MAX_LOGIT)
     out["rg_label"] = runs.labelled(pilots)
     return out
+
+
+def _val(run) -> str:
+    v = runs.val_loss(run)
+    return "—" if v is None else f"{v:.3f}"
+
+
+def _vals(res, arm, lr=None) -> str:
+    """The range over seeds of an arm's validation loss at the end of its runs."""
+    return runs.span([runs.val_loss(r) for r in res.data["runs"] if r["arm"] == arm and not r.get("tag")
+                      and (lr is None or r["lr"] == lr)])
+
+
+def _tokens(res, arm, lr=None) -> str:
+    """Tokens an arm's runs saw (their range, when they ran different numbers of steps)."""
+    ns = [runs.tokens_seen(res, r) for r in res.data["runs"] if r["arm"] == arm and not r.get("tag")
+          and (lr is None or r["lr"] == lr)]
+    ns = [n for n in ns if n is not None]
+    if not ns:
+        return "—"
+    lo, hi = runs.tokens_words(min(ns)), runs.tokens_words(max(ns))
+    return lo if lo == hi else f"{lo[:-2]}–{hi}"
+
+
+def _arms_words(res, arms) -> str:
+    """Arm names of `res` as a list in words ("none" when empty)."""
+    return "; ".join(runs.arm_label(res, a) for a in arms) or "none"
 
 
 def _words(arm, src_runs, judged) -> str:
@@ -157,10 +201,12 @@ def healthy_numbers(parts, refs) -> dict:
         out[f"hh_{key}"] = _tel(summ, arm, tel)
     out["hh_fix2_logit"] = runs.span(summ.get(FIX2, {}).get("max_logit", []), "{:.0f}")
     # the per-arm table: seeds are in the caption's text (every arm ran the same three), to keep the column narrow
-    rows = ["| arm | outcomes | best loss | largest logit | rows shifted | rows zeroed |", "|---|---|---|---|---|---|"]
+    rows = ["| arm | outcomes | best loss | val loss | tokens | largest logit | rows shifted | rows zeroed |",
+            "|---|---|---|---|---|---|---|---|"]
     for arm, v in ((a, v) for a, v in summ.items() if a is not None):
         rows.append(f"| {runs.arm_label(hh, arm)} | {outcome.words(v['outcomes'], compact=True)} | "
-                    f"{runs.span(v['best'])} | {runs.span(v['max_logit'], '{:.0f}')} | "
+                    f"{runs.span(v['best'])} | {_vals(hh, arm)} | {_tokens(hh, arm)} | "
+                    f"{runs.span(v['max_logit'], '{:.0f}')} | "
                     + (f"{_tel(summ, arm, 'fix_rows')} | {_tel(summ, arm, 'fix_zero_rows')} |"
                        if any(v["fix_rows"]) else "— | — |"))
     for arm in ("fp32", "sdpa"):
@@ -168,7 +214,8 @@ def healthy_numbers(parts, refs) -> dict:
         top = [float(np.nanmax(refs.arrays[r["id"] + "__max_logit"])) for r in rs]
         rows.append(f"| {runs.arm_label(refs, arm)} (pilot) | "
                     f"{outcome.words((ref_j[r['id']]['outcome'] for r in rs), compact=True)} | "
-                    f"{runs.span([r['best'] for r in rs])} | {runs.span(top, '{:.0f}')} | — | — |")
+                    f"{runs.span([r['best'] for r in rs])} | {_vals(refs, arm, lr)} | {_tokens(refs, arm, lr)} | "
+                    f"{runs.span(top, '{:.0f}')} | — | — |")
     out["hh_table_md"] = "\n".join(rows)
 
     def last_logit(src, rid):     # the largest logit over layers at the run's last telemetry step
@@ -240,12 +287,13 @@ def generic_numbers(gg) -> dict:
     if gg is None:
         return {"gg_table_md": "The generic-growth controls have not been run at full scale yet."}
     _, judged = hz.judge_result(gg)
-    rows = ["| arm | seeds | outcome | largest logit |", "|---|---|---|---|"]
+    rows = ["| arm | seeds | outcome | val loss | tokens | largest logit |", "|---|---|---|---|---|---|"]
     for arm in dict.fromkeys(r["arm"] for r in gg.data["runs"]):
         rs = sorted((r for r in gg.data["runs"] if r["arm"] == arm), key=lambda r: r["seed"])
         top = max(float(np.nanmax(gg.arrays[f"{r['id']}__max_logit"])) for r in rs)
         rows.append(f"| {runs.arm_label(gg, arm)} | {len(rs)} | "
-                    f"{outcome.words(judged[r['id']]['outcome'] for r in rs)} | {top:,.0f} |")
+                    f"{outcome.words(judged[r['id']]['outcome'] for r in rs)} | {_vals(gg, arm)} | "
+                    f"{_tokens(gg, arm)} | {top:,.0f} |")
     qk = [r for r in gg.data["runs"] if (gg.meta["provenance"]["cfg"].get("arm_train") or {}).get(r["arm"], {})
           .get("qk_norm")]
     zr = sorted((r for r in gg.data["runs"] if r["arm"] == "paper+zero_rows"), key=lambda r: r["seed"])
@@ -253,7 +301,7 @@ def generic_numbers(gg) -> dict:
             "gg_qk": f"{sum(judged[r['id']]['outcome'] == 'stable' for r in qk)} of {len(qk)}",
             "gg_qk_logit": f"{max(float(np.nanmax(gg.arrays[r['id'] + '__max_logit'])) for r in qk):.0f}",
             "gg_zr": outcome.words(judged[r["id"]]["outcome"] for r in zr),
-            "gg_label": gg.label + (f" — {gg.warning}" if gg.stale else "")}
+            "gg_label": runs.labelled([gg])}
 
 
 def _repeat_prefix(res, rep: dict, q: str) -> tuple[int, bool]:
@@ -273,8 +321,8 @@ def headline_numbers(res, sm=None, ab=None) -> dict:
     d = res.data
     rs = [r for r in d["runs"] if not r["tag"]]
     trunc = [r for r in rs if r["truncated_at"]]
-    out = {"h_label": res.label, "h_warning": res.warning or "", "h_lr": f"{d['lr']:g}", "h_lr_source": d["lr_source"],
-           "h_steps_min": min(r["steps"] for r in rs), "h_steps_max": max(r["steps"] for r in rs),
+    out = {"h_label": runs.labelled([res]), "h_lr": f"{d['lr']:g}", "h_lr_source": d["lr_source"],
+           "h_steps_span": runs.span([r["steps"] for r in rs], "{:,.0f}"),
            "h_budget": f"{res.meta['config'].get('max_wall_s', float('nan')):.0f}",
            "h_workers": res.meta["config"]["workers"], "h_steps_cap": d["steps"],
            "h_stop": ("every run ended on its step count, none on the budget" if not trunc else
@@ -283,7 +331,7 @@ def headline_numbers(res, sm=None, ab=None) -> dict:
            "h_n_runs": len(d["runs"]), "h_beta": f"{res.meta['config']['beta']:g}"}
     sm_note = ""
     if sm is not None and (sm.data["lr"], sm.data["steps"]) != (d["lr"], d["steps"]):   # a headline re-run since
-        sm_note = (f"\n\n`headline_fix_sm32` ({sm.label}) ran at LR {sm.data['lr']:g} for {sm.data['steps']} steps, "
+        sm_note = (f"\n\n{runs.labelled([sm])} ran at LR {sm.data['lr']:g} for {sm.data['steps']} steps, "
                    f"not at this headline's {d['lr']:g} and {d['steps']}: it is left out until it is re-run.")
         sm = None
     for key, arm in (("paper", "paper"), ("fix", "paper+fix"), ("fa2", "fa2")):
@@ -291,9 +339,12 @@ def headline_numbers(res, sm=None, ab=None) -> dict:
                                           and r["onset"] is not None) or "none"
     h, judged = hz.judge_result(res)
     out["h_horizon"] = h
-    out["h_also_failed"] = ", ".join(a for a in dict.fromkeys(r["arm"] for r in rs) if a != "paper" and all(
-        outcome.failed(judged[x["id"]]["outcome"]) for x in rs if x["arm"] == a)) or "no other arm"
-    out["h_stable_arms"] = ", ".join(hz.stable_arms(rs, judged)) or "none"
+    out["h_also_failed"] = _arms_words(res, [a for a in dict.fromkeys(r["arm"] for r in rs) if a != "paper" and all(
+        outcome.failed(judged[x["id"]]["outcome"]) for x in rs if x["arm"] == a)]).replace("none", "no other arm")
+    out["h_stable_arms"] = _arms_words(res, hz.stable_arms(rs, judged))
+    out["h_stable_seeds"] = "; ".join(f"{runs.arm_label(res, a)}: {sum(1 for r in rs if r['arm'] == a)} seed"
+                                      + ("s" if sum(1 for r in rs if r["arm"] == a) > 1 else "")
+                                      for a in hz.stable_arms(rs, judged)) or "none"
     rep = d["repeat"] or {}
     (rn, rl), (_, rg) = ((_repeat_prefix(res, rep, "loss"), _repeat_prefix(res, rep, "grad_norm"))
                          if rep.get("repeat") else ((0, False), (0, False)))
@@ -318,12 +369,10 @@ def headline_numbers(res, sm=None, ab=None) -> dict:
     out["fig-wq"] = ep.qk_norm_figure(res, seed0, 1)
     out["fig-tie"] = ep.tie_rate_figure(res, seed0)
     h_sm, judged_sm = hz.judge_result(sm) if sm is not None else (None, {})
-    out["h_table_md"] = (f"Committed GPU result ({res.label}). " + (res.warning + "\n\n" if res.stale else "\n\n")
-                         + runs.outcome_table(d, judged)
-                         + (f"\n\nThe fix with S − m in FP32, run apart (`headline_fix_sm32`, {sm.label}; same LR, "
+    out["h_table_md"] = (f"Committed GPU result: {runs.labelled([res])}.\n\n" + runs.outcome_table(res, judged)
+                         + (f"\n\nThe fix with S − m in FP32, run apart ({runs.labelled([sm])}; same LR, "
                             "steps and batch order, with FP32 attention again as a control and a repeat of its first "
-                            "run). " + (sm.warning + "\n\n" if sm.stale else "\n\n")
-                            + runs.outcome_table(sm.data, judged_sm) if sm is not None else sm_note))
+                            "run).\n\n" + runs.outcome_table(sm, judged_sm) if sm is not None else sm_note))
     out["h_what_md"] = _what_happened(res, sm, ab, rs, judged, h, h_sm, judged_sm, rn, rl and rg)
     return out
 
@@ -341,22 +390,28 @@ def _what_happened(res, sm, ab, rs, judged, h, h_sm, judged_sm, rn, identical) -
     reps = list({(x["arm"], x["seed"], x["results"]): x for x in reps
                  if x["results"][0] != x["results"][1]}.values())        # across results, one per run pair
     sm_rep = (sm.data["repeat"] or {}) if sm is not None else {}
+    src = {r["arm"]: (sm if sm is not None and r["arm"] == sm_arm else res) for r in rs}
+
+    def w(a):
+        return runs.arm_label(src.get(a, res), a)
+    from lib.book import catalogue
     return (f"**What happened.** Judged on the first {h} steps (the fewest any run reached; the last column of the "
             "tables, onset step in brackets, seeds in order"
             + (f"; the fix with S − m in FP32 on its own result's {h_sm}" if sm is not None and h_sm != h else "")
-            + "): " + "; ".join(f"`{a}` " + hz.arm_words(rs, judged, a) for a in arms) + ". "
-            + (f"Only {', '.join(f'`{a}`' for a in stable)} stayed stable in every seed. " if stable else
+            + "): " + "; ".join(f"{w(a)}: " + hz.arm_words(rs, judged, a) for a in arms) + ". "
+            + (f"Only {'; '.join(w(a) for a in stable)} stayed stable in every seed. " if stable else
                "No arm stayed stable. ")
-            + ("Over the whole runs " + "; ".join(f"`{j['id']}` ended {j['full_outcome']}" for j in diff)
-               + ". " if diff else "")
-            + f"Rerunning `paper` at seed 0 in the same result gave a {'bit-identical' if identical else 'DIFFERENT'} "
-            f"loss and gradient-norm curve over the {rn} steps both ran"
-            + (f" (so did `{sm_arm}` at seed 0 in its own result: "
+            + ("Over the whole runs " + "; ".join(f"{w(j['id'].rsplit('_s', 1)[0])} ended {j['full_outcome']}"
+                                                  for j in diff) + ". " if diff else "")
+            + f"Rerunning the paper placement at seed 0 in the same result gave a "
+            f"{'bit-identical' if identical else 'DIFFERENT'} loss and gradient-norm curve over the {rn} steps both ran"
+            + (f" (so did the fix with S − m in FP32 at seed 0 in its own result: "
                + ("bit-identical" if sm_rep.get("loss_bit_identical") and sm_rep.get("grad_norm_bit_identical")
                   else f"NOT identical, first differing step {sm_rep.get('first_differing_step')}") + ")"
                if sm_rep.get("repeat") else "")
             + ("; the same arm and seed run in another result: " + "; ".join(
-                f"`{x['arm']}` seed {x['seed']} in `{x['results'][0]}` and `{x['results'][1]}` (commits "
+                f"{w(x['arm'])}, seed {x['seed']}, in {catalogue.title(x['results'][0])} and "
+                f"{catalogue.title(x['results'][1])} (commits "
                 f"{x['commits'][0][:7]} and {x['commits'][1][:7]}) over {x['steps']} shared steps, "
                 + ("bit-identical" if x["identical"] else f"first difference at step {x['first_diff']}")
                 for x in reps) if reps else "")
@@ -379,35 +434,33 @@ def ablation_numbers(ab, headline=None) -> dict:
 
     def n_stable(arm):
         return sum(judged[r["id"]]["outcome"] == "stable" for r in arm_runs(arm))
-    rows = [f"Committed GPU result ({ab.label}), LR {ab.data['lr']:g}; layer {ab.data['layer']} "
-            f"({ab.data['layer_why']}), outlier heads {ab.data['heads']}. Outcomes judged on the first {h} steps "
-            "(the fewest any run reached), per seed in seed order, onset step in brackets."
-            + ((" " + ab.warning) if ab.stale else ""), "",
-            "| arm | spec | seeds | outcomes at the horizon | stable | whole runs (steps) | paper reports |",
-            "|---|---|---|---|---|---|---|"]
+    why = re.sub(r"([\w+.-]+_s\d+_lr[\d.e-]+)", r"`\1`", ab.data["layer_why"])     # a run id is code
+    rows = [f"Committed GPU result: {runs.labelled([ab])}, LR {ab.data['lr']:g}; layer {ab.data['layer']} "
+            f"({why}), outlier heads {ab.data['heads']}. Outcomes judged on the first {h} steps "
+            "(the fewest any run reached), per seed in seed order, onset step in brackets.", "",
+            "| arm | outcomes at the horizon | stable | val loss | tokens | the paper reports |",
+            "|---|---|---|---|---|---|"]
     for arm, v in ab.data["verdicts"].items():
-        spec = ab.data["specs"][arm]
-        spec = spec if isinstance(spec, str) else " · ".join(spec)
         rs = arm_runs(arm)
-        whole = ", ".join(f"{r['outcome']} ({r['steps']})" for r in rs)
-        rows.append(f"| `{arm}` | `{spec}` | {', '.join(str(r['seed']) for r in rs)} | "
-                    f"{hz.arm_words(ab.data['runs'], judged, arm)} | {n_stable(arm)} of {len(rs)} | {whole} | "
-                    f"{v['paper']} |")
+        rows.append(f"| {runs.arm_label(ab, arm)} | {hz.arm_words(ab.data['runs'], judged, arm)} | "
+                    f"{n_stable(arm)} of {len(rs)} | {_vals(ab, arm)} | {_tokens(ab, arm)} | {v['paper']} |")
     table = "\n".join(rows)
     if headline is not None:  # the layer and heads come from the headline committed when the ablations ran
         layer, heads, _ = ablations.outlier_layer_and_heads(headline.data, headline.arrays,
                                                             proxy.proxy_config("full").n_layer)
         if (layer, list(heads)) != (ab.data["layer"], list(ab.data["heads"])):
             table += (f"\n\nThe layer and heads were chosen from the headline committed when the ablations ran; the "
-                      f"current headline ({headline.label}, {headline.data['steps']} steps) gives layer {layer} and "
+                      f"current headline ({runs.labelled([headline])}, {headline.data['steps']} steps) gives layer "
+                      f"{layer} and "
                       f"heads {list(heads)}, so re-running the ablations now would change the single-layer or "
                       "outlier-head arms.")
     multi = [a for a in ab.data["verdicts"] if len(arm_runs(a)) > 1]
     single = [a for a in ab.data["verdicts"] if len(arm_runs(a)) == 1]
     text = (f"At the headline's LR the arms with {len(arm_runs(multi[0])) if multi else 1} seeds "
-            f"({', '.join(f'`{a}`' for a in multi)}) decide the two claims the paper rests most on. "
-            + "; ".join(f"`{a}` stayed stable in {n_stable(a)} of {len(arm_runs(a))}" for a in multi) + ". "
-            + (f"The arms run at one seed ({', '.join(f'`{a}`' for a in single)}) stayed stable in "
+            f"({'; '.join(runs.arm_label(ab, a) for a in multi)}) decide the two claims the paper rests most on. "
+            + "; ".join(f"{runs.arm_label(ab, a)} stayed stable in {n_stable(a)} of {len(arm_runs(a))}"
+                        for a in multi) + ". "
+            + (f"The arms run at one seed ({'; '.join(runs.arm_label(ab, a) for a in single)}) stayed stable in "
                f"{sum(n_stable(a) for a in single)} of {len(single)}. " if single else "")
             + "So computing O in FP32 in the forward (the paper: stable) "
             + (f"stabilised {n_stable('fp32_o')} of {len(arm_runs('fp32_o'))} seeds" if n_stable("fp32_o")
@@ -423,7 +476,7 @@ def ablation_numbers(ab, headline=None) -> dict:
                        and not any(hj[r["id"]]["outcome"] == "stable" for r in rs if r["arm"] == a)]
         fp32_ok = all(hj[r["id"]]["outcome"] == "stable" for r in rs if r["arm"] == "fp32")
         text += (f" At this LR the headline's FP32 attention {'stayed stable' if fp32_ok else 'failed too'} and its "
-                 f"BF16 arms {', '.join(f'`{a}`' for a in bf16_failed) or 'none'} stayed stable in no seed; the "
+                 f"BF16 arms ({_arms_words(headline, bf16_failed)}) stayed stable in no seed; the "
                  "ablations do not isolate δ as the channel here. They fit the same generic logit growth, with "
                  "rounding anywhere on the path to the weights enough to tip it.")
     return {"ab_table_md": table, "ab_text_md": text}
@@ -443,23 +496,24 @@ def sweep_numbers(sw) -> dict:
     fail_hi = [a for a, o in outs(hi).items() if outcome.failed(o)]
     deg_hi = [a for a, o in outs(hi).items() if o == "degraded"]
     fp32_hi = judged.get(f"fp32_s0_lr{hi:g}", {})
-    notok_lo = [f"{a} ({o})" for a, o in outs(lo).items() if o != "stable"]
     mls = [ep.max_logit_at(sw.arrays, r["id"], SW_STEP) for r in sd["runs"] if r["lr"] == lo
            and r["outcome"] == "stable"]
-    return {"sw_label": sw.label, "sw_lrs": ", ".join(f"{x:g}" for x in sd["lrs"]), "sw_n": len(sd["runs"]),
-            "sw_horizon": h, "sw_lo": f"{lo:g}", "sw_hi": f"{hi:g}", "sw_fail_hi": ", ".join(fail_hi) or "none",
-            "sw_deg_hi": ", ".join(deg_hi) or "none", "sw_notstable_hi": ", ".join(fail_hi + deg_hi) or "no arm",
+    notok_lo = [f"{runs.arm_label(sw, a)} ({o})" for a, o in outs(lo).items() if o != "stable"]
+    return {"sw_label": runs.labelled([sw]), "sw_lrs": ", ".join(f"{x:g}" for x in sd["lrs"]),
+            "sw_n": len(sd["runs"]), "sw_horizon": h, "sw_lo": f"{lo:g}", "sw_hi": f"{hi:g}",
+            "sw_fail_hi": _arms_words(sw, fail_hi), "sw_deg_hi": _arms_words(sw, deg_hi),
+            "sw_notstable_hi": _arms_words(sw, fail_hi + deg_hi).replace("none", "no arm"),
             "sw_fp32_hi": outs(hi).get("fp32", "not run") + (f" (onset step {fp32_hi['onset']})"
                                                              if fp32_hi.get("onset") is not None else ""),
-            "sw_ok_hi": ", ".join(a for a, o in outs(hi).items() if o == "stable") or "none",
-            "sw_lo_clause": f"every arm trained except {', '.join(notok_lo)}" if notok_lo else "every arm trained",
+            "sw_ok_hi": _arms_words(sw, [a for a, o in outs(hi).items() if o == "stable"]),
+            "sw_lo_clause": f"every arm trained except {'; '.join(notok_lo)}" if notok_lo else "every arm trained",
             "sw_choice": (f"{sd['chosen_lr']:g} ({sd['chosen_lr_reason']})" if sd["chosen_lr"] is not None
                           else f"none ({sd['chosen_lr_reason']})"),
             "sw_step": SW_STEP, "sw_ml_lo": f"{min(mls):,.0f}", "sw_ml_hi": f"{max(mls):,.0f}",
             "sw_steps": f"{min(r['steps'] for r in sd['runs'])}–{max(r['steps'] for r in sd['runs'])}",
             "fig-sweep": ep.lr_sweep_figure(sw),
-            "sw_table_md": (f"Committed GPU result ({sw.label}), seed 0, data seed 0. "
-                            + (sw.warning + "\n\n" if sw.stale else "\n\n") + runs.outcome_table(sd, judged))}
+            "sw_table_md": (f"Committed GPU result: {runs.labelled([sw])}, seed 0, data seed 0.\n\n"
+                            + runs.outcome_table(sw, judged))}
 
 
 def live_numbers(live: dict, scale: str) -> dict:

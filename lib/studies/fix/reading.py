@@ -13,7 +13,8 @@ per section, each on the results it reads:
 * `authors_numbers(parts, ac6, healthy_parts, gg)`: the authors' code trained, beside our kernel's runs;
 * `beta_sweep_numbers(res_list, live, scale)`: the β sweep in training;
 * `cost_numbers(attention_bench, train_step_bench)`: what it costs;
-* `STEP_TARGET`, `step_bench(data, arm)`: the training-step benchmark read against issue 15's target.
+* `stale_line(res_list)`: the one sentence on the stale LR 8e-3 results;
+* `STEP_TARGET`, `step_bench(data, arm)`: the training-step benchmark read against the project's target.
 
 The precision dial's fix arms come from the dial's study (`lib.studies.dial.reading.chapter7_numbers`).
 """
@@ -32,9 +33,9 @@ from lib.training.zero_rows import OURS_ZERO_AT, authors_zero_at
 
 __all__ = ["numbers", "theory_numbers", "headline_fix_numbers", "fix_error_numbers", "healthy_fix_numbers",
            "sweep_fix_numbers", "authors_numbers", "beta_sweep_numbers", "cost_numbers", "STEP_TARGET",
-           "step_bench"]
+           "step_bench", "stale_line"]
 
-STEP_TARGET = 1.3          # issue 15: a training step with 512-key rounding blocks ≤ 1.3 × the SDPA step
+STEP_TARGET = 1.3          # the target: a training step with 512-key rounding blocks ≤ 1.3 × the SDPA step
 R_EX = 10.0                # an example repeated maximum (score units) for the LSE error
 PAPER, FIX7, FIX2 = "paper_rb512", "paper_rb512+fix_b7", "paper_rb512+fix_b2"   # the healthy headline's arms
 
@@ -50,7 +51,17 @@ def numbers(scale: str) -> dict:
             | authors_numbers(results.load_group("authors_code"), full("authors_code_6k"), healthy,
                               full("generic_growth_controls"))
             | beta_sweep_numbers(results.load_group("beta_sweep"), run_live("beta_sweep", scale), scale)
-            | cost_numbers(full("attention_bench"), full("train_step_bench")))
+            | cost_numbers(full("attention_bench"), full("train_step_bench"))
+            | {"stale_line": stale_line([r for r in (full("headline"), full("headline_fix_sm32"), full("lr_sweep"))
+                                         if r is not None] + results.load_group("beta_sweep")
+                                        + results.load_group("precision_dial"))})
+
+
+def stale_line(res_list) -> str:
+    """The one sentence chapter 7 gives to the stale LR 8e-3 results it reads (`lib.book.catalogue.stale_line`)."""
+    from lib.book import catalogue
+    return catalogue.stale_line(res_list, why="the code their runs reach has changed since they ran, and re-running "
+                                              "them needs a GPU") or "Every result of this section is up to date."
 
 
 def theory_numbers() -> dict:
@@ -100,19 +111,24 @@ def headline_fix_numbers(hl, sm=None) -> dict:
     h, judged = hz.judge_result(hl)
     bf16_ok = [a for a in hz.stable_arms(hl.data["runs"], judged) if a != "fp32"]
     kern_ok = [a for a in bf16_ok if a in proxy.KERNEL_ARMS]
+    def w(a):   # an arm in words, with how many seeds it ran
+        n = sum(1 for r in hl.data["runs"] if r["arm"] == a and not r["tag"])
+        return (runs.arm_label(hl, a) + f" ({n} seed{'s' if n > 1 else ''}"
+                + ("; one draw of its non-deterministic backward" if a == "sdpa" else "") + ")")
+    others = [a for a in bf16_ok if a not in kern_ok]
     out = {"thr_steps": ", ".join("never" if f is None else str(f) for f in firsts), "thr_note": "",
            "hl_bf16_note": ("no BF16 arm stayed stable" if not bf16_ok else
-                            ("no arm of our kernel stayed stable" if not kern_ok else "of our kernel's arms only "
-                             + ", ".join(kern_ok) + " stayed stable") + "; of the BF16 arms "
-                            + ", ".join(a + (" (one draw of its non-deterministic backward)" if a == "sdpa" else "")
-                                        for a in bf16_ok) + " did")}
+                            ("none of our kernel's arms stayed stable" if not kern_ok else
+                             "of our kernel's arms only " + "; ".join(map(w, kern_ok)) + " stayed stable")
+                            + (", and of the other BF16 arms only " + "; ".join(map(w, others)) + " did"
+                               if others else ""))}
     if sm is None:
         return out | {"hl_sm32": "nothing: it has not been run"}
     hs, sj = hz.judge_result(sm)
     unfixed = hz.arm_words(hl.data["runs"], judged, "paper", False)
     seeds = sorted(r["seed"] for r in sm.data["runs"] if r["arm"] == "paper+fix_split_sm32" and not r["tag"])
     return out | {"hl_sm32": (hz.arm_words(sm.data["runs"], sj, "paper+fix_split_sm32")
-                              + f" over seeds {', '.join(map(str, seeds))} (headline_fix_sm32, LR "
+                              + f" over seeds {', '.join(map(str, seeds))} ({runs.labelled([sm])}, LR "
                               f"{sm.data['lr']:g}, judged on the first {hs} steps, onset step in brackets), where the "
                               f"paper placement without a fix gave {unfixed} on the headline's first {h} steps")}
 
@@ -172,7 +188,7 @@ def healthy_fix_numbers(parts) -> dict:
             "h7_fix": outcome.words(r["outcome"] for r in sorted(fix, key=lambda r: r["seed"])),
             "h7_paper": outcome.words(r["outcome"] for r in sorted(pap, key=lambda r: r["seed"])),
             "h7_gap": f"{np.mean([r['best'] for r in fix]) - np.mean([r['best'] for r in pap]):+.3f}",
-            "h7_zero": f"{100 * min(fz):.1f}–{100 * max(fz):.1f} %", "h7_label": hh.label,
+            "h7_zero": runs.span([100 * z for z in fz], "{:.1f}") + " %", "h7_label": runs.labelled(parts),
             "h7_logit": f"{min(ml):.0f}–{max(ml):.0f}", "h7_level": f"{OURS_ZERO_AT:.1f}",
             "h7_level_b7": f"{OURS_ZERO_AT / (Fix().beta - 1):.1f}"}
 
@@ -190,7 +206,7 @@ def sweep_fix_numbers(sw) -> dict:
                          key=lambda r: r["lr"]) if r["arm"] == arm) or "not run"
     pc = proxy.proxy_config("full")
     return {"sw_h7": h, "sw_fix": by_lr("paper+fix"), "sw_split": by_lr("paper+fix_split"),
-            "sw_paper": by_lr("paper"), "sw_label7": sw.label + ("; " + sw.warning if sw.stale else ""),
+            "sw_paper": by_lr("paper"), "sw_label7": runs.labelled([sw]),
             "tile_n": native_config(pc.n_embd // pc.n_head, "fwd")["BLOCK_N"], "seq_n": pc.seq_len}
 
 
@@ -296,7 +312,7 @@ def beta_sweep_numbers(res_list, live: dict | None = None, scale: str = "ci") ->
     test; the figure; `live`: this build's run, as a table ("bs_live_md")."""
     out = {}
     if live is not None:
-        rows = ["| run | β | max_shift | outcome | steps |", "|---|---|---|---|---|"] + [
+        rows = ["| run | β | shift cap | outcome | steps |", "|---|---|---|---|---|"] + [
             f"| `{r['id']}` | {r['beta']:g} | {r['max_shift']} | {r['outcome']} | {r['steps']} |"
             for r in live["data"]["runs"]]
         out["bs_live_md"] = (f"Live β sweep at scale **{scale}**" + (" (a tiny CPU model for a few steps: proves the "
@@ -353,19 +369,20 @@ def step_bench(data: dict, arm: str = "paper_rb512") -> dict:
 
 def cost_numbers(att=None, tb=None) -> dict:
     """What the fix costs: attention alone (`attention_bench`, medians over shapes computed from its rows, the numbers
-    chapter 2 reports) and whole training steps (`train_step_bench`) against SDPA and issue 15's target; "cost_md"."""
+    chapter 2 reports) and whole training steps (`train_step_bench`) against SDPA and `STEP_TARGET`; "cost_md"."""
     out = {}
     if att is not None:
         fb = [r for r in att.data["rows"] if r["mode"] == "fwd+bwd"]
         fwd = [r["fix_overhead"] for r in att.data["rows"] if r["mode"] == "fwd"]
         med, mx = float(np.median([r["fix_overhead"] for r in fb])), max(r["fix_overhead"] for r in fb)
         ratio = float(np.median([r["ratio_ours_vs_sdpa"] for r in fb]))
-        out |= {"ab_label": att.label, "ab_fix_med": f"{med:.1%}", "ab_fix_max": f"{mx:.1%}",
+        out |= {"ab_label": runs.labelled([att]), "ab_fix_med": f"{med:.1%}", "ab_fix_max": f"{mx:.1%}",
                 "ab_fix_fwd_lo": f"{min(fwd):.0%}", "ab_fix_fwd_hi": f"{max(fwd):.0%}", "ab_ratio_med": f"{ratio:.2f}"}
-        text = (f"Attention alone ({att.label}; causal, BF16, head dim 64 and 128, sequence 1k–16k, `do_bench` "
-                f"medians): the fix adds {med:.1%} to forward+backward in the median shape (at most {mx:.1%}); the "
+        text = (f"Attention alone ({runs.labelled([att])}; causal, BF16, head dim 64 and 128, sequence 1k–16k, "
+                f"`do_bench` medians): the fix adds {med:.1%} to forward + backward in the median shape (at most "
+                f"{mx:.1%}); the "
                 f"forward alone, where the extra per-tile tie count sits, pays {min(fwd):.0%}–{max(fwd):.0%}. Our "
-                f"kernel itself runs forward+backward at {ratio:.2f}× the speed of PyTorch's flash SDPA (median over "
+                f"kernel itself runs forward + backward at {ratio:.2f}× the speed of PyTorch's flash SDPA (median over "
                 "shapes; SDPA's time divided by ours, so above 1 means ours is faster). ")
     else:
         text = "The attention benchmark has not been run on the GPU yet. "
@@ -381,7 +398,7 @@ def cost_numbers(att=None, tb=None) -> dict:
     costs = (d["round_block_cost"]["paper_rb512"], d["fix_cost"])
     g = d.get("gpu_ratio_to_sdpa")
     return out | {
-        "tb_label": tb.label + ("; " + tb.warning if tb.stale else ""), "tb_rounds": d.get("rounds", 1),
+        "tb_label": runs.labelled([tb]), "tb_rounds": d.get("rounds", 1),
         "tb_target": f"{STEP_TARGET:g}", "tb_rb512": f"{rb['ratio']:.2f}",
         "tb_rb512_span": f"{rb['lo']:.2f}–{rb['hi']:.2f}",
         "tb_rb512_ok": "met" if rb["met"] else "missed",
