@@ -20,7 +20,7 @@ def test_the_8e3_contrast_reports_no_claim(tmp_path, monkeypatch):
     _save(tmp_path, "delta_capture_8e3", "reproduced", "8e-3 contrast")
     rows = _rows(tmp_path)
     for c in DELTA_CLAIMS:
-        assert rows[c]["status"] == "not yet tested" and rows[c]["source"] == ""
+        assert rows[c]["status"] == "not yet tested" and rows[c]["source"] == "" and rows[c]["results"] == []
 
 
 def test_the_healthy_capture_wins_in_either_order(tmp_path, monkeypatch):
@@ -35,7 +35,8 @@ def test_the_healthy_capture_wins_in_either_order(tmp_path, monkeypatch):
         for c in DELTA_CLAIMS:
             assert rows[c]["status"] == "not reproduced", (c, [r.name for r in order])
             assert rows[c]["evidence"] == "healthy regime"
-            assert rows[c]["source"].startswith("delta_capture (")
+            assert rows[c]["results"] == ["delta_capture"]
+            assert rows[c]["source"].startswith("the captures of the healthy run (")     # its title, not its name
 
 
 def test_the_committed_table_reads_the_healthy_capture():
@@ -46,5 +47,5 @@ def test_the_committed_table_reads_the_healthy_capture():
     rows = _rows(None)
     want = results.load("delta_capture", "full").data["claims"]
     for c in DELTA_CLAIMS:
-        assert rows[c]["source"].startswith("delta_capture ("), rows[c]["source"]
-        assert rows[c]["evidence"] == want[c]["evidence"]
+        assert rows[c]["results"] == ["delta_capture"], rows[c]["results"]
+        assert rows[c]["evidence"] == claims.readable(want[c]["evidence"])   # its specs in words
