@@ -79,12 +79,14 @@ def test_ablation_claims_count_seeds_and_treat_degraded_as_not_stable():
         fails = ("exploded", "nonfinite")
         return {"lr": 8e-3, "verdicts": {a: dict(outcomes=o, ours="stable" if all(x == "stable" for x in o) else
                                                  "fails" if all(x in fails for x in o) else "mixed")
-                                         for a, o in oc.items()}}
+                                         for a, o in oc.items()},
+                "specs": {"paper": "paper", "delta_fp32_o": "paper/delta_source=fp32_o"}}   # fp32_o, dp_p: no spec
     c = claims.derive_ablations(data(["exploded"] * 3, ["exploded", "degraded", "exploded"], ["exploded"],
                                      ["exploded", "stable", "exploded"]))
     assert c["fp32_o_stabilises"]["status"] == "not reproduced"        # no seed stayed stable
     assert c["delta_only_channel"]["status"] == "partly"
-    assert "delta_fp32_o exploded, stable, exploded" in c["delta_only_channel"]["evidence"]
+    assert "paper placement, δ from an FP32 O exploded, stable, exploded" in c["delta_only_channel"]["evidence"]
+    assert "`delta_dp_p` exploded" in c["delta_only_channel"]["evidence"]      # no spec recorded: its name, as code
     assert "1 of 4 runs stable" in c["delta_only_channel"]["evidence"]
     c = claims.derive_ablations(data(["exploded"], ["stable"] * 2, ["stable"], ["stable"]))
     assert c["fp32_o_stabilises"]["status"] == "reproduced" and c["delta_only_channel"]["status"] == "reproduced"

@@ -257,6 +257,14 @@ def derive_generic(data: dict) -> dict:
                  f"exact β = 7 rule would underflow: {', '.join(zr) or 'not run'}")}
 
 
+def _arm_words(data: dict, arm: str) -> str:
+    """An ablation arm in words, from the spec the result recorded for it; the arm's name, as code, without one."""
+    try:
+        return spec_words(data["specs"][arm])
+    except (KeyError, ValueError, TypeError):
+        return f"`{arm}`"
+
+
 def derive_ablations(data: dict) -> dict:
     """fp32_o_stabilises and delta_only_channel from `ablations` outcomes, per seed: reproduced where every seed of
     the arm(s) stayed stable and the paper arm failed; not reproduced where no seed of them stayed stable;
@@ -273,7 +281,7 @@ def derive_ablations(data: dict) -> dict:
         stable = sum(o == "stable" for o in oc)
         status = ("reproduced" if stable == len(oc) and paper_failed else
                   "not reproduced" if stable == 0 else "partly")
-        words = {a: spec_words(data.get("specs", {}).get(a, a)) for a in ("paper", *arms)}
+        words = {a: _arm_words(data, a) for a in ("paper", *arms)}
         ev = (f"ablations, LR {lr:g}: " + "; ".join(f"{words[a]} {', '.join(v[a]['outcomes'])}" for a in ("paper", *arms))
               + f" — {stable} of {len(oc)} runs stable"
               + ("" if paper_failed else " (the paper arm did not fail at these seeds, so the test is weak)"))
