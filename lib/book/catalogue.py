@@ -69,6 +69,12 @@ TITLES = {
 }
 
 
+# A group of results read as one (`lib.book.registry.GROUPS`), named once where all of its results are meant.
+GROUP_TITLES = {"precision_dial": "the precision dial ({n} results)", "beta_sweep": "the β sweep ({n} results)",
+                "healthy_headline": "the healthy headline ({n} results)", "width_768": "the width-768 runs",
+                "authors_code": "the authors' code trained ({n} results)", "delta_dose": "the δ dose ({n} results)"}
+
+
 def title(name: str) -> str:
     """How prose names result `name`: its `TITLES` entry, else the first clause of its registry summary, else
     "a result without a title"."""
@@ -108,8 +114,15 @@ def stale_line(res_list, why: str = "") -> str:
     stale = [r for r in res_list if r.stale]
     if not stale:
         return ""
-    names = list(dict.fromkeys(title(r.name) for r in stale))
-    what = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    left = list(dict.fromkeys(r.name for r in stale))
+    names = []
+    for group, members in registry.GROUPS.items():       # a group read as one is named once, by its title
+        if len(members) > 1 and all(m in left for m in members) and group in GROUP_TITLES:
+            names.append(GROUP_TITLES[group].format(n=len(members)))
+            left = [n for n in left if n not in members]
+    names = [title(n) for n in left] + names
+    sep = "; " if any("," in n for n in names) else ", "
+    what = names[0] if len(names) == 1 else sep.join(names[:-1]) + " and " + names[-1]
     verb = "is" if len(names) == 1 else "are"
     return (f"Stale: {what} {verb} read as {'it was' if len(names) == 1 else 'they were'} committed — "
             f"{why or 'the code their runs reach has changed since they ran'}; the appendix lists why and the "

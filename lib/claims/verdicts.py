@@ -207,7 +207,7 @@ class Row:
 
 
 ROWS = (
-    Row("L1: tied maxima bias the BF16 rounding of P̄V with the sign of V", ("tie_bias_hw", "tie_bias"), n_tie_bias,
+    Row("L1–L2: tied maxima (P̄ = 1) bias the BF16 rounding of P̄V with the sign of V", ("tie_bias_hw", "tie_bias"), n_tie_bias,
         "one rounding, software and H100 tensor cores", PLANTED, "chapters/01-bf16-rounding"),
     Row("The β-shifted max removes that bias", ("fix_removes_bias",), n_fix,
         "one rounding; chapter 3's sink-tie inputs", PLANTED, "chapters/01-bf16-rounding"),
@@ -219,14 +219,14 @@ ROWS = (
     Row("Golden et al.: flash ≈ 10× less accurate; 2–5× less weight drift", ("fa_deviation", "weight_drift_bounded"),
         n_golden, "their benchmark; the proxy, healthy LR", "planted in half the inputs; " + ABSENT + " in training",
         "chapters/03-numeric-deviation"),
-    Row("L2–L3: O errs along sign(V) and Δδ > 0, in training", ("o_error_v_sign", "delta_bias"), n_links_2_3,
+    Row("L3–L4: O errs along sign(V) and Δδ > 0, in training", ("o_error_v_sign", "delta_bias"), n_links_2_3,
         "the proxy, healthy LR (3 seeds)", ABSENT, "chapters/04-biased-output"),
-    Row("L4–L5: the dW_Q error is low-rank, accumulates and pushes ‖W_Q‖₂ up", ("low_rank", "wq_norm_push"),
+    Row("L5–L7: the dW_Q error is low-rank, accumulates and pushes ‖W_Q‖₂ up", ("low_rank", "wq_norm_push"),
         n_links_4_5, "the proxy, healthy LR (3 seeds)", ABSENT, "chapters/05-low-rank-accumulation"),
     Row("The δ error's bias, not its size, sets the failure threshold", ("delta_bias_dose",), n_dose,
         "the proxy, FP32 attention + the injected δ error", ABSENT + " (the error is injected)",
         "chapters/05-low-rank-accumulation"),
-    Row("L6: training with the paper's numerics explodes", ("explosion",), n_explosion,
+    Row("The end of the chain: training with the paper's numerics explodes", ("explosion",), n_explosion,
         "the proxy, healthy LR, widths 384 and 768", ABSENT, "chapters/06-loss-explosion"),
     Row("The fix, FP32 O or δ without the rounded O prevent it",
         ("fix_stabilises", "fp32_o_stabilises", "delta_only_channel"), n_prevent,
@@ -301,11 +301,11 @@ def findings(root=None) -> dict:
         def uf(v):
             return runs.span([100 * t["layer_mean"] for t in v["underflow_rows"] if t], "{:.1f}") + " %"
         f7 = s7.get("authors+fix_b7")
-        out["floor"] = (f"with β = 7 their fix put {uf(f7)} of the rows of the most affected layer at the floor in the "
+        out["floor"] = (f"their fix put {uf(f7)} of the rows of the most affected layer at the floor in the "
                         f"healthy regime ({uf(s8['authors+fix_b7'])} at LR 8e-3): rows whose O shrinks towards 0"
                         if f7 else "not measured")
         z, fx, p = s8["authors+zero_rows_b7"], s8["authors+fix_b7"], s8["authors"]
-        out["row_dropping"] = (f"their fix stayed stable in {fx['stable']} of {len(fx['seeds'])} seeds, zeroing the same "
+        out["row_dropping"] = (f"the fix stayed stable in {fx['stable']} of {len(fx['seeds'])} seeds, zeroing the same "
                                f"rows with no shift in {z['stable']} of {len(z['seeds'])}, the unfixed code in "
                                f"{p['stable']} of {len(p['seeds'])}")
     else:
@@ -314,7 +314,7 @@ def findings(root=None) -> dict:
     if b is not None and b[0] is not None and b[1] is not None:
         rne, beta, gap = b
         out["ntr"] = (f"{rne['o_ntr']:+.3f} ± {rne['o_ntr_ci']:.3f} ULP without the fix and {beta['o_ntr']:+.3f} ± "
-                      f"{beta['o_ntr_ci']:.3f} with it (2 tied maxima, gap {gap:g}, all V < 0: "
+                      f"{beta['o_ntr_ci']:.3f} with it (2 tied maxima, gap {gap:g}; all V < 0, so "
                       f"{'toward' if rne['o_ntr'] > 0 else 'away from'} zero)")
     else:
         out["ntr"] = "not measured"

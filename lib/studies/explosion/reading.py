@@ -157,6 +157,21 @@ def _arms_words(res, arms) -> str:
     return "; ".join(runs.arm_label(res, a) for a in arms) or "none"
 
 
+def _stable_with_seeds(res, rs, stable) -> str:
+    """The arms that stayed stable in words, with how many seeds each ran: "PyTorch flash SDPA and FP32 attention
+    (one seed each)"."""
+    if not stable:
+        return "no arm"
+    n = {a: sum(1 for r in rs if r["arm"] == a) for a in stable}
+    count = {1: "one seed", 2: "two seeds", 3: "three seeds"}
+    names = " and ".join(runs.arm_label(res, a) for a in stable)
+    if len(set(n.values())) == 1:
+        k = next(iter(n.values()))
+        return f"{names} ({count.get(k, f'{k} seeds')}{' each' if len(stable) > 1 else ''})"
+    return f"{names} (" + "; ".join(f"{count.get(k, f'{k} seeds')} of {runs.arm_label(res, a)}"
+                                    for a, k in n.items()) + ")"
+
+
 def _words(arm, src_runs, judged) -> str:
     return outcome.words(judged[r["id"]]["outcome"] for r in sorted(src_runs, key=lambda r: r["seed"])
                               if r["arm"] == arm)
@@ -342,9 +357,7 @@ def headline_numbers(res, sm=None, ab=None) -> dict:
     out["h_also_failed"] = _arms_words(res, [a for a in dict.fromkeys(r["arm"] for r in rs) if a != "paper" and all(
         outcome.failed(judged[x["id"]]["outcome"]) for x in rs if x["arm"] == a)]).replace("none", "no other arm")
     out["h_stable_arms"] = _arms_words(res, hz.stable_arms(rs, judged))
-    out["h_stable_seeds"] = "; ".join(f"{runs.arm_label(res, a)}: {sum(1 for r in rs if r['arm'] == a)} seed"
-                                      + ("s" if sum(1 for r in rs if r["arm"] == a) > 1 else "")
-                                      for a in hz.stable_arms(rs, judged)) or "none"
+    out["h_stable_seeds"] = _stable_with_seeds(res, rs, hz.stable_arms(rs, judged))
     rep = d["repeat"] or {}
     (rn, rl), (_, rg) = ((_repeat_prefix(res, rep, "loss"), _repeat_prefix(res, rep, "grad_norm"))
                          if rep.get("repeat") else ((0, False), (0, False)))
