@@ -43,6 +43,8 @@ def test_cite_and_stale_line():
     stale = Result("headline", "full", _meta(), {}, stale=["code changed: lib.studies.explosion.headline:run"])
     assert catalogue.cite(fresh) == "the healthy headline (paper placement and the fix at β = 7) (H100, 2026-11-24)"
     assert catalogue.cite(stale, with_title=False) == "H100, 2026-11-24, stale"
+    assert catalogue.cite(stale, with_title=False, mark_stale=False) == "H100, 2026-11-24"   # said once elsewhere
+    assert runs.labelled([fresh, stale], mark_stale=False).count("stale") == 0
     assert catalogue.cite([fresh, stale]).count(";") == 1
     assert catalogue.stale_line([fresh]) == ""
     line = catalogue.stale_line([fresh, stale], why="the kernel changed")

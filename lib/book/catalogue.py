@@ -97,12 +97,14 @@ def device(meta: dict) -> str:
     return "CPU" if d.lower().startswith("cpu") else (d or "unknown device")
 
 
-def cite(res, with_title: bool = True) -> str:
+def cite(res, with_title: bool = True, mark_stale: bool = True) -> str:
     """A result (or a list of results) named for prose, with no internal name: "the LR 8e-3 headline (H100,
-    2026-11-23, stale)"; without the title only the parenthesis's content. Several results are joined by "; "."""
+    2026-11-23, stale)"; without the title only the parenthesis's content; `mark_stale` False leaves "stale" out (in
+    a section that says once that its results are stale). Several results are joined by "; "."""
     if isinstance(res, (list, tuple)):
-        return "; ".join(cite(r, with_title) for r in res)
-    when = f"{device(res.meta)}, {str(res.meta.get('created_utc', ''))[:10]}" + (", stale" if res.stale else "")
+        return "; ".join(cite(r, with_title, mark_stale) for r in res)
+    when = f"{device(res.meta)}, {str(res.meta.get('created_utc', ''))[:10]}" + \
+        (", stale" if res.stale and mark_stale else "")
     if res.scale != "full":
         when = f"{res.scale} scale, " + when
     return f"{title(res.name)} ({when})" if with_title else when

@@ -170,11 +170,12 @@ def outcome_table(res, judged: dict | None = None) -> str:
     return "\n".join(rows)
 
 
-def labelled(res_list) -> str:
-    """Each result by its title and provenance in words, "stale" where it is, joined by "; " (captions and prose:
-    `lib.book.catalogue.cite`; the appendix pairs each title with the result's name and command)."""
+def labelled(res_list, mark_stale: bool = True) -> str:
+    """Each result by its title and provenance in words, "stale" where it is (unless `mark_stale` is False: in a
+    section that says so once), joined by "; " (captions and prose: `lib.book.catalogue.cite`; the appendix pairs
+    each title with the result's name and command)."""
     from lib.book import catalogue
-    return catalogue.cite(list(res_list))
+    return catalogue.cite(list(res_list), mark_stale=mark_stale)
 
 
 def span(xs, fmt: str = "{:.3f}", sep: str = "–") -> str:

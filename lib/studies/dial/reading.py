@@ -136,7 +136,7 @@ def _chapter6_text(D: _Dial) -> str:
     ctl = sorted({(c["arm"], c["outcome"]) for c in t["controls"]})
     controls = "; ".join(f"{'BF16 paper' if a == 'paper' else 'FP32 attention'} {o}" for a, o in ctl) \
         + f" ({len(t['controls'])} runs)"
-    para = [f"The committed runs ({runs.labelled(D.res_list)}) used LR "
+    para = [f"The committed runs ({runs.labelled(D.res_list, False)}) used LR "
             f"{', '.join(f'{x:g}' for x in t['lr'])}. The controls: {controls}."]
     reps = table.repeats(D.res_list)
     if reps:

@@ -336,7 +336,7 @@ def headline_numbers(res, sm=None, ab=None) -> dict:
     d = res.data
     rs = [r for r in d["runs"] if not r["tag"]]
     trunc = [r for r in rs if r["truncated_at"]]
-    out = {"h_label": runs.labelled([res]), "h_lr": f"{d['lr']:g}", "h_lr_source": d["lr_source"],
+    out = {"h_label": runs.labelled([res], False), "h_lr": f"{d['lr']:g}", "h_lr_source": d["lr_source"],
            "h_steps_span": runs.span([r["steps"] for r in rs], "{:,.0f}"),
            "h_budget": f"{res.meta['config'].get('max_wall_s', float('nan')):.0f}",
            "h_workers": res.meta["config"]["workers"], "h_steps_cap": d["steps"],
@@ -346,7 +346,7 @@ def headline_numbers(res, sm=None, ab=None) -> dict:
            "h_n_runs": len(d["runs"]), "h_beta": f"{res.meta['config']['beta']:g}"}
     sm_note = ""
     if sm is not None and (sm.data["lr"], sm.data["steps"]) != (d["lr"], d["steps"]):   # a headline re-run since
-        sm_note = (f"\n\n{runs.labelled([sm])} ran at LR {sm.data['lr']:g} for {sm.data['steps']} steps, "
+        sm_note = (f"\n\n{runs.labelled([sm], False)} ran at LR {sm.data['lr']:g} for {sm.data['steps']} steps, "
                    f"not at this headline's {d['lr']:g} and {d['steps']}: it is left out until it is re-run.")
         sm = None
     for key, arm in (("paper", "paper"), ("fix", "paper+fix"), ("fa2", "fa2")):
@@ -382,8 +382,8 @@ def headline_numbers(res, sm=None, ab=None) -> dict:
     out["fig-wq"] = ep.qk_norm_figure(res, seed0, 1)
     out["fig-tie"] = ep.tie_rate_figure(res, seed0)
     h_sm, judged_sm = hz.judge_result(sm) if sm is not None else (None, {})
-    out["h_table_md"] = (f"Committed GPU result: {runs.labelled([res])}.\n\n" + runs.outcome_table(res, judged)
-                         + (f"\n\nThe fix with S − m in FP32, run apart ({runs.labelled([sm])}; same LR, "
+    out["h_table_md"] = (f"Committed GPU result: {runs.labelled([res], False)}.\n\n" + runs.outcome_table(res, judged)
+                         + (f"\n\nThe fix with S − m in FP32, run apart ({runs.labelled([sm], False)}; same LR, "
                             "steps and batch order, with FP32 attention again as a control and a repeat of its first "
                             "run).\n\n" + runs.outcome_table(sm, judged_sm) if sm is not None else sm_note))
     out["h_what_md"] = _what_happened(res, sm, ab, rs, judged, h, h_sm, judged_sm, rn, rl and rg)
@@ -448,7 +448,7 @@ def ablation_numbers(ab, headline=None) -> dict:
     def n_stable(arm):
         return sum(judged[r["id"]]["outcome"] == "stable" for r in arm_runs(arm))
     why = re.sub(r"([\w+.-]+_s\d+_lr[\d.e-]+)", r"`\1`", ab.data["layer_why"])     # a run id is code
-    rows = [f"Committed GPU result: {runs.labelled([ab])}, LR {ab.data['lr']:g}; layer {ab.data['layer']} "
+    rows = [f"Committed GPU result: {runs.labelled([ab], False)}, LR {ab.data['lr']:g}; layer {ab.data['layer']} "
             f"({why}), outlier heads {ab.data['heads']}. Outcomes judged on the first {h} steps "
             "(the fewest any run reached), per seed in seed order, onset step in brackets.", "",
             "| arm | outcomes at the horizon | stable | val loss | tokens | the paper reports |",
@@ -463,7 +463,7 @@ def ablation_numbers(ab, headline=None) -> dict:
                                                             proxy.proxy_config("full").n_layer)
         if (layer, list(heads)) != (ab.data["layer"], list(ab.data["heads"])):
             table += (f"\n\nThe layer and heads were chosen from the headline committed when the ablations ran; the "
-                      f"current headline ({runs.labelled([headline])}, {headline.data['steps']} steps) gives layer "
+                      f"current headline ({runs.labelled([headline], False)}, {headline.data['steps']} steps) gives layer "
                       f"{layer} and "
                       f"heads {list(heads)}, so re-running the ablations now would change the single-layer or "
                       "outlier-head arms.")
@@ -512,7 +512,7 @@ def sweep_numbers(sw) -> dict:
     mls = [ep.max_logit_at(sw.arrays, r["id"], SW_STEP) for r in sd["runs"] if r["lr"] == lo
            and r["outcome"] == "stable"]
     notok_lo = [f"{runs.arm_label(sw, a)} ({o})" for a, o in outs(lo).items() if o != "stable"]
-    return {"sw_label": runs.labelled([sw]), "sw_lrs": ", ".join(f"{x:g}" for x in sd["lrs"]),
+    return {"sw_label": runs.labelled([sw], False), "sw_lrs": ", ".join(f"{x:g}" for x in sd["lrs"]),
             "sw_n": len(sd["runs"]), "sw_horizon": h, "sw_lo": f"{lo:g}", "sw_hi": f"{hi:g}",
             "sw_fail_hi": _arms_words(sw, fail_hi), "sw_deg_hi": _arms_words(sw, deg_hi),
             "sw_notstable_hi": _arms_words(sw, fail_hi + deg_hi).replace("none", "no arm"),
@@ -525,7 +525,7 @@ def sweep_numbers(sw) -> dict:
             "sw_step": SW_STEP, "sw_ml_lo": f"{min(mls):,.0f}", "sw_ml_hi": f"{max(mls):,.0f}",
             "sw_steps": f"{min(r['steps'] for r in sd['runs'])}–{max(r['steps'] for r in sd['runs'])}",
             "fig-sweep": ep.lr_sweep_figure(sw),
-            "sw_table_md": (f"Committed GPU result: {runs.labelled([sw])}, seed 0, data seed 0.\n\n"
+            "sw_table_md": (f"Committed GPU result: {runs.labelled([sw], False)}, seed 0, data seed 0.\n\n"
                             + runs.outcome_table(sw, judged))}
 
 

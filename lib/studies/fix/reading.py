@@ -128,7 +128,7 @@ def headline_fix_numbers(hl, sm=None) -> dict:
     unfixed = hz.arm_words(hl.data["runs"], judged, "paper", False)
     seeds = sorted(r["seed"] for r in sm.data["runs"] if r["arm"] == "paper+fix_split_sm32" and not r["tag"])
     return out | {"hl_sm32": (hz.arm_words(sm.data["runs"], sj, "paper+fix_split_sm32")
-                              + f" over seeds {', '.join(map(str, seeds))} ({runs.labelled([sm])}, LR "
+                              + f" over seeds {', '.join(map(str, seeds))} ({runs.labelled([sm], False)}, LR "
                               f"{sm.data['lr']:g}, judged on the first {hs} steps, onset step in brackets), where the "
                               f"paper placement without a fix gave {unfixed} on the headline's first {h} steps")}
 
@@ -206,7 +206,7 @@ def sweep_fix_numbers(sw) -> dict:
                          key=lambda r: r["lr"]) if r["arm"] == arm) or "not run"
     pc = proxy.proxy_config("full")
     return {"sw_h7": h, "sw_fix": by_lr("paper+fix"), "sw_split": by_lr("paper+fix_split"),
-            "sw_paper": by_lr("paper"), "sw_label7": runs.labelled([sw]),
+            "sw_paper": by_lr("paper"), "sw_label7": runs.labelled([sw], False),
             "tile_n": native_config(pc.n_embd // pc.n_head, "fwd")["BLOCK_N"], "seq_n": pc.seq_len}
 
 
@@ -337,7 +337,7 @@ def beta_sweep_numbers(res_list, live: dict | None = None, scale: str = "ci") ->
     # At β = 30 the exact rule and the guarded one shift every tied row alike (the guard caps the shift at 64, still
     # below the underflow level): they remove the same bias, and differ only in the rows the exact rule zeroes.
     return out | {
-        "bs_label": runs.labelled(res_list), "bs_lr": ", ".join(f"{x:g}" for x in t["lr"]), "bs_h": t["horizon"],
+        "bs_label": runs.labelled(res_list, False), "bs_lr": ", ".join(f"{x:g}" for x in t["lr"]), "bs_h": t["horizon"],
         "bs_groups": "; ".join(f"β = {x['beta']:g} {'with the guard' if x['guarded'] else 'exact'}: "
                                + outcome.words(x["outcomes"]) + f" (seeds {', '.join(map(str, x['seeds']))})"
                                for x in t["groups"]),
