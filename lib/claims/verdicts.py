@@ -90,8 +90,8 @@ def n_preconditions(root=None) -> str:
         return "—"
     from lib.studies.census import reading as census
     n = census.gpt2_numbers(res)
-    return (f"tied, in the window and one-signed in up to {n['authors_max_conj']:.1%} of a head's rows (layer "
-            f"{n['authors_conj_layer']}); FA2's placement: {n['pairs_ratio']:.0f}× fewer")
+    return (f"tied, in the window and one-signed in up to {n['authors_max_conj']:.1%} of a head's (row, feature) "
+            f"pairs (layer {n['authors_conj_layer']}); FA2's placement: {n['pairs_ratio']:.0f}× fewer")
 
 
 def n_golden(root=None) -> str:
