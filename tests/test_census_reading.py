@@ -73,6 +73,7 @@ def test_figures_draw_and_pass_the_figure_check():
 
 def test_worked_example_numbers_classify_the_three_gaps():
     n = rd.worked_example_numbers()
+    assert n["gaps_text"] == "4, 10 and 20" and n["n_keys"] == 64
     for p in ("authors", "fa2"):
         assert n[f"{p}_g4_tie"] > 0.9 and n[f"{p}_g4_window"] == 0          # tied, remainder too large
         assert n[f"{p}_g10_window"] > 0.9 and n[f"{p}_g10_zero"] == 0     # the sticky-bit window

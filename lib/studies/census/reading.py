@@ -171,6 +171,10 @@ def gpt2_numbers(res, thr: float | None = None) -> dict:
                warmup=run["config"]["warmup"], seed=run["config"]["seed"], threshold=thr)
     c = census_of(res, lab)
     out["n_events"], out["census_every"] = len(c["step"]), run["config"]["census_every"]
+    out["census_rows"] = run["config"]["census_rows"]
+    from lib.training.regime import MAX_LOGIT
+    out["logit_bound"] = float(MAX_LOGIT)              # chapter 6's healthy-regime bound on the largest logit
+    out["n_seeds"] = len(runs_of(res))
     out["late_from"] = int(c["step"][late(c["step"])].min())
     for p in ("authors", "fa2"):
         t = late_table(res, p)[lab]
@@ -231,7 +235,8 @@ def worked_example_numbers() -> dict:
     from lib import census
     gaps = (4.0, 10.0, 20.0)
     q, k, v = worked_example_heads(gaps=gaps)
-    out = dict(gaps=gaps)
+    out = dict(gaps=gaps, gaps_text=", ".join(f"{g:g}" for g in gaps[:-1]) + f" and {gaps[-1]:g}",
+               n_keys=int(q.shape[2]))
     for p in census.PLACEMENTS:
         c = census.precondition_census(q, k, v, placement=p)
         for i, g in enumerate(gaps):
