@@ -119,25 +119,55 @@ def fwd_block_n(shape, causal: bool, fix=None):
     return None
 
 
-class _StableAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, causal, scale, fix, beta, max_shift):
-        in_dtype = q.dtype
-        emulate = q.dtype == torch.float32 or _interpreting()
-        q, k, v = ((t.float() if emulate else t).contiguous() for t in (q, k, v))   # BF16 → FP32 is exact
-        o, lse = forward(q, k, v, causal=causal, scale=scale, fix=fix, beta=beta, max_shift=max_shift,
-                         emulate=emulate)
-        ctx.save_for_backward(q, k, v, o, lse)
-        ctx.cfg = (causal, scale, emulate, in_dtype)
-        return o.to(in_dtype)
+# Forward and backward as custom ops (fake-tensor and autograd registrations), so `torch.compile(model)` compiles the
+# model around the kernels without a graph break; the kernels themselves are opaque calls, as in eager mode.
+@torch.library.custom_op("book::stable_attn_fwd", mutates_args=())
+def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, fix: str, beta: float,
+            max_shift: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(O in q's dtype, LSE FP32 (B, H, T) in the kernel's units); max_shift < 0: no cap."""
+    in_dtype = q.dtype
+    emulate = q.dtype == torch.float32 or _interpreting()
+    q, k, v = ((t.float() if emulate else t).contiguous() for t in (q, k, v))   # BF16 → FP32 is exact
+    o, lse = forward(q, k, v, causal=causal, scale=scale, fix=fix or None, beta=beta,
+                     max_shift=None if max_shift < 0 else max_shift, emulate=emulate)
+    return o.to(in_dtype), lse
 
-    @staticmethod
-    def backward(ctx, do):
-        q, k, v, o, lse = ctx.saved_tensors
-        causal, scale, emulate, in_dtype = ctx.cfg
-        dq, dk, dv, _ = backward(do.to(q.dtype).contiguous(), q, k, v, o, lse, causal=causal, scale=scale,
-                                 emulate=emulate)
-        return dq.to(in_dtype), dk.to(in_dtype), dv.to(in_dtype), None, None, None, None, None
+
+@_fwd_op.register_fake
+def _fwd_fake(q, k, v, causal, scale, fix, beta, max_shift):
+    return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)   # contiguous, as the kernels write
+
+
+@torch.library.custom_op("book::stable_attn_bwd", mutates_args=())
+def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+            causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    in_dtype = q.dtype
+    emulate = q.dtype == torch.float32 or _interpreting()
+    # EMULATE reads FP32 operands; the saved O is O rounded to q's dtype, as the FA2 backward's δ reads it.
+    do, q, k, v, o = ((t.float() if emulate else t).contiguous() for t in (do.to(in_dtype), q, k, v, o))
+    dq, dk, dv, _ = backward(do, q, k, v, o, lse.contiguous(), causal=causal, scale=scale, emulate=emulate)
+    return dq.to(in_dtype), dk.to(in_dtype), dv.to(in_dtype)
+
+
+@_bwd_op.register_fake
+def _bwd_fake(do, q, k, v, o, lse, causal, scale):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)   # contiguous, as the kernels write
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, causal, scale, *_ = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.cfg = (causal, scale)
+
+
+def _backward(ctx, do, _dlse):
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = _bwd_op(do, q, k, v, o, lse, *ctx.cfg)
+    return dq, dk, dv, None, None, None, None, None
+
+
+_fwd_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 def _real(name, x, ok, what):
@@ -184,5 +214,6 @@ def stable_attention(q, k, v, is_causal: bool = False, scale=None, fix=None, bet
         _real("max_shift", max_shift, lambda s: s > 0, "a finite number > 0 or None")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     _real("scale", scale, lambda s: s > 0, "a finite number > 0 or None")
-    return _StableAttention.apply(q, k, v, bool(is_causal), float(scale), fix, float(beta),
-                                  None if max_shift is None else float(max_shift))
+    o, _ = _fwd_op(q, k, v, bool(is_causal), float(scale), fix or "", float(beta),
+                   -1.0 if max_shift is None else float(max_shift))
+    return o

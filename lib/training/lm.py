@@ -11,10 +11,16 @@ T = 1024), plus:
   the fixed g, so every logit is bounded: |S| ≤ scale·D·g² = √D·g². ``qk_norm="capped"``: the same with a learnable
   per-head gain g_h = qk_gain·sigmoid(θ_h) (θ starts at 0: g_h = g/2), so the bound holds while the model chooses
   its temperature below it. ``qk_norm=True`` keeps GPT's LayerNorm with a learnable, unbounded gain.
-* two more attention backends, written as spec strings beside GPT's (`lib.training.model` grammar):
-  ``"stable[+fix][/beta=B]"`` — `kernels.stable_attention` (FA2 numerics, the user kernel), and
-  ``"inject/..."`` — FP32 attention whose backward receives an O error of the theory's size on chosen rows
-  (`lib.training.inject`).
+* three more attention backends, written as spec strings beside GPT's (`lib.training.model` grammar):
+  ``"stable[+fix][/beta=B]"`` — `kernels.stable_attention` (FA2 numerics, the user kernel),
+  ``"fp32_flash"`` — FP32 attention without the T × T matrix: PyTorch's memory-efficient SDPA kernel on FP32 q, k,
+  v (autocast off), and ``"inject/..."`` — FP32 attention whose backward receives an O error of the theory's size
+  on chosen rows (`lib.training.inject`).
+* our kernel (GPT's ``"fa2"``, ``"paper/..."`` specs) through its custom ops (`kernels.attention_op`), so that
+  `torch.compile(model)` compiles the whole model around it; the same launches as GPT's path, bit for bit, except
+  that δ from an FP32 O (``delta_source=fp32_o``) is the O of the backward's own probabilities there (the op's
+  docstring says why the old definition broke the softmax's shift invariance). The row-zeroing control and per-head
+  overrides keep GPT's path.
 
 Why a subclass and not new options in `GPT`: every committed training result fingerprints the code its run reached
 (`lib.book.provenance`), GPT's included, so options added there would mark all of them stale. `LM` with
@@ -68,13 +74,29 @@ def parse_stable(s: str) -> StableSpec:
     return StableSpec(fix="beta" if suffix == "fix" else None, text=s, **kw)
 
 
+@dataclass(frozen=True)
+class Fp32FlashSpec:
+    """A layer on PyTorch's memory-efficient SDPA kernel with FP32 q, k, v: FP32 attention in O(T) memory."""
+    text: str = "fp32_flash"
+
+    @property
+    def label(self) -> str:
+        return self.text
+
+    heads = None
+    backend = "fp32_flash"
+
+
 def parse_spec(s, **defaults):
-    """A layer spec: StableSpec, inject.InjectSpec, or GPT's AttnSpec (with the config's fix defaults)."""
-    if isinstance(s, (StableSpec, inject.InjectSpec, AttnSpec)):
+    """A layer spec: StableSpec, Fp32FlashSpec, inject.InjectSpec, or GPT's AttnSpec (with the config's fix
+    defaults)."""
+    if isinstance(s, (StableSpec, Fp32FlashSpec, inject.InjectSpec, AttnSpec)):
         return s
     head = str(s).strip().partition("/")[0].partition("+")[0]
     if head == "stable":
         return parse_stable(s.strip())
+    if s.strip() == "fp32_flash":
+        return Fp32FlashSpec()
     if head == "inject":
         return inject.parse(s.strip())
     return AttnSpec.parse(s, **defaults)
@@ -143,6 +165,30 @@ def stable_attend(spec: StableSpec, q, k, v):
         return stable_attention(q, k, v, is_causal=True, fix=spec.fix, beta=spec.beta, max_shift=spec.max_shift)
 
 
+def fp32_flash_attention(q, k, v):
+    """Causal attention in FP32 by PyTorch's memory-efficient SDPA kernel (autocast off; FP32 q, k, v; no T × T
+    matrix); O in q's dtype. The kernel pinned, so a machine without it fails instead of silently materialising."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        backends = [SDPBackend.EFFICIENT_ATTENTION] if q.device.type == "cuda" else [SDPBackend.MATH]
+        with sdpa_kernel(backends):
+            o = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+    return o.to(q.dtype)
+
+
+def ours_op_attend(spec: AttnSpec, q, k, v):
+    """GPT's "ours" spec through the custom ops of `kernels.attention_op` (module docstring)."""
+    from kernels.attention_op import attention_op
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        return attention_op(q, k, v, causal=True, numerics=spec.numerics, fix=spec.fix, beta=spec.beta,
+                            tie_tol=spec.tie_tol, max_shift=spec.max_shift, path=spec.path)
+
+
+def _op_path(spec) -> bool:
+    """Whether a layer spec takes the custom-op path: our kernel, no row-zeroing control, no per-head override."""
+    return isinstance(spec, AttnSpec) and spec.backend == "ours" and spec.fix != "zero_rows" and spec.heads is None
+
+
 class LMAttention(CausalSelfAttention):
     """GPT's attention with rope, the bounded QK-norm and the two new backends."""
 
@@ -180,6 +226,10 @@ class LMAttention(CausalSelfAttention):
         call = replace(self.attn_call, stats={}) if self.capture else self.attn_call
         if isinstance(self.spec, StableSpec):
             y = stable_attend(self.spec, q, k, v)
+        elif isinstance(self.spec, Fp32FlashSpec):
+            y = fp32_flash_attention(q, k, v)
+        elif _op_path(self.spec):
+            y = ours_op_attend(self.spec, q, k, v)
         elif isinstance(self.spec, inject.InjectSpec):
             y = inject.attention(q, k, v, spec=self.spec, call=call)
         else:
