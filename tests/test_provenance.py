@@ -203,3 +203,114 @@ def test_content_hash_ignores_meta(tmp_path):
     assert results.content_hash("r", "ci", tmp_path) == h
     results.save("r", "ci", {"x": [1, 3]}, depends_on=[], root=tmp_path, arrays={"a": np.arange(3)})
     assert results.content_hash("r", "ci", tmp_path) != h
+
+
+# -- `if __name__ == "__main__":` blocks never run on import, so they are not fingerprinted ----------------------------
+CLI = '''
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--x", type=float, help="the input")
+    print(scale(ap.parse_args().x))
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description="a command line")
+    ap.add_argument("--y", help="another input")
+    main()
+'''   # a command line: `main` and the block that calls it
+SCALE_SRC = "SCALE = 2.0\n\n\ndef scale(x):\n    return SCALE * x\n"
+MAIN = {
+    "lib/__init__.py": "",
+    "lib/fp/__init__.py": "",
+    "lib/fp/tool.py": "import argparse\n\n" + SCALE_SRC + "\n\ndef shift(x):\n    return x + 1.0\n\n" + CLI,
+    "lib/experiments/__init__.py": "",
+    "lib/experiments/exp.py": '''
+        from lib.fp import tool
+
+
+        def run(scale, cfg):
+            return {"data": {"y": tool.scale(cfg["x"]) + tool.shift(1.0)}}
+        ''',
+}
+
+
+def _all_fps(root, **kw) -> dict:
+    """{"mod:name": fingerprint} of every definition under `root`."""
+    ix = provenance.Index(root, **kw)
+    return {f"{m}:{n}": ix.fingerprint(f"{m}:{n}") for m, mod in ix.modules.items() for n in mod.defs}
+
+
+def _main_edit(tmp_path, tag, old, new) -> Path:
+    files = dict(MAIN)
+    src = textwrap.dedent(files["lib/fp/tool.py"])
+    assert src.count(old) == 1
+    files["lib/fp/tool.py"] = src.replace(old, new)
+    return _tree(tmp_path / tag, files)
+
+
+def test_a_string_edit_in_a_main_block_changes_no_fingerprint(tmp_path):
+    a = _all_fps(_tree(tmp_path / "a", MAIN))
+    b = _main_edit(tmp_path, "b", 'help="another input"', 'help="another input, edited"')
+    assert _all_fps(b) == a
+    assert _all_fps(b, skip_main=False) != _all_fps(tmp_path / "a", skip_main=False)   # the old hashing: it did
+
+
+def test_code_added_to_or_removed_from_a_main_block_changes_no_fingerprint(tmp_path):
+    a = _all_fps(_tree(tmp_path / "a", MAIN))
+    added = _main_edit(tmp_path, "b", "    main()\n", "    print(shift(3.0))\n    main()\n")
+    removed = _main_edit(tmp_path, "c", '    ap.add_argument("--y", help="another input")\n', "")
+    assert _all_fps(added) == a and _all_fps(removed) == a
+    swapped = _main_edit(tmp_path, "d", 'if __name__ == "__main__":', 'if "__main__" == __name__:')
+    assert _all_fps(swapped) == a   # either operand order
+
+
+def test_moving_a_function_and_the_command_line_out_stales_nothing(tmp_path):
+    """`scale` (reached by `run`) moves to another module, and `main` with the `__main__` block to a third: the
+    fingerprint of the entry is unchanged (the old hashing, which tied the block into `tool`'s `<init>`, moved)."""
+    a = _tree(tmp_path / "a", MAIN)
+    moved = {k: v for k, v in MAIN.items() if k != "lib/fp/tool.py"}
+    moved["lib/fp/tool.py"] = '''
+        from lib.fp.arith import scale
+
+
+        def shift(x):
+            return x + 1.0
+        '''
+    moved["lib/fp/arith.py"] = SCALE_SRC
+    moved["lib/fp/cli.py"] = "import argparse\n\nfrom lib.fp.arith import scale\n\n" + CLI
+    b = _tree(tmp_path / "b", moved)
+    assert _fp(b) == _fp(a)
+    assert _fp(b, "lib.fp.tool:shift") == _fp(a, "lib.fp.tool:shift")
+    assert _fp(b, "lib.fp.arith:scale") == _fp(a, "lib.fp.tool:scale")
+    old = provenance.Index(a, skip_main=False).fingerprint("lib.experiments.exp:run")
+    assert provenance.Index(b, skip_main=False).fingerprint("lib.experiments.exp:run") != old
+
+
+def test_a_code_edit_next_to_a_main_block_still_counts(tmp_path):
+    a = _fp(_tree(tmp_path / "a", MAIN))
+    assert _fp(_main_edit(tmp_path, "b", "return SCALE * x", "return SCALE * x + 0.0")) != a
+    # other module-level tests, or a `__main__` test with an `else` (which runs on import), are still hashed
+    for tag, new in (("c", 'if __name__ != "__main__":'), ("d", 'if __name__ == "lib.fp.tool":')):
+        base = _fp(_main_edit(tmp_path, tag, 'if __name__ == "__main__":', new))
+        edited = _main_edit(tmp_path, tag + "2", 'if __name__ == "__main__":', new)
+        p = edited / "lib/fp/tool.py"
+        p.write_text(p.read_text().replace('help="another input"', 'help="edited"'))
+        assert _fp(edited) != base
+    with_else = _main_edit(tmp_path, "e", "    main()\n", "    main()\nelse:\n    SCALE = 3.0\n")
+    assert _fp(with_else) != a
+
+
+def test_a_help_string_in_the_real_training_command_line_changes_nothing(tmp_path):
+    """The real tree: lib/training/data.py's `__main__` block and train.py's command-line help are not reached."""
+    for d in ("lib", "kernels", "benchmarks"):
+        shutil.copytree(ROOT / d, tmp_path / d, ignore=shutil.ignore_patterns("__pycache__"))
+    e = registry.get("headline").code_entry
+    fp = provenance.Index(tmp_path).fingerprint(e)
+    for rel, old in (("lib/training/data.py", 'help="standard-library directory'),
+                     ("lib/training/train.py", "help=_HELP.get(f.name")):
+        p = tmp_path / rel
+        assert old in p.read_text()
+        p.write_text(p.read_text().replace(old, old.replace("help=", "help='edited ' + ", 1), 1))
+    assert provenance.Index(tmp_path).fingerprint(e) == fp
+    assert provenance.Index(tmp_path, skip_main=False).fingerprint(e) \
+        != provenance.Index(ROOT, skip_main=False).fingerprint(e)

@@ -16,7 +16,9 @@ So moving a function to another module, renaming it, or editing a docstring, com
 every fingerprint unchanged, while changing a line of code changes the fingerprint of its definition and of every
 definition that reaches it — a kernel line edit marks every result whose `run` reaches the kernel stale.
 Module-level statements that are not definitions (`os.environ.setdefault(...)`) belong to a per-module `<init>`
-definition that every definition of that module depends on.
+definition that every definition of that module depends on. An `if __name__ == "__main__":` block (without `else`)
+is skipped: it never runs on import, so it cannot change a number, and hashing it into `<init>` would tie every
+definition it references (a command-line `main`, its help strings) into every definition of its module.
 
 `lib.book` itself (results I/O, scales, the figure style) is plumbing that cannot change a measured number; its
 definitions are treated as outside references, so editing it stales nothing. The exception is the experiment runner
@@ -85,6 +87,16 @@ def _import_bindings(node, modname: str, is_pkg: bool) -> dict:
     return out
 
 
+def _is_main_block(node) -> bool:
+    """`if __name__ == "__main__":` (either operand order) without an `else`: code that never runs on import."""
+    if not (isinstance(node, ast.If) and not node.orelse and isinstance(node.test, ast.Compare)
+            and len(node.test.ops) == 1 and isinstance(node.test.ops[0], ast.Eq)):
+        return False
+    sides = (node.test.left, node.test.comparators[0])
+    return any(isinstance(a, ast.Name) and a.id == "__name__" and isinstance(b, ast.Constant) and b.value == "__main__"
+               for a, b in (sides, sides[::-1]))
+
+
 def _assigned_names(node) -> list[str]:
     targets = node.targets if isinstance(node, ast.Assign) else [node.target]
     names = []
@@ -98,11 +110,14 @@ def _assigned_names(node) -> list[str]:
 class Index:
     """The parsed project sources and the fingerprint of every definition."""
 
-    def __init__(self, root: Path | str = ROOT, packages=PACKAGES, outside=()):
+    def __init__(self, root: Path | str = ROOT, packages=PACKAGES, outside=(), skip_main: bool = True):
         """`outside`: extra modules ("pkg.mod") or definitions ("pkg.mod:name") treated as outside code, like the
-        plumbing (for checks that some code did not change apart from named parts, `lib.book.rekey_unused`)."""
+        plumbing (for checks that some code did not change apart from named parts, `lib.book.rekey_unused`).
+        `skip_main=False`: hash `if __name__ == "__main__":` blocks into `<init>`, as fingerprints did before
+        `lib.book.rekey_main` (the one-time re-keying that compares the two)."""
         self.root = Path(root)
         self.outside = tuple(outside)
+        self.skip_main = skip_main
         self.modules: dict[str, _Module] = {}
         for pkg in packages:
             base = self.root / pkg
@@ -112,14 +127,14 @@ class Index:
                 if any(part.startswith(".") or part == "__pycache__" for part in path.relative_to(self.root).parts):
                     continue
                 name, is_pkg = _module_name(path, self.root)
-                self.modules[name] = self._parse(name, path, is_pkg)
+                self.modules[name] = self._parse(name, path, is_pkg, skip_main)
         self._hash: dict[tuple, str] = {}
         self._edges: dict[tuple, set] = {}
         self._text: dict[tuple, str] = {}
 
     # -- parsing ---------------------------------------------------------------------------------------------------
     @staticmethod
-    def _parse(name, path, is_pkg) -> _Module:
+    def _parse(name, path, is_pkg, skip_main=True) -> _Module:
         tree = ast.parse(path.read_text(), filename=str(path))
         m = _Module(name, path, is_pkg)
         for node in tree.body:
@@ -137,6 +152,8 @@ class Index:
             elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) \
                     and isinstance(node.value.value, str):
                 continue  # docstring / bare string
+            elif skip_main and _is_main_block(node):
+                continue  # never runs on import
             else:
                 m.init.append(node)
         return m

@@ -72,24 +72,32 @@ def plan(old_index: provenance.Index, new_index: provenance.Index, root: Path | 
     return rows
 
 
-def rewrite(row: dict, commit: str) -> None:
-    """Re-key one result file (check 3 inside): recorded fingerprint kept, key replaced, the re-keying logged."""
-    path = Path(row["file"])
+def rewrite_meta(path: Path, edit) -> None:
+    """Apply `edit(meta)` to one result file, which must be in the format `lib.book.results.save` writes (and is
+    rewritten in it); its content hash (data and arrays: what results that read it recorded) must not change."""
+    path = Path(path)
     text = path.read_text()
     blob = json.loads(text)
     if json.dumps(blob, indent=1, sort_keys=True) != text:
         raise ValueError(f"{path}: not in the format results.save writes; refusing to rewrite it")
     name, scale = path.stem, path.parent.name
     before = results.content_hash(name, scale, path.parent.parent)
-    prov = blob["meta"]["provenance"]
-    prov["code"] = {row["to"] if k == row["from"] else k: v for k, v in prov["code"].items()}
-    blob["meta"].setdefault("provenance_rekeys", []).append(
-        {"from": row["from"], "to": row["to"], "old_commit": commit, "fingerprint": row["new"],
-         "recorded_equal": row["recorded"] == row["new"]})
+    edit(blob["meta"])
     path.write_text(json.dumps(blob, indent=1, sort_keys=True))
     if results.content_hash(name, scale, path.parent.parent) != before:   # cannot happen: only meta changed
         path.write_text(text)
         raise RuntimeError(f"{path}: content hash changed; restored the original")
+
+
+def rewrite(row: dict, commit: str) -> None:
+    """Re-key one result file (check 3 inside): recorded fingerprint kept, key replaced, the re-keying logged."""
+    def edit(meta):
+        prov = meta["provenance"]
+        prov["code"] = {row["to"] if k == row["from"] else k: v for k, v in prov["code"].items()}
+        meta.setdefault("provenance_rekeys", []).append(
+            {"from": row["from"], "to": row["to"], "old_commit": commit, "fingerprint": row["new"],
+             "recorded_equal": row["recorded"] == row["new"]})
+    rewrite_meta(Path(row["file"]), edit)
 
 
 def main(argv=None) -> int:
