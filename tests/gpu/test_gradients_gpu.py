@@ -1,0 +1,36 @@
+"""Gradient checks where training lives (marked `gpu`): every training variant of our kernels, the user kernel and the
+authors' code against FP64 at T = 1024, D = 64, causal, logits of 10² and 10⁵ (random and tied rows), under the rules
+of `lib.studies.kernel.gradient_checks` (FA2 rule, placement rule, authors' rule). The registered experiment
+`gradient_checks` runs the same function at 10², 10³, 10⁴, 10⁵ and on a GPT-2 layer, and records the table."""
+import pytest
+import torch
+
+import lib.book.setup  # noqa: F401
+from lib.book import registry
+from lib.studies.kernel import gradient_checks as gc
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def table():
+    cfg = dict(registry.resolve("gradient_checks", "full"), logits=[100.0, 100000.0], gpt2_capture=False)
+    return gc.run("full", cfg)["data"]
+
+
+def test_every_variant_within_its_rule(table):
+    assert table["violations"] == [], "\n".join(table["violations"])
+
+
+def test_every_variant_ran_on_every_input(table):
+    names = {v[0] for v in gc.VARIANTS}
+    inputs = {r["input"] for r in table["rows"]}
+    assert len(inputs) == 4
+    for i in inputs:
+        assert {r["variant"] for r in table["rows"] if r["input"] == i} == names, i
+
+
+def test_fa2_variants_are_finite(table):
+    for r in table["rows"]:
+        if r["rule"] == "fa2":
+            assert all(v < float("inf") for v in r["err"].values()), r

@@ -1,0 +1,61 @@
+"""The GPT-2 arms' machinery at toy size on the CPU: arms as detached processes that resume across calls (the full
+scale path), the progress lines the campaign reads, and the GPT-2 capture for the gradient checks."""
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from lib.book import registry
+from lib.studies.gpt2 import arms, campaign
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("arms")
+    cfg = dict(registry.resolve("kernel_fidelity", "ci"), workdir=str(tmp / "work"), gpus=1, ckpt_every_s=0.0,
+               corpus_dir=str(tmp / "corpus"))
+    cfg["arms"] = [dict(a, compile=False) for a in cfg["arms"]]
+    return cfg
+
+
+def test_full_path_starts_waits_and_packs(toy, monkeypatch):
+    """The first call starts every arm in its own process and returns Pending; the next waits and packs them: the
+    same initialisation (equal first losses: SDPA and our kernel agree to BF16-free FP32 rounding on the CPU)."""
+    monkeypatch.setenv("BOOK_WAIT_S", "0")
+    with pytest.raises(arms.Pending):
+        arms.run("full", toy)
+    labels = campaign._labels(toy)
+    assert all((Path(toy["workdir"]) / f"{lab.replace(':', '_')}.pid").exists() for lab in labels)
+    monkeypatch.setenv("BOOK_WAIT_S", "300")
+    res = arms.run("full", toy)
+    runs = {r["label"]: r for r in res["data"]["runs"]}
+    assert set(runs) == set(labels) and all(r["steps"] == toy["steps"] for r in runs.values())
+    a, b = (res["arrays"][f"{lab}__loss"] for lab in labels)
+    assert abs(float(a[0]) - float(b[0])) < 1e-4 * abs(float(a[0]))
+    assert "__census__wq_sigma" in "".join(res["arrays"])
+    # a third call finds the results and trains nothing
+    assert arms.run("full", toy)["data"]["runs"][0]["steps"] == toy["steps"]
+
+
+def test_progress_lines_are_what_the_campaign_reads(toy, capsys):
+    hook = arms.Progress("x:s1", every=2)
+    model = torch.nn.Linear(2, 2)
+    model(torch.ones(1, 2)).sum().backward()
+    hook.after_backward(1, model, None)
+    line = capsys.readouterr().out
+    log = Path(toy["workdir"]) / "x_s1.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(line)
+    assert campaign._steps(Path(toy["workdir"]), "x:s1") == (2, True)
+
+
+def test_capture_from_a_checkpoint(toy, tmp_path):
+    """q, k, v, dO of one layer from an arm's checkpoint, in the form the gradient checks read."""
+    toy = dict(toy)
+    if not any(Path(toy["workdir"]).glob("*.pt")):
+        pytest.skip("needs the checkpoints of the test above")
+    rec = campaign.capture_gpt2(toy, tmp_path / "cap.pt", layer=1, rows=1, arm="sdpa_eager")
+    back = torch.load(tmp_path / "cap.pt", weights_only=False)
+    assert back["q"].shape == back["do"].shape == (1, 2, 64, 16) and back["layer"] == 2 and back["step"] == 4
+    assert rec["arm"] == "sdpa_eager:s1"
