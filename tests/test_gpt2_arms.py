@@ -59,3 +59,38 @@ def test_capture_from_a_checkpoint(toy, tmp_path):
     back = torch.load(tmp_path / "cap.pt", weights_only=False)
     assert back["q"].shape == back["do"].shape == (1, 2, 64, 16) and back["layer"] == 2 and back["step"] == 4
     assert rec["arm"] == "sdpa_eager:s1"
+
+
+def test_failure_rule():
+    from lib.studies.gpt2.reading import failure_step
+    flat = [3.0] * 300
+    assert failure_step(flat, 100, 0.3) is None
+    rising = [3.0] * 200 + [4.01] * 100
+    assert failure_step(rising, 100, 0.3) == 229          # 30 steps of +1.01 lift the 100-step mean by 0.303
+    assert failure_step([3.0] * 50 + [float("nan")], 100, 0.3) == 50
+    assert failure_step([3.0] * 20, 100, 0.3) is None
+
+
+def test_fidelity_rule_on_planted_series():
+    """A pair whose gap is the spread's size is alike; ten times the spread is not; a failing arm is not."""
+    import numpy as np
+    from lib.studies.gpt2.reading import fidelity
+    E, L, H = 5, 3, 2
+    base = np.ones((E, L, H)) * np.arange(1, E + 1)[:, None, None]
+    arrays, runs = {}, []
+    for lab, f, loss in (("sdpa_eager", 1.0, 3.0), ("sdpa_compiled", 1.01, 3.0), ("fa2_eager", 1.012, 3.0),
+                         ("fa2_compiled", 1.2, 3.0)):
+        pre = f"{lab}:s1__census__"
+        arrays[pre + "step"] = np.arange(E) * 10
+        arrays[pre + "fa2/max_logit"] = base * f
+        arrays[pre + "wq_sigma"] = base * f
+        arrays[f"{lab}:s1__loss"] = np.full(50, loss)
+        runs.append(dict(label=f"{lab}:s1"))
+    rules = dict(failure_window=10, failure_rise=0.3, alike_factor=1.5, spread=["sdpa_eager", "sdpa_compiled"],
+                 pairs=[["fa2_eager", "sdpa_eager"], ["fa2_compiled", "sdpa_compiled"]])
+    fid = fidelity(arrays, runs, rules)
+    eager, compiled = fid["pairs"]
+    assert eager["alike"] and not compiled["alike"]
+    assert abs(fid["spread"]["1"]["logit"] - np.log(1.01)) < 1e-12
+    arrays["fa2_eager:s1__loss"] = np.concatenate([np.full(25, 3.0), np.full(25, 5.0)])
+    assert not fidelity(arrays, runs, rules)["pairs"][0]["alike"]

@@ -1,0 +1,104 @@
+"""Reading GPT-2 arms: the failure rule, per-layer logit and ‖W_Q‖₂ trajectories, and the kernel-fidelity verdict.
+
+Every rule is read from the result's recorded configuration (`cfg["rules"]`), fixed in the registry before the run:
+
+* **failure** — the first step at which the `failure_window`-step mean training loss is `failure_rise` nats above
+  its running minimum, or the loss is not finite (`failure_step`);
+* **alike** — two arms (ours, SDPA in one compile mode) train alike when, at every census step both reached, for
+  each layer's largest logit and largest ‖W_Q,h‖₂, |log(ours / SDPA)| ≤ `alike_factor` × the *spread*: the largest
+  such gap between the two `spread` arms (SDPA eager and compiled: rounding differences alone) over the run and the
+  layers; and both have the same outcome (failed or not) at their common horizon (`fidelity`).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["failure_step", "layer_series", "gap", "fidelity", "numbers", "ARM_WORDS"]
+
+ARM_WORDS = {"sdpa_eager": "PyTorch flash SDPA, eager", "sdpa_compiled": "PyTorch flash SDPA, compiled",
+             "fa2_eager": "our kernel (FA2 placement), eager", "fa2_compiled": "our kernel (FA2 placement), compiled"}
+
+
+def failure_step(loss, window: int, rise: float):
+    """The first step (0-based, the window's last) where the `window`-step mean loss exceeds its running minimum by
+    `rise`, or the first non-finite loss; None if neither happens."""
+    loss = np.asarray(loss, dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(loss))
+    first_bad = int(bad[0]) if bad.size else None
+    n = len(loss) if first_bad is None else first_bad
+    if n >= window:
+        c = np.cumsum(np.concatenate([[0.0], loss[:n]]))
+        mean = (c[window:] - c[:-window]) / window                 # mean[i] ends at step i + window − 1
+        over = np.flatnonzero(mean - np.minimum.accumulate(mean) >= rise)
+        if over.size:
+            return int(over[0]) + window - 1
+    return first_bad
+
+
+def layer_series(arrays: dict, label: str) -> dict:
+    """{"step": (E,), "logit": (E, L) largest |S| per layer (FA2 placement's S, FP32), "wq": (E, L) largest ‖W_Q,h‖₂
+    per layer} from a packed run's census."""
+    pre = f"{label}__census__"
+    return dict(step=np.asarray(arrays[pre + "step"]), logit=np.nanmax(arrays[pre + "fa2/max_logit"], axis=2),
+                wq=np.nanmax(arrays[pre + "wq_sigma"], axis=2))
+
+
+def gap(a: dict, b: dict, key: str) -> np.ndarray:
+    """|log(a / b)| per (common census step, layer) of series `key` ("logit" or "wq")."""
+    common, ia, ib = np.intersect1d(a["step"], b["step"], return_indices=True)
+    return np.abs(np.log(a[key][ia] / b[key][ib]))
+
+
+def fidelity(arrays: dict, runs: list[dict], rules: dict) -> dict:
+    """The alike rule for each pair of `rules["pairs"]` ([ours, sdpa] labels without seed): {"spread": {key: largest
+    gap of the spread pair}, "pairs": [{ours, sdpa, gaps {key: largest gap}, ratio {key: gap / spread}, outcomes,
+    horizon, alike}], "seeds"}."""
+    labels = [r["label"] for r in runs if "error" not in r]
+    seeds = sorted({lab.split(":s")[1] for lab in labels})
+    out = dict(spread={}, pairs=[], seeds=seeds)
+    for s in seeds:
+        ser = {lab.split(":s")[0]: layer_series(arrays, lab) for lab in labels if lab.endswith(f":s{s}")}
+        loss = {lab.split(":s")[0]: arrays[f"{lab}__loss"] for lab in labels if lab.endswith(f":s{s}")}
+        sa, sb = rules["spread"]
+        spread = {k: float(gap(ser[sa], ser[sb], k).max()) for k in ("logit", "wq")}
+        out["spread"][s] = spread
+        for ours, ref in rules["pairs"]:
+            horizon = min(len(loss[ours]), len(loss[ref]))
+            fails = {lab: failure_step(loss[lab][:horizon], rules["failure_window"], rules["failure_rise"])
+                     for lab in (ours, ref)}
+            gaps = {k: float(gap(ser[ours], ser[ref], k).max()) for k in ("logit", "wq")}
+            ratio = {k: gaps[k] / spread[k] if spread[k] > 0 else math.inf for k in gaps}
+            same = (fails[ours] is None) == (fails[ref] is None)
+            out["pairs"].append(dict(seed=s, ours=ours, sdpa=ref, gaps=gaps, ratio=ratio, failed_at=fails,
+                                     horizon=horizon, same_outcome=same,
+                                     alike=same and all(r <= rules["alike_factor"] for r in ratio.values())))
+    return out
+
+
+def numbers(res) -> dict:
+    """Glue for the chapter from a loaded `kernel_fidelity` result (`lib.book.results.load`)."""
+    data, arrays = res["data"], res["arrays"]
+    rules = res["meta"]["provenance"]["cfg"]["rules"] if "meta" in res else res["config"]["rules"]
+    fid = fidelity(arrays, data["runs"], rules)
+    out = {}
+    for r in data["runs"]:
+        arm = r["label"].split(":s")[0]
+        out[f"{arm}_steps"] = f"{r['steps']:,}"
+        out[f"{arm}_tokens_per_s"] = f"{r['tokens_per_s'] / 1e6:.2f} M"
+        fs = failure_step(arrays[f"{r['label']}__loss"], rules["failure_window"], rules["failure_rise"])
+        out[f"{arm}_failed_at"] = "no failure" if fs is None else f"step {fs:,}"
+        if r.get("val", {}).get("loss"):
+            out[f"{arm}_val_loss"] = f"{r['val']['loss'][-1]:.3f}"
+    for p in fid["pairs"]:
+        mode = p["ours"].split("_")[-1]
+        out[f"alike_{mode}"] = "alike" if p["alike"] else "not alike"
+        for k in ("logit", "wq"):
+            out[f"gap_{k}_{mode}"] = f"{p['gaps'][k]:.3f}"
+            out[f"ratio_{k}_{mode}"] = f"{p['ratio'][k]:.2f}"
+    for s, sp in fid["spread"].items():
+        for k, v in sp.items():
+            out[f"spread_{k}"] = f"{v:.3f}"
+    out["alike_factor"] = f"{rules['alike_factor']:g}"
+    return out
