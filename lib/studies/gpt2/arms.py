@@ -166,7 +166,10 @@ def run(scale: str, cfg: dict) -> dict:
         results = [torch.load(_paths(workdir, rc.label)["result"], weights_only=False) for rc in cfgs]
     runs, arrays = pack_runs(results, [rc.label for rc in cfgs])
     man = {k: v for k, v in manifest.items() if k != "distributions"}
-    return dict(data=dict(manifest=man, runs=runs, arms=cfg["arms"]), arrays=arrays, seeds=list(cfg["seeds"]))
+    # A compiled arm whose compilation failed trains eagerly (train_lm says so): record it, the comparison needs it.
+    compile_errors = {rc.label: r.get("compile_error") for rc, r in zip(cfgs, results) if r.get("compile_error")}
+    return dict(data=dict(manifest=man, runs=runs, arms=cfg["arms"], compile_errors=compile_errors), arrays=arrays,
+                seeds=list(cfg["seeds"]))
 
 
 if __name__ == "__main__":   # one arm: python -m lib.studies.gpt2.arms <workdir>/<label>.cfg
