@@ -51,3 +51,14 @@ def test_run_reads_a_capture(tmp_path, monkeypatch):
     assert 20 < gpt2[0]["input_logit"] < 200
     # FP32 emulation of FA2 numerics on the CPU: O within a few BF16 ULPs of FP64 (2^-8 relative)
     assert gpt2[0]["err"]["o_rel"] < 2 ** -7
+
+
+def test_tables_from_a_run():
+    cfg = dict(registry.resolve("gradient_checks", "ci"), logits=[100.0])
+    data = gc.run("ci", cfg)["data"]
+    t = gc.summary_table(data)
+    assert t.count("\n") >= 2 and "| FA2 placement |" in t and "old definition" not in t
+    f = gc.fp32_o_table(data)
+    assert "ties, logits 100" in f and "nan" not in f
+    r = dict(_row("fa2", {"dq_max": 1.5e-3}))
+    assert abs(gc.worst_ratio(r) - 0.75) < 1e-12

@@ -219,3 +219,49 @@ def run(scale: str, cfg: dict) -> dict:
         torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"), torch=torch.__version__,
         wall_s=round(time.perf_counter() - t0, 1))
     return {"data": data, "seeds": [cfg["seed"]]}
+
+
+_RULE_WORDS = {"fa2": "≤ 2 × flash SDPA's largest error", "placement": "≤ 2 × the emulated placement's error",
+               "authors": "within 2 × our kernel in their placement", "none": "measured only"}
+
+
+def worst_ratio(row: dict) -> float:
+    """The row's error as a fraction of what its rule allows, worst over O, dQ, dK, dV (1 = at the limit; NaN for
+    rows without a rule)."""
+    e = row["err"]
+    if row["rule"] == "fa2":
+        return max(e[f"{t}_max"] / (2 * row["sdpa"][f"{t}_max"]) for t in TENSORS)
+    if row["rule"] == "placement":
+        return max(e[f"{t}_rel"] / (2 * row["emulated"][f"{t}_rel"] + 2 ** -20) for t in TENSORS)
+    if row["rule"] == "authors":
+        o = row["ours_placement"]
+        return max(max(e[f"{t}_rel"] / (2 * o[f"{t}_rel"] + 2 ** -20), o[f"{t}_rel"] / (2 * e[f"{t}_rel"] + 2 ** -20))
+                   for t in TENSORS)
+    return math.nan
+
+
+def summary_table(data: dict) -> str:
+    """Markdown: one row per variant — its rule, the inputs checked, the worst error as a share of what the rule
+    allows (over inputs and O, dQ, dK, dV), and whether the rule holds on every input."""
+    lines = ["| variant | rule | inputs | worst share of the allowed error | holds |", "|---|---|---|---|---|"]
+    for name, *_ in VARIANTS:
+        rows = [r for r in data["rows"] if r["variant"] == name]
+        if not rows or rows[0]["rule"] == "none":
+            continue
+        w = max(worst_ratio(r) for r in rows)
+        lines.append(f"| {name} | {_RULE_WORDS[rows[0]['rule']]} | {len(rows)} | {w:.2f} | "
+                     f"{'yes' if w <= 1 else 'no'} |")
+    return "\n".join(lines)
+
+
+def fp32_o_table(data: dict) -> str:
+    """Markdown: dQ's relative error against FP64 with δ from an FP32 O, old definition (unrounded scores) and
+    corrected (the backward's own P), beside δ = rowsum(dP∘P), per input (paper placement, 512-key blocks)."""
+    get = lambda name, i: next((r["err"]["dq_rel"] for r in data["rows"]   # noqa: E731
+                                if r["variant"] == name and r["input"] == i), math.nan)
+    pre = "paper, 512-key blocks, "
+    lines = ["| input | δ = rowsum(dP∘P) | δ from an FP32 O | the same, old definition |", "|---|---|---|---|"]
+    for i in dict.fromkeys(r["input"] for r in data["rows"]):
+        lines.append(f"| {i} | {get(pre + 'δ = rowsum(dP∘P)', i):.2e} | {get(pre + 'δ from an FP32 O', i):.2e} | "
+                     f"{get(pre + 'δ from an FP32 O (old definition)', i):.2e} |")
+    return "\n".join(lines)
