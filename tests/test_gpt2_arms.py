@@ -94,3 +94,17 @@ def test_fidelity_rule_on_planted_series():
     assert abs(fid["spread"]["1"]["logit"] - np.log(1.01)) < 1e-12
     arrays["fa2_eager:s1__loss"] = np.concatenate([np.full(25, 3.0), np.full(25, 5.0)])
     assert not fidelity(arrays, runs, rules)["pairs"][0]["alike"]
+
+
+def test_fidelity_numbers_and_figure_from_a_live_run():
+    """The chapter's glue and figure from a ci-scale run of the registered experiment."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from lib.book.runner import live_result
+    from lib.studies.gpt2 import figures, reading
+    res = live_result("kernel_fidelity", "ci")
+    n = reading.numbers(res)
+    assert n["alike_eager"] in ("alike", "not alike") and n["sdpa_eager_steps"] == "4"
+    assert n["alike_factor"] == "1.5"
+    fig = figures.fidelity_figure(res)
+    assert len(fig.axes) == 3 and len(fig.axes[1].lines) == 2

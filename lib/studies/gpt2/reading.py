@@ -78,9 +78,9 @@ def fidelity(arrays: dict, runs: list[dict], rules: dict) -> dict:
 
 
 def numbers(res) -> dict:
-    """Glue for the chapter from a loaded `kernel_fidelity` result (`lib.book.results.load`)."""
-    data, arrays = res["data"], res["arrays"]
-    rules = res["meta"]["provenance"]["cfg"]["rules"] if "meta" in res else res["config"]["rules"]
+    """Glue for the chapter from a `kernel_fidelity` result (`lib.book.results.Result`, committed or live)."""
+    data, arrays = res.data, res.arrays
+    rules = res.meta["config"]["rules"]
     fid = fidelity(arrays, data["runs"], rules)
     out = {}
     for r in data["runs"]:
