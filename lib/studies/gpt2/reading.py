@@ -101,4 +101,11 @@ def numbers(res) -> dict:
         for k, v in sp.items():
             out[f"spread_{k}"] = f"{v:.3f}"
     out["alike_factor"] = f"{rules['alike_factor']:g}"
+    # Compiled against eager at step 0 (same weights, same batch): what fusion alone changes in the loss.
+    first = {r["label"].split(":s")[0]: float(arrays[f"{r['label']}__loss"][0]) for r in data["runs"]}
+    for k in ("sdpa", "fa2"):
+        if f"{k}_eager" in first and f"{k}_compiled" in first:
+            out[f"first_loss_gap_{k}"] = f"{abs(first[f'{k}_eager'] - first[f'{k}_compiled']):.2e}"
+    if "sdpa_eager" in first and "fa2_eager" in first:
+        out["first_loss_gap_kernels"] = f"{abs(first['sdpa_eager'] - first['fa2_eager']):.2e}"
     return out
