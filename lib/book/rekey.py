@@ -36,9 +36,10 @@ from lib.book import provenance, registry, results
 ROOT = results.ROOT
 
 
-def old_tree(commit: str, dest: Path) -> Path:
-    """Extract the sources provenance indexes (`provenance.PACKAGES`) at `commit` into `dest`; returns `dest`."""
-    tar = subprocess.run(["git", "archive", "--format=tar", commit, *provenance.PACKAGES], cwd=ROOT,
+def old_tree(commit: str, dest: Path, paths=provenance.PACKAGES, repo: Path = ROOT) -> Path:
+    """Extract `paths` (default: the sources provenance indexes, `provenance.PACKAGES`; () for the whole tree) of
+    the git repository `repo` at `commit` into `dest`; returns `dest`."""
+    tar = subprocess.run(["git", "archive", "--format=tar", commit, *paths], cwd=repo,
                          capture_output=True, check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(tar)) as t:
         t.extractall(dest, filter="data")
