@@ -255,9 +255,10 @@ def summary_table(data: dict) -> str:
 
 
 def fp32_o_table(data: dict) -> str:
-    """Markdown: dQ's relative error against FP64 with δ from an FP32 O, old definition (unrounded scores) and
-    corrected (the backward's own P), beside δ = rowsum(dP∘P), per input (paper placement, 512-key blocks)."""
-    get = lambda name, i: next((r["err"]["dq_rel"] for r in data["rows"]   # noqa: E731
+    """Markdown: dQ's largest absolute error against FP64 with δ from an FP32 O, old definition (unrounded scores)
+    and corrected (the backward's own P), beside δ = rowsum(dP∘P), per input (paper placement, 512-key blocks).
+    Absolute, not relative: on tied rows the exact dQ cancels to ≈ 0 and a relative error says nothing."""
+    get = lambda name, i: next((r["err"]["dq_max"] for r in data["rows"]   # noqa: E731
                                 if r["variant"] == name and r["input"] == i), math.nan)
     pre = "paper, 512-key blocks, "
     lines = ["| input | δ = rowsum(dP∘P) | δ from an FP32 O | the same, old definition |", "|---|---|---|---|"]
