@@ -73,11 +73,12 @@ def test_process_rule():
 
 
 def test_bold_rule():
-    assert htmlcheck.bold_problem(1000, 150) is None                         # at the limit
-    wall = htmlcheck.bold_problem(1000, 360, ["Takeaway:", "the output drifts one way"])
-    assert wall == ("bold wall: 36 % of the page's prose is bold (360 of 1000 characters in 2 <strong>/<b>; at most "
-                    "15 %), longest 'the output drifts one way'")
-    assert htmlcheck.bold_problem(300, 290) is None                          # too little prose to judge
+    assert htmlcheck.bold_problem(1000, {"<strong>/<b>": 150}) is None       # at the limit
+    wall = htmlcheck.bold_problem(1000, {"<strong>/<b>": 60, "glued values": 300},
+                                  ["Takeaway:", "the output drifts one way", "0.25"])
+    assert wall == ("bold wall: 36 % of the page's prose renders bold (360 of 1000 characters, at most 15 %: 300 in "
+                    "glued values, 60 in <strong>/<b>; 3 bold spans), longest 'the output drifts one way'")
+    assert htmlcheck.bold_problem(300, {"<strong>/<b>": 290}) is None        # too little prose to judge
 
 
 def test_duplicate_rule():
@@ -172,6 +173,7 @@ def _mathjax_uri() -> str:
 # sphinx-togglebutton), so the planted pages behave as the built book does.
 _CSS = """div.math { align-items: center; display: flex; max-width: 100%; overflow: hidden; }
 div.math mjx-container { flex-grow: 1; overflow: auto; }
+span.pasted-text { font-weight: bold; }
 .admonition.toggle-hidden .admonition-title ~ * { height: 0; margin: 0; opacity: 0; visibility: hidden;
   display: block; }"""
 _WIDE_ROW = "".join(f"<td>{12345.678901 + i:.6f}</td>" for i in range(20))     # ~1,800 px of unbreakable numbers
@@ -218,10 +220,16 @@ Per-seed values</p><table><tr><th>lr</th></tr><tr>{_WIDE_ROW}</tr></table></div>
 <table><tr><td>LR from $HEADLINE_LR</td></tr></table>
 <figure id="fig-p"><img src="a.png" alt="a"><figcaption><p>As the probe in our reference notes saw.</p></figcaption>
 </figure>""",
-    # ~7 % bold (a label and a key phrase per paragraph; bold code is code, not prose) and ~40 % bold
-    "bold_ok": "".join(f"<p><strong>Step {i}:</strong> {_PROSE} <strong>It drifts.</strong> {_PROSE}"
-                       f"<strong><code>{'x' * 300}</code></strong></p>" for i in range(3)),
+    # ~7 % bold (a label and a key phrase per paragraph; bold code is code, headings and table headers structure)
+    "bold_ok": "".join(f"<h2>A bold heading of some length, {i}</h2><p><strong>Step {i}:</strong> {_PROSE} "
+                       f"<strong>It drifts.</strong> {_PROSE}<strong><code>{'x' * 300}</code></strong></p>"
+                       f"<table><tr><th>{_PROSE}</th></tr><tr><td>1</td></tr></table>" for i in range(3)),
+    # ~40 % bold: a bold sentence in every paragraph
     "bold_wall": "".join(f"<p><strong>{_PROSE}</strong> {_PROSE} {_PROSE[:40]}</p>" for i in range(3)),
+    # glued values, bold by myst-nb's style sheet: a number or phrase in bold in every clause
+    "bold_glued": "".join(f'<p>The bias is <span class="pasted-text">-0.25 ULP per step</span>, the drift '
+                          f'<span class="pasted-text">3.2e-4 of the weight norm</span> and the share '
+                          f'<span class="pasted-text">the same sign in 97 % of rows</span>.</p>' for i in range(6)),
 }
 
 
@@ -316,5 +324,7 @@ def test_process_words(planted):
 def test_bold_walls(planted):
     assert planted["bold_ok"] == []
     (p,) = planted["bold_wall"]
-    assert p.startswith("bold wall: ") and "<strong>/<b>; at most 15 %), longest 'The bias is one-signed" in p
+    assert p.startswith("bold wall: ") and " in <strong>/<b>; 3 bold spans), longest 'The bias is one-signed" in p
     assert 30 <= int(p.split("bold wall: ")[1].split(" %")[0]) <= 45
+    (g,) = planted["bold_glued"]
+    assert g.startswith("bold wall: ") and " in glued values; 18 bold spans), longest 'the same sign in 97" in g
