@@ -35,7 +35,8 @@ book-ci: $(STAMP)
 
 ## make html-check: headless Chromium at a 1280-px window over _build/html (pages, math, images, links, widths of
 ## tables and equations, collapsed tables expanded, figure text sizes, repeated images, raw pipe tables, all-bold
-## paragraphs, internal names in prose). Needs Debian's chromium + chromium-driver; CHROMIUM / CHROMEDRIVER override
+## paragraphs, bold walls, internal names and module or file paths in prose, words about how the project is worked
+## on). Needs Debian's chromium + chromium-driver; CHROMIUM / CHROMEDRIVER override
 ## the PATH search (CHROMIUM= simulates a machine without it). Missing: an error, or a skip under HTML_CHECK=optional.
 CHROMIUM_INSTALL := sudo apt-get install -y chromium chromium-driver
 CHROMIUM ?= $(shell command -v chromium || command -v chromium-browser)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from lib.book import registry, results
+from lib.book.htmlcheck import name_problems
 from lib.studies.dial import reading as dial
 from lib.studies.explosion import reading as explosion
 from lib.studies.fix import reading as fix
@@ -108,10 +109,16 @@ def test_sections_without_their_results():
 
 
 def test_live_numbers_and_step_bench():
-    live = explosion.live_numbers(LIVE, "ci")
-    assert live["live_n"] == 1 and "| `paper_s0_lr0.01` | stable | 5 | 5.040 |" in live["live_md"]
-    assert "tiny CPU model" in live["live_md"]
-    assert "tiny CPU model" not in explosion.live_numbers(LIVE, "full")["live_md"]
+    live = explosion.live_numbers(LIVE, "ci")                 # at ci scale a sentence, no table of toy outcomes
+    assert live["live_n"] == 1 and live["live_md"] == (
+        "This build ran the headline's code at ci scale: 1 run of a tiny CPU model, 5 steps each, 1 stable (final "
+        "losses 5.040). That shows the code runs end to end; at this size the outcomes say nothing about stability.")
+    full = explosion.live_numbers({"data": {"runs": [dict(LIVE["data"]["runs"][0], attn="paper", seed=0)]}}, "full")
+    assert "| paper placement, seed 0 | stable | 5 | 5.040 |" in full["live_md"] and "tiny CPU" not in full["live_md"]
+    assert name_problems(live["live_md"] + full["live_md"]) == []
+    bs = fix.beta_sweep_numbers([], LIVE, "ci")["bs_live_md"]
+    assert bs.startswith("This build ran the β sweep's code at ci scale: 1 run of a tiny CPU model (β 7), 5 steps")
+    assert "| `paper_s0_lr0.01` | 7 | 64.0 | stable | 5 |" in fix.beta_sweep_numbers([], LIVE, "full")["bs_live_md"]
     d = {"ratio_to_sdpa": {"paper_rb512": 1.25}, "ratio_to_sdpa_rounds": {"paper_rb512": [1.2, 1.25, 1.4]}}
     s = fix.step_bench(d)
     assert s["met"] and s["every_round"] == "both" and (s["lo"], s["hi"]) == (1.2, 1.4)

@@ -52,6 +52,35 @@ def test_name_rule():
     assert names("paper_rb512", code_ids=()) == [] and names("issue 9", code_ids=()) == ["issue 9"]
 
 
+def test_path_rule():
+    names = htmlcheck.name_problems
+    assert names("lib.training.loop calls kernels.attention; torch.nn.functional too") == [
+        "lib.training.loop", "kernels.attention", "torch.nn.functional"]
+    assert names("see lib/census.py, results/full/headline.json, .ci/run and README.md") == [
+        "lib/census.py", "results/full/headline.json", ".ci/run", "README.md"]
+    # ordinary words, units, versions, abbreviations, a sentence's last word and math written as text are not paths
+    assert names("e.g. the kernels. Then 1.5 M tokens/s, 400 TFLOP/s, v2.5.1, i.e. W_Q.T and x.y; lib. tests.") == []
+    assert names("https://example.org/lib/census.py") == []                 # a URL is not read
+
+
+def test_process_rule():
+    words = htmlcheck.process_problems
+    assert words("cut off when the session's GPU time ran out, the most one machine call allows") == [
+        "session", "GPU time", "machine call"]
+    assert words("a feasibility probe in our Reference Notes; the probe; device time; lr from $HEADLINE_LR") == [
+        "feasibility probe", "Reference Notes", "the probe", "device time", "$HEADLINE_LR"]
+    assert words("possession, probes the space, a GPU timing, $5 and $x$ are fine") == []
+
+
+def test_bold_rule():
+    assert htmlcheck.bold_problem(1000, {"<strong>/<b>": 150}) is None       # at the limit
+    wall = htmlcheck.bold_problem(1000, {"<strong>/<b>": 60, "glued values": 300},
+                                  ["Takeaway:", "the output drifts one way", "0.25"])
+    assert wall == ("bold wall: 36 % of the page's prose renders bold (360 of 1000 characters, at most 15 %: 300 in "
+                    "glued values, 60 in <strong>/<b>; 3 bold spans), longest 'the output drifts one way'")
+    assert htmlcheck.bold_problem(300, {"<strong>/<b>": 290}) is None        # too little prose to judge
+
+
 def test_duplicate_rule():
     assert htmlcheck.duplicate_problems([("a.png", "h1", "f1"), ("b.png", "h2", "f2")]) == []
     same_src = htmlcheck.duplicate_problems([("_images/a.png", "h1", "f1"), ("x.png", "h3", ""),
@@ -144,10 +173,13 @@ def _mathjax_uri() -> str:
 # sphinx-togglebutton), so the planted pages behave as the built book does.
 _CSS = """div.math { align-items: center; display: flex; max-width: 100%; overflow: hidden; }
 div.math mjx-container { flex-grow: 1; overflow: auto; }
+span.pasted-text { font-weight: bold; }
 .admonition.toggle-hidden .admonition-title ~ * { height: 0; margin: 0; opacity: 0; visibility: hidden;
   display: block; }"""
 _WIDE_ROW = "".join(f"<td>{12345.678901 + i:.6f}</td>" for i in range(20))     # ~1,800 px of unbreakable numbers
 _LONG_SUM = " + ".join(f"a_{{{i}}} b_{{{i}}}" for i in range(60))
+_PROSE = ("The bias is one-signed across the tied keys, so the output drifts the same way at every step and the "
+          "weights it feeds grow along one direction.")
 PAGES = {
     "clean": """
 <p><strong>Takeaway:</strong> the bias is one-signed | a bar inside a sentence is fine.</p>
@@ -159,7 +191,10 @@ PAGES = {
 <details class="hide below-input"><summary>Show output</summary><table><tr><td>narrow</td></tr></table></details>
 <div class="math notranslate nohighlight">\\[ x^2 + y^2 = z^2 \\]</div>
 <figure id="fig-a"><img src="a.png" alt="a"><figcaption><p>A figure shown once.</p></figcaption></figure>
-<figure id="fig-b"><img src="b.png" alt="b"><figcaption><p>Another figure.</p></figcaption></figure>""",
+<figure id="fig-b"><img src="b.png" alt="b"><figcaption><p>Another figure.</p></figcaption></figure>
+<p>Run <code>python -m lib.experiments headline</code>, read <code>lib/census.py</code> or
+<a href="https://example.org/lib/census.py">the census code</a>: e.g. 1.5 M tokens/s at 400 TFLOP/s, i.e. fast.</p>
+<pre>the session's GPU time, $HEADLINE_LR and results/full/headline.json inside a code block</pre>""",
     "dup_src": """<figure id="fig-1"><img src="a.png" alt="a"></figure>
 <figure id="fig-2"><img src="a.png" alt="a again"></figure>""",
     "dup_content": """<figure id="fig-1"><img src="a.png" alt="a"></figure>
@@ -178,6 +213,23 @@ Per-seed values</p><table><tr><th>lr</th></tr><tr>{_WIDE_ROW}</tr></table></div>
 <table><tr><th>arm</th></tr><tr><td>paper+fix_split_sm32</td></tr></table>
 <figure id="fig-x"><img src="a.png" alt="a"><figcaption><p>delta_fp32_o against paper_untiled.</p></figcaption>
 </figure><ul><li>As Issue 16 asks.</li></ul>""",
+    "paths": """<h2 id="h">The loop in lib.training.loop</h2>
+<p>The kernel (kernels.attention) is in lib/census.py; see <a href="paths.html">results/full/headline.json</a>.</p>
+<table><tr><th>run</th></tr><tr><td>lib.studies.dose.reading</td></tr></table>""",
+    "process": """<p>The run stopped when the session ran past its GPU time.</p>
+<table><tr><td>LR from $HEADLINE_LR</td></tr></table>
+<figure id="fig-p"><img src="a.png" alt="a"><figcaption><p>As the probe in our reference notes saw.</p></figcaption>
+</figure>""",
+    # ~7 % bold (a label and a key phrase per paragraph; bold code is code, headings and table headers structure)
+    "bold_ok": "".join(f"<h2>A bold heading of some length, {i}</h2><p><strong>Step {i}:</strong> {_PROSE} "
+                       f"<strong>It drifts.</strong> {_PROSE}<strong><code>{'x' * 300}</code></strong></p>"
+                       f"<table><tr><th>{_PROSE}</th></tr><tr><td>1</td></tr></table>" for i in range(3)),
+    # ~40 % bold: a bold sentence in every paragraph
+    "bold_wall": "".join(f"<p><strong>{_PROSE}</strong> {_PROSE} {_PROSE[:40]}</p>" for i in range(3)),
+    # glued values, bold by myst-nb's style sheet: a number or phrase in bold in every clause
+    "bold_glued": "".join(f'<p>The bias is <span class="pasted-text">-0.25 ULP per step</span>, the drift '
+                          f'<span class="pasted-text">3.2e-4 of the weight norm</span> and the share '
+                          f'<span class="pasted-text">the same sign in 97 % of rows</span>.</p>' for i in range(6)),
 }
 
 
@@ -247,3 +299,32 @@ def test_internal_names_in_prose_tables_and_captions(planted):
         "internal name 'delta_fp32_o' in <figcaption> in #fig-x: 'delta_fp32_o against paper_untiled.'",
         "internal name 'paper_untiled' in <figcaption> in #fig-x: 'delta_fp32_o against paper_untiled.'",
         "internal name 'Issue 16' in <li>: 'As Issue 16 asks.'"]
+
+
+def test_module_and_file_paths_outside_code(planted):
+    assert planted["paths"] == [
+        "internal name 'lib.training.loop' in <h2> in #h: 'The loop in lib.training.loop'",
+        "internal name 'kernels.attention' in <p>: 'The kernel (kernels.attention) is in lib/census.py; see res…'",
+        "internal name 'lib/census.py' in <p>: '…nel (kernels.attention) is in lib/census.py; see "
+        "results/full/headline.js…'",
+        "internal name 'results/full/headline.json' in <p>: '…ion) is in lib/census.py; see "
+        "results/full/headline.json.'",
+        "internal name 'lib.studies.dose.reading' in <td>: 'lib.studies.dose.reading'"]
+
+
+def test_process_words(planted):
+    assert planted["process"] == [
+        "process word 'session' in <p>: 'The run stopped when the session ran past its GPU time.'",
+        "process word 'GPU time' in <p>: '…when the session ran past its GPU time.'",
+        "process word '$HEADLINE_LR' in <td>: 'LR from $HEADLINE_LR'",
+        "process word 'the probe' in <figcaption> in #fig-p: 'As the probe in our reference notes saw.'",
+        "process word 'reference notes' in <figcaption> in #fig-p: 'As the probe in our reference notes saw.'"]
+
+
+def test_bold_walls(planted):
+    assert planted["bold_ok"] == []
+    (p,) = planted["bold_wall"]
+    assert p.startswith("bold wall: ") and " in <strong>/<b>; 3 bold spans), longest 'The bias is one-signed" in p
+    assert 30 <= int(p.split("bold wall: ")[1].split(" %")[0]) <= 45
+    (g,) = planted["bold_glued"]
+    assert g.startswith("bold wall: ") and " in glued values; 18 bold spans), longest 'the same sign in 97" in g

@@ -126,8 +126,10 @@ def test_outcome_table_has_words_validation_loss_and_tokens():
     assert runs.tokens_seen(res, res.data["runs"][0]) == 1000 * 32 * 512
     assert runs.tokens_seen(Result("x", "ci", {}, {}), res.data["runs"][0]) is None
     assert runs.val_loss({"val_loss": float("nan")}) is None
-    live = runs.outcome_table(res.data)         # a live run's data: runs named by their ids, as code; no tokens
-    assert "| `paper_rb512_s0_lr0.001` | stable | — | 1.000 / 1.100 | 1.200 | 2 |" in live
+    live = runs.outcome_table(res.data)         # a live run's data: runs in words from their specs; no tokens
+    assert "| paper placement, 512-key blocks, seed 0 | stable | — | 1.000 / 1.100 | 1.200 | 2 |" in live
+    assert name_problems(live) == []
+    assert runs.run_words({"id": "paper_s0"}) == "`paper_s0`"                 # older data without a spec: its id, as code
 
 
 def test_measurements_markdown_is_narrow_and_in_words():

@@ -16,9 +16,13 @@ variables CHROMIUM / CHROMEDRIVER override the PATH search (`browser_paths`). Ch
   overlaps the figure check found, which must be none; a Matplotlib PNG without that record (a figure that bypassed the
   book's formatter) is a problem too. No image is shown twice on one page (same `src`, or same file content);
 - prose: no paragraph whose text starts with `|` (a pipe table printed as text); no paragraph whose whole text sits
-  in one `<strong>`/`<b>` (glued text rendered bold); no "issue <number>" and no code id (`CODE_ID_PATTERNS`) in
-  prose, tables, headings or figure captions. Code is exempt: `<code>`, `<pre>`, code cells' source and textual
-  outputs, math and link URLs.
+  in one `<strong>`/`<b>` (glued text rendered bold); no page whose prose renders more than `MAX_BOLD_SHARE` bold
+  (a bold wall: emphasis everywhere marks nothing — `<strong>`/`<b>`, and text styled bold such as myst-nb's glued
+  values; headings, table headers and titles are structure, not counted); no "issue <number>", no code id and no module or file path
+  (`CODE_ID_PATTERNS`: `lib.training.loop`, `lib/census.py`, `results/full/…`) and no word about how the project is
+  worked on (`PROCESS_PATTERNS`: "the session", "GPU time", "reference notes", an unexpanded `$NAME`, …) in prose,
+  tables, headings or figure captions. Code is exempt: `<code>`, `<pre>`, code cells' source and textual outputs,
+  math and link URLs (a link's text is prose).
 Exits 1 with a list of problems, each naming its page and element.
 """
 from __future__ import annotations
@@ -44,7 +48,32 @@ CODE_ID_PATTERNS = (
                                                                         # delta_fp32_o, fix_split, paper_untiled
     r"\b[a-z][a-z0-9_]+\+[a-z][a-z0-9_]+",                         # arm specs joined by '+': paper+fix
     r"_(?:sm|rb|b|m)\d+\b",                                         # variant suffixes on any name: _sm32, _b7
+    # module and file paths: a reader meets them only in code spans, as code to use
+    r"\b(?:lib|kernels|benchmarks|tests)(?:\.[A-Za-z_]\w*)+",         # the project's modules: lib.training.loop,
+                                                                        # kernels.attention
+    r"\b[a-z_][a-z0-9_]+(?:\.[a-z_][a-z0-9_]+){2,}\b",                # any dotted path of 3+ parts: torch.nn.functional
+    r"(?<![\w/])\.?(?:lib|kernels|benchmarks|tests|results|chapters|ci)/[\w.\-/…]*\w",   # lib/census.py, results/full/…
+    r"\b[\w\-]+(?:/[\w\-.]+)*\.(?:py|ipynb|json|jsonl|md|ya?ml|toml|npz|npy|pt|csv|txt|sh|log)\b",  # x/y.py, README.md
 )
+# Words about how the project is worked on (its sessions, machines, budgets, notes), which a reader of the book has
+# no use for: say what was measured and what limits it, not whose time ran out. Read in prose like the code ids;
+# each pattern carries its own flags.
+PROCESS_PATTERNS = (
+    r"(?i)\bsessions?\b",                                              # "the session's GPU time ran out"
+    r"(?i)\b(?:the|our|this|that|a|old|feasibility)\s+probes?\b",     # "the probe", "feasibility probe"
+    r"(?i)\b(?:GPU|device|machine)[- ](?:time|hours?|budget)\b",       # "GPU time", "device time"
+    r"(?i)\bmachine[- ]calls?\b",                                      # "the most one machine call allows"
+    r"(?i)\breference notes?\b",                                       # "in our reference notes"
+    r"\$\{?[A-Z][A-Z0-9_]{2,}\}?",                                     # an unexpanded variable: $HEADLINE_LR
+)
+# The most of a page's prose characters (text outside code and math, whitespace left out) that may render bold
+# (computed font-weight ≥ 600: <strong>/<b>, and text a style sheet makes bold, such as myst-nb's `span.pasted-text`
+# for every {glue:text} value). Bold marks one key phrase; a paragraph of ~500 characters with one bold phrase of ~40 is 8 %, a
+# "Takeaway:" label on top of that stays under 15 %. Past it bold stops marking anything and reads as shouting.
+MAX_BOLD_SHARE = 0.15
+# Pages with less prose than this are not judged for bold: a stub page with a bold lead line says nothing about walls.
+MIN_BOLD_PROSE = 400
+_PROCESS = tuple(re.compile(p) for p in PROCESS_PATTERNS)
 _URL = re.compile(r"\b(?:https?|file)://\S+")
 
 # The content column: Jupyter Book's article, else <main>, else the body.
@@ -109,6 +138,21 @@ _JS_TEXT_BLOCKS = (_ARTICLE + _WHERE +
                    "if (!out.has(b)) out.set(b, []); out.get(b).push(n.nodeValue); } "
                    "return Array.from(out, ([b, parts]) => [(b.closest('figcaption, caption, td, th') || b).tagName"
                    ".toLowerCase(), where(b), parts.join('')]);")
+# The prose's characters (whitespace left out) and those that render bold, by what makes them bold (<strong>/<b>,
+# a glued value, other styling), with the bold spans' texts; code and math are skipped as above, and so is text that
+# is bold as structure (headings, table headers, captions' labels, admonition and toggle titles, definition terms).
+_JS_BOLD = (_ARTICLE + "const skip = 'code, pre, kbd, samp, script, style, mjx-container, math, .cell_input, "
+            ".highlight, .headerlink, h1, h2, h3, h4, h5, h6, th, caption, .caption-number, .admonition-title, "
+            "summary, dt'; const w = document.createTreeWalker(a, NodeFilter.SHOW_TEXT); "
+            "let all = 0; const kinds = {}; const spans = new Map(); let n; while ((n = w.nextNode())) { "
+            "const e = n.parentElement; if (!e || e.closest(skip)) continue; "
+            "const k = n.nodeValue.replace(/\\s+/g, '').length; if (!k) continue; all += k; "
+            "const wt = getComputedStyle(e).fontWeight; if (!(parseInt(wt) >= 600 || wt === 'bold')) continue; "
+            "const s = e.closest('strong, b'); const g = e.closest('.pasted-text'); "
+            "const kind = s ? '<strong>/<b>' : g ? 'glued values' : 'other bold styling'; "
+            "kinds[kind] = (kinds[kind] || 0) + k; const key = s || g || e; "
+            "spans.set(key, (spans.get(key) || '') + n.nodeValue); } "
+            "return [all, kinds, Array.from(spans.values(), t => t.replace(/\\s+/g, ' ').trim())];")
 
 
 def browser_paths() -> tuple[str | None, str | None]:
@@ -157,6 +201,30 @@ def name_problems(text: str, code_ids=CODE_ID_PATTERNS) -> list[str]:
         else:
             merged.append([lo, hi])
     return list(dict.fromkeys(text[lo:hi] for lo, hi in merged))
+
+
+def process_problems(text: str) -> list[str]:
+    """The words about how the project is worked on (`PROCESS_PATTERNS`) in reader-facing `text`, each once, in order
+    of appearance; URLs are not read."""
+    text = _URL.sub(" ", text)
+    found = sorted((m.start(), m.group(0)) for pat in _PROCESS for m in pat.finditer(text))
+    return list(dict.fromkeys(w for _, w in found))
+
+
+def bold_problem(prose_chars: int, bold_by: dict, spans: list[str] = (), max_share: float = MAX_BOLD_SHARE,
+                 min_prose: int = MIN_BOLD_PROSE):
+    """A one-line problem when more than `max_share` of a page's `prose_chars` (text outside code and math,
+    whitespace left out) render bold; `bold_by`: those bold characters by what makes them bold ('<strong>/<b>',
+    'glued values', 'other bold styling'). None when under the share, or when the page has less than `min_prose`
+    characters of prose. `spans`: the bold texts, the longest of which is quoted."""
+    bold = sum(bold_by.values())
+    if prose_chars < min_prose or bold <= max_share * prose_chars:
+        return None
+    by = ", ".join(f"{v} in {k}" for k, v in sorted(bold_by.items(), key=lambda kv: -kv[1]) if v)
+    longest = max(spans, key=len, default="")
+    return (f"bold wall: {100 * bold / prose_chars:.0f} % of the page's prose renders bold ({bold} of {prose_chars} "
+            f"characters, at most {100 * max_share:.0f} %: {by}; {len(spans)} bold spans)"
+            + (f", longest {longest[:60]!r}" if longest else ""))
 
 
 def _image_label(src: str) -> str:
@@ -283,6 +351,12 @@ def _page_problems(d, page: Path, stats: dict, code_ids, digests: dict) -> list[
         for name in name_problems(text, code_ids):
             out.append(f"internal name {name!r} in <{tag}>{' in #' + where if where else ''}: "
                        f"{_context(text, name)!r}")
+        for word in process_problems(text):
+            out.append(f"process word {word!r} in <{tag}>{' in #' + where if where else ''}: "
+                       f"{_context(text, word)!r}")
+    why = bold_problem(*d.execute_script(_JS_BOLD))
+    if why:
+        out.append(why)
     return out
 
 

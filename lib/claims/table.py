@@ -418,10 +418,11 @@ def status_table(root=None) -> list[dict]:
 
 
 def readable(evidence: str) -> str:
-    """A verdict's evidence as prose: attention specs and `weight_drift`'s pair names in words."""
+    """A verdict's evidence as prose: attention specs and `weight_drift`'s pair names in words; the authors' training
+    script, which `paper_placement` names by its file, as code."""
     from lib.studies.golden.drift import in_words as pairs_in_words
     from lib.training.spec import in_words
-    return pairs_in_words(in_words(evidence))
+    return pairs_in_words(in_words(evidence)).replace("(as in train.py)", "(as in the authors' `train.py`)")
 
 
 def status_md(ids, with_source: bool = False, root=None) -> str:

@@ -128,6 +128,14 @@ def spec_words(attn, fix: dict | None = None) -> str:
     return "; ".join(parts) + f"; {one(common)} elsewhere"
 
 
+def run_words(run: dict) -> str:
+    """One run of a result's data in words: its attention in words and its seed ("paper placement, seed 0"); a run
+    that recorded no spec (older data) by its id, as code."""
+    if "attn" in run and "seed" in run:
+        return f"{spec_words(run['attn'])}, seed {run['seed']}"
+    return f"`{run['id']}`"
+
+
 def tokens_seen(res, run: dict) -> int | None:
     """Tokens a training run saw: its steps × batch size × sequence length (the result's meta config); None when the
     config does not say."""
@@ -153,14 +161,14 @@ def outcome_table(res, judged: dict | None = None) -> str:
     seed), outcome, tokens seen, best and final training loss, validation loss, largest pre-clip grad norm; with
     `judged` ({run id: `lib.training.horizon.rejudge` row}) the outcome at the common horizon, onset in brackets,
     in place of the whole-run outcome. `res`: a Result (or, for a live run without meta, its data dict: runs are
-    then named by their ids)."""
+    then named by `run_words`)."""
     data = res.data if hasattr(res, "data") else res
     hz = bool(judged)
     head = f"at step {next(iter(judged.values()))['horizon']:,} (onset)" if hz else "outcome (onset)"
     rows = [f"| run | {head} | tokens | best / final loss | val loss | max grad norm |",
             "|---|---|---|---|---|---|"]
     for r in data["runs"]:
-        name = (f"{arm_label(res, r['arm'])}, seed {r['seed']}" if hasattr(res, "data") else f"`{r['id']}`") \
+        name = (f"{arm_label(res, r['arm'])}, seed {r['seed']}" if hasattr(res, "data") else run_words(r)) \
             + (" (repeat)" if r.get("tag") else "")
         oc, on = (judged[r["id"]]["outcome"], judged[r["id"]]["onset"]) if hz else (r["outcome"], r["onset"])
         v = val_loss(r)

@@ -326,6 +326,20 @@ def _repeat_prefix(res, rep: dict, q: str) -> tuple[int, bool]:
     return n, n > 0 and a[:n].tobytes() == b[:n].tobytes()
 
 
+def lr_source_words(source: str) -> str:
+    """Where a training result's LR came from (its `lr_source`), in words: an environment variable (`$NAME`) is an LR
+    set by hand for the run, "registry" one fixed in the experiment's configuration; a pilot's choice
+    ("regime_sweep (full): …") is named by its result's title."""
+    from lib.book import catalogue
+    if source.startswith("$"):
+        return "set by hand for this run"
+    if source == "registry":
+        return "fixed in the experiment's configuration"
+    if source.startswith("default"):
+        return "the default, no LR sweep having chosen one"
+    return catalogue.titled(source)
+
+
 def headline_numbers(res, sm=None, ab=None) -> dict:
     """The LR 8e-3 headline (`res`), the fix with S − m in FP32 run apart at its LR and steps (`sm`,
     `headline_fix_sm32`), and `ab` (`ablations`, for repeats across results): outcomes at the common horizon, the
@@ -336,7 +350,7 @@ def headline_numbers(res, sm=None, ab=None) -> dict:
     d = res.data
     rs = [r for r in d["runs"] if not r["tag"]]
     trunc = [r for r in rs if r["truncated_at"]]
-    out = {"h_label": runs.labelled([res], False), "h_lr": f"{d['lr']:g}", "h_lr_source": d["lr_source"],
+    out = {"h_label": runs.labelled([res], False), "h_lr": f"{d['lr']:g}", "h_lr_source": lr_source_words(d["lr_source"]),
            "h_steps_span": runs.span([r["steps"] for r in rs], "{:,.0f}"),
            "h_budget": f"{res.meta['config'].get('max_wall_s', float('nan')):.0f}",
            "h_workers": res.meta["config"]["workers"], "h_steps_cap": d["steps"],
@@ -447,7 +461,9 @@ def ablation_numbers(ab, headline=None) -> dict:
 
     def n_stable(arm):
         return sum(judged[r["id"]]["outcome"] == "stable" for r in arm_runs(arm))
-    why = re.sub(r"([\w+.-]+_s\d+_lr[\d.e-]+)", r"`\1`", ab.data["layer_why"])     # a run id is code
+    why = re.sub(r"\bheadline run ([\w+.-]+?)_s(\d+)_lr[\d.e-]+",                    # a run id in words
+                 lambda m: f"the headline's {runs.spec_words(proxy.ARMS.get(m.group(1), m.group(1)))} run, seed "
+                           f"{m.group(2)}", ab.data["layer_why"])
     rows = [f"Committed GPU result: {runs.labelled([ab], False)}, LR {ab.data['lr']:g}; layer {ab.data['layer']} "
             f"({why}), outlier heads {ab.data['heads']}. Outcomes judged on the first {h} steps "
             "(the fewest any run reached), per seed in seed order, onset step in brackets.", "",
@@ -530,10 +546,20 @@ def sweep_numbers(sw) -> dict:
 
 
 def live_numbers(live: dict, scale: str) -> dict:
-    """The headline run live at this build's `scale` (`lib.book.runner.run_live`): its runs as a table."""
+    """The headline run live at this build's `scale` (`lib.book.runner.run_live`): at ci scale one sentence (a tiny
+    CPU model for a few steps proves the code path, its outcomes mean nothing), else its runs as a table in words."""
+    rs = live["data"]["runs"]
+    out = {"live_scale": scale, "live_n": len(rs)}
+    if scale == "ci":
+        counts = {}
+        for r in rs:
+            counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+        return out | {"live_md": (
+            f"This build ran the headline's code at ci scale: {len(rs)} run{'s' * (len(rs) != 1)} of a tiny CPU model, "
+            f"{runs.span([r['steps'] for r in rs], '{:.0f}')} steps each, "
+            f"{', '.join(f'{n} {o}' for o, n in counts.items())} (final losses "
+            f"{runs.span([r['final'] for r in rs])}). That shows the code runs end to end; at this size the outcomes "
+            "say nothing about stability.")}
     rows = ["| run | outcome | steps | final loss |", "|---|---|---|---|"] + [
-        f"| `{r['id']}` | {r['outcome']} | {r['steps']} | {r['final']:.3f} |" for r in live["data"]["runs"]]
-    return {"live_scale": scale, "live_n": len(live["data"]["runs"]),
-            "live_md": (f"At scale **{scale}** the headline experiment ran {len(live['data']['runs'])} arms "
-                        + ("(a tiny CPU model for a few steps: the outcomes below prove the code path, they mean "
-                           "nothing about stability)" if scale == "ci" else "") + ":\n\n" + "\n".join(rows))}
+        f"| {runs.run_words(r)} | {r['outcome']} | {r['steps']} | {r['final']:.3f} |" for r in rs]
+    return out | {"live_md": f"At scale {scale} the headline experiment ran {len(rs)} arms:\n\n" + "\n".join(rows)}
