@@ -78,11 +78,15 @@ def fidelity(arrays: dict, runs: list[dict], rules: dict) -> dict:
 
 
 def numbers(res) -> dict:
-    """Glue for the chapter from a `kernel_fidelity` result (`lib.book.results.Result`, committed or live)."""
+    """Glue for the chapter from a `kernel_fidelity` result (`lib.book.results.Result`, committed or live). Every key
+    of the full arm set is present: an arm or pair the result lacks (the toy run has eager arms only) reads "not run"."""
     data, arrays = res.data, res.arrays
     rules = res.meta["config"]["rules"]
     fid = fidelity(arrays, data["runs"], rules)
-    out = {}
+    out = {f"{arm}_{k}": "not run" for arm in ARM_WORDS for k in ("steps", "tokens_per_s", "failed_at", "val_loss")}
+    out |= {f"{k}_{mode}": "not run" for mode in ("eager", "compiled")
+            for k in ("alike", "gap_logit", "gap_wq", "ratio_logit", "ratio_wq")}
+    out |= {f"first_loss_gap_{k}": "not run" for k in ("sdpa", "fa2", "kernels")}
     for r in data["runs"]:
         arm = r["label"].split(":s")[0]
         out[f"{arm}_steps"] = f"{r['steps']:,}"
