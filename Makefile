@@ -59,8 +59,9 @@ html-check: $(STAMP)
 gpu-results:
 	$(PY) -m lib.experiments all --scale full --out $${OUT:-results}
 
+## make gpu-tests: the GPU tests, one shard per visible GPU (GPUS=1: one process), log in results/full/gpu_tests.log
 gpu-tests:
-	$(PY) -m pytest -q -m gpu tests
+	$(PY) tests/gpu/run_sharded.py --gpus $(or $(GPUS),0)
 
 check-results: $(STAMP)
 	$(BIN)/python -m lib.book.results check
