@@ -30,6 +30,7 @@ compile into one graph.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -51,6 +52,9 @@ def numerics_key(nm: Numerics) -> str:
 @functools.lru_cache(maxsize=None)
 def _numerics(key: str) -> Numerics:
     return Numerics(**json.loads(key))
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(Numerics))
 
 
 def fp32_o_numerics(nm: Numerics) -> Numerics:
@@ -151,7 +155,7 @@ def _settings(numerics, fix, beta, tie_tol, max_shift, scale, path, shape, dtype
     """The ops' scalar arguments from `attention_op`'s, checked: (numerics key, fix, β, tie tolerance, max shift
     (-1.0: none), scale, path, SR or not). A constant for `torch.compile`: evaluated once when the graph is traced
     (it reads no tensor data), so the checks and the JSON of the numerics stay out of the graph."""
-    nm = get_profile(numerics)
+    nm = Numerics(**dict(zip(_FIELDS, numerics))) if isinstance(numerics, tuple) else get_profile(numerics)
     if fix not in _FIXES:
         raise ValueError(f"fix must be one of {_FIXES}, got {fix!r}")
     for name, x, ok, what in (("beta", beta, lambda b: b > 1, "> 1"), ("tie_tol", tie_tol, lambda t: t >= 0, ">= 0"),
@@ -176,6 +180,10 @@ def attention_op(q, k, v, *, causal=True, scale=None, numerics="fa2", fix=None, 
     custom ops, so it compiles with the model; δ from an FP32 O as the module docstring defines it. Returns O,
     shape and dtype of q."""
     _check_inputs(q, k, v)
+    # A Numerics value enters the constant function as the tuple of its fields: torch.compile (2.11) can read a
+    # frozen dataclass's attributes while tracing but cannot pass the instance itself as a constant.
+    if isinstance(numerics, Numerics):
+        numerics = tuple(getattr(numerics, f) for f in _FIELDS)
     *args, sr = _settings(numerics, fix, beta, tie_tol, max_shift, scale, path, tuple(q.shape), q.dtype,
                           str(q.device))
     key, fix_, beta_, tie_, shift, scale_, path_ = args
