@@ -58,17 +58,12 @@ VARIANTS = [
      dict(numerics="paper", round_block=512, delta_source="fp32_o"), "placement"),
     ("paper, 512-key blocks, δ from an FP32 O (old definition)", "ours_old",
      dict(numerics="paper", round_block=512, delta_source="fp32_o"), "none"),
-    ("paper, 512-key blocks, the authors' fix", "ours",
-     dict(numerics="paper", round_block=512, fix="beta", beta=2.0, tie_tol=1e-3, max_shift=None), "placement"),
     ("user kernel", "stable", dict(), "fa2"),
     ("user kernel, fix β = 2", "stable", dict(fix="beta", beta=2.0), "placement"),
     ("the authors' code, 512-key tiles", "authors", dict(spec="authors/tile=512"), "authors"),
     ("the authors' code, 512-key tiles, their fix", "authors", dict(spec="authors/tile=512/beta=2/tie_tol=1e-3+fix"),
      "authors"),
 ]
-# The variant of our kernel in the authors' placement that each of their variants is compared with.
-AUTHORS_MATCH = {"the authors' code, 512-key tiles": "paper placement, 512-key blocks",
-                 "the authors' code, 512-key tiles, their fix": "paper, 512-key blocks, the authors' fix"}
 TENSORS = ("o", "dq", "dk", "dv")
 
 
@@ -162,7 +157,7 @@ def check_rows(rows: list[dict]) -> list[str]:
             if r["rule"] == "placement" and not e[f"{t}_rel"] <= 2 * r["emulated"][f"{t}_rel"] + 2 ** -20:
                 bad.append(f"{r['variant']} on {r['input']}: {t} relative error {e[f'{t}_rel']:.3g} > 2 × the "
                            f"emulated placement's {r['emulated'][f'{t}_rel']:.3g}")
-            if r["rule"] == "authors" and r.get("ours_placement"):
+            if r["rule"] == "authors":
                 a, b = e[f"{t}_rel"], r["ours_placement"][f"{t}_rel"]
                 if not (a <= 2 * b + 2 ** -20 and b <= 2 * a + 2 ** -20):
                     bad.append(f"{r['variant']} on {r['input']}: {t} relative error {a:.3g} vs our kernel's {b:.3g} "
@@ -203,7 +198,7 @@ def run(scale: str, cfg: dict) -> dict:
             q, k, v, do = (x.float() for x in (q, k, v, do))
         ref = reference(q, k, v, do)
         sdpa = errors(outputs(kernel_call("sdpa", {}), q, k, v, do), ref)
-        ours = {}
+        ours_placement = None
         for name, backend, opts, rule in variants:
             rec = dict(input=label, **{f"input_{k_}": v_ for k_, v_ in meta.items()}, variant=name, rule=rule,
                        sdpa=sdpa)
@@ -212,9 +207,10 @@ def run(scale: str, cfg: dict) -> dict:
                 rec["emulated"] = errors(outputs(kernel_call(backend, opts, path="emulated"), q, k, v, do), ref)
             elif rule == "placement":
                 rec["emulated"] = rec["err"]
-            ours[name] = rec["err"]
+            if name == "paper placement, 512-key blocks":
+                ours_placement = rec["err"]
             if rule == "authors":
-                rec["ours_placement"] = ours.get(AUTHORS_MATCH[name])
+                rec["ours_placement"] = ours_placement
             rows.append(rec)
             print(f"[gradient_checks] {label:28s} {name:55s} O {rec['err']['o_rel']:.2e} dQ {rec['err']['dq_rel']:.2e}",
                   flush=True)
@@ -225,6 +221,24 @@ def run(scale: str, cfg: dict) -> dict:
     return {"data": data, "seeds": [cfg["seed"]]}
 
 
+# Read-time correction of the authors' rule. The run compares each of the authors' variants with our kernel in their
+# placement *without* the fix; for their fixed variant that is not like for like (their fix shifts maxima within a
+# tolerance of 10⁻³ and underflows rows, the unfixed kernel does neither), so its rows are measured only. The next
+# run of the registered experiment should add our kernel under the same fix (β = 2, ties within 10⁻³, exact rule).
+NOT_LIKE_FOR_LIKE = ("the authors' code, 512-key tiles, their fix",)
+
+
+def rule(row: dict) -> str:
+    """The rule a row is judged by when read: its recorded rule, or "none" where the comparison is not like for
+    like (`NOT_LIKE_FOR_LIKE`)."""
+    return "none" if row["variant"] in NOT_LIKE_FOR_LIKE else row["rule"]
+
+
+def violations(data: dict) -> list[str]:
+    """The rule violations of a recorded run, judged when read (`rule`)."""
+    return check_rows([dict(r, rule=rule(r)) for r in data["rows"]])
+
+
 _RULE_WORDS = {"fa2": "≤ 2 × flash SDPA's largest error", "placement": "≤ 2 × the emulated placement's error",
                "authors": "within 2 × our kernel in their placement", "none": "measured only"}
 
@@ -232,12 +246,12 @@ _RULE_WORDS = {"fa2": "≤ 2 × flash SDPA's largest error", "placement": "≤ 2
 def worst_ratio(row: dict) -> float:
     """The row's error as a fraction of what its rule allows, worst over O, dQ, dK, dV (1 = at the limit; NaN for
     rows without a rule)."""
-    e = row["err"]
-    if row["rule"] == "fa2":
+    e, kind = row["err"], rule(row)
+    if kind == "fa2":
         return max(e[f"{t}_max"] / (2 * row["sdpa"][f"{t}_max"]) for t in TENSORS)
-    if row["rule"] == "placement":
+    if kind == "placement":
         return max(e[f"{t}_rel"] / (2 * row["emulated"][f"{t}_rel"] + 2 ** -20) for t in TENSORS)
-    if row["rule"] == "authors" and row.get("ours_placement"):
+    if kind == "authors":
         o = row["ours_placement"]
         return max(max(e[f"{t}_rel"] / (2 * o[f"{t}_rel"] + 2 ** -20), o[f"{t}_rel"] / (2 * e[f"{t}_rel"] + 2 ** -20))
                    for t in TENSORS)
@@ -250,10 +264,10 @@ def summary_table(data: dict) -> str:
     lines = ["| variant | rule | inputs | worst share of the allowed error | holds |", "|---|---|---|---|---|"]
     for name, *_ in VARIANTS:
         rows = [r for r in data["rows"] if r["variant"] == name]
-        if not rows or rows[0]["rule"] == "none":
+        if not rows or rule(rows[0]) == "none":
             continue
         w = max(worst_ratio(r) for r in rows)
-        lines.append(f"| {name} | {_RULE_WORDS[rows[0]['rule']]} | {len(rows)} | {w:.2f} | "
+        lines.append(f"| {name} | {_RULE_WORDS[rule(rows[0])]} | {len(rows)} | {w:.2f} | "
                      f"{'yes' if w <= 1 else 'no'} |")
     return "\n".join(lines)
 
