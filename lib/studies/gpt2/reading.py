@@ -77,11 +77,16 @@ def fidelity(arrays: dict, runs: list[dict], rules: dict) -> dict:
     return out
 
 
+def cfg_of(res) -> dict:
+    """The resolved configuration a result ran with: provenance's for a saved result, the live run's otherwise."""
+    return res.meta.get("provenance", {}).get("cfg") or res.meta["config"]
+
+
 def numbers(res) -> dict:
     """Glue for the chapter from a `kernel_fidelity` result (`lib.book.results.Result`, committed or live). Every key
     of the full arm set is present: an arm or pair the result lacks (the toy run has eager arms only) reads "not run"."""
     data, arrays = res.data, res.arrays
-    rules = res.meta["config"]["rules"]
+    rules = cfg_of(res)["rules"]
     fid = fidelity(arrays, data["runs"], rules)
     out = {f"{arm}_{k}": "not run" for arm in ARM_WORDS for k in ("steps", "tokens_per_s", "failed_at", "val_loss")}
     out |= {f"{k}_{mode}": "not run" for mode in ("eager", "compiled")
