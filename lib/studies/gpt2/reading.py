@@ -17,6 +17,7 @@ import numpy as np
 
 __all__ = ["failure_step", "layer_series", "gap", "fidelity", "numbers", "ARM_WORDS"]
 
+BIG_LOGIT = 1000.0    # a layer whose largest logit ends above this is listed as an outlier layer (chapter 2b's scale)
 ARM_WORDS = {"sdpa_eager": "PyTorch flash SDPA, eager", "sdpa_compiled": "PyTorch flash SDPA, compiled",
              "fa2_eager": "our kernel (FA2 placement), eager", "fa2_compiled": "our kernel (FA2 placement), compiled"}
 
@@ -88,7 +89,8 @@ def numbers(res) -> dict:
     data, arrays = res.data, res.arrays
     rules = cfg_of(res)["rules"]
     fid = fidelity(arrays, data["runs"], rules)
-    out = {f"{arm}_{k}": "not run" for arm in ARM_WORDS for k in ("steps", "tokens_per_s", "failed_at", "val_loss")}
+    out = {f"{arm}_{k}": "not run" for arm in ARM_WORDS
+           for k in ("steps", "tokens_per_s", "failed_at", "val_loss", "l2_logit", "l2_wq", "big_layers")}
     out |= {f"{k}_{mode}": "not run" for mode in ("eager", "compiled")
             for k in ("alike", "gap_logit", "gap_wq", "ratio_logit", "ratio_wq")}
     out |= {f"first_loss_gap_{k}": "not run" for k in ("sdpa", "fa2", "kernels")}
@@ -100,6 +102,12 @@ def numbers(res) -> dict:
         out[f"{arm}_failed_at"] = "no failure" if fs is None else f"step {fs:,}"
         if r.get("val", {}).get("loss"):
             out[f"{arm}_val_loss"] = f"{r['val']['loss'][-1]:.3f}"
+        ser = layer_series(arrays, r["label"])
+        if ser["logit"].shape[1] > 1:     # layer 2 (1-based), where chapter 2b found the preconditions
+            out[f"{arm}_l2_logit"] = f"{ser['logit'][-1, 1]:,.0f}"
+            out[f"{arm}_l2_wq"] = f"{ser['wq'][-1, 1]:.1f}"
+        big = [str(i + 1) for i in np.flatnonzero(ser["logit"][-1] > BIG_LOGIT)]
+        out[f"{arm}_big_layers"] = ", ".join(big) if big else "none"
     for p in fid["pairs"]:
         mode = p["ours"].split("_")[-1]
         out[f"alike_{mode}"] = "alike" if p["alike"] else "not alike"
@@ -109,6 +117,10 @@ def numbers(res) -> dict:
     for s, sp in fid["spread"].items():
         for k, v in sp.items():
             out[f"spread_{k}"] = f"{v:.3f}"
+            out[f"spread_{k}_factor"] = f"{math.exp(v):,.0f}"
+    l2 = [layer_series(arrays, r["label"])["logit"][-1, 1] for r in data["runs"]
+          if layer_series(arrays, r["label"])["logit"].shape[1] > 1]
+    out["l2_logit_min"] = f"{min(l2):,.0f}" if l2 else "not run"
     out["alike_factor"] = f"{rules['alike_factor']:g}"
     # Compiled against eager at step 0 (same weights, same batch): what fusion alone changes in the loss.
     first = {r["label"].split(":s")[0]: float(arrays[f"{r['label']}__loss"][0]) for r in data["runs"]}
