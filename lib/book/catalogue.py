@@ -69,6 +69,7 @@ TITLES = {
     "gradient_checks": "the gradient checks of every training variant against FP64",
     "kernel_fidelity": "our kernel against PyTorch's flash SDPA, training GPT-2 124M",
     "train_step_gpt2": "the GPT-2 124M training-step benchmark",
+    "gpt2_arms": "the chain in GPT-2 124M: FP32, SDPA, our FA2 and paper placements",
 }
 
 
