@@ -9,9 +9,10 @@ EPS32 = 2.0 ** -23     # FP32
 BF16 = 2.0 ** -8       # BF16 keeps 8 significant bits: one rounding (RNE) moves a value by ≤ 2^-8, relative
 
 
-def attention_fp32_rtol(n: int, d: int, backward: bool = False) -> float:
-    """Bound, relative to the largest reference entry, on FP32 attention (length n, head dim d) against FP64: S = QKᵀ
-    sums d terms, the softmax's row sum and PV sum ≤ n; each stage ≤ γ of its length, so (n + d)·eps32 (2γ: room
+def attention_rtol(n: int, d: int, backward: bool = False, eps: float = EPS32) -> float:
+    """Bound on attention (length n, head dim d) computed in precision `eps` (FP32 by default) against an exact one,
+    relative to the largest entry of the result (the sums' magnitude; random inputs keep them within a small factor):
+    S = QKᵀ sums d terms, the softmax's row sum and PV ≤ n; each stage ≤ γ of its length, so (n + d)·eps (2γ: room
     for the exp and the scaling). The backward chains dP = dO·Vᵀ, dS = P∘(dP − δ) and dS·K (or dSᵀQ) on top of the
     forward's P: twice that."""
-    return (2 if backward else 1) * (n + d) * EPS32
+    return (2 if backward else 1) * (n + d) * eps

@@ -12,7 +12,7 @@ from lib.studies.kernel import paper_placement as pp
 from lib.book.runner import run_live
 from lib.fp.inputs import attention_inputs
 from lib.fp.numerics import PROFILES
-from tests.precision import attention_fp32_rtol
+from tests.precision import attention_rtol
 
 
 def test_rounding_table_marks_follow_the_profiles():
@@ -75,7 +75,7 @@ def test_authors_algorithm_matches_fp64_in_fp32():
     ref = attention_fp64(q, k, v, do, causal=True)
     for t, key in ((o, "o"), *zip(qs, ("dq", "dk", "dv"))):     # FP32 matmuls: their error bound, any order
         x = (t if key == "o" else t.grad).detach().numpy()
-        tol = attention_fp32_rtol(40, 16, backward=key != "o") * np.abs(ref[key]).max()
+        tol = attention_rtol(40, 16, backward=key != "o") * np.abs(ref[key]).max()
         np.testing.assert_allclose(x, ref[key], rtol=0, atol=tol)
 
 

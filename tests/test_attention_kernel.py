@@ -11,7 +11,7 @@ from kernels import attention
 from kernels.attention import attention_bwd, attention_fwd
 from lib.fp.numerics import FP32, get_profile
 from lib.fp.reference import attention_fp64, emulate_backward, emulate_delta, emulate_forward
-from tests.precision import attention_fp32_rtol
+from tests.precision import attention_rtol
 
 BLOCK = (32, 32)
 
@@ -135,11 +135,11 @@ def test_error_vs_fp64_and_autograd():
     for name, ours in (("o", o32), ("dq", qg.grad), ("dk", kg.grad), ("dv", vg.grad)):
         r = torch.as_tensor(np.asarray(ref[name]))
         err = (ours.detach().double() - r).abs().max().item()
-        assert err <= attention_fp32_rtol(50, 16, backward=name != "o") * r.abs().max().item(), (name, err)
+        assert err <= attention_rtol(50, 16, backward=name != "o") * r.abs().max().item(), (name, err)
     o_fa2 = attention(q, k, v, causal=True, numerics="fa2", block=BLOCK)
     r = torch.as_tensor(np.asarray(ref["o"]))
     bf16_err = (r.bfloat16().double() - r).abs().max().item()      # P̄ and O rounded: 2 BF16 roundings + FP32's
-    assert (o_fa2.double() - r).abs().max().item() <= 2 * bf16_err + attention_fp32_rtol(50, 16) * r.abs().max().item()
+    assert (o_fa2.double() - r).abs().max().item() <= 2 * bf16_err + attention_rtol(50, 16) * r.abs().max().item()
     lo = _kernel(q, k, v, do, FP32, True, None)
     assert torch.equal(o32.detach(), lo["o"]) and torch.equal(qg.grad, lo["dq"]) and torch.equal(vg.grad, lo["dv"])
     ob = attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=True, block=BLOCK)

@@ -12,7 +12,7 @@ from lib.training.model import AttnCall, GPTConfig, naive_attention, run_backend
 from lib.training.spec import AttnSpec
 from lib.training.train import TrainConfig, _parser, train
 from lib.training.zero_rows import OURS_ZERO_AT, authors_shift, authors_zero_at, ours_shift
-from tests.precision import EPS32, attention_fp32_rtol
+from tests.precision import EPS32, attention_rtol
 
 
 def planted(n=32, d=16, seed=0, hot=None):
@@ -114,7 +114,7 @@ def test_authors_backend_is_the_authors_algorithm():
     untiled = run_backend(AttnSpec.parse("authors/tile=-1"), q, k, v)
     assert torch.equal(untiled, authors_attention(q, k, v, q_tile=40, k_tile=40))
     naive = naive_attention(q, k, v)                              # both FP32, other matmul orders: FP32's bound
-    torch.testing.assert_close(untiled, naive, rtol=0, atol=attention_fp32_rtol(40, 16) * naive.abs().max().item())
+    torch.testing.assert_close(untiled, naive, rtol=0, atol=attention_rtol(40, 16) * naive.abs().max().item())
 
 
 def test_authors_backward_runs_under_the_forwards_autocast(monkeypatch):

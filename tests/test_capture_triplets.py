@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from lib.training.capture import top_triplets_gram
+from tests.precision import EPS32        # 2^-23, twice FP32's unit roundoff: rounding moves a value ≤ eps32/2 relative
 
-EPS32 = torch.finfo(torch.float32).eps   # 2^-23, twice FP32's unit roundoff: rounding moves a value ≤ eps32/2 relative
 GAP = 1.01          # vectors are compared where σ₁/σ₂ ≥ GAP (below it the top vector is ill-determined)
 # Against an FP64 SVD: `top_triplets_gram` works in FP64 (its error ~1e-16·λ₁/(λ₁ − λ₂), as is the FP64 SVD's),
 # then rounds u, σ, v to FP32: σ moves ≤ eps32/2 relative, u by a vector of norm ≤ eps32/2 (so u·u_ref ≥ 1 − eps32/2).

@@ -8,7 +8,7 @@ import torch
 from lib.fp.bf16 import ulp
 from lib.training import inject
 from lib.training.model import naive_attention
-from tests.precision import attention_fp32_rtol
+from tests.precision import attention_rtol
 
 
 def _qkv(seed=0, B=2, H=3, T=24, D=8):
@@ -71,7 +71,7 @@ def test_injected_error_enters_only_through_delta():
     pred = -(2.0 * dd).unsqueeze(-1) * (p @ k0.detach()) / math.sqrt(8)
     # two FP32 backward passes that differ in δ's evaluation: FP32 attention's backward bound apart (1e-3 relative
     # for pred's own FP32 evaluation); the injected head's change is ≫ that
-    noise = attention_fp32_rtol(24, 8, backward=True) * dq0.abs().max().item()
+    noise = attention_rtol(24, 8, backward=True) * dq0.abs().max().item()
     assert torch.allclose(dq - dq0, pred, atol=noise, rtol=1e-3)
     assert (dq - dq0)[:, [0, 2]].abs().max() < noise and (dq - dq0)[:, 1].abs().max() > 10 * noise
 

@@ -6,7 +6,7 @@ import torch
 
 from lib.training.model import GPT, GPTConfig, naive_attention, sdpa_attention
 from lib.training.spec import AttnSpec
-from tests.precision import EPS32, attention_fp32_rtol
+from tests.precision import EPS32, attention_rtol
 
 TINY = dict(n_layer=2, n_head=2, n_embd=32, block_size=32)
 
@@ -53,11 +53,11 @@ def test_sdpa_and_naive_backends_agree_in_fp32():
     la, lossa = a(x, x)
     lb, lossb = b(x, x)
     # two attention layers, each ≤ (T + D)·eps32 of max|V| (≲ 1) apart, read out by small weights
-    torch.testing.assert_close(la, lb, rtol=1e-5, atol=2 * attention_fp32_rtol(32, 16))
+    torch.testing.assert_close(la, lb, rtol=1e-5, atol=2 * attention_rtol(32, 16))
     q, k, v = torch.randn(3, 2, 2, 17, 16).unbind(0)
     naive = naive_attention(q, k, v)
     torch.testing.assert_close(sdpa_attention(q, k, v), naive, rtol=0,
-                               atol=attention_fp32_rtol(17, 16) * naive.abs().max().item())
+                               atol=attention_rtol(17, 16) * naive.abs().max().item())
 
 
 def test_causal():

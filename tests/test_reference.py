@@ -9,7 +9,7 @@ from lib.fp.bf16 import round_rne
 from lib.fp.numerics import FA2, FP32, PAPER
 from lib.fp.reference import (attention_fp64, emulate_attention, emulate_backward, emulate_delta, emulate_forward,
                            padded_head_dim)
-from tests.precision import attention_fp32_rtol
+from tests.precision import attention_rtol
 
 
 def _inputs(B=1, H=2, N=37, d=24, seed=0, bf16=True):
@@ -49,13 +49,13 @@ def _rel(a, b):
 def _assert_fp32_close(emu, ref, N, d, keys=("o", "dq", "dk", "dv")):
     """The FP32 emulation within FP32 attention's error bound of the FP64 reference (any matmul order)."""
     for key in keys:
-        assert _rel(emu[key], ref[key]) <= attention_fp32_rtol(N, d, backward=key != "o"), key
+        assert _rel(emu[key], ref[key]) <= attention_rtol(N, d, backward=key != "o"), key
     # LSE = m + log ℓ: the forward's bound, against its largest |entry|; δ = rowsum(dO∘O): the backward's
-    lse_tol = attention_fp32_rtol(N, d) * np.abs(ref["lse"]).max()
+    lse_tol = attention_rtol(N, d) * np.abs(ref["lse"]).max()
     np.testing.assert_allclose(emu["lse"], ref["lse"], rtol=0, atol=lse_tol)
     if "delta" in emu:
         np.testing.assert_allclose(emu["delta"], ref["delta"], rtol=0,
-                                   atol=attention_fp32_rtol(N, d, backward=True) * np.abs(ref["delta"]).max())
+                                   atol=attention_rtol(N, d, backward=True) * np.abs(ref["delta"]).max())
 
 
 @pytest.mark.parametrize("causal,N,d,blocks", [(True, 37, 24, (16, 16)), (False, 45, 64, (32, 16)),
@@ -78,7 +78,7 @@ def test_emulator_fa2_error_is_bf16_sized_and_like_torch_bf16():
     s = s.masked_fill(~torch.tril(torch.ones(64, 64, dtype=torch.bool)), float("-inf"))
     o_torch = (torch.softmax(s, -1) @ v.bfloat16()).float().numpy()
     e_fa2, e_fp32, e_torch = (_rel(x, ref["o"]) for x in (fa2["o"], fp32["o"], o_torch))
-    assert e_fp32 < attention_fp32_rtol(64, 32) < e_fa2 < 2 * e_torch, (e_fp32, e_fa2, e_torch)   # 1.1e-5 ≪ 2^-9
+    assert e_fp32 < attention_rtol(64, 32) < e_fa2 < 2 * e_torch, (e_fp32, e_fa2, e_torch)   # 1.1e-5 ≪ 2^-9
     assert np.array_equal(fa2["o"], round_rne(fa2["o"]))            # O on the BF16 grid
     for key in ("dq", "dk", "dv"):          # a few BF16 roundings (≤ 2^-8 each), dP − δ's cancellation: 2e-2 ≈ 5·2^-8
         assert _rel(fa2[key], ref[key]) < 2e-2, key
