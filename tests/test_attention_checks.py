@@ -12,6 +12,7 @@ from lib.studies.kernel import paper_placement as pp
 from lib.book.runner import run_live
 from lib.fp.inputs import attention_inputs
 from lib.fp.numerics import PROFILES
+from tests.precision import attention_rtol
 
 
 def test_rounding_table_marks_follow_the_profiles():
@@ -31,6 +32,7 @@ def test_rounding_table_marks_follow_the_profiles():
 def test_error_vs_fp64_orders_the_profiles_and_plots():
     df = ac.error_vs_fp64(seqs=(33,), d=16, seeds=(0,), causal=(True,), block=16)
     med = df.groupby("profile").rel_err.median()
+    # 1e-5 parts FP32-sized errors ((n + d)·eps32 = 5.8e-6 at most here) from BF16-sized ones (~2^-9)
     assert med["fp32"] < 1e-5 < med["fa2"] < med["paper"]
     fig = ac.error_figure(df, title="t")
     assert fig.axes and fig.axes[0].get_yscale() == "log"
@@ -48,7 +50,7 @@ def test_paper_placement_ci_records_and_tables(ci_placement):
     assert {"S", "P", "LSE", "O"} <= set(tr.index)
     summ = ac.placement_summary(d, kind="random", mode="eager_bwd_autocast")
     assert "paper (predicted)" in summ.index and summ.values.max() <= 1.0
-    assert (summ.mean(axis=1).diff().dropna() <= 1e-12).all()        # sorted best first
+    assert (summ.mean(axis=1).diff().dropna() <= 1e-12).all()        # sorted best first (FP64 means: ~1e-16)
     tab = ac.placement_table(d)
     assert len(tab) == len(d["records"]) and tab["O identical"].between(0, 1).all()
     clamp = ac.stable_clamp_effect(d)
@@ -71,9 +73,10 @@ def test_authors_algorithm_matches_fp64_in_fp32():
     o = pp.authors_attention(*qs, q_tile=16, k_tile=16)
     o.backward(do)
     ref = attention_fp64(q, k, v, do, causal=True)
-    np.testing.assert_allclose(o.detach().numpy(), ref["o"], atol=2e-6)
-    for t, key in zip(qs, ("dq", "dk", "dv")):
-        np.testing.assert_allclose(t.grad.numpy(), ref[key], atol=5e-6)
+    for t, key in ((o, "o"), *zip(qs, ("dq", "dk", "dv"))):     # FP32 matmuls: their error bound, any order
+        x = (t if key == "o" else t.grad).detach().numpy()
+        tol = attention_rtol(40, 16, backward=key != "o") * np.abs(ref[key]).max()
+        np.testing.assert_allclose(x, ref[key], rtol=0, atol=tol)
 
 
 def test_bench_table(tmp_path):

@@ -27,7 +27,7 @@ def test_bf16_threshold_against_torch():
     x1 = bt.x_round_to_one(7)
     xs = torch.tensor([x1 * 0.99, x1 * 1.01], dtype=torch.float32)
     assert torch.exp(-xs).to(torch.bfloat16).float().tolist() == [1.0, 1.0 - 2 ** -8]
-    assert math.isclose(x1, 0.0019550348, rel_tol=1e-7)
+    assert math.isclose(x1, 0.0019550348, rel_tol=1e-7)   # the literal's 8 significant digits
 
 
 def test_underflow_thresholds_against_torch():
@@ -40,7 +40,7 @@ def test_underflow_thresholds_against_torch():
 
 def test_beta_window_and_regimes():
     lo, hi = bt.beta_window(10.0)
-    assert 1 < lo < 1.001 and math.isclose(hi, 1 + 134 * math.log(2) / 10)
+    assert 1 < lo < 1.001 and math.isclose(hi, 1 + 134 * math.log(2) / 10)   # FP64 formulas: isclose's 1e-9
     assert bt.regime(7.0, 10.0) == "ok"
     assert bt.regime(7.0, 20.0) == "underflow"          # 6·20 = 120 > 92.2
     assert bt.regime(1.5, 1e-3) == "ineffective"        # 0.5e-3 < 1.955e-3

@@ -110,7 +110,7 @@ def test_theory_matches_the_authors_placement_over_every_tied_pair():
     err, pred, ell = pooled(c, "err_ulp"), pooled(c, "err_pred"), pooled(c, "err_ell")
     assert 0.249 < pred < 0.25                           # 1/4 − ρ/2 with ρ ≤ 6·e^−13·2⁷ ≈ 0.0017
     assert 0 < ell < 256 * 6 * math.exp(-13.0) / 2       # |O|/ulp(O) < 256 times r/n (row 7's is the largest)
-    assert err > 0 and abs(err - pred - ell) < 1e-6
+    assert err > 0 and abs(err - pred - ell) < 1e-6     # exact decomposition, in ULPs: FP64 means of 6,144 pairs
 
 
 def test_ties_split_across_the_authors_rounding_blocks_carry_no_bias():
@@ -133,7 +133,7 @@ def test_theory_predicts_the_fa2_placements_opposite_sign():
     c = cs.precondition_census(q, k, v, placement="fa2", chunk=256)
     err, pred, ell = pooled(c, "err_ulp"), pooled(c, "err_pred"), pooled(c, "err_ell")
     assert -0.25 < pred < -0.24 and err < 0 and abs(ell) < 1e-4
-    assert abs(err - pred - ell) < 1e-4
+    assert abs(err - pred - ell) < 1e-4                  # FA2's FP32 arithmetic: a few eps32 per entry, in ULPs
 
 
 # ------------------------------------------------------------------------------------------- outside the window
@@ -179,6 +179,7 @@ def test_no_ties_sink_and_top1(placement):
     assert c["n_tied"][0] == 0 and c["tie_rate"][0] == 0 and c["r_hist"][0].sum() == 0
     assert c["sink_rate"][0] == 1.0 and c["max_logit"][0] == TOP
     i = np.arange(T)                                     # row i sees i other keys
+    # the census's FP32 softmax against FP64 (≤ T·eps32/2 of the row sum ≈ 4e-6 worst case, ~1e-7 as a mean)
     assert c["top1"][0] == pytest.approx(np.mean(1 / (1 + i * math.exp(-g))), rel=1e-6)
 
 
@@ -276,7 +277,7 @@ def test_pooling_two_batches_equals_the_census_of_both():
     both = cs.precondition_census(torch.cat([q, q2]), torch.cat([k, k2]), torch.cat([v, v2]))
     pool = cs.pool_census([cs.precondition_census(q, k, v), cs.precondition_census(q2, k2, v2)])
     for key in both:
-        np.testing.assert_allclose(pool[key], both[key], rtol=1e-12, err_msg=key)
+        np.testing.assert_allclose(pool[key], both[key], rtol=1e-12, err_msg=key)   # counts and FP64 sums
     # head 1: rows ≥ 9 of batch row 0 in the window (rows 1, 2 tie among other keys, r = 0); batch row 1 tied only
     assert both["n_window"][1] == 55 and both["n_zero"][1] == 2 and both["n_tied"][1] == 57 + 62
 
@@ -285,6 +286,7 @@ def test_theory_error_is_lib_fp_theory():
     rng = np.random.default_rng(0)
     rho = np.concatenate([rng.uniform(-5, 5, 300), np.arange(-8, 9) / 2, [1e-9, -1e-9]])
     for k in (1, 2, 3, 4, 7):
+        # FP64 both, the same formula in other arrangements (values ≤ 1 ULP): ~1e-16
         np.testing.assert_allclose(cs.theory_error(k, rho), theory.expected_error_float(k, rho), atol=1e-12)
     assert cs.theory_error(2, 0.0) == 0 and cs.theory_error(2, 0.25) == pytest.approx(0.25 - 0.125)
     assert cs.theory_error(17, 0.1) == 0 and cs.theory_error(2, -200.0) == 0      # outside the theory's range

@@ -39,6 +39,7 @@ def test_dwq_error_equals_the_gradient_difference_the_injection_makes():
         rec = probe.records[0]
         assert rec["dg_norm"].shape == (1, 2)
         assert rec["dg_norm"][0, 0] == 0.0                                   # head 0 received no error
+        # the difference of two FP32 trainings' gradients (their FP32 noise ~1e-6 of |g|) vs the probe's own: 2e-3
         np.testing.assert_allclose(rec["dg_norm"][0, 1], diff[1].norm().item(), rtol=2e-3)
 
 
@@ -46,6 +47,7 @@ def test_push_sign_follows_the_top_singular_pair():
     torch.manual_seed(0)
     w = torch.randn(1, 4, 6)
     s, u, v, _ = cp._top_pair(w, None, 200)
+    # 200 power iterations (converged) in FP32; the FP32 SVD's σ₁ ≤ (m + n)·eps32 = 1.2e-6 off: 1e-5
     assert torch.allclose(s, torch.linalg.matrix_norm(w, ord=2), rtol=1e-5)
     dg = -torch.einsum("hd,hc->hdc", u, v)          # a gradient error that lowers W·v along u ... raises σ₁ in SGD
     push = -torch.einsum("hd,hdc,hc->h", u, dg, v)

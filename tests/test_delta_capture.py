@@ -8,6 +8,7 @@ from lib.studies.delta import stats as ds
 from lib.training.capture import Capture, CaptureHook, decode, encode, pack, unpack
 from lib.training.model import GPT, GPTConfig
 from lib.training.train import TrainConfig, make_optimizer, train
+from tests.precision import BF16, EPS32
 
 
 def test_encode_decode_exact():
@@ -53,27 +54,33 @@ def test_hook_arrays_match_autograd_and_weights():
         a = cap.layer(l)
         t = {n: torch.from_numpy(a[n].astype(np.float64)) for n in ("q", "k", "v", "o", "do", "x", "dq", "dk")}
         p, o_ref = ds.reference(t["q"], t["k"], t["v"], cap.meta["scale"])
-        assert torch.allclose(t["o"], o_ref, atol=1e-5)                       # naive attention is FP32
+        # naive attention is FP32: ≤ (T + D)·eps32·max|V| ≈ 4e-6·max|V| (|V| < 1 here) against the FP64 reference
+        assert torch.allclose(t["o"], o_ref, atol=1e-5)
         dq_ref, dk_ref = ds.reference_grads(p, t["q"], t["k"], t["v"], t["do"], o_ref, cap.meta["scale"])
+        # its backward: ≤ 2·(T + D)·eps32 ≈ 8e-6 of max|dQ|, inside 1e-4 of it (1e-7 ≈ 0.5 % of max|dQ| ≈ 2e-5)
         assert torch.allclose(t["dq"], dq_ref, atol=1e-7 + 1e-4 * dq_ref.abs().max())
         assert torch.allclose(t["dk"], dk_ref, atol=1e-7 + 1e-4 * dk_ref.abs().max())
-        # every batch row captured: Σ_rows dq_hᵀ X is the weight gradient of W_Q^h (no clipping here)
+        # every batch row captured: Σ_rows dq_hᵀ X is the weight gradient of W_Q^h (no clipping here); autograd
+        # sums the B·T = 48 tokens in FP32 (≤ 24·eps32 ≈ 3e-6 of Σ|dq||x|): 1e-4 relative, 1e-6 ≈ 1 % of max|G|
         w = model.transformer.h[l].attn.c_attn.weight
         gq = ds.true_grad(t["dq"], t["x"]).reshape(C, C)
         gk = ds.true_grad(t["dk"], t["x"]).reshape(C, C)
         assert torch.allclose(gq, w.grad[:C].double(), atol=1e-6, rtol=1e-4)
         assert torch.allclose(gk, w.grad[C:2 * C].double(), atol=1e-6, rtol=1e-4)
         wq, _ = model.qk_weights(l)
+        # against the FP32 SVD's σ₁: ≤ (D + C)·eps32 = 5.7e-6 relative (see tests/test_capture_triplets.py)
         assert np.allclose(a["wq_s"], torch.linalg.matrix_norm(wq.detach(), ord=2).numpy(), rtol=1e-5)
-        u, v = a["wq_u"][0], a["wq_v"][0]
-        assert u @ wq[0].detach().numpy() @ v == pytest.approx(a["wq_s"][0], rel=1e-5)
+        u, v = a["wq_u"][0].astype(np.float64), a["wq_v"][0].astype(np.float64)
+        # in FP64: only u, v, σ's FP32 rounding, ≤ eps32·(|u|ᵀ|W||v| + σ) ≈ 3e-7 relative
+        assert u @ wq[0].detach().double().numpy() @ v == pytest.approx(a["wq_s"][0], rel=1e-5)
     # Adam's denominator: the one the optimiser uses in this step
     opt.step()
     w = model.transformer.h[0].attn.c_attn.weight
     st = opt.state[w]
     beta2, eps = opt.param_groups[0]["betas"][1], opt.param_groups[0]["eps"]
     den = (torch.sqrt(st["exp_avg_sq"] / (1 - beta2 ** float(st["step"]))) + eps)[:C].reshape(H, C // H, C)
-    assert np.allclose(cap.get(0, "adam_q"), den.numpy(), rtol=2 ** -8)
+    # the capture rounds it to BF16 (≤ 2^-8 relative); the two FP32 evaluations of √v̂ + ε: ≤ 4 roundings each
+    assert np.allclose(cap.get(0, "adam_q"), den.numpy(), rtol=BF16 + 4 * EPS32)
     # capture state restored
     assert all(not a.capture and a.captured == {} for a in model.attn_layers)
 
@@ -134,4 +141,4 @@ def test_training_is_bit_identical_with_and_without_the_hook():
     assert plain["loss"] == hooked["loss"] and plain["grad_norm"] == hooked["grad_norm"]
     assert [c.meta["step"] for c in hook.captures] == [0, 2, 3, 4]
     assert hooked["telemetry"]["step"] == plain["telemetry"]["step"]      # the model's own telemetry still works
-    assert hook.copy_s >= 0 and hook.captures[0].meta["lr"] == pytest.approx(1e-2 / 2)
+    assert hook.copy_s >= 0 and hook.captures[0].meta["lr"] == pytest.approx(1e-2 / 2)   # FP64 warm-up arithmetic

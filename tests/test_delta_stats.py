@@ -12,6 +12,7 @@ from lib import stats
 from lib.studies.delta import stats as ds
 from lib.studies.delta import verdicts as dv
 from lib.studies.delta.planted import planted, random_terms
+from tests.precision import EPS32
 
 
 # ---------------------------------------------------------------------------------- E: the derivation itself
@@ -33,12 +34,18 @@ def test_error_matrices_equal_the_gradient_change_of_the_delta_error():
     p, _ = ds.reference(t(q), t(k), t(v), scale)
     eq = ds.error_q(t(dd), p, t(k), t(x), scale).numpy()
     ek = ds.error_k(t(dd), p, t(q), t(x), scale).numpy()
-    want_q = np.einsum("bhtd,btc->hdc", base["dq"].astype(np.float64) - lp["dq"], x)
-    want_k = np.einsum("bhtd,btc->hdc", base["dk"].astype(np.float64) - lp["dk"], x)
-    assert np.abs(want_q).max() > 1e-3
-    assert np.allclose(eq, want_q, rtol=1e-3, atol=2e-5 * np.abs(want_q).max())
-    assert np.allclose(ek, want_k, rtol=1e-3, atol=2e-5 * np.abs(want_k).max())
-    # the reference gradients used for the 'total error' agree with the FP64 oracle
+    # The emulator's two backward passes share P and dP bit for bit; only dS = P∘(dP − δ) (two FP32 roundings) and
+    # its FP32 sums over T rows (γ_T ≤ T·eps32/2 of Σ|dS||K|, in any matmul order) differ: per pass ≤ (T/2 + 2)·eps32
+    # of α·|dS|·|K| (|dS|·|Q| for dK), both passes (T + 4)·eps32; then Σ over (b, t) against |x| in FP64.
+    # (P's own FP32 error enters only as ΔP∘Δδ, second order.) The bound is ≤ 0.4 % of max|E|: 3 % errors fail.
+    abs_ds = np.abs(p.numpy() * (do.astype(np.float64) @ np.swapaxes(v, -1, -2) - ref["delta"][..., None]))
+    for e, key, other, a_ds in ((eq, "dq", k, abs_ds), (ek, "dk", q, np.swapaxes(abs_ds, -1, -2))):
+        want = np.einsum("bhtd,btc->hdc", base[key].astype(np.float64) - lp[key], x)
+        bound = (T + 4) * EPS32 * scale * (a_ds @ np.abs(other.astype(np.float64)))
+        assert np.abs(want).max() > 1e-3
+        assert np.all(np.abs(e - want) <= np.einsum("bhtd,btc->hdc", bound, np.abs(x))), key
+    # the reference gradients used for the 'total error' agree with the FP64 oracle (both FP64: np.allclose's
+    # 1e-5 relative, 1e-8 absolute is far from their ~1e-15)
     dq_ref, dk_ref = ds.reference_grads(p, t(q), t(k), t(v), t(do), p @ t(v), scale)
     assert np.allclose(dq_ref.numpy(), ref["dq"]) and np.allclose(dk_ref.numpy(), ref["dk"])
 
@@ -60,16 +67,18 @@ def test_planted_ties_o_error_has_the_sign_of_v(tied):
     P, st = tied
     assert st["n_tie"][0] / st["n_rows"][0] == pytest.approx((P["arr"]["q"].shape[2] - 1) / P["arr"]["q"].shape[2])
     mean_ulp = st["sum_os_ulp"][0] / st["n_os"][0]
-    assert mean_ulp == pytest.approx(P["pred"]["os_mean_ulp"], abs=0.03)    # theory: ≈ 0.233 ULP along sign(V)
+    # theory: ≈ 0.233 ULP along sign(V); sampling over 32,768 entries (sd ≈ 0.002; rows share a tie): 0.03
+    assert mean_ulp == pytest.approx(P["pred"]["os_mean_ulp"], abs=0.03)
     agree = st["n_os_agree"][0] / (st["n_os_agree"][0] + st["n_os_disagree"][0])
-    assert agree == pytest.approx(P["pred"]["os_frac_agree"], abs=0.03)     # theory: ≈ 0.746
+    assert agree == pytest.approx(P["pred"]["os_frac_agree"], abs=0.03)     # theory: ≈ 0.746 (sd ≈ 0.0025)
     # dO = −c everywhere, so dO·ΔO > 0 exactly where ΔO has the sign of V (every feature is one-signed here)
     el = st["n_el_agree"][0] / (st["n_el_agree"][0] + st["n_el_disagree"][0])
-    assert el == pytest.approx(agree)
+    assert el == pytest.approx(agree)                                       # the same counts (ratios in FP64)
 
 
 def test_planted_ties_delta_delta_positive(tied):
     P, st = tied
+    # the prediction is first order in the rounding error (its ρ terms dropped): 10 %
     assert st["sum_dd"][0] / st["n_rows"][0] == pytest.approx(P["pred"]["dd_mean"], rel=0.1)
     t = stats.sign_test(n_pos=st["n_pos"][0], n_neg=st["n_neg"][0])
     assert t["frac_pos"] > 0.95 and t["p_greater"] < 1e-100
@@ -78,13 +87,15 @@ def test_planted_ties_delta_delta_positive(tied):
 
 def test_planted_ties_error_is_rank_one_and_raises_the_norm(tied):
     P, st = tied
+    # rank one by construction: ‖E‖_F² / ‖E‖₂² = 1 up to FP64 rounding (and the FP32 inputs' ≤ eps32 per entry)
     assert st["eq_srank"][0] == pytest.approx(1.0, abs=1e-6) and st["ek_srank"][0] == pytest.approx(1.0, abs=1e-6)
-    # u₁ᵀE_Qv₁ = α·ΣΔδ·(PK)₀·‖ξ‖ with (PK)₀ ≈ 2: positive, i.e. it raises ‖W_Q‖₂
+    # u₁ᵀE_Qv₁ = α·ΣΔδ·(PK)₀·‖ξ‖ with (PK)₀ ≈ 2 (to 1e-3: the planted P's weight off the tied pair): positive,
+    # i.e. it raises ‖W_Q‖₂
     want = P["scale"] * st["sum_dd"][0] * P["pred"]["pk0"] * P["pred"]["xi_norm"]
     assert st["push_sgd_q"][0] == pytest.approx(want, rel=1e-3) and want > 0
     assert st["push_sgd_k"][0] > 0
     # the terms are identical in direction and nearly all of one sign: ρ² close to the number of terms
-    assert st["tokq_cos_unsigned"][0] == pytest.approx(1.0, abs=1e-9)
+    assert st["tokq_cos_unsigned"][0] == pytest.approx(1.0, abs=1e-9)     # identical directions: FP64 rounding
     assert st["tokq_cos_signed"][0] > 0.9
     assert st["tokq_rho2"][0] > 0.8 * st["tokq_m"][0] and st["tokq_p_shuffle"][0] < 0.01
 
@@ -93,6 +104,7 @@ def test_planted_ties_error_is_rank_one_and_raises_the_norm(tied):
 def test_planted_no_ties_gives_the_null(untied):
     P, st = untied
     assert st["n_tie"][0] == 0
+    # the nulls, sampled: 32,768 entries (a fraction's sd ≈ 0.003) and 2,048 rows (sd ≈ 0.011); ≥ 4 sd of room
     assert abs(st["sum_os_ulp"][0] / st["n_os"][0]) < 0.02
     agree = st["n_os_agree"][0] / (st["n_os_agree"][0] + st["n_os_disagree"][0])
     assert abs(agree - 0.5) < 0.02
@@ -108,7 +120,7 @@ def test_random_terms_have_no_shared_structure():
     st = ds.layer_stats(R["arr"], R["scale"], n_shuffle=200)["stats"]
     D, C = 16, 24
     assert (st["eq_srank"] > 3.0).all() and (st["ek_srank"] > 3.0).all()   # a random 16 × 24 matrix: ≈ 4.9
-    assert (np.abs(st["tokq_cos_unsigned"]) < 5 / np.sqrt(D * C)).all()
+    assert (np.abs(st["tokq_cos_unsigned"]) < 5 / np.sqrt(D * C)).all()     # random directions: sd 1/√(DC)
     assert (st["tokq_rho2"] < st["tokq_rho2_null_q99"]).all()
     assert (st["tokq_p_shuffle"] > 0.01).all()
 
@@ -206,6 +218,7 @@ def test_gradient_comparisons_on_planted_gradients():
     arr = dict(P["arr"], dq=(dq_ref - dq_delta).numpy(), dk=(dk_ref - dk_delta).numpy(),
                adam_q=np.full((1, 16, 8), 0.5, np.float32), adam_k=np.full((1, 16, 8), 0.5, np.float32))
     st = ds.layer_stats(arr, s, n_shuffle=20)["stats"]
+    # identities computed in FP64 (cos = ±1, equal norms, a push divided by an exact 0.5): 1e-9 and 1e-6 are rounding
     assert st["eq_cos_tot"][0] == pytest.approx(1.0, abs=1e-9) and st["ek_cos_tot"][0] == pytest.approx(1.0, abs=1e-9)
     assert st["totq_fro"][0] == pytest.approx(st["eq_fro"][0], rel=1e-9)
     assert st["push_adam_q"][0] == pytest.approx(st["push_sgd_q"][0] / 0.5, rel=1e-6)
@@ -255,5 +268,6 @@ def test_heads_at_once_equal_one_head_at_a_time():
                 if np.isnan(val):
                     assert np.isnan(float(got[n][h])), (n, h)
                 else:
+                    # FP64 both ways, other summation orders: ~1e-15 relative
                     assert float(got[n][h]) == pytest.approx(val, rel=1e-9, abs=1e-12), (n, h)
         assert float(got["m"][2]) < 2 and float(got["p_shuffle"][2]) == 1.0

@@ -85,6 +85,7 @@ def test_repeats_skip_sr_runs_with_the_backward_bug():
 
 def test_sr_error_ratio_matches_theory():
     r = dr.sr_error_ratio(5, n=1 << 18)
+    # 2^18 samples: an RMS's relative sd ≈ 1/√(2n) ≈ 0.0014; 1 % is ≈ 7 sd
     assert r["rms_rne_ulp"] == pytest.approx(12 ** -0.5, rel=0.01)
     assert r["rms_sr_ulp"] == pytest.approx(6 ** -0.5, rel=0.01)
     assert r["bits_equiv"] == pytest.approx(0.5, abs=0.02)

@@ -8,6 +8,7 @@ import torch
 from lib.fp.bf16 import ulp
 from lib.training import inject
 from lib.training.model import naive_attention
+from tests.precision import attention_rtol
 
 
 def _qkv(seed=0, B=2, H=3, T=24, D=8):
@@ -39,6 +40,7 @@ def test_rate_zero_is_fp32_attention_bit_for_bit():
     q2, k2, v2 = (t.detach().clone().requires_grad_() for t in (q, k, v))
     from lib.training.dose_backend import DoseAttention
     o2 = DoseAttention.apply(q2, k2, v2, None, 1 / math.sqrt(8), True, "true", 0.0, None, None)
+    # dose's forward is naive's op for op (equal in fact); 1e-6 absolute leaves it room
     assert torch.equal(o, o2) and torch.allclose(o, naive_attention(q, k, v), atol=1e-6)
     for a, b in zip(g1, torch.autograd.grad(o2, (q2, k2, v2), do)):
         assert torch.equal(a, b)
@@ -60,15 +62,18 @@ def test_injected_error_enters_only_through_delta():
     q0, k0, v0 = (t.detach().clone().requires_grad_() for t in (q, k, v))
     o0 = naive_attention(q0, k0, v0)
     dq0, dk0, dv0 = torch.autograd.grad(o0, (q0, k0, v0), do)
-    assert torch.allclose(dv, dv0, atol=1e-6)
+    assert torch.allclose(dv, dv0, atol=1e-6)                 # dV: autograd's ops both ways (equal in fact)
     # the change predicted from Δδ alone: dS changes by −P·λΔδ, so dQ by −scale·λΔδ·(P K)
     s = (q0 @ k0.transpose(-2, -1)).detach() / math.sqrt(8)
     s = s.masked_fill(~torch.ones(24, 24, dtype=torch.bool).tril(), float("-inf"))
     p = torch.softmax(s, -1)
     dd = (do * err).sum(-1)
     pred = -(2.0 * dd).unsqueeze(-1) * (p @ k0.detach()) / math.sqrt(8)
-    assert torch.allclose(dq - dq0, pred, atol=1e-6, rtol=1e-3)
-    assert (dq - dq0)[:, [0, 2]].abs().max() < 1e-6 and (dq - dq0)[:, 1].abs().max() > 1e-5
+    # two FP32 backward passes that differ in δ's evaluation: FP32 attention's backward bound apart (1e-3 relative
+    # for pred's own FP32 evaluation); the injected head's change is ≫ that
+    noise = attention_rtol(24, 8, backward=True) * dq0.abs().max().item()
+    assert torch.allclose(dq - dq0, pred, atol=noise, rtol=1e-3)
+    assert (dq - dq0)[:, [0, 2]].abs().max() < noise and (dq - dq0)[:, 1].abs().max() > 10 * noise
 
 
 def test_tied_rows_are_chosen_first():
@@ -78,6 +83,7 @@ def test_tied_rows_are_chosen_first():
     u = torch.rand(B, H, T, generator=torch.Generator().manual_seed(0))
     heads = torch.tensor([True, True])
     low = inject.select_rows(tied, heads, 0.05, u, "tied")
+    # rows drawn by uniform u over B·H·T = 8,000: a rate's sd ≈ 0.0024 at 5 %, 0.0056 at 50 %
     assert not (low & ~tied).any() and abs(low.float().mean().item() - 0.05) < 0.01
     high = inject.select_rows(tied, heads, 0.5, u, "tied")
     assert high[tied].all() and abs(high.float().mean().item() - 0.5) < 0.02

@@ -77,6 +77,7 @@ def test_power_sigma_converges_to_the_spectral_norm():
     s, vec = loop.power_sigma(w, None, iters=3)
     for _ in range(30):
         s, vec = loop.power_sigma(w, vec, iters=3)
+    # converged (93 iterations, FP32); the FP32 SVD's σ₁ is ≤ (m + n)·eps32 = 3.3e-6 off: 1e-4
     assert torch.allclose(s, torch.linalg.matrix_norm(w, ord=2), rtol=1e-4)
 
 

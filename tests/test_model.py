@@ -6,8 +6,15 @@ import torch
 
 from lib.training.model import GPT, GPTConfig, naive_attention, sdpa_attention
 from lib.training.spec import AttnSpec
+from tests.precision import EPS32, attention_rtol
 
 TINY = dict(n_layer=2, n_head=2, n_embd=32, block_size=32)
+
+
+def _proj_tol(x: torch.Tensor, w: torch.Tensor) -> float:
+    """Two FP32 evaluations of x·Wᵀ (sums of C terms, any order) differ by ≤ 2·γ_C = C·eps32 of Σ|x||w|."""
+    C = x.shape[-1]
+    return C * EPS32 * (x.abs().reshape(-1, C) @ w.abs().reshape(-1, C).T).max().item()
 
 
 def _kernel_import_error():
@@ -32,6 +39,7 @@ def test_init_scales():
     m = GPT(GPTConfig(n_layer=4, n_head=4, n_embd=256, block_size=64))
     cp = torch.cat([p.flatten() for n, p in m.named_parameters() if n.endswith("c_proj.weight")])
     fc = torch.cat([p.flatten() for n, p in m.named_parameters() if n.endswith("c_fc.weight")])
+    # the std of 262,144 (c_proj) and 1,048,576 (c_fc) draws: relative sd ≤ 1/√(2n) ≈ 0.0014
     assert abs(cp.std().item() / (0.02 / math.sqrt(8)) - 1) < 0.02
     assert abs(fc.std().item() / 0.02 - 1) < 0.02
 
@@ -44,9 +52,12 @@ def test_sdpa_and_naive_backends_agree_in_fp32():
     x = torch.randint(0, 256, (3, 32))
     la, lossa = a(x, x)
     lb, lossb = b(x, x)
-    torch.testing.assert_close(la, lb, rtol=1e-5, atol=1e-5)
+    # two attention layers, each ≤ (T + D)·eps32 of max|V| (≲ 1) apart, read out by small weights
+    torch.testing.assert_close(la, lb, rtol=1e-5, atol=2 * attention_rtol(32, 16))
     q, k, v = torch.randn(3, 2, 2, 17, 16).unbind(0)
-    torch.testing.assert_close(sdpa_attention(q, k, v), naive_attention(q, k, v), rtol=1e-5, atol=1e-6)
+    naive = naive_attention(q, k, v)
+    torch.testing.assert_close(sdpa_attention(q, k, v), naive, rtol=0,
+                               atol=attention_rtol(17, 16) * naive.abs().max().item())
 
 
 def test_causal():
@@ -55,6 +66,7 @@ def test_causal():
     x = torch.randint(0, 256, (1, 32))
     x2 = x.clone()
     x2[0, 20:] = (x2[0, 20:] + 1) % 256
+    # the same computations for these rows (masked keys weigh exactly 0): FP32's default tolerance is ample
     torch.testing.assert_close(m(x)[0][:, :20], m(x2)[0][:, :20])
     assert not torch.allclose(m(x)[0][:, 20:], m(x2)[0][:, 20:])
 
@@ -93,8 +105,8 @@ def test_qk_weight_hooks_and_capture():
     c = m.transformer.h[1].attn.captured
     xin = captured_in["x"]  # (B, T, C): the input of layer 1's attention
     for h in range(2):
-        torch.testing.assert_close(c["q"][:, h], xin @ wq[h].T)
-        torch.testing.assert_close(c["k"][:, h], xin @ wk[h].T)
+        torch.testing.assert_close(c["q"][:, h], xin @ wq[h].T, rtol=0, atol=_proj_tol(xin, wq[h]))
+        torch.testing.assert_close(c["k"][:, h], xin @ wk[h].T, rtol=0, atol=_proj_tol(xin, wk[h]))
     assert c["do"].shape == c["o"].shape == (2, 2, 32, 16)
     m.set_capture(False)
     assert m.transformer.h[1].attn.captured == {}
@@ -112,9 +124,11 @@ def test_ours_backend_matches_naive_with_fp32_numerics():
     x = torch.randint(0, 256, (1, 16))
     la, lossa = a(x, x)
     lb, lossb = b(x, x)
+    # FP32 attention both ways, other orders: ≤ (T + D)·eps32 = 3.8e-6 of max|V| (≲ 1); 1e-4, 1e-5 cover it
     torch.testing.assert_close(la, lb, rtol=1e-4, atol=1e-5)
     lossa.backward()
     lossb.backward()
+    # the backward's 2·(T + D)·eps32, summed into the weight gradient over T = 16 tokens: 1e-3 relative
     torch.testing.assert_close(a.transformer.h[0].attn.c_attn.weight.grad,
                                b.transformer.h[0].attn.c_attn.weight.grad, rtol=1e-3, atol=1e-6)
 
@@ -164,6 +178,7 @@ def test_per_head_override_is_differentiable_and_matches_full_naive():
     b.load_state_dict(a.state_dict())
     x = torch.randint(0, 256, (2, 32))
     la, lb = a(x, x)[1], b(x, x)[1]
+    # SDPA for one head: ≤ (T + D)·eps32·max|V| (|V| ≲ 0.1 at init) in that head, ≪ FP32's default atol 1e-5
     torch.testing.assert_close(la, lb)
     la.backward()
     lb.backward()
@@ -261,15 +276,20 @@ def test_qk_norm_normalises_q_and_k_per_head_and_trains():
     loss.backward()
     c = m.attn_layers[0].captured
     for t in (c["q"], c["k"]):   # gain 1 at init: zero mean, variance σ²/(σ² + eps) ≈ 1 over head_dim (σ² ≈ 0.01)
+        # the mean: FP32, of D = 16 entries ≤ 4 in size: ≤ γ_16·4 = 8·eps32·4 ≈ 4e-6; the variance: eps/σ² varies
         assert t.mean(-1).abs().max() < 1e-5 and (t.var(-1, unbiased=False) - 1).abs().max() < 5e-3
     pre = torch.einsum("btc,hdc->bhtd", c["x"], m.qk_weights(0)[0])   # q before the norm, from x and W_Q
-    torch.testing.assert_close(torch.nn.functional.layer_norm(pre, (D,), eps=1e-5), c["q"])
+    # pre is another FP32 matmul (≤ C·eps32 of Σ|x||w|); the norm divides by σ and moves q by ≤ (2 + |q|) ≤ 6 times
+    # its error over σ
+    pre_tol = 6 * _proj_tol(c["x"], m.qk_weights(0)[0]) / pre.std(-1, unbiased=False).min().item()
+    torch.testing.assert_close(torch.nn.functional.layer_norm(pre, (D,), eps=1e-5), c["q"], rtol=0, atol=pre_tol)
     assert m.attn_layers[0].q_ln.weight.grad.abs().sum() > 0 and m.attn_layers[0].k_ln.weight.grad.abs().sum() > 0
     assert torch.equal(m.qk_weights(0)[0], wq_before)
     for attn in ("sdpa", "authors/tile=16+fix"):  # every backend sees the normalised q, k
         torch.manual_seed(4)
         other = GPT(GPTConfig(**TINY, attn=attn, qk_norm=True))
         other.load_state_dict(m.state_dict())
+        # the loss through other FP32 attentions (≤ (T + D)·eps32·max|V|, |V| ≲ 0.1): 1e-5 of the loss ≈ 5
         torch.testing.assert_close(other(x, x)[1], loss, rtol=1e-5, atol=1e-6)
     with pytest.raises(TypeError):
         GPTConfig(**TINY, qk_norm=1)
@@ -287,8 +307,10 @@ def test_captured_x_gives_the_captured_q():
         c = layer.captured
         assert c["x"].shape == (2, 32, 32) and not c["x"].requires_grad
         wq, wk = m.qk_weights(i)
-        torch.testing.assert_close(torch.einsum("btc,hdc->bhtd", c["x"], wq), c["q"], rtol=1e-6, atol=1e-6)
-        torch.testing.assert_close(torch.einsum("btc,hdc->bhtd", c["x"], wk), c["k"], rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(torch.einsum("btc,hdc->bhtd", c["x"], wq), c["q"], rtol=0,
+                                   atol=_proj_tol(c["x"], wq))
+        torch.testing.assert_close(torch.einsum("btc,hdc->bhtd", c["x"], wk), c["k"], rtol=0,
+                                   atol=_proj_tol(c["x"], wk))
 
 
 def test_fix_options_in_the_spec_win_over_the_config():

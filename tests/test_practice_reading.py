@@ -139,6 +139,7 @@ def test_gpt2_read_through_the_monitors_rule(gpt2):
 def test_fix_settings_come_from_the_code():
     n = rd.fix_numbers()
     assert n["fx_beta"] == "2" and n["fx_cap"] == "64" and n["fx_paper_beta"] == "7"
+    # printed numbers (23.0 and 3.84): half their last printed digit
     assert float(n["fx_floor_level"]) == pytest.approx(-np.log(1e-10), abs=0.05)
     assert float(n["fx_floor_b7"]) == pytest.approx(-np.log(1e-10) / 6, abs=0.005)
 

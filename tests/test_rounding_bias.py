@@ -9,6 +9,7 @@ import pytest
 from lib.fp import rounding_bias as rb
 from lib.fp import theory
 from lib.studies.rounding import figures as rfig
+from tests.precision import EPS32
 
 
 def test_worked_example_reproduces_the_paper():
@@ -68,7 +69,8 @@ def test_emulation_orders_and_bad_input():
     assert np.array_equal(rb.round_rne(out["pv_lp"]), out["pv_lp"])
     for acc in ("exact", "matmul"):
         alt = rb.emulate_rows(S, V, accumulate=acc)
-        assert np.allclose(alt["pv_fp32"], out["pv_fp32"], rtol=1e-6)
+        # FP32 sums of 64 one-signed terms (P̄ ≥ 0, V < 0) in other orders: each ≤ γ_64 = 32·eps32 relative
+        assert np.allclose(alt["pv_fp32"], out["pv_fp32"], rtol=64 * EPS32)
     beta = rb.emulate_rows(S, V, beta=2.0)
     assert beta["n_tied"].max() == 0                       # the shift leaves no P̄ exactly 1
     with pytest.raises(ValueError):

@@ -17,6 +17,7 @@ from kernels.stable_bwd import _prune as bwd_prune
 from kernels.stable_fwd import EMULATE_BLOCK, FWD_CONFIGS, FWD_FALLBACK
 from kernels.stable_fwd import _prune as fwd_prune
 from lib.fp.reference import attention_fp64, emulate_backward, emulate_forward
+from tests.precision import attention_rtol
 
 
 def _inputs(seed, T, D=64, ties=False, big=1.0):
@@ -93,7 +94,8 @@ def test_fix_fires_and_both_stay_within_bf16_of_fp64(causal):
     plain, fixed = _ours(q, k, v, do, causal, None), _ours(q, k, v, do, causal, "beta")
     assert not torch.equal(plain["o"], fixed["o"])
     for ours in (plain, fixed):
-        assert (ours["o"].double() - ref["o"]).abs().max().item() <= 2 * rounding + 1e-6
+        fp32 = attention_rtol(96, 64) * ref["o"].abs().max().item()     # plus FP32's own error
+        assert (ours["o"].double() - ref["o"]).abs().max().item() <= 2 * rounding + fp32
         for name in ("dq", "dk", "dv"):
             err = (ours[name].double() - ref[name]).abs().max().item()
             assert err <= 2 ** -6 * ref[name].abs().max().item(), (name, err)
@@ -138,6 +140,8 @@ def test_gradients_match_finite_differences():
 
         fd = (loss(qkv[i].detach() + h * u) - loss(qkv[i].detach() - h * u)) / (2 * h)
         exact = (g.double() * u).sum().item()
+        # central differences at h = 2^-6: truncation O(h²) ≈ 2^-12 of the curvature, FP32 outputs' rounding / h
+        # ≈ 1e-5: 1 %
         assert abs(fd - exact) <= 0.01 * exact, ("qkv"[i], fd, exact)
 
 

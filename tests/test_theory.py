@@ -59,7 +59,7 @@ def test_float_version_agrees_with_exact_including_negative_rho():
     for k in (2, 3):
         f = theory.expected_error_float(k, rhos)
         ex = [float(theory.expected_error_ulps(k, Fraction(r))) for r in rhos if r >= 0]
-        assert np.allclose(f[: len(ex)], ex, rtol=0, atol=1e-12)
+        assert np.allclose(f[: len(ex)], ex, rtol=0, atol=1e-12)   # FP64 against exact fractions ≤ 1: ~1e-16
     # symmetry: a remainder of the opposite sign pushes ties toward zero
     assert theory.expected_error_float(2, [-0.001])[0] < 0
 
