@@ -20,7 +20,7 @@ RANK = {"lib.book": 0, "lib.fp": 1, "kernels": 2, "lib.census": 2.5, "lib.traini
         "lib.monitor": 5, "lib.studies": 6, "lib.claims": 7, "lib.experiments": 8, "benchmarks": 8}
 
 # the study (or studies) whose chapter a page is
-CHAPTER_STUDIES = {"intro.md": (), "01-bf16-rounding.md": ("rounding",), "02-flash-attention-kernel.md": ("kernel",),
+CHAPTER_STUDIES = {"intro.md": (), "01-bf16-rounding.md": ("rounding",), "02-flash-attention-kernel.md": ("kernel", "gpt2"),
                    "02b-where-can-the-chain-start.md": ("census",),
                    "08-using-this-in-your-training.md": ("practice",),
                    "03-numeric-deviation.md": ("golden",), "04-biased-output.md": ("delta",),
