@@ -58,8 +58,13 @@ html-check: $(STAMP)
 gpu-results:
 	$(PY) -m lib.experiments all --scale full --out $${OUT:-results}
 
+## make gpu-tests: the tests marked gpu (not slow) as concurrent pytest processes, one or more per GPU
+## (tests/gpu/run_sharded.py); GPUS=0 takes every visible GPU, JOBS=0 picks the process count from GPUs and CPUs.
+## Log: $${OUT:-results}/full/gpu_tests.log (+ one per shard, + measured seconds per test).
+GPUS ?= 0
+JOBS ?= 0
 gpu-tests:
-	$(PY) -m pytest -q -m gpu tests
+	$(PY) tests/gpu/run_sharded.py --gpus $(GPUS) --jobs $(JOBS) --log $${OUT:-results}/full/gpu_tests.log
 
 check-results: $(STAMP)
 	$(BIN)/python -m lib.book.results check
