@@ -35,8 +35,7 @@ book-ci: $(STAMP)
 
 ## make html-check: headless Chromium at a 1280-px window over _build/html (pages, math, images, links, widths of
 ## tables and equations, collapsed tables expanded, figure text sizes, repeated images, raw pipe tables, all-bold
-## paragraphs, bold walls, internal names and module or file paths in prose, words about how the project is worked
-## on). Needs Debian's chromium + chromium-driver; CHROMIUM / CHROMEDRIVER override
+## paragraphs, internal names in prose). Needs Debian's chromium + chromium-driver; CHROMIUM / CHROMEDRIVER override
 ## the PATH search (CHROMIUM= simulates a machine without it). Missing: an error, or a skip under HTML_CHECK=optional.
 CHROMIUM_INSTALL := sudo apt-get install -y chromium chromium-driver
 CHROMIUM ?= $(shell command -v chromium || command -v chromium-browser)
@@ -59,9 +58,13 @@ html-check: $(STAMP)
 gpu-results:
 	$(PY) -m lib.experiments all --scale full --out $${OUT:-results}
 
-## make gpu-tests: the GPU tests, one shard per visible GPU (GPUS=1: one process), log in results/full/gpu_tests.log
+## make gpu-tests: the tests marked gpu (not slow) as concurrent pytest processes, one or more per GPU
+## (tests/gpu/run_sharded.py); GPUS=0 takes every visible GPU, JOBS=0 picks the process count from GPUs and CPUs.
+## Log: $${OUT:-results}/full/gpu_tests.log (+ one per shard, + measured seconds per test).
+GPUS ?= 0
+JOBS ?= 0
 gpu-tests:
-	$(PY) tests/gpu/run_sharded.py --gpus $(or $(GPUS),0)
+	$(PY) tests/gpu/run_sharded.py --gpus $(GPUS) --jobs $(JOBS) --log $${OUT:-results}/full/gpu_tests.log
 
 check-results: $(STAMP)
 	$(BIN)/python -m lib.book.results check

@@ -27,9 +27,16 @@ import triton
 from kernels.stable_bwd import DELTA_BLOCK, attn_bwd_kernel, attn_bwd_tuned, attn_delta_kernel
 from kernels.stable_fwd import EMULATE_BLOCK, attn_fwd_kernel, attn_fwd_tuned
 
-__all__ = ["stable_attention", "forward", "backward", "fwd_block_n", "LOG2E"]
+__all__ = ["stable_attention", "forward", "backward", "fwd_block_n", "LOG2E", "EMULATE_BWD_WARPS"]
 
 LOG2E = 1.0 / math.log(2.0)
+# Warps of the EMULATE backward on a GPU. Its FP32 `ieee` dots are unrolled FMAs, so the compile time grows with the
+# work per thread: the causal sm_90 kernel took ≈ 30 s at 4 warps and ≈ 6 s at 16 (Triton 3.6, compiled on a CPU
+# for sm_90). The backward has no reduction across threads (each FMA dot sums its K dimension in order inside one
+# thread, everything else is elementwise), so the warp count does not enter its arithmetic; the GPU test against the
+# research kernel (4 warps) checks that bit for bit. The EMULATE forward keeps 4 warps: its row sums ℓ are tree
+# reductions whose order follows the layout, and they must match the research kernel's.
+EMULATE_BWD_WARPS = 16
 _HEAD_DIMS = (64, 128)
 _FIXES = (None, "beta")
 
@@ -87,7 +94,8 @@ def backward(do, q, k, v, o, lse, *, causal: bool, scale: float, emulate: bool =
              config=None):
     """Launch the δ pre-kernel and the dK/dV + dQ kernel. All tensors contiguous (B, H, T, D) (lse: the forward's,
     (B, H, T)). Returns (dq, dk, dv, delta) with gradients in q's dtype and δ FP32 (B, H, T).
-    config: {"BLOCK_BIG", "BLOCK_STEP", "num_warps", "num_stages"} or None (autotuned; EMULATE: 64 and 64)."""
+    config: {"BLOCK_BIG", "BLOCK_STEP", "num_warps", "num_stages"} or None (autotuned; EMULATE: 64 and 64, with
+    EMULATE_BWD_WARPS warps)."""
     B, H, T, D = q.shape
     delta = torch.empty((B, H, T), device=q.device, dtype=torch.float32)
     attn_delta_kernel[(triton.cdiv(T, DELTA_BLOCK), B * H)](o, do, delta, T, HEAD_DIM=D, BLOCK_M=DELTA_BLOCK)
@@ -102,7 +110,8 @@ def backward(do, q, k, v, o, lse, *, causal: bool, scale: float, emulate: bool =
         grid = lambda meta: (triton.cdiv(T, meta["BLOCK_BIG"]), B * H)  # noqa: E731
         attn_bwd_tuned[grid](*args, STATIC_LOOPS=False, N_STEPS=1, **kw)
     else:
-        cfg = {"BLOCK_BIG": EMULATE_BLOCK, "BLOCK_STEP": EMULATE_BLOCK, "num_warps": 4, **(config or {})}
+        warps = EMULATE_BWD_WARPS if emulate else 4
+        cfg = {"BLOCK_BIG": EMULATE_BLOCK, "BLOCK_STEP": EMULATE_BLOCK, "num_warps": warps, **(config or {})}
         static = _interpreting()
         attn_bwd_kernel[(triton.cdiv(T, cfg["BLOCK_BIG"]), B * H)](
             *args, STATIC_LOOPS=static, N_STEPS=triton.cdiv(T, cfg["BLOCK_STEP"]) if static else 1, **kw, **cfg)
@@ -111,8 +120,11 @@ def backward(do, q, k, v, o, lse, *, causal: bool, scale: float, emulate: bool =
 
 def fwd_block_n(shape, causal: bool, fix=None):
     """The key tile (= the fix's tie-detection width) the autotuner chose for a forward of this (B, H, T, D) shape,
-    or None before the first call with it (EMULATE and explicit configs: their own BLOCK_N)."""
+    or None before the first call with it (EMULATE and explicit configs: their own BLOCK_N). With a single config
+    in the autotuner's list (Triton then runs it without tuning or caching) that config's BLOCK_N."""
     B, H, T, D = shape
+    if len(attn_fwd_tuned.configs) == 1:
+        return attn_fwd_tuned.configs[0].kwargs["BLOCK_N"]
     for key, cfg in attn_fwd_tuned.cache.items():
         if tuple(key[:4]) == (T, D, bool(causal), fix == "beta"):
             return cfg.kwargs["BLOCK_N"]

@@ -19,9 +19,18 @@ COUNTS = ("n_rows", "n_tied", "n_window", "n_zero", "n_conj", "r_hist")
 @pytest.mark.parametrize("placement", cs.PLACEMENTS)
 @pytest.mark.parametrize("heads", [oracle_heads, lambda: enumeration_heads(13.0)], ids=["oracle", "enumeration"])
 def test_gpu_census_equals_the_cpu_census_on_exact_heads(placement, heads):
-    """Planted heads whose S and sums are exact: the GPU's census counts are the CPU's; the error means agree but for
-    CUDA's expf against the CPU's (a last-bit difference of one P̄ can move one BF16 rounding: allowed for at most
-    two pairs of a head, one ULP each)."""
+    """Planted heads whose S is exact: the GPU's census counts are the CPU's, bit for bit; the error means measure the
+    same bias, though not bit for bit. The devices sum in different orders (FP32 row sums of P̄ and ℓ, cuBLAS's P̄V,
+    the FP64 matmuls of O_ref and of the remainder) and CUDA's exp is not the CPU's in the last bit. Two things then
+    move a pair's error: (i) O next to a BF16 rounding boundary rounds the other way (the enumeration heads' tied sums
+    are midpoints on purpose, and in the fa2 placement their O lies within a few FP32 ULPs of the boundary), and (ii)
+    the theory's remainder ρ of a tied block whose other keys underflow in FP32 (the oracle heads' far keys, 200
+    below) is the FP64 sum of ≈ e⁻¹⁹²·V terms, ±10⁻¹⁰⁰ of rounding noise around 0, where chapter 1's mean error
+    jumps (an exact tie against a sticky bit; `lib.census`'s docstring, part (ii)). The CPU shows both when its exp
+    is moved by one ULP and its sums and matmuls are reversed: in (i) up to 25 of a head's 96 pairs move (err_ulp), in
+    (ii) 22 of 960 pairs' ρ (err_pred); the pooled means stay within 0.003 ULP. Allowed per head: err_ulp as if half
+    its pairs moved by one ULP of O, err_pred and err_ell a tenth (at least two pairs each); pooled over the heads:
+    0.01 ULP."""
     q, k, v = heads()
     cpu = cs.precondition_census(q, k, v, placement=placement, chunk=64)
     gpu = cs.precondition_census(*(t.cuda().bfloat16() for t in (q, k, v)), placement=placement, chunk=64)
@@ -29,11 +38,14 @@ def test_gpu_census_equals_the_cpu_census_on_exact_heads(placement, heads):
         np.testing.assert_array_equal(gpu[key], cpu[key], err_msg=key)
     np.testing.assert_array_equal(gpu["max_logit"], cpu["max_logit"])
     np.testing.assert_allclose(gpu["top1"], cpu["top1"], rtol=1e-6)
-    two_pairs = 2.0 / np.maximum(cpu["n_conj"], 1)
-    for key in ("err_ulp", "err_pred", "err_ell"):
-        ok = np.isnan(cpu[key]) == np.isnan(gpu[key])
-        assert ok.all(), key
-        assert (np.abs(np.nan_to_num(gpu[key] - cpu[key])) <= two_pairs + 1e-9).all(), key
+    n = cpu["n_conj"]
+    for key, share in (("err_ulp", 0.5), ("err_pred", 0.1), ("err_ell", 0.1)):
+        per_head = np.maximum(share * n, 2.0) / np.maximum(n, 1)
+        assert (np.isnan(cpu[key]) == np.isnan(gpu[key])).all(), key
+        diff = np.nan_to_num(gpu[key] - cpu[key])
+        assert (np.abs(diff) <= per_head + 1e-9).all(), (key, np.abs(diff).max())
+        pooled = (diff * n).sum() / max(n.sum(), 1)
+        assert abs(pooled) <= 0.01, (key, pooled)
 
 
 @pytest.mark.gpu

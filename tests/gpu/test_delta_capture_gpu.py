@@ -1,9 +1,11 @@
 """GPU checks of the δ-channel capture (marked `gpu`; skipped without CUDA).
 
 * The full proxy (6 layers, width 384, batch 32 × 512, the paper kernel's native path, BF16 autocast) trained for
-  200 steps with a CaptureHook every 50 steps (4 rows, every layer, Adam denominators) has the same losses as
-  without it; the wall times are printed, not asserted (the overhead is measured by the benchmark
-  `benchmarks/bench_capture_overhead.py`, registry entry capture_overhead_bench).
+  20 steps with a CaptureHook every 10 steps (two captures of 4 rows, every layer, Adam denominators) has the same
+  losses as without it; the wall times are printed, not asserted (the overhead is measured by the benchmark
+  `benchmarks/bench_capture_overhead.py`, registry entry capture_overhead_bench). It was 200 steps with a capture
+  every 50 (≈ 30 s per run on an idle H100, plus a 5-step warm-up run): 20 steps check the same thing, a hook that
+  leaves the losses bit for bit as they were, at a tenth of the cost.
 * Under autocast every captured activation and gradient is stored as exact BF16, and the offline replay runs on the
   GPU (finite statistics). The emulator's O for the paper placement is compared with the native kernel's O (not
   bit-exact: tensor-core accumulation order differs) and the agreement is printed.
@@ -31,23 +33,23 @@ def test_capture_leaves_training_unchanged_and_replays():
     project's performance claims are benchmark scripts, never timed tests (a timing assertion fails on a loaded GPU
     for reasons that are not the code's). The measurement is `benchmarks/bench_capture_overhead.py`
     (`python -m lib.experiments capture_overhead_bench --scale full`), read in chapter 4."""
-    train(TrainConfig(**BASE, steps=5))                        # compile the kernels first
-    plain = train(TrainConfig(**BASE, steps=200))
-    hook = CaptureHook(every=50, rows=(0, 1, 2, 3), adam=True)
-    hooked = train(TrainConfig(**BASE, steps=200), step_hook=hook)
+    steps, every = 20, 10
+    plain = train(TrainConfig(**BASE, steps=steps))           # also compiles the kernels (its wall time includes it)
+    hook = CaptureHook(every=every, rows=(0, 1, 2, 3), adam=True)
+    hooked = train(TrainConfig(**BASE, steps=steps), step_hook=hook)
     assert plain["loss"] == hooked["loss"]                     # the hook does not change training
     n = len(hook.captures)
+    assert n == 2
     per_capture = hook.copy_s / n
-    s_per_step = plain["wall_s"] / 200
-    overhead = hooked["wall_s"] / plain["wall_s"] - 1
+    s_per_step = hooked["wall_s"] / steps
     print(f"\n[delta capture] {n} captures of {hook.captures[0].nbytes / 2**20:.1f} MiB, copy {per_capture * 1e3:.1f} ms "
-          f"each = {per_capture / (50 * s_per_step):.2%} of 50 steps ({s_per_step * 1e3:.1f} ms/step); wall "
-          f"{plain['wall_s']:.1f} s plain, {hooked['wall_s']:.1f} s hooked ({overhead:+.1%})")
+          f"each ({s_per_step * 1e3:.1f} ms/step hooked); wall {plain['wall_s']:.1f} s plain (with the compiles), "
+          f"{hooked['wall_s']:.1f} s hooked")
     cap = hook.captures[-1]
     assert all(cap.meta["enc"][k] == "bf16" for k in ("q", "k", "v", "o", "do", "dq", "dk", "x"))
     assert cap.meta["x_rounding"] == "bf16"
     t0 = time.perf_counter()
-    st = ds.capture_stats(cap, device="cuda", n_shuffle=200)
+    st = ds.capture_stats(cap, device="cuda", n_shuffle=50)
     print(f"[delta capture] GPU replay of one capture: {time.perf_counter() - t0:.2f} s")
     assert all(np.all(np.isfinite(st["stats"][k])) for k in ("sum_dd", "eq_fro", "ek_fro", "tokq_rho2",
                                                              "push_adam_q", "eq_cos_grad"))
