@@ -154,7 +154,8 @@ _fwd.register_autograd(_backward, setup_context=_setup_context)
 def _settings(numerics, fix, beta, tie_tol, max_shift, scale, path, shape, dtype, device) -> tuple:
     """The ops' scalar arguments from `attention_op`'s, checked: (numerics key, fix, β, tie tolerance, max shift
     (-1.0: none), scale, path, SR or not). A constant for `torch.compile`: evaluated once when the graph is traced
-    (it reads no tensor data), so the checks and the JSON of the numerics stay out of the graph."""
+    (it reads no tensor data), so the checks and the JSON of the numerics stay out of the graph. The checks repeat
+    `kernels.attention.attention`'s: that function is left as it is for the results computed through it."""
     nm = Numerics(**dict(zip(_FIELDS, numerics))) if isinstance(numerics, tuple) else get_profile(numerics)
     if fix not in _FIXES:
         raise ValueError(f"fix must be one of {_FIXES}, got {fix!r}")

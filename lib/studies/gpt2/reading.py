@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-__all__ = ["failure_step", "layer_series", "gap", "fidelity", "numbers", "ARM_WORDS"]
+__all__ = ["failure_step", "layer_series", "conjunction_peak", "gap", "fidelity", "numbers", "ARM_WORDS"]
 
 BIG_LOGIT = 1000.0    # a layer whose largest logit ends above this is listed as an outlier layer (chapter 2b's scale)
 ARM_WORDS = {"sdpa_eager": "PyTorch flash SDPA, eager", "sdpa_compiled": "PyTorch flash SDPA, compiled",
@@ -44,6 +44,17 @@ def layer_series(arrays: dict, label: str) -> dict:
     pre = f"{label}__census__"
     return dict(step=np.asarray(arrays[pre + "step"]), logit=np.nanmax(arrays[pre + "fa2/max_logit"], axis=2),
                 wq=np.nanmax(arrays[pre + "wq_sigma"], axis=2))
+
+
+def conjunction_peak(arrays: dict, label: str, placement: str) -> str:
+    """The census's largest conjunction rate over the run, layers and heads, in `placement`, as "x.x % (layer L,
+    step S)" (layer 1-based), or "none" when no census event found a conjunction pair."""
+    pre = f"{label}__census__"
+    c = np.nan_to_num(np.asarray(arrays[f"{pre}{placement}/conjunction"], dtype=np.float64))
+    if not c.size or c.max() <= 0:
+        return "none"
+    e, layer, _ = np.unravel_index(int(np.argmax(c)), c.shape)
+    return f"{100 * c.max():.1f} % (layer {layer + 1}, step {int(arrays[pre + 'step'][e]):,})"
 
 
 def gap(a: dict, b: dict, key: str) -> np.ndarray:
@@ -90,7 +101,8 @@ def numbers(res) -> dict:
     rules = cfg_of(res)["rules"]
     fid = fidelity(arrays, data["runs"], rules)
     out = {f"{arm}_{k}": "not run" for arm in ARM_WORDS
-           for k in ("steps", "tokens_per_s", "failed_at", "val_loss", "l2_logit", "l2_wq", "big_layers")}
+           for k in ("steps", "tokens_per_s", "failed_at", "val_loss", "l2_logit", "l2_wq", "big_layers",
+                     "conj_authors", "conj_fa2")}
     out |= {f"{k}_{mode}": "not run" for mode in ("eager", "compiled")
             for k in ("alike", "gap_logit", "gap_wq", "ratio_logit", "ratio_wq")}
     out |= {f"first_loss_gap_{k}": "not run" for k in ("sdpa", "fa2", "kernels")}
@@ -106,6 +118,8 @@ def numbers(res) -> dict:
         if ser["logit"].shape[1] > 1:     # layer 2 (1-based), where chapter 2b found the preconditions
             out[f"{arm}_l2_logit"] = f"{ser['logit'][-1, 1]:,.0f}"
             out[f"{arm}_l2_wq"] = f"{ser['wq'][-1, 1]:.1f}"
+        for pl in ("authors", "fa2"):    # the census of the bias's preconditions in this run
+            out[f"{arm}_conj_{pl}"] = conjunction_peak(arrays, r["label"], pl)
         big = [str(i + 1) for i in np.flatnonzero(ser["logit"][-1] > BIG_LOGIT)]
         out[f"{arm}_big_layers"] = ", ".join(big) if big else "none"
     for p in fid["pairs"]:
