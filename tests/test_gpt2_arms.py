@@ -42,7 +42,8 @@ def test_full_path_starts_waits_and_packs(toy, monkeypatch):
 
 
 def test_progress_lines_are_what_the_campaign_reads(toy, capsys):
-    hook = arms.Progress("x:s1", every=2)
+    from lib.studies.gpt2.telemetry import Clock
+    hook = Clock("x:s1", every=2)
     model = torch.nn.Linear(2, 2)
     model(torch.ones(1, 2)).sum().backward()
     hook.after_backward(1, model, None)

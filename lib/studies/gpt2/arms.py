@@ -76,10 +76,10 @@ def _alive(pid_file: Path) -> bool:
         return False
 
 
-def _start(rc: RunConfig, gpu: int, workdir: Path) -> None:
+def _start(rc: RunConfig, gpu: int, workdir: Path, probe: dict | None = None) -> None:
     """Start one arm in its own process session on GPU `gpu` (the worker below), output to its log."""
     p = _paths(workdir, rc.label)
-    p["cfg"].write_text(json.dumps(rc.record()))
+    p["cfg"].write_text(json.dumps(dict(run=rc.record(), probe=probe)))
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu), PYTHONUNBUFFERED="1")
     with open(p["log"], "a") as log:
         proc = subprocess.Popen([sys.executable, "-m", "lib.studies.gpt2.arms", str(p["cfg"])], cwd=ROOT, env=env,
@@ -87,29 +87,27 @@ def _start(rc: RunConfig, gpu: int, workdir: Path) -> None:
     p["pid"].write_text(str(proc.pid))
 
 
-class Progress:
-    """A `train_lm` step hook that prints one line every `every` steps: step, seconds since the start, whether the
-    clipped gradients are finite (one device sync per line). What a waiting call and the smoke check read."""
-
-    def __init__(self, label: str, every: int = 50):
-        self.label, self.every, self.t0 = label, every, time.perf_counter()
-
-    def before_forward(self, step, model):
-        pass
-
-    def after_backward(self, step, model, opt):
-        if (step + 1) % self.every == 0:
-            finite = all(bool(torch.isfinite(p.grad).all()) for p in model.parameters() if p.grad is not None)
-            print(f"[{self.label}] step {step + 1} t {time.perf_counter() - self.t0:.0f} s grads "
-                  f"{'finite' if finite else 'NOT FINITE'}", flush=True)
+def train_arm(rc: RunConfig, probe: dict | None = None, progress_every: int = 50) -> dict:
+    """`train_lm` with the progress clock and, when `probe` ({every, rows, top}) is given, the side chain probe
+    (`lib.studies.gpt2.telemetry`); the result gains "step_times" and, with the probe, "probe" and "probe_s"."""
+    from lib.studies.gpt2.telemetry import Clock, Hooks, SideProbe
+    from lib.training.loop import load_data
+    clock = Clock(rc.label, every=progress_every)
+    side = SideProbe(rc, load_data(rc)[0], **probe) if probe else None
+    res = train_lm(rc, step_hook=Hooks(side, clock))
+    res.pop("model", None)
+    res["step_times"] = clock.times
+    if side is not None:
+        res["probe"], res["probe_s"] = side.records, side.seconds
+    return res
 
 
 def worker(cfg_path: str) -> None:
     """Train one arm from its recorded RunConfig (resuming from its checkpoint) and save its result (torch.save)."""
     import lib.book.setup  # noqa: F401
-    rc = RunConfig(**json.loads(Path(cfg_path).read_text()))
-    res = train_lm(rc, step_hook=Progress(rc.label))
-    res.pop("model", None)
+    rec = json.loads(Path(cfg_path).read_text())
+    rc = RunConfig(**rec["run"])
+    res = train_arm(rc, rec.get("probe"))
     p = _paths(Path(cfg_path).parent, rc.label)
     torch.save(res, p["result"].with_suffix(".tmp"))
     p["result"].with_suffix(".tmp").replace(p["result"])
@@ -126,11 +124,14 @@ def progress(workdir: Path | str, labels) -> dict:
     return out
 
 
-def _train_all_here(cfgs: list[RunConfig]) -> list[dict]:
+def _train_all_here(cfgs: list[RunConfig], probe: dict | None = None) -> list[dict]:
     res = []
     for rc in cfgs:
-        r = train_lm(rc)
-        r.pop("model", None)
+        if probe:
+            r = train_arm(rc, probe, progress_every=1)
+        else:
+            r = train_lm(rc)
+            r.pop("model", None)
         res.append(r)
     return res
 
@@ -141,7 +142,7 @@ def run(scale: str, cfg: dict) -> dict:
     corpus_dir, manifest = build_corpus(cfg)
     cfgs = arm_configs(cfg, corpus_dir)
     if scale != "full":
-        results = _train_all_here(cfgs)
+        results = _train_all_here(cfgs, cfg.get("probe"))
     else:
         workdir = Path(cfg["workdir"])
         workdir.mkdir(parents=True, exist_ok=True)
@@ -149,7 +150,7 @@ def run(scale: str, cfg: dict) -> dict:
         for i, rc in enumerate(cfgs):
             p = _paths(workdir, rc.label)
             if not p["result"].exists() and not _alive(p["pid"]):
-                _start(rc, i % gpus, workdir)
+                _start(rc, i % gpus, workdir, cfg.get("probe"))
         deadline = time.time() + float(os.environ.get("BOOK_WAIT_S", "1e9"))
         while True:
             done = [_paths(workdir, rc.label)["result"].exists() for rc in cfgs]
@@ -168,8 +169,17 @@ def run(scale: str, cfg: dict) -> dict:
     man = {k: v for k, v in manifest.items() if k != "distributions"}
     # A compiled arm whose compilation failed trains eagerly (train_lm says so): record it, the comparison needs it.
     compile_errors = {rc.label: r.get("compile_error") for rc, r in zip(cfgs, results) if r.get("compile_error")}
-    return dict(data=dict(manifest=man, runs=runs, arms=cfg["arms"], compile_errors=compile_errors), arrays=arrays,
-                seeds=list(cfg["seeds"]))
+    data = dict(manifest=man, runs=runs, arms=cfg["arms"], compile_errors=compile_errors)
+    if cfg.get("probe"):
+        # The side probe's records (its layers change from event to event) and what the telemetry cost.
+        from lib.studies.gpt2.telemetry import probe_arrays
+        data["telemetry"] = {rc.label: dict(step_times=r.get("step_times", []), probe_s=r.get("probe_s", []))
+                             for rc, r in zip(cfgs, results)}
+        for rc, r in zip(cfgs, results):
+            for k, v in probe_arrays(r.get("probe") or []).items():
+                if k in ("layers", "conj_all"):
+                    arrays[f"{rc.label}__probe__{k}"] = v
+    return dict(data=data, arrays=arrays, seeds=list(cfg["seeds"]))
 
 
 if __name__ == "__main__":   # one arm: python -m lib.studies.gpt2.arms <workdir>/<label>.cfg

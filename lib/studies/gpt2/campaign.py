@@ -1,19 +1,20 @@
 """One GPU campaign on a 4-GPU machine, as calls of ≤ 10 minutes issued one after another on the same machine.
 
-    python -m lib.studies.gpt2.campaign PHASE --out $OUT [--wait S]
+    python -m lib.studies.gpt2.campaign PHASE --out $OUT [--entry gpt2_arms] [--wait S]
 
-* phase 1: build the token corpus (if absent); start the arms of `kernel_fidelity` (one process per GPU, each in its
-  own process session, so they outlive the call); run the GPU tests sharded over the GPUs beside them
-  (`tests/gpu/run_sharded.py`, log in $OUT); the smoke check: every arm past step 50 with finite gradients, else
-  stop the arms and exit 2 (the campaign ends early); then wait.
-* phase 2: wait; capture one GPT-2 layer (q, k, v, dO of layer 2, 1-based) from the SDPA arm's latest checkpoint and
-  run the registered `gradient_checks` with it on GPU 0, beside the arms; wait.
-* phase 3: wait for the arms (their wall budget stops them in time), save `kernel_fidelity`; then, on the idle
-  GPUs, `train_step_gpt2`.
+* phase 1: build the token corpus (if absent); start the arms of the registry entry (one process per GPU, each in
+  its own process session, so they outlive the call; arm i on GPU i); run the GPU tests sharded over the GPUs of
+  every arm but the first (the slowest, FP32 attention, is not slowed), log in $OUT; the smoke check: every arm
+  past step 50 with finite gradients, else stop the arms and exit 2 (the campaign ends early); then wait.
+* phase 2: wait; capture one GPT-2 layer (q, k, v, dO of layer 2, 1-based) from the SDPA arm's latest checkpoint
+  (≥ 3,000 steps) and run the registered `gradient_checks` with it on GPU 1, then `paper_placement` on GPU 2, beside
+  the arms; wait.
+* phase 3: wait for the arms (their wall budget stops them in time) and save the entry.
 
-Every phase resumes what is on the machine's disk, copies the arms' logs into $OUT and prints a progress table;
-results are written with provenance under $OUT/full/ (fetch them into results/full/). `--wait` bounds the waiting
-(default 540 s from the phase's start), so a call ends inside its 10 minutes.
+Every phase resumes what is on the machine's disk, writes the arms' progress into $OUT/arms.log and prints a
+progress table; results are written with provenance under $OUT/full/ (fetch them into results/full/). `--wait`
+bounds the waiting (default 540 s from the phase's start), so a call ends inside its 10 minutes. $OUT keeps at most
+8 files a call: the GPU tests' per-shard logs stay on the machine (their output is in the combined log).
 """
 from __future__ import annotations
 
@@ -33,11 +34,7 @@ from lib.book import registry
 from lib.studies.gpt2 import arms
 
 ROOT = Path(__file__).resolve().parents[3]
-FIDELITY = "kernel_fidelity"
-
-
-def _cfg():
-    return registry.resolve(FIDELITY, "full")
+ENTRY = "gpt2_arms"
 
 
 def _labels(cfg) -> list[str]:
@@ -52,12 +49,14 @@ def _steps(workdir: Path, label: str) -> tuple[int, bool]:
 
 
 def snapshot(out: Path, cfg) -> None:
-    """The arms' logs into $OUT and one progress line per arm on stdout."""
+    """The arms' logs, one after another, into $OUT/arms.log and one progress line per arm on stdout."""
     wd = Path(cfg["workdir"])
+    with open(out / "arms.log", "w") as dst:
+        for lab in _labels(cfg):
+            log = wd / f"{lab.replace(':', '_')}.log"
+            if log.exists():
+                dst.write(f"==> {lab} <==\n{log.read_text()}\n")
     for lab in _labels(cfg):
-        log = wd / f"{lab.replace(':', '_')}.log"
-        if log.exists():
-            shutil.copy(log, out / log.name)
         step, ok = _steps(wd, lab)
         print(f"  {lab:22s} step {step:6d} {'ok' if ok else 'NOT FINITE'} "
               f"{'done' if (wd / (lab.replace(':', '_') + '.result')).exists() else ''}", flush=True)
@@ -87,14 +86,14 @@ def save(name: str, out: Path, env=None) -> int:
                            cwd=ROOT, env=dict(os.environ, **(env or {})))
 
 
-def capture_gpt2(cfg, path: Path, layer: int = 1, rows: int = 2, arm: str = "sdpa_compiled") -> dict:
+def capture_gpt2(cfg, path: Path, layer: int = 1, rows: int = 2, arm: str = "sdpa") -> dict:
     """q, k, v, dO of `layer` (0-based) for `rows` training windows, from the latest checkpoint of `arm` (eager, BF16
     autocast on CUDA), saved to `path` with the arm, step and 1-based layer."""
     from lib.training.lm import LM, LMConfig
     from lib.training.loop import RunConfig, get_batch, load_data
     import numpy as np
     dev = "cuda" if torch.cuda.is_available() else "cpu"
-    label = next(lab for lab in _labels(cfg) if lab.startswith(arm))
+    label = next(lab for lab in _labels(cfg) if lab.split(":")[0] == arm)
     ck = torch.load(Path(cfg["workdir"]) / f"{label.replace(':', '_')}.pt", map_location=dev, weights_only=False)
     rc = RunConfig(**ck["config"])
     model = LM(rc.model).to(dev)
@@ -116,53 +115,62 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("phase", type=int, choices=(1, 2, 3))
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
+    ap.add_argument("--entry", default=ENTRY)
     ap.add_argument("--wait", type=float, default=540.0)
     a = ap.parse_args(argv)
     t0 = time.time()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    cfg = _cfg()
+    cfg = registry.resolve(a.entry, "full")
     wd = Path(cfg["workdir"])
-    print(f"phase {a.phase}: {torch.cuda.device_count()} × {torch.cuda.get_device_name(0)}, torch {torch.__version__}",
-          flush=True)
+    n = torch.cuda.device_count()
+    print(f"phase {a.phase} of {a.entry}: {n} × {torch.cuda.get_device_name(0)}, torch {torch.__version__}", flush=True)
     if a.phase == 1:
         arms.build_corpus(cfg)
         print(f"corpus ready after {time.time() - t0:.0f} s", flush=True)
         start_arms(cfg)
+        scratch = Path("/tmp/gpu_tests")
+        scratch.mkdir(exist_ok=True)
+        test_gpus = ",".join(str(i) for i in range(1, n)) or "0"
         tests = subprocess.Popen([sys.executable, "tests/gpu/run_sharded.py", "--gpus", "0", "--log",
-                                  str(out / "gpu_tests.log")], cwd=ROOT)
+                                  str(scratch / "gpu_tests.log")], cwd=ROOT,
+                                 env=dict(os.environ, CUDA_VISIBLE_DEVICES=test_gpus))
         while min(_steps(wd, lab)[0] for lab in _labels(cfg)) < 50:
             dead = [lab for lab in _labels(cfg) if not arms._alive(wd / f"{lab.replace(':', '_')}.pid")]
-            if dead or time.time() - t0 > 400:
+            if dead or time.time() - t0 > 420:
                 snapshot(out, cfg)
                 print(f"SMOKE FAILED: arms {dead or 'too slow'} before step 50; stopping the arms", flush=True)
                 stop_arms(cfg)
                 tests.wait()
+                shutil.copy(scratch / "gpu_tests.log", out / "gpu_tests.log")
                 return 2
             time.sleep(5)
         bad = [lab for lab in _labels(cfg) if not _steps(wd, lab)[1]]
         print(f"smoke: every arm past step 50 after {time.time() - t0:.0f} s; non-finite: {bad or 'none'}",
               flush=True)
         rc = tests.wait()
+        for f in ("gpu_tests.log", "gpu_tests_durations.json"):
+            if (scratch / f).exists():
+                shutil.copy(scratch / f, out / f)
         print(f"GPU tests exit status {rc} after {time.time() - t0:.0f} s", flush=True)
     elif a.phase == 2:
         cap = wd / "gpt2_capture.pt"
+        sdpa = next(lab for lab in _labels(cfg) if lab.startswith("sdpa:"))
         while not cap.exists() and time.time() - t0 < a.wait - 240:
-            if (wd / "sdpa_compiled_s1.pt").exists() and _steps(wd, "sdpa_compiled:s1")[0] >= 3000:
+            if (wd / f"{sdpa.replace(':', '_')}.pt").exists() and _steps(wd, sdpa)[0] >= 3000:
                 rec = capture_gpt2(cfg, cap)
                 print(f"captured layer {rec['layer']} of {rec['arm']} at step {rec['step']}", flush=True)
                 break
             time.sleep(10)
         if cap.exists():
-            rc = save("gradient_checks", out, {"BOOK_GPT2_CAPTURE": str(cap), "CUDA_VISIBLE_DEVICES": "0"})
+            rc = save("gradient_checks", out, {"BOOK_GPT2_CAPTURE": str(cap), "CUDA_VISIBLE_DEVICES": "1"})
             print(f"gradient_checks exit status {rc} after {time.time() - t0:.0f} s", flush=True)
+        rc = save("paper_placement", out, {"CUDA_VISIBLE_DEVICES": "2"})
+        print(f"paper_placement exit status {rc} after {time.time() - t0:.0f} s", flush=True)
     else:
         os.environ["BOOK_WAIT_S"] = str(max(0.0, a.wait - (time.time() - t0)))
-        rc = save(FIDELITY, out)
-        print(f"{FIDELITY} exit status {rc} after {time.time() - t0:.0f} s", flush=True)
-        if rc == 0 and time.time() - t0 < a.wait - 150:
-            rc = save("train_step_gpt2", out)
-            print(f"train_step_gpt2 exit status {rc} after {time.time() - t0:.0f} s", flush=True)
+        rc = save(a.entry, out)
+        print(f"{a.entry} exit status {rc} after {time.time() - t0:.0f} s", flush=True)
     while a.phase != 3 and time.time() - t0 < a.wait:
         if all((wd / f"{lab.replace(':', '_')}.result").exists() for lab in _labels(cfg)):
             break

@@ -1,0 +1,158 @@
+"""What a GPT-2 arm measures beside its training step, without touching the step: the chain probe on the layers
+with the largest conjunction, and the wall time of every 50 steps (what the telemetry costs).
+
+`SideProbe` is a `lib.training.loop.train_lm` step hook. Every `every` steps (and at the last step), after the
+training step's backward and before the optimizer step, it runs its own eager forward and backward of the model on
+the first `rows` windows of that step's batch (BF16 autocast on CUDA, as training), with capture on in every layer:
+
+* its backward runs as `torch.autograd.grad` to the token embedding, so no parameter's gradient changes: the step
+  the optimizer takes is the one the compiled model computed — a compiled arm stays compiled, and its trajectory is
+  the one it would have without the probe;
+* the probe's loss is scaled by rows / batch, so the dO it captures is the training loss's dO on those rows;
+* the layers measured are the `top` layers with the most conjunction entries on those rows (tied rows in the
+  rounding window whose V is one-signed over the tied keys, in the authors' placement: `lib.census.row_classes`),
+  chosen afresh at every event and recorded (`layers`, and every layer's count in `conj_all`);
+* on each chosen layer, `lib.training.chain_probe.ChainProbe.measure`: the O error along sign(V) on the
+  conjunction, Δδ on all, tied and window rows, the dW_Q error's norm, stable rank, alignment with the same layer's
+  previous event (NaN when that layer was not measured at the previous event) and its push on ‖W_Q,h‖₂.
+
+`Clock` prints one progress line every `every` steps (what the campaign reads) and keeps (step, seconds) pairs:
+with the loss flushed every 50 steps the windows are synchronised, so a window holding a census, a probe or an
+evaluation costs what it costs over a clean window (`telemetry_cost`).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from lib.training import data as data_mod
+from lib.training.chain_probe import ChainProbe
+
+
+class SideProbe(ChainProbe):
+    """The chain probe on its own forward and backward (module docstring). `rc`: the arm's RunConfig; `train`:
+    its training tokens (as `train_lm` loads them); `top`: layers measured per event. `records`: one dict per
+    event: "step", "layers" (top,), "conj_all" (L,), and (top, H) arrays of `ChainProbe`'s keys; `seconds`: the
+    wall time of each event (synchronised on CUDA)."""
+
+    def __init__(self, rc, train: np.ndarray, every: int = 200, rows: int = 4, top: int = 3, classes=None):
+        super().__init__(every=every, layers=None, rows=rows, steps=(rc.steps - 1,), classes=classes)
+        self.rc, self.train, self.top = rc, train, int(top)
+        self.starts = data_mod.batch_starts(len(train), rc.seq_len - rc.n_bos, rc.batch_size, rc.steps,
+                                            rc.data_seed)
+        self.seconds: list[float] = []
+
+    def before_forward(self, step: int, model) -> None:
+        pass                                  # the training forward is never touched
+
+    def after_backward(self, step: int, model, optimizer) -> None:
+        if not self.due(step):
+            return
+        from lib.training.loop import get_batch
+        dev = next(model.parameters()).device
+        sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+        sync()
+        t0 = time.perf_counter()
+        x, y = get_batch(self.train, self.starts[step][:self.rows], self.rc, dev)
+        layers = model.attn_layers
+        for attn in layers:
+            attn.capture = True
+        try:
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+                _, loss = model(x, y)
+            # Gradients only as far as the token embedding: every layer's dO is captured on the way, and no parameter's
+            # .grad (the training step's, or a data-parallel reducer's hooks) is touched.
+            torch.autograd.grad(loss * (self.rows / self.rc.batch_size), [model.transformer.wte.weight])
+            counts = []
+            with torch.no_grad():
+                for attn in layers:
+                    c = attn.captured
+                    cls = self.classes(c["q"], c["k"], c["v"])
+                    counts.append(int((cls["window"].unsqueeze(-1) & cls["one_signed"]).sum()))
+            # Ties broken by the lower layer: the choice is deterministic given the counts.
+            chosen = sorted(sorted(range(len(layers)), key=lambda l: (-counts[l], l))[:self.top])
+            for l in list(self._prev):
+                if l not in chosen:
+                    del self._prev[l]          # alignment is with the previous event only
+            rec = {}
+            for l in chosen:
+                for key, val in self.measure(l, layers[l], optimizer).items():
+                    rec.setdefault(key, []).append(val)
+        finally:
+            for attn in layers:
+                attn.capture = False
+                attn.captured = {}
+        self.records.append(dict(step=int(step), layers=np.asarray(chosen, dtype=np.int64),
+                                 conj_all=np.asarray(counts, dtype=np.int64),
+                                 **{k: np.stack(v) for k, v in rec.items()}))
+        sync()
+        self.seconds.append(time.perf_counter() - t0)
+
+
+def probe_arrays(records: list[dict]) -> dict:
+    """`SideProbe.records` -> {"step": (E,), "layers": (E, top), "conj_all": (E, L), key: (E, top, H)}."""
+    from lib.training.chain_probe import records_arrays
+    out = records_arrays(records)
+    for key in ("layers", "conj_all"):
+        if records:
+            out[key] = np.stack([r[key] for r in records])
+    return out
+
+
+class Clock:
+    """A step hook printing "[label] step N t S s grads finite|NOT FINITE" every `every` steps (one device sync per
+    line) and keeping `times`: [(steps done, seconds since the hook was made)]."""
+
+    def __init__(self, label: str, every: int = 50):
+        self.label, self.every, self.t0 = label, every, time.perf_counter()
+        self.times: list[tuple[int, float]] = []
+
+    def before_forward(self, step, model):
+        pass
+
+    def after_backward(self, step, model, opt):
+        if (step + 1) % self.every == 0:
+            finite = all(bool(torch.isfinite(p.grad).all()) for p in model.parameters() if p.grad is not None)
+            t = time.perf_counter() - self.t0
+            self.times.append((step + 1, round(t, 3)))
+            print(f"[{self.label}] step {step + 1} t {t:.0f} s grads {'finite' if finite else 'NOT FINITE'}",
+                  flush=True)
+
+
+class Hooks:
+    """Several step hooks as one, called in order."""
+
+    def __init__(self, *hooks):
+        self.hooks = [h for h in hooks if h is not None]
+
+    def before_forward(self, step, model):
+        for h in self.hooks:
+            h.before_forward(step, model)
+
+    def after_backward(self, step, model, opt):
+        for h in self.hooks:
+            h.after_backward(step, model, opt)
+
+
+def telemetry_cost(times, events, every: int = 50) -> dict:
+    """What the telemetry costs, from `Clock.times` [(steps done, seconds)] and the steps at which something ran
+    beside training (`events`: census, probe or evaluation steps, 0-based). A window is `every` steps between two
+    progress lines (the first, which compiles, has no line before it); windows across a gap or a restart are left
+    out. Returns
+    {"clean_s": median seconds of a window without events, "extra_s": summed excess of windows with events over
+    it, "train_s": clean_s × windows counted, "share": extra_s / train_s}."""
+    ev = np.asarray(sorted(events), dtype=np.int64)
+    clean, busy = [], []
+    for (s0, t0), (s1, t1) in zip(times, times[1:]):
+        if s1 - s0 != every or t1 <= t0:     # a gap, or a resumed process's clock restarting
+            continue
+        hit = bool(((ev >= s0) & (ev < s1)).any())
+        (busy if hit else clean).append(t1 - t0)
+    if not clean:
+        return dict(clean_s=float("nan"), extra_s=float("nan"), train_s=float("nan"), share=float("nan"))
+    c = float(np.median(clean))
+    extra = float(sum(max(0.0, b - c) for b in busy))
+    train = c * (len(clean) + len(busy))
+    return dict(clean_s=c, extra_s=extra, train_s=train, share=extra / train)
