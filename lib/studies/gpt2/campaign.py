@@ -133,7 +133,7 @@ def main(argv=None) -> int:
         scratch.mkdir(exist_ok=True)
         test_gpus = ",".join(str(i) for i in range(1, n)) or "0"
         tests = subprocess.Popen([sys.executable, "tests/gpu/run_sharded.py", "--gpus", "0", "--log",
-                                  str(scratch / "gpu_tests.log")], cwd=ROOT,
+                                  str(scratch / "gpu_tests.log"), "--", "-rP"], cwd=ROOT,
                                  env=dict(os.environ, CUDA_VISIBLE_DEVICES=test_gpus))
         while min(_steps(wd, lab)[0] for lab in _labels(cfg)) < 50:
             dead = [lab for lab in _labels(cfg) if not arms._alive(wd / f"{lab.replace(':', '_')}.pid")]
