@@ -64,3 +64,18 @@ def test_tables_from_a_run():
     assert "ties, logits 100" in f and "nan" not in f
     r = dict(_row("fa2", {"dq_max": 1.5e-3}))
     assert abs(gc.worst_ratio(r) - 0.75) < 1e-12
+
+
+def test_known_outside_rows_are_set_aside_and_no_others():
+    """A user-kernel row outside the FA2 rule at logits 10⁵ is known; the same row at 10² is not; an FA2-placement row
+    outside its rule is never known."""
+    from lib.studies.kernel import gradient_checks as gc
+    err = {f"{t}_{k}": 1.0 for t in gc.TENSORS for k in ("max", "rel")}
+    sdpa = {f"{t}_{k}": 0.1 for t in gc.TENSORS for k in ("max", "rel")}
+
+    def row(variant, logit, kind="random"):
+        return dict(variant=variant, rule="fa2", input=f"{kind} {logit}", input_kind=kind, input_logit=logit,
+                    err=err, sdpa=sdpa)
+    assert gc.unexpected_violations([row("user kernel", 1e5), row("user kernel", 1e6, "gpt2")]) == []
+    assert len(gc.unexpected_violations([row("user kernel", 1e2)])) == 4
+    assert len(gc.unexpected_violations([row("FA2 placement", 1e5)])) == 4

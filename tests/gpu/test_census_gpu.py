@@ -50,30 +50,46 @@ def test_gpu_census_equals_the_cpu_census_on_exact_heads(placement, heads):
 
 @pytest.mark.gpu
 def test_authors_scores_are_their_einsum_under_autocast():
+    """S of the authors' placement (FP32 product, one BF16 rounding) against their einsum under CUDA autocast. Both are
+    one BF16 rounding of an FP32 dot product of D = 64 terms, summed in different orders (cuBLAS against our FP32
+    matmul), so they differ by at most one BF16 ULP of the larger plus twice the FP32 summation bound γ_D·Σ|q_d k_d|
+    (γ_D = D·u/(1 − D·u), u = 2⁻²⁴). Where S nearly cancels the second term is many BF16 ULPs of S (an H100 showed 14
+    of 8.4 M scores more than one ULP apart, at most 20 ULPs, with reduced-precision BF16 reductions allowed or not)."""
     q, k, _ = attention_shaped(2, 4, 1024, 64, peaked=True, device="cuda")
     with torch.autocast("cuda", dtype=torch.bfloat16):
         theirs = torch.einsum("...id,...jd->...ij", q, k) * 64 ** -0.5
     assert theirs.dtype == torch.bfloat16
     ours = cs.placement_scores(q.float(), k.float(), "authors", 64 ** -0.5, causal=False)
-    # cuBLAS accumulates the BF16 einsum and our FP32 matmul in different orders: a last-bit difference of the FP32
-    # product can move its BF16 rounding, rarely
+    D, u = q.shape[-1], 2.0 ** -24
+    gamma = D * u / (1 - D * u)
+    # Σ|q_d k_d|·scale in FP32 (its own rounding is < 1e-5 relative: the factor 1.01 covers it)
+    mag = (q.float().abs() @ k.float().abs().transpose(-1, -2) * 64 ** -0.5).cpu().numpy() * 1.01
     ours, theirs = ours.cpu().numpy(), theirs.float().cpu().numpy()
-    assert (ours == theirs).mean() > 0.999
-    assert (np.abs(ours - theirs) <= ulp(theirs)).all()
+    bound = ulp(np.maximum(np.abs(ours), np.abs(theirs))) + 2 * gamma * mag
+    print(f"S equal on {(ours == theirs).mean():.6f}; more than one ULP apart: "
+          f"{int((np.abs(ours - theirs) > ulp(theirs)).sum())} of {ours.size}")
+    assert (np.abs(ours - theirs) <= bound).all()
 
 
 @pytest.mark.gpu
 def test_forward_rows_follows_the_authors_algorithm():
     """O of the authors' placement (paper profile, 512-key blocks) against their algorithm run under CUDA autocast
-    on the same BF16 q, k, v: bit-identical but for cuBLAS accumulation order (chapter 2 measured ≈ 99 % of O)."""
+    on the same BF16 q, k, v. Which placement their code has is established bit for bit by chapter 2's placement
+    experiment; here the two computations differ only in the FP32 order of their sums (cuBLAS against ours), and each
+    differing order can move one BF16 rounding by one ULP. On the way to O there are at most 7 BF16 roundings per row
+    (per 512-key tile: the tile's P̄V, the rescaled accumulator, the sum; then the division by ℓ), each of a value
+    no larger than ℓ·max|V| before the division by ℓ, so |Δ O| ≤ 8 BF16 ULPs of max_j |V_jd| (feature d). An H100
+    showed 97.3 % of O bit-identical on these peaked heads (printed)."""
     q, k, v = attention_shaped(2, 4, 1024, 64, peaked=True, device="cuda")
     with torch.autocast("cuda", dtype=torch.bfloat16):
         theirs = authors_attention(q, k, v, causal=True, q_tile=512, k_tile=512).float()
     s = cs.placement_scores(q.float(), k.float(), "authors", 64 ** -0.5, causal=True)
     ours = cs.forward_rows(s, v.float(), cs.placement_numerics("authors"))
+    vmax = v.float().abs().amax(dim=-2, keepdim=True).cpu().numpy()          # (B, H, 1, D)
     ours, theirs = ours.cpu().numpy(), theirs.cpu().numpy()
-    assert (ours == theirs).mean() > 0.99
-    assert (np.abs(ours - theirs) <= 2 * ulp(theirs)).all()
+    print(f"O equal on {(ours == theirs).mean():.4f}")
+    assert (ours == theirs).mean() > 0.5          # a different placement, not an order: chapter 2's experiment
+    assert (np.abs(ours - theirs) <= 8 * ulp(vmax)).all()
 
 
 @pytest.mark.gpu

@@ -232,6 +232,32 @@ def run(scale: str, cfg: dict) -> dict:
     return {"data": data, "seeds": [cfg["seed"]]}
 
 
+# Rows known to fall outside their rule, each with why (what the book says of them). A check fails on any other
+# violation. (variant, the inputs where it is known: "high" = planted logits ≥ 10⁴ or the GPT-2 capture; "any").
+KNOWN_OUTSIDE = {
+    "user kernel": ("high", "its exp2 is fused with the scale (one FMA from the score, as FA2's CUDA kernels do), so "
+                            "at large logits the row maximum's P̄ is not exactly 1"),
+    "user kernel, fix β = 2": ("high", "as the user kernel"),
+    "FA2 placement, δ = rowsum(dP∘P)": ("high", "δ summed from T products dP·P in FP32 is less accurate than "
+                                                "rowsum(dO∘O) where the logits are large"),
+    "the authors' code, 512-key tiles, their fix": ("any", "their fix and ours under the same β and tie tolerance do "
+                                                           "not shift and underflow the same rows"),
+}
+
+
+def known_violation(row: dict) -> bool:
+    """Whether a violating row is one of `KNOWN_OUTSIDE`."""
+    k = KNOWN_OUTSIDE.get(row["variant"])
+    if k is None:
+        return False
+    return k[0] == "any" or row.get("input_kind") == "gpt2" or float(row.get("input_logit", 0.0)) >= 1e4
+
+
+def unexpected_violations(rows: list[dict]) -> list[str]:
+    """The rule violations of rows not known to fall outside (`KNOWN_OUTSIDE`)."""
+    return check_rows([r for r in rows if not known_violation(r)])
+
+
 # Read-time corrections for rows recorded before the like-for-like comparators above existed (rows without
 # "comparator" / "emulated_by"): their recorded comparison is not a check, so they are read as measured only.
 # * The authors' fixed variant was compared with our kernel in their placement *without* the fix (their fix shifts
