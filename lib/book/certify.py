@@ -18,7 +18,8 @@ the experiment on both sides of the edit:
    recursively (as `lib.book.results.save` would write them; floats by their exact ``repr``), except the values under
    the keys of `EXCLUDED`, which measure time or name the machine and differ from one run to the next of the same
    code: ``wall_s``, ``wall_s_all_runs``, ``tokens_per_s``, ``steps_per_s`` (a run's or a study's wall time and
-   throughput), ``s_per_step``, ``replay_s``, ``capture_overhead`` (a capture study's timings), ``probe_s``,
+   throughput), ``s_per_step``, ``replay_s``, ``capture_overhead``, ``capture_copy_s``, ``variant_s`` (a capture
+   study's timings), ``probe_s``,
    ``step_times`` (a probe's seconds, a progress clock's (step, seconds) pairs), ``seconds`` (a corpus
    build's timings), ``versions`` and ``device`` (the machine). Nothing else is excluded.
 
@@ -70,7 +71,8 @@ from lib.book.rekey import old_tree, rewrite_meta
 ROOT = results.ROOT
 CERTIFICATES = Path("results") / "certificates.json"     # relative to the repository root
 EXCLUDED = frozenset({"wall_s", "wall_s_all_runs", "tokens_per_s", "steps_per_s", "seconds", "versions", "device",
-                      "s_per_step", "replay_s", "capture_overhead", "probe_s", "step_times"})
+                      "s_per_step", "replay_s", "capture_overhead", "capture_copy_s", "variant_s", "probe_s",
+                      "step_times"})
 SCRATCH = "{scratch}"
 MAX_SHOWN = 10
 
