@@ -89,6 +89,7 @@ def test_ci_kernel_table_shape_and_signs():
     # two problems per cell: Student's t with 1 degree of freedom, 6.5× the normal approximation; no direction is
     # resolved from zero on concentrated ties
     assert n["kt_n_problems"] == "2" and n["kt_dof"] == "1" and n["kt_widen"] == "6.5"
+    assert n["kt_dof_words"] == "1 degree of freedom"
     assert n["kt_toward"] == n["kt_away"] == "none" and n["kt_unresolved"].count(";") == 2
     assert "user kernel, fix β = 2" in n["kt_missing"] and "stable_attention" not in n["kt_missing"]
     assert n["kt_shape"] == "1·2·128·16"
