@@ -92,7 +92,8 @@ def test_no_typed_number_in_the_definitions():
     """The rows' and legend's fixed text carries no number of a result: those come from `context` (LRs, widths,
     seeds, shares) — only the claims' own numbers (the paper's "≈ 10×", "2–5×") and link numbers are written."""
     for r in (*verdicts.ROWS, *verdicts.CONTROLS):
-        text = re.sub(r"Links? \d(–\d)?|≈ 10×|2–5×|W_Q|P̄ = 1|Δδ > 0|β|δ|BF16|FP32|GPT-2", "", r.link + r.where)
+        text = re.sub(r"Links? \d(–\d)?|≈ 10×|2–5×|W_Q|P̄ = 1|Δδ > 0|β|δ|BF16|FP32|GPT-2", "",
+                      r.link + r.where)
         assert not re.search(r"\d", re.sub(r"\{[a-z_0-9]+\}", "", text)), r.link
     for k, v in verdicts.LEGEND:
         text = re.sub(r"\{[a-z_0-9]+\}|GPT-2 124M|BF16|chapters 4–7|chapter 6|[Ll]ink 1", "", v)

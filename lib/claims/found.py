@@ -113,8 +113,8 @@ def proxy(root=None) -> Finding:
         g = _results.load_group(group, "full", root)
         if g:
             failed, n, h = _v._healthy_paper(g)
-            runs.append(f"{failed} of {n}{'' if runs else ' seeds'} at width {g[0].meta.get('config', {}).get('n_embd')} "
-                        f"({h:,} steps)")
+            width = g[0].meta.get("config", {}).get("n_embd")
+            runs.append(f"{failed} of {n}{'' if runs else ' seeds'} at width {width} ({h:,} steps)")
             used += g
     if runs:
         parts.append("the paper's numerics failed in " + _list(runs))
@@ -135,8 +135,8 @@ def gpt2_kernel(root=None) -> Finding:
         inputs = list(dict.fromkeys(r["input"] for r in gc.data["rows"]))
         bad = {v.split(" on ", 1)[1].split(":")[0] for v in gchk.read_violations(gc.data)
                if v.startswith("FA2 placement on ")}          # our kernel in FA2 placement, the δ it trains with
-        parts.append(f"in FA2 placement its gradients meet FlashAttention's error rule on {len(inputs) - len(bad)} of {len(inputs)} "
-                     "inputs")
+        parts.append(f"in FA2 placement its gradients meet FlashAttention's error rule on "
+                     f"{len(inputs) - len(bad)} of {len(inputs)} inputs")
         used.append(gc)
     if kf is not None:
         from lib.studies.gpt2 import reading as g2r
@@ -205,7 +205,8 @@ def findings(root=None) -> list[Finding]:
 
 def markdown(items: list[Finding], chapter_cell=lambda ch: ch) -> str:
     """The box: a MyST admonition titled `TITLE`, class `BOX_CLASS`, one bullet per finding — its head in bold, its
-    sentence, "(stale: …)" where it rests on a stale result, and its chapters (`chapter_cell(file)` makes each link)."""
+    sentence, `STALE` where it rests on a stale result, and its chapters (`chapter_cell(file)` makes each
+    link)."""
     lines = [f"```{{admonition}} {TITLE}", f":class: {BOX_CLASS}"]
     for f in items:
         chs = ", ".join(chapter_cell(c) for c in f.chapters)

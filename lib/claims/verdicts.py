@@ -372,7 +372,8 @@ def legend(root=None, ctx=None) -> str:
 
 
 def controls_markdown(rows: list[dict], chapter_cell=lambda ch: ch) -> str:
-    """The controls as sentences: "Our own control, not a claim of the paper: <link> — <verdict> (<number>; ch. N)."."""
+    """The controls as sentences: "Our own control, not a claim of the paper: <link> — <verdict> (<number>;
+    ch. N)."."""
     return " ".join(f"Our own control, not a claim of the paper: {r['link'][0].lower() + r['link'][1:]} — "
                     f"{_verdict_cell(r)} ({r['number']}; ch. {chapter_cell(r['chapter'])})." for r in rows)
 
