@@ -84,14 +84,13 @@ def test_the_gpt2_kernel_numbers_are_chapter_twos(items):
         assert f"{rec['ratio_to_baseline']:.2f}× PyTorch's time" in f.text
 
 
-def test_gpt2_scale_is_said_untested_until_its_result_exists(items):
+def test_gpt2_scale_is_said_untested_until_its_result_exists(items, tmp_path):
     cfg = registry.resolve(found.GPT2_ARMS, "full")
-    f = items[-1]
+    f = items[-1] if not results.exists(found.GPT2_ARMS, "full") else found.gpt2_untested(tmp_path)
     assert f.head.startswith("Not yet tested at GPT-2 scale")
-    if not results.exists(found.GPT2_ARMS, "full"):
-        assert "has not run" in f.text and f"{cfg['steps']:,} steps" in f.text
-        assert ("no β-fix arm" in f.text) == (not any("+fix" in a["attn"] for a in cfg["arms"]))
-        assert "FP32 attention" in f.text
+    assert "has not run" in f.text and f"{cfg['steps']:,} steps" in f.text
+    assert ("no β-fix arm" in f.text) == (not any("+fix" in a["attn"] for a in cfg["arms"]))
+    assert "FP32 attention" in f.text
 
 
 def test_a_stale_result_is_said_stale(monkeypatch, items):
@@ -105,7 +104,8 @@ def test_a_stale_result_is_said_stale(monkeypatch, items):
     md = found.markdown(now)
     for f in now:
         assert f.stale == any(r.name in ("bias_kernel", "fa_deviation", "gpt2_regime", "delta_capture",
-                                         "kernel_fidelity", "gradient_checks", "train_step_gpt2") for r in f.results)
+                                         "kernel_fidelity", "gradient_checks", "train_step_gpt2", "gpt2_arms")
+                                  for r in f.results)
     assert md.count(found.STALE) == sum(f.stale for f in now)
     assert found.STALE not in found.markdown(items) or any(f.stale for f in items)
 
@@ -117,3 +117,21 @@ def test_missing_results_read_not_measured(tmp_path):
     for f in items[:-1]:
         assert "not measured yet" in f.text and not f.results, f.text
     assert "has not run" in items[-1].text
+
+
+def test_gpt2_chain_reads_the_committed_comparison():
+    """With the GPT-2 comparison committed, the box reads it (the numbers of chapter 2c's reading); without it, it says
+    what is not yet tested."""
+    from lib.book import results
+    from lib.studies.gpt2 import reading as g2r
+    if not results.exists(found.GPT2_ARMS, "full"):
+        assert found.gpt2_chain().head == found.gpt2_untested().head
+        return
+    f = found.gpt2_chain()
+    n = g2r.arms_numbers(results.load(found.GPT2_ARMS, "full"))
+    assert n["fp32_logit_common"] in f.text and n["sdpa_logit_common"] in f.text
+    assert f.chapters == ("chapters/02c-the-chain-in-gpt2",)
+
+
+def test_gpt2_chain_without_a_result_says_untested(tmp_path):
+    assert found.gpt2_chain(tmp_path).head == found.gpt2_untested(tmp_path).head

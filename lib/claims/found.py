@@ -195,7 +195,34 @@ def gpt2_untested(root=None) -> Finding:
                          "steps) has not run" + ("." if fix else "; it has no β-fix arm."), [], ())
 
 
-FINDINGS = (bias, gpt2_preconditions, proxy, gpt2_kernel, gpt2_untested)
+def gpt2_chain(root=None) -> Finding:
+    """The GPT-2 comparison when its result is committed (chapter 2c): the largest logit under FP32 attention and
+    under each BF16 arm at the last step every arm reached, and which arms the failure rule caught; otherwise what is
+    not yet tested (`gpt2_untested`)."""
+    res = _res(GPT2_ARMS, root)
+    if res is None:
+        return gpt2_untested(root)
+    from lib.studies.gpt2 import reading as g2r
+    n = g2r.arms_numbers(res)
+    bf16 = [a for a in ("sdpa", "ours_fa2", "paper") if f"{a}_steps" in n]
+    if "fp32_steps" not in n or not bf16:
+        return gpt2_untested(root)
+    seeds = g2r.cfg_of(res)["seeds"]
+    head = "In GPT-2, BF16 attention grows the logits; FP32 attention does not."
+    words = {"fp32": "FP32 attention", "sdpa": "PyTorch's flash SDPA", "ours_fa2": "our FA2 placement",
+             "paper": "the paper placement"}
+    grown = _list([f"{words[a]} {n[a + '_logit_common']} (layer {n[a + '_logit_common_layer']})" for a in bf16])
+    failed = [f"{words[a]} at {n[a + '_failed_at']}" for a in bf16 if n[a + "_failed_at"] != "none"]
+    held = [f"{words[a]} ({n[a + '_steps']} steps)" for a in ["fp32"] + bf16 if n[a + "_failed_at"] == "none"]
+    text = (f"From one initialisation (seed{'s' if len(seeds) > 1 else ''} {_list(seeds)}), the largest attention "
+            f"logit at step {n['common_step']} is {n['fp32_logit_common']} under FP32 attention and {grown} under "
+            f"BF16 attention. The failure rule caught " + (_list(failed) if failed else "no arm") +
+            ("; it did not catch " + _list(held) if held else "") +
+            ". The registered verdicts wait for the other seeds.")
+    return Finding(head, text, [res], ("chapters/02c-the-chain-in-gpt2",))
+
+
+FINDINGS = (bias, gpt2_preconditions, proxy, gpt2_kernel, gpt2_chain)
 
 
 def findings(root=None) -> list[Finding]:
