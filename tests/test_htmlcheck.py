@@ -328,3 +328,48 @@ def test_bold_walls(planted):
     assert 30 <= int(p.split("bold wall: ")[1].split(" %")[0]) <= 45
     (g,) = planted["bold_glued"]
     assert g.startswith("bold wall: ") and " in glued values; 18 bold spans), longest 'the same sign in 97" in g
+
+
+# --- the root page's first screen: its "What we found" box must end within 800 px ------------------------------------
+
+def test_first_screen_rule(tmp_path):
+    assert htmlcheck.first_screen_problem((300, 790)) is None
+    assert htmlcheck.first_screen_problem((300, 800.5)) is None                 # sub-pixel rounding
+    assert "ends 1200 px down the root page (starts at 600), below the first screen (1280 × 800 px)" in \
+        htmlcheck.first_screen_problem((600, 1200))
+    assert "no 'What we found' box" in htmlcheck.first_screen_problem(None)
+    assert htmlcheck.root_page(tmp_path) is None                                # no index.html: not a book
+    (tmp_path / "intro.html").write_text("<html></html>")
+    (tmp_path / "index.html").write_text('<meta http-equiv="Refresh" content="0; url=intro.html" />')
+    assert htmlcheck.root_page(tmp_path) == (tmp_path / "intro.html").resolve()
+    (tmp_path / "index.html").write_text("<html><body>the root itself</body></html>")
+    assert htmlcheck.root_page(tmp_path) == (tmp_path / "index.html").resolve()
+
+
+def _book(root, body):
+    root.mkdir()
+    (root / "index.html").write_text('<!DOCTYPE html><html><head><meta http-equiv="Refresh" content="0; '
+                                     'url=home.html" /></head></html>')
+    (root / "home.html").write_text(f'<!DOCTYPE html><html><head><meta charset="utf-8"></head><body><main>{body}'
+                                    f'</main></body></html>')
+    (root / "other.html").write_text('<!DOCTYPE html><html><head><meta charset="utf-8"></head><body><main>'
+                                     '<div style="height:2000px"></div></main></body></html>')   # not the root
+
+
+def test_planted_first_screen(tmp_path, chromium):
+    box = (f'<div class="admonition {htmlcheck.FIRST_SCREEN_BOX}"><p class="admonition-title">What we found</p>'
+           '<ul><li>A finding.</li></ul></div>')
+    _book(tmp_path / "low", f'<div style="height:900px"></div>{box}')
+    problems, stats = htmlcheck.check(tmp_path / "low")
+    assert len(problems) == 1 and problems[0].startswith("home.html: the 'What we found' box ends "), problems
+    assert stats["first_screen"]["box"][0] >= 900
+    _book(tmp_path / "none", "<p>No box here.</p>")
+    problems, _ = htmlcheck.check(tmp_path / "none")
+    assert problems == ["home.html: the root page has no 'What we found' box (an element of class "
+                        "'what-we-found')"]
+    _book(tmp_path / "high", f'<h1>A title</h1>{box}<figure><img src="x.png" alt="x"></figure>')
+    Image.new("RGB", (120, 80), "red").save(tmp_path / "high" / "x.png")
+    problems, stats = htmlcheck.check(tmp_path / "high")
+    assert problems == [], problems
+    fs = stats["first_screen"]
+    assert fs["box"][1] <= 800 and fs["figure"][0] >= fs["box"][1] and fs["table"] is None

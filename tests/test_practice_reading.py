@@ -52,6 +52,11 @@ def test_dev_numbers_against_the_targets(log):
     assert n["dq_ex_diff"] == f"{0.49294281005859375 - 0.44972991943359375:.3f}"
     assert n["dq_tests_failed"] == 2 and n["dq_tests_n"] == 8
     assert n["dev_md"].count("\n") == 7 and "not met" in n["dev_md"]
+    # utilisation against the H100 SXM datasheet's dense BF16 peak, not the log's own 790 TFLOP/s
+    assert rd.H100_SXM_DENSE_BF16_TFLOPS == pytest.approx(rd.H100_SXM_SPARSE_BF16_TFLOPS / 2, abs=0.2)
+    assert per[0]["peak stable"] == pytest.approx(220.44637924100488 / 989.4)
+    assert "fraction of 989.4 TFLOP/s" in n["dev_md"] and "790" not in n["dev_md"]
+    assert n["dev_peak"] == "989.4" and n["dev_hd"] == "64" and n["dev_t_fix"] == "2 %"
 
 
 def test_dev_log_parser_reads_a_changed_log(tmp_path, log):
@@ -81,6 +86,11 @@ def test_ci_kernel_table_shape_and_signs():
         assert t[name]["concentrated"]["hi"] < 0
     n = rd.kernel_table_numbers(res)
     assert n["kt_md"].count("\n") == 4 and n["kt_n_missing"] == len(kt.KERNELS) - 3 and not n["kt_on_gpu"]
+    # two problems per cell: Student's t with 1 degree of freedom, 6.5× the normal approximation; no direction is
+    # resolved from zero on concentrated ties
+    assert n["kt_n_problems"] == "2" and n["kt_dof"] == "1" and n["kt_widen"] == "6.5"
+    assert n["kt_dof_words"] == "1 degree of freedom"
+    assert n["kt_toward"] == n["kt_away"] == "none" and n["kt_unresolved"].count(";") == 2
     assert "user kernel, fix β = 2" in n["kt_missing"] and "stable_attention" not in n["kt_missing"]
     assert n["kt_shape"] == "1·2·128·16"
 
@@ -98,6 +108,35 @@ def test_the_remainder_sign_decides_the_paper_placements_bias(check):
     assert abs(r["ours_paper"]["mean"]) < 0.05 and t["ours_paper"]["lo"] > max(0.1, r["ours_paper"]["hi"])
     for name in ("ours_fa2", "sdpa_math"):
         assert r[name]["hi"] < 0 and t[name]["hi"] < 0
+
+
+def test_student_interval_is_the_t_interval_over_problems():
+    """From a cell of `kernel_table.summarize` (normal approximation), the Student-t interval of the same problem
+    means, as scipy computes it; too few problems give no interval; applying it twice changes nothing."""
+    from scipy import stats
+    rng = np.random.default_rng(0)
+    for n in (2, 3, 8, 128):
+        means = rng.normal(-0.1, 0.05, n)
+        cell = rd.student_interval(kt.summarize(means))
+        lo, hi = stats.t.interval(0.95, n - 1, loc=means.mean(), scale=stats.sem(means))
+        assert cell["lo"] == pytest.approx(lo) and cell["hi"] == pytest.approx(hi) and cell["dof"] == n - 1
+        assert rd.student_interval(cell) == cell
+    assert rd.student_interval(kt.summarize(np.array([0.1, 0.3])))["widen"] == pytest.approx(12.706 / 1.96, abs=1e-3)
+    one = rd.student_interval(kt.summarize(np.array([0.1])))
+    assert np.isnan(one["lo"]) and rd._interval(one) == "+0.10"
+
+
+def test_ntr_numbers_are_chapter_1s_cells():
+    """The FA2 order on chapter 1's planted rows, read from the committed result: at gap 16 the tensor cores err
+    toward zero with and without the β shift (all V < 0: a positive error), numpy's sequential FP32 away from zero."""
+    res = results.load("bias_kernel", "full")
+    n = rd.ntr_numbers(res)
+    cell = {(c["gap"], c["method"], c["path"]): c for c in res.data["cells"] if c["k"] == 2}
+    assert n["o1_gap"] == "16" and n["o1_keys"] == res.meta["config"]["n_keys"] and n["o1_positive"] == "toward zero"
+    assert n["o1_native"] == f"{cell[(16.0, 'rne', 'native')]['o_ntr']:+.3f}" == "+0.230"
+    assert n["o1_native_fix"] == "+0.224" and n["o1_native_way"] == n["o1_native_fix_way"] == "toward zero"
+    assert n["o1_numpy"] == "−0.192" and n["o1_numpy_way"] == "away from zero"
+    assert n["o1_numpy_fix_way"] == "not resolved from zero"          # +0.008 within its ± 0.008
 
 
 # ------------------------------------------------------------------------------------------------ the monitor
@@ -134,6 +173,10 @@ def test_gpt2_read_through_the_monitors_rule(gpt2):
     assert n["g2_layer"] == layer + 1 and n["g2_md"].count("\n") + 1 == 2 + 12 - len(n["g2_quiet"].split(", "))
     fa2 = rd.monitor_view(gpt2, layer, "fa2")
     assert fa2["conjunction"].max() < v["conjunction"].max()       # FA2 numerics: far fewer pairs
+    # no lead: in that layer the logit warning fires at the conjunction warning's event, and earlier in other layers
+    lead = rd.monitor_lead_numbers(gpt2)
+    assert lead["g2_lead_steps"] == v["first"]["logit"] - first == 0 and lead["g2_lead_words"] == "at the same event as"
+    assert lead["g2_lead_claim"] == "It gave no earlier notice" and lead["g2_lead_any_logit"] == n["g2_first_logit"]
 
 
 def test_fix_settings_come_from_the_code():

@@ -1,6 +1,10 @@
 """The intro's verdict table (`lib.claims.verdicts`) and the claims it merges (`lib.claims.table`): at most 12 rows,
-each verdict the claims table's own, every number computed from the committed results, no internal name in it; the
-fix's verdict says where it removes the bias and where it adds its own; the preconditions claim reads GPT-2's census."""
+one status per row (the claims table's own), stale shown as stale, the book's control outside the table and never
+"reproduced", every "tested in" label defined under the table, counts that count the rows shown, every number
+computed from the committed results, no internal name in it; the fix's verdict says where it removes the bias and where
+it adds its own; the preconditions claim reads GPT-2's census and the proxy's captures."""
+import re
+
 import pytest
 
 from lib.book import results
@@ -27,16 +31,81 @@ def test_at_most_twelve_rows_each_naming_tracked_claims(rows):
 def test_each_verdict_is_the_claims_tables(rows):
     table = {r["id"]: r for r in claims.status_table()}
     for r in rows:
-        first = table[r["claims"][0]]
-        assert r["verdict"] == first["status"] and r["stale"] == first["stale"], r["link"]
         assert r["statuses"] == [table[c]["status"] for c in r["claims"]]
+        assert r["verdict"] == r["statuses"][0] and r["stale"] == any(table[c]["stale"] for c in r["claims"])
+
+
+def test_one_status_per_row(rows):
+    assert verdicts.one_status(rows)              # no row hides a second verdict (a "partly (stale)" in a "not yet
+    mixed = [dict(rows[0], statuses=["not yet tested", "partly"], stales=[False, True])]       # tested" row)
+    assert not verdicts.one_status(mixed)         # the check can fail
+
+
+def test_stale_rows_say_so(rows):
+    md = verdicts.markdown(rows, chapter_cell=lambda ch: "ch.")
+    lines = md.splitlines()[2:]
+    for r, line in zip(rows, lines):
+        assert ("(stale)" in line.split(" | ")[1]) == r["stale"], line
+
+
+def test_the_control_is_not_a_row_and_never_reproduced(rows):
+    control_ids = {c for r in verdicts.CONTROLS for c in r.claims}
+    assert not control_ids & {c for r in rows for c in r["claims"]}
+    for r in verdicts.control_rows():
+        assert r["verdict"] not in claims_statuses() and "reproduced" not in r["verdict"], r["verdict"]
+    s = verdicts.controls_markdown(verdicts.control_rows(), chapter_cell=lambda ch: "6")
+    assert s.startswith("Our own control, not a claim of the paper:") and name_problems(s) == []
+
+
+def claims_statuses():
+    return {"reproduced", "partly", "not reproduced"}
+
+
+def test_counts_count_the_rows_shown(rows):
+    s = verdicts.counts_sentence(rows)
+    for status in {r["verdict"] for r in rows}:
+        n = sum(r["verdict"] == status for r in rows)
+        assert re.search(rf"\b{n} (is|are) {status if status != 'partly' else 'partly reproduced'}\b", s), (status, s)
+    n_stale = sum(r["stale"] for r in rows)
+    assert (f"{n_stale} of them rest" in s) == bool(n_stale)
+
+
+def test_every_label_is_defined(rows):
+    legend = verdicts.legend()
+    defined = [k for k, _ in verdicts.LEGEND]
+    for r in rows:
+        for part in re.sub(r"\([^)]*\)", "", r["where"]).split("; "):
+            head = part.split(",")[0].split(" at LR")[0].strip()
+            assert head in defined or head.startswith("GPT-2:"), (head, r["where"])
+    for k in defined:
+        assert f"*{k[0].upper() + k[1:]}*:" in legend
+    assert "*Links* are the numbered boxes of the chain" in legend and "*Stale*:" in legend
+    # links are named by the chain figure's numbers, 1 to its length
+    from lib.claims.chain import CHAIN
+    named = {int(x) for r in rows for m in re.finditer(r"Links? (\d)(?:–(\d))?", r["link"]) for x in m.groups() if x}
+    assert named and named <= set(range(1, len(CHAIN) + 1))
+    assert "—" not in legend if all(results.exists(n, "full") for n in ("gpt2_regime", "delta_capture",
+                                                                         "healthy_headline")) else True
+
+
+def test_no_typed_number_in_the_definitions():
+    """The rows' and legend's fixed text carries no number of a result: those come from `context` (LRs, widths,
+    seeds, shares) — only the claims' own numbers (the paper's "≈ 10×", "2–5×") and link numbers are written."""
+    for r in (*verdicts.ROWS, *verdicts.CONTROLS):
+        text = re.sub(r"Links? \d(–\d)?|≈ 10×|2–5×|W_Q|P̄ = 1|Δδ > 0|β|δ|BF16|FP32|GPT-2", "",
+                      r.link + r.where)
+        assert not re.search(r"\d", re.sub(r"\{[a-z_0-9]+\}", "", text)), r.link
+    for k, v in verdicts.LEGEND:
+        text = re.sub(r"\{[a-z_0-9]+\}|GPT-2 124M|BF16|chapters 4–7|chapter 6|[Ll]ink 1", "", v)
+        assert not re.search(r"\d", text), v
 
 
 def test_the_table_shows_no_internal_name(rows):
     md = verdicts.markdown(rows, chapter_cell=lambda ch: "ch.")
     assert md.count("\n") == len(rows) + 1
     assert name_problems(md) == [], name_problems(md)
-    assert all(r["preconditions"] for r in rows)                      # every row says which applies
+    assert name_problems(verdicts.legend()) == []
+    assert all(r["where"] for r in rows)                              # every row says where it was tested
 
 
 @pytest.mark.skipif(not HAVE["bias_kernel"], reason="no committed bias_kernel")
@@ -72,8 +141,14 @@ def test_preconditions_read_gpt2s_census():
     v = claims.derive_preconditions(res)["preconditions"]
     assert v["status"] == ("partly" if n["authors_present"] else "not reproduced")
     assert f"{n['authors_n_heads']} heads" in v["evidence"] and "absent as far as measured" in v["evidence"]
+    assert "fraction of a percent" not in v["evidence"]                # no typed share
     row = {r["id"]: r for r in claims.status_table()}["preconditions"]
-    assert row["results"] == ["gpt2_regime"]
+    assert row["results"][0] == "gpt2_regime"
+    if results.exists("delta_capture", "full"):                        # the proxy's share, computed (chapter 4's)
+        from lib.studies.delta import reading as delta
+        n4 = delta.numbers_ch4(results.load("delta_capture", "full"))
+        assert row["results"] == ["gpt2_regime", "delta_capture"]
+        assert f"{n4['tie_med']:.1%} of rows with a tied maximum" in row["evidence"]
 
 
 @pytest.mark.skipif(not HAVE["paper_placement"], reason="no committed paper_placement")

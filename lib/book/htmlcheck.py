@@ -23,6 +23,10 @@ variables CHROMIUM / CHROMEDRIVER override the PATH search (`browser_paths`). Ch
   worked on (`PROCESS_PATTERNS`: "the session", "GPU time", "reference notes", an unexpanded `$NAME`, …) in prose,
   tables, headings or figure captions. Code is exempt: `<code>`, `<pre>`, code cells' source and textual outputs,
   math and link URLs (a link's text is prose).
+Checks of the root page (the page `index.html` leads to): its "What we found" box (`FIRST_SCREEN_BOX`, written by
+`lib.claims.found`) must end within the reader's first screen (`FIRST_SCREEN`, 1280 × 800 CSS px: the layout is that
+of the 1280-px window, and positions down the page do not depend on the window's height); where the chain figure and
+the first table start is reported beside it.
 Exits 1 with a list of problems, each naming its page and element.
 """
 from __future__ import annotations
@@ -40,6 +44,8 @@ from urllib.parse import unquote, urlparse
 
 INSTALL = "sudo apt-get install -y chromium chromium-driver"
 WINDOW = (1280, 1000)     # CSS px: the width the book is checked at
+FIRST_SCREEN = (1280, 800)          # CSS px: the reader's first screen of the root page
+FIRST_SCREEN_BOX = "what-we-found"  # the class of the root page's box of findings (lib.claims.found.BOX_CLASS)
 
 # Internal names a reader must not meet in prose. Case-sensitive (W_Q, r_m and other math in text do not match).
 ISSUE_PATTERN = r"(?i)\bissues?\s*#?\s*\d+"                      # "issue 15", "Issue 16": the project's tracker
@@ -154,6 +160,13 @@ _JS_BOLD = (_ARTICLE + "const skip = 'code, pre, kbd, samp, script, style, mjx-c
             "spans.set(key, (spans.get(key) || '') + n.nodeValue); } "
             "return [all, kinds, Array.from(spans.values(), t => t.replace(/\\s+/g, ' ').trim())];")
 
+# Where the root page's box of findings, its first figure and its first table sit, in CSS px from the top of the page
+# (null for one that is missing), measured before anything collapsed is opened.
+_JS_FIRST_SCREEN = (_ARTICLE + "const at = e => { if (!e) return null; const r = e.getBoundingClientRect(); "
+                    "return [r.top + window.scrollY, r.bottom + window.scrollY]; }; "
+                    f"return [at(a.querySelector('.{FIRST_SCREEN_BOX}')), at(a.querySelector('figure img')), "
+                    "at(a.querySelector('table'))];")
+
 
 def browser_paths() -> tuple[str | None, str | None]:
     """(chromium, chromedriver) executables, None for each one missing. The environment variables CHROMIUM and
@@ -186,6 +199,29 @@ def math_problem(math_w: float, container_w: float, parent_w: float, column_w: f
     if _too_wide(math_w, limit, tol_px):
         return (f"display equation is {math_w:.0f} px wide, its container {limit:.0f} px (cut off at the right "
                 f"or needs a scrollbar)")
+    return None
+
+
+def root_page(html_dir: Path) -> Path | None:
+    """The book's root page: the page `index.html` redirects to (the meta refresh Jupyter Book writes), else
+    `index.html` itself; None when there is no `index.html` (a set of pages that is not a book)."""
+    index = Path(html_dir) / "index.html"
+    if not index.is_file():
+        return None
+    m = re.search(r"""<meta[^>]+http-equiv=["']?refresh["']?[^>]*content=["'][^"']*url=([^"'>\s]+)""",
+                  index.read_text(errors="replace"), re.I)
+    target = (index.parent / unquote(urlparse(m.group(1)).path)).resolve() if m else index.resolve()
+    return target if target.is_file() else index.resolve()
+
+
+def first_screen_problem(box, screen_h: float = FIRST_SCREEN[1], tol_px: float = 1.0):
+    """A one-line problem when the root page's box of findings (`box`: its (top, bottom) in CSS px from the top of
+    the page, None when the page has none) does not end within the first `screen_h` px; None when it does."""
+    if box is None:
+        return f"the root page has no 'What we found' box (an element of class {FIRST_SCREEN_BOX!r})"
+    if box[1] > screen_h + tol_px:
+        return (f"the 'What we found' box ends {box[1]:.0f} px down the root page (starts at {box[0]:.0f}), below "
+                f"the first screen ({FIRST_SCREEN[0]} × {screen_h:.0f} px)")
     return None
 
 
@@ -373,6 +409,7 @@ def check(html_dir: Path, timeout_s: float = 20.0, code_ids=CODE_ID_PATTERNS) ->
                            "hidden_tables": 0, "unmeasured_tables": 0, "figures_checked": 0, "column_px": None}
     ids_cache: dict[Path, set] = {}
     digests: dict[Path, str] = {}
+    root = root_page(html_dir)
     with tempfile.TemporaryDirectory(prefix="htmlcheck-profile-") as profile:
         d = _driver(profile)
         try:
@@ -400,6 +437,12 @@ def check(html_dir: Path, timeout_s: float = 20.0, code_ids=CODE_ID_PATTERNS) ->
                     stats["images"] += 1
                     if not ok:
                         problems.append(f"{rel}: image failed to load: {src}")
+                if page == root:
+                    box, fig, table = d.execute_script(_JS_FIRST_SCREEN)
+                    stats["first_screen"] = {"box": box, "figure": fig, "table": table}
+                    why = first_screen_problem(box)
+                    if why:
+                        problems.append(f"{rel}: {why}")
                 column = d.execute_script(_JS_COLUMN)
                 stats["column_px"] = column if stats["column_px"] is None else min(stats["column_px"], column)
                 for src, rw, nw, visible in d.execute_script(_JS_IMG_SIZES):
@@ -454,6 +497,12 @@ def main(argv=None) -> int:
           f"{stats.get('unmeasured_tables', 0)} not measurable), {stats.get('math_blocks', 0)} math elements "
           f"({stats.get('math_displays', 0)} displays measured), {stats.get('links', 0)} local links checked; "
           f"content column {stats.get('column_px')} px at a {WINDOW[0]}-px window")
+    fs = stats.get("first_screen")
+    if fs:
+        def top(x):
+            return "none" if x is None else f"{x[0]:.0f}–{x[1]:.0f} px"
+        print(f"htmlcheck: root page at {FIRST_SCREEN[0]} × {FIRST_SCREEN[1]}: 'What we found' box {top(fs['box'])}, "
+              f"first figure {top(fs['figure'])}, first table {top(fs['table'])} down the page")
     for p in problems:
         print("  PROBLEM:", p)
     print("htmlcheck:", "FAILED" if problems else "ok")

@@ -1,6 +1,7 @@
-"""The causal chain of Qiu & Yao as a figure (intro). Each link names the chapters of the book that derive and
-measure it, read from `_toc.yml` when the figure is drawn (`lib.book.toc`): a link whose chapter is not in the
-book says so instead of pointing to a page that does not exist."""
+"""The causal chain of Qiu & Yao as a figure (intro). Each link is numbered (1–7, the numbers the intro's verdict
+table names links by) and names the chapters of the book that derive and measure it, read from `_toc.yml` when the
+figure is drawn (`lib.book.toc`): a link whose chapter is not in the book says so instead of pointing to a page that
+does not exist. The figure is short (`HEIGHT`), so that it starts on the intro's first screen."""
 from __future__ import annotations
 
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
@@ -19,6 +20,7 @@ CHAIN = [
     ("larger logits → more ties\n(vicious circle) → loss explodes", (6,)),
 ]
 FIX_CHAPTERS = (7,)
+HEIGHT = 4.6          # in: the seven links, each two lines of text, at the book's smallest readable size
 NOT_IN_BOOK = "no chapter yet"
 
 
@@ -34,7 +36,7 @@ def causal_chain_figure(toc_file=None):
     links = chain_labels(toc_file)
     present = set(_toc.by_number(toc_file or _toc.TOC_FILE))
     fix_ch = _toc.chapter_span(FIX_CHAPTERS, present) or NOT_IN_BOOK
-    fig, ax = figure(height=6.4)
+    fig, ax = figure(height=HEIGHT)
     ax.set_xlim(0, 10)
     ax.set_ylim(-0.6, len(links) + 0.2)
     ax.axis("off")
@@ -42,7 +44,8 @@ def causal_chain_figure(toc_file=None):
     for i, ((label, ch), y) in enumerate(zip(links, ys)):
         ax.add_patch(FancyBboxPatch((1.2, y - 0.34), 6.0, 0.68, boxstyle="round,pad=0.02,rounding_size=0.12",
                                     fc="#eef3fb" if i < 2 else "#f7f7f7", ec="#3b5b92", lw=1.2))
-        ax.text(4.2, y, label, ha="center", va="center", fontsize=9)
+        ax.text(1.45, y, str(i + 1), ha="center", va="center", fontsize=9.5, fontweight="bold", color="#3b5b92")
+        ax.text(4.3, y, label, ha="center", va="center", fontsize=9)
         ax.text(7.45, y, ch, ha="left", va="center", fontsize=8.5,
                 color="#555555" if ch != NOT_IN_BOOK else "#999999", style="normal" if ch != NOT_IN_BOOK else "italic")
         if i + 1 < len(links):

@@ -314,11 +314,12 @@ def fix_where(fix_tied: dict, fa_data: dict) -> dict:
                                             "arguments, chapter 7)" if adds else "")))
 
 
-def derive_preconditions(res) -> dict:
+def derive_preconditions(res, capture=None) -> dict:
     """preconditions from `gpt2_regime` (`lib.studies.census.reading.gpt2_numbers`, the rule's floor threshold):
     where the chain is tested in this book — the proxy of chapters 4–7 — the preconditions are absent as far as
     measured, while GPT-2 at the paper's LR has them in the authors' placement: "partly" when GPT-2's authors'
-    placement has them, "not reproduced" when it has none."""
+    placement has them, "not reproduced" when it has none. `capture`: the proxy's `delta_capture` result, whose
+    share of rows with a tied maximum and lean of O's error along sign(V) (chapter 4) the evidence quotes."""
     from lib.studies.census import reading as census
     n = census.gpt2_numbers(res)
     status = "partly" if n["authors_present"] else "not reproduced"
@@ -326,9 +327,13 @@ def derive_preconditions(res) -> dict:
           f"{n['late_from']:,}): in the authors' placement {n['authors_n_heads']} heads, in layers "
           f"{n['authors_layers_with']}, pass the rule (conjunction up to {n['authors_max_conj']:.1%} of rows, layer "
           f"{n['authors_conj_layer']}); in FA2's placement {n['fa2_n_heads']} heads ({n['pairs_ratio']:.0f}× fewer "
-          "pairs). In the proxy of chapters 4–7, where the later links were tested: absent as far as measured (ties "
-          "with one-signed V in a fraction of a percent of elements, no O-error lean; its own census is registered, "
-          "not run)")
+          "pairs). In the proxy of chapters 4–7, where the later links were tested: absent as far as measured")
+    if capture is not None:
+        from lib.studies.delta import reading as delta
+        n4 = delta.numbers_ch4(capture)
+        ev += (f" ({n4['tie_med']:.1%} of rows with a tied maximum, O's error along sign(V) {n4['os_ulp_med']:+.3f} "
+               "ULP, medians over heads)")
+    ev += "; its own census is registered, not run"
     return {"preconditions": dict(status=status, evidence=ev)}
 
 
@@ -385,8 +390,9 @@ def status_table(root=None) -> list[dict]:
         rank, v, src = verdicts["fix_removes_bias"]
         verdicts["fix_removes_bias"] = (rank, fix_where(v, by_name["fa_deviation"].data), src + [by_name["fa_deviation"]])
     if "gpt2_regime" in by_name:
-        for cid, v in derive_preconditions(by_name["gpt2_regime"]).items():
-            verdicts[cid] = (3, v, [by_name["gpt2_regime"]])
+        cap = by_name.get("delta_capture")
+        for cid, v in derive_preconditions(by_name["gpt2_regime"], cap).items():
+            verdicts[cid] = (3, v, [by_name["gpt2_regime"]] + ([cap] if cap is not None else []))
     if "healthy_headline" in by_name:
         from lib.training import regime, runs
         pilots = [by_name[n] for n in regime.REGIME_RESULTS if n in by_name]

@@ -1,15 +1,17 @@
-"""The intro's verdict table: the causal chain and the book's own claims in at most 12 rows, each with its verdict, the
-one number it rests on, the regime it was tested in, whether the first link's preconditions were present there, and
-the chapter. Also the numbers of the intro's boxes and of its list of findings that the chapters hold.
+"""The intro's verdict table: the causal chain and the paper's claims in at most 12 rows, each with one verdict, the
+one number it rests on, where it was tested (a label the legend under the table defines) and the chapter; the book's
+own controls in a sentence below it; the numbers of the intro's boxes and of its list of findings the chapters hold.
 
 Each row merges one or more claims of `lib.claims.table.CLAIMS` (their verdicts come from `status_table`, so the
-intro and the chapters say the same thing); a row's verdict is its first claim's (the healthy-regime claim where a
-row also holds an LR 8e-3 one), with "(stale result)" when that verdict rests on a stale result. The one
-number is computed from the committed results through the studies' readings when the table is built — never typed.
-A row whose result is missing reads "—" there. No provenance strings: the appendix has one line per result.
+intro and the chapters say the same thing) that share one status and one staleness (`one_status`: a row never hides a
+second verdict), with "(stale)" when that verdict rests on a stale result. Links are named by the numbered boxes of
+the chain figure (`lib.claims.chain`). The number, and every number of the "tested in" cells and of the legend
+(`context`), is computed from the committed results through the studies' readings when the table is built — never
+typed. A row whose result is missing reads "—" there. No provenance strings: the appendix has one line per result.
 
-* `ROWS`: the rows' definitions; `verdict_rows(root)`: the rows as dicts; `markdown(rows, chapter_cell)`;
-* `findings(root)`: the intro's boxes and list, each a sentence with its numbers glued in.
+* `ROWS`, `CONTROLS`, `LEGEND`: the definitions; `verdict_rows(root)`, `control_rows(root)`: as dicts;
+  `markdown(rows, chapter_cell)`, `legend(root)`, `controls_markdown(rows, chapter_cell)`, `counts_sentence(rows)`;
+* `findings(root)`: the sentences of the intro's boxes and list, each with its numbers glued in.
 """
 from __future__ import annotations
 
@@ -18,9 +20,6 @@ from typing import Callable
 
 from lib.book import results as _results
 from lib.claims import table as claims_table
-
-ABSENT = "absent as far as measured"        # the proxy of chapters 4–7 (chapter 2b: its census is registered, not run)
-PLANTED = "planted"
 
 
 def _load(name: str, root=None):
@@ -51,7 +50,7 @@ def n_tie_bias(root=None) -> str:
     if b is None or b[0] is None:
         return "—"
     rne, _, gap = b
-    return f"{rne['pv']:+.3f} ± {rne['pv_ci']:.3f} ULP mean P̄V error on H100 tensor cores (2 tied maxima, gap {gap:g})"
+    return f"{rne['pv']:+.3f} ± {rne['pv_ci']:.3f} ULP mean P̄V error (95 % CI, {rne['k']} tied maxima)"
 
 
 def _attention_bias(root):
@@ -69,9 +68,9 @@ def n_fix(root=None) -> str:
     b, att = _bias_cells(root), _attention_bias(root)
     parts = []
     if b is not None and b[1] is not None:
-        parts.append(f"tied rows: {b[0]['pv']:+.3f} → {b[1]['pv']:+.3f} ULP")
+        parts.append(f"tied rows {b[0]['pv']:+.3f} → {b[1]['pv']:+.3f} ULP")
     if att is not None:
-        parts.append(f"sink-tie inputs: {att[0]:+.3f} → {att[1]:+.3f} ULP")
+        parts.append(f"sink ties {att[0]:+.3f} → {att[1]:+.3f} ULP")
     return "; ".join(parts) or "—"
 
 
@@ -90,8 +89,8 @@ def n_preconditions(root=None) -> str:
         return "—"
     from lib.studies.census import reading as census
     n = census.gpt2_numbers(res)
-    return (f"tied, in the window and one-signed in up to {n['authors_max_conj']:.1%} of a head's (row, feature) "
-            f"pairs (layer {n['authors_conj_layer']}); FA2's placement: {n['pairs_ratio']:.0f}× fewer")
+    return (f"all three in up to {n['authors_max_conj']:.1%} of a head's pairs (authors' placement); "
+            f"{n['pairs_ratio']:.0f}× fewer in FA2's")
 
 
 def n_golden(root=None) -> str:
@@ -100,11 +99,11 @@ def n_golden(root=None) -> str:
     if dev is not None:
         from lib.studies.golden import reading as golden
         kn = golden.key_numbers(dev.data)
-        parts.append(f"SDPA flash at {kn['parts:normal:primary']['ratio'][0]:.2g}× eager attention's max |Δ|")
+        parts.append(f"flash SDPA's max |Δ| {kn['parts:normal:primary']['ratio'][0]:.2g}× eager's")
     if dri is not None:
         from lib.studies.golden import drift
         parts.append(f"drift ratio {drift.key_numbers(dri.data, dri.arrays)['median']:.2g} "
-                     f"(bound: ≥ {drift.BOUND_FACTOR:g})")
+                     f"(claimed ≥ {drift.BOUND_FACTOR:g})")
     return "; ".join(parts) or "—"
 
 
@@ -116,22 +115,22 @@ def _capture(root):
     return delta.numbers_ch4(res), delta.numbers_ch5(res)
 
 
-def n_links_2_3(root=None) -> str:
+def n_links_3_4(root=None) -> str:
     c = _capture(root)
     if c is None:
         return "—"
     n4 = c[0]
-    return (f"rows with Δδ > 0: {n4['rows_lo']:.3f}–{n4['rows_hi']:.3f} per head; O error along sign(V) "
-            f"{n4['os_ulp_med']:+.3f} ULP (median)")
+    return (f"O's error along sign(V) {n4['os_ulp_med']:+.3f} ULP (median); Δδ > 0 in {n4['rows_lo']:.3f}–"
+            f"{n4['rows_hi']:.3f} of rows")
 
 
-def n_links_4_5(root=None) -> str:
+def n_links_5_6(root=None) -> str:
     c = _capture(root)
     if c is None:
         return "—"
     n4, n5 = c
-    return (f"pushes on ‖W_Q‖₂ positive beyond chance in {n5['push_sig']} of {n4['n_heads'] * n4['n_seeds']} "
-            f"(head, seed) cells")
+    return (f"‖W_Q‖₂ pushed up beyond chance in {n5['push_sig']} of {n4['n_heads'] * n4['n_seeds']} (head, seed) "
+            f"cells")
 
 
 def n_dose(root=None) -> str:
@@ -140,7 +139,7 @@ def n_dose(root=None) -> str:
         return "—"
     from lib.studies.dose import reading as dose_reading
     d = dose_reading.chapter_numbers(dose)
-    return f"λ* = {d['true_lam']} for the true error, {d['bias_lam']} for its bias alone, {d['noise_lam']} for its noise"
+    return f"λ* = {d['true_lam']} for the error, {d['bias_lam']} its bias, {d['noise_lam']} its noise"
 
 
 def _healthy_paper(parts):
@@ -155,11 +154,11 @@ def _healthy_paper(parts):
 
 def n_explosion(root=None) -> str:
     parts = []
-    for group, width in (("healthy_headline", 384), ("width_768", 768)):
+    for group in ("healthy_headline", "width_768"):
         g = _group(group, root)
         if g:
             f, n, h = _healthy_paper(g)
-            parts.append(f"{f} of {n} seeds failed in {h:,} steps (width {width})")
+            parts.append(f"{f} of {n} seeds failed (width {g[0].meta.get('config', {}).get('n_embd')}, {h:,} steps)")
     return "; ".join(parts) or "—"
 
 
@@ -169,6 +168,19 @@ def n_prevent(root=None) -> str:
         return "—"
     f, n, _ = _healthy_paper(g)
     return "no failure to prevent" if f == 0 else f"the paper placement failed in {f} of {n} seeds"
+
+
+def n_channel(root=None) -> str:
+    """delta_only_channel's number: how many runs with δ computed without the rounded O stayed stable, beside the
+    paper placement's outcomes (`ablations`)."""
+    ab = _load("ablations", root)
+    v = (ab.data.get("verdicts") or {}) if ab is not None else {}
+    arms = [a for a in ("delta_dp_p", "delta_fp32_o") if a in v]
+    if not arms or "paper" not in v:
+        return "—"
+    oc = [o for a in arms for o in v[a]["outcomes"]]
+    return (f"{sum(o == 'stable' for o in oc)} of {len(oc)} such runs stable; the paper placement "
+            f"{', '.join(v['paper']['outcomes'])}")
 
 
 def n_generic(root=None) -> str:
@@ -198,76 +210,180 @@ def n_dial(root=None) -> str:
 # ------------------------------------------------------------------------------------------------------- the rows
 @dataclass(frozen=True)
 class Row:
-    link: str                 # the link or claim, in a few words
-    claims: tuple             # ids in lib.claims.table.CLAIMS; the first decides the verdict
+    link: str                 # the link or claim, in a few words ("links N–M" are the chain figure's numbered boxes)
+    claims: tuple             # ids in lib.claims.table.CLAIMS, all with one status (`one_status`)
     number: Callable          # root -> str: the one number
-    regime: str
-    preconditions: str
+    where: str                # where it was tested: a label of `LEGEND`, with `context` fields ("{proxy_lr}")
     chapter: str              # "chapters/NN-…", the chapter that has it
 
 
 ROWS = (
-    Row("L1–L2: tied maxima (P̄ = 1) bias the BF16 rounding of P̄V with the sign of V", ("tie_bias_hw", "tie_bias"), n_tie_bias,
-        "one rounding, software and H100 tensor cores", PLANTED, "chapters/01-bf16-rounding"),
-    Row("The β-shifted max removes that bias", ("fix_removes_bias",), n_fix,
-        "one rounding; chapter 3's sink-tie inputs", PLANTED, "chapters/01-bf16-rounding"),
-    Row("The authors' placement: where their code rounds under BF16 autocast", ("paper_placement",), n_placement,
-        "their algorithm, eager, on the H100", "— (a bit-level check)", "chapters/02-flash-attention-kernel"),
-    Row("The first link's preconditions occur in training", ("preconditions",), n_preconditions,
-        "GPT-2 124M, LR 1e-3, late in training", "present in a few heads (authors' placement)",
+    Row("Links 1–2: tied row maxima (P̄ = 1) bias the BF16 rounding of P̄V with the sign of V",
+        ("tie_bias_hw", "tie_bias"), n_tie_bias, "planted ({bias_device}, software)", "chapters/01-bf16-rounding"),
+    Row("The β fix removes that bias", ("fix_removes_bias",), n_fix, "planted",
+        "chapters/01-bf16-rounding"),
+    Row("Our emulation rounds where the authors' code rounds under BF16 autocast", ("paper_placement",),
+        n_placement, "their code", "chapters/02-flash-attention-kernel"),
+    Row("Link 1's preconditions occur in training", ("preconditions",), n_preconditions, "GPT-2; proxy",
         "chapters/02b-where-can-the-chain-start"),
-    Row("Golden et al.: flash ≈ 10× less accurate; 2–5× less weight drift", ("fa_deviation", "weight_drift_bounded"),
-        n_golden, "their benchmark; the proxy, healthy LR", "planted in half the inputs; " + ABSENT + " in training",
-        "chapters/03-numeric-deviation"),
-    Row("L3–L4: O errs along sign(V) and Δδ > 0, in training", ("o_error_v_sign", "delta_bias"), n_links_2_3,
-        "the proxy, healthy LR (3 seeds)", ABSENT, "chapters/04-biased-output"),
-    Row("L5–L7: the dW_Q error is low-rank, accumulates and pushes ‖W_Q‖₂ up", ("low_rank", "wq_norm_push"),
-        n_links_4_5, "the proxy, healthy LR (3 seeds)", ABSENT, "chapters/05-low-rank-accumulation"),
+    Row("Golden et al.: flash attention deviates ≈ 10× more, adds 2–5× less weight drift",
+        ("fa_deviation", "weight_drift_bounded"), n_golden, "their benchmark; proxy", "chapters/03-numeric-deviation"),
+    Row("Links 3–4: O errs with the sign of V, so Δδ > 0", ("o_error_v_sign", "delta_bias"), n_links_3_4, "proxy",
+        "chapters/04-biased-output"),
+    Row("Links 5–6: the dW_Q error is low-rank and pushes ‖W_Q‖₂ up", ("low_rank", "wq_norm_push"), n_links_5_6,
+        "proxy{gpt2_pending}", "chapters/05-low-rank-accumulation"),
     Row("The δ error's bias, not its size, sets the failure threshold", ("delta_bias_dose",), n_dose,
-        "the proxy, FP32 attention + the injected δ error", ABSENT + " (the error is injected)",
-        "chapters/05-low-rank-accumulation"),
-    Row("The end of the chain: training with the paper's numerics explodes", ("explosion",), n_explosion,
-        "the proxy, healthy LR, widths 384 and 768", ABSENT, "chapters/06-loss-explosion"),
-    Row("The fix, FP32 O or δ without the rounded O prevent it",
-        ("fix_stabilises", "fp32_o_stabilises", "delta_only_channel"), n_prevent,
-        "the proxy, healthy LR", ABSENT, "chapters/07-the-fix"),
-    Row("At LR 8e-3 the failure is generic logit growth (our control)", ("generic_8e3",), n_generic,
-        "the proxy, LR 8e-3", ABSENT, "chapters/06-loss-explosion"),
+        "proxy, injected δ error", "chapters/05-low-rank-accumulation"),
+    Row("Link 7: training with the paper's numerics explodes", ("explosion",), n_explosion,
+        "proxy{gpt2_pending}", "chapters/06-loss-explosion"),
+    Row("The β fix, or an FP32 O, prevents the explosion", ("fix_stabilises", "fp32_o_stabilises"), n_prevent,
+        "proxy", "chapters/07-the-fix"),
+    Row("δ is the only channel: δ without the rounded O stabilises training", ("delta_only_channel",), n_channel,
+        "proxy at LR {ablation_lr}", "chapters/06-loss-explosion"),
     Row("The rounding's bias, not its coarseness, breaks training", ("bias_not_coarseness",), n_dial,
-        "the proxy, LR 5e-3, 3–6 mantissa bits", ABSENT, "chapters/06-loss-explosion"),
+        "proxy at LR {dial_lr}, precision dial", "chapters/06-loss-explosion"),
 )
 MAX_ROWS = 12
 
+# The book's own controls: tests of our set-up, not claims of the paper; said below the table, never "reproduced".
+CONTROLS = (
+    Row("At LR {control_lr} the proxy's failure is generic logit growth", ("generic_8e3",), n_generic,
+        "proxy at LR {control_lr}", "chapters/06-loss-explosion"),
+)
+CONTROL_WORDS = {"reproduced": "held", "partly": "partly held", "not reproduced": "did not hold"}
 
-def verdict_rows(root=None) -> list[dict]:
-    """The table's rows: link, verdict (with "(stale result)" where the first claim's verdict rests on one), number,
-    regime, preconditions, chapter, and the claim ids and their statuses."""
+# The labels of the "tested in" column, each defined under the table (fields from `context`).
+LEGEND = (
+    ("planted", "inputs built with tied row maxima and one-signed V"),
+    ("their code", "the authors' flash attention under BF16 autocast, eager, compared bit for bit with our emulator"),
+    ("GPT-2", "GPT-2 124M at the paper's recipe (LR {gpt2_lr}, seed {gpt2_seed})"),
+    ("their benchmark", "Golden et al.'s deviation benchmark"),
+    ("proxy", "the small GPT of chapters 4–7 ({proxy_layers} layers, width {proxy_width}, LR {proxy_lr}; chapter "
+              "6 also at width {wide_width}), where link 1's preconditions are absent as far as measured: {tie_med} "
+              "of rows have a tied maximum and O's error along sign(V) is {os_ulp_med} ULP (medians over heads, "
+              "seeds {proxy_seeds})"),
+)
+
+
+class _Blank(dict):
+    def __missing__(self, key):
+        return "—"
+
+
+def context(root=None) -> dict:
+    """The numbers the "tested in" cells and the legend name, each read from the result it describes ("—" where the
+    result is missing): the devices, LRs, widths, seeds and the proxy's census of ties and O-error lean; and
+    `gpt2_pending`, "; GPT-2: not yet run" while the registered GPT-2 comparison has no committed result."""
+    from lib.book import catalogue
+    c = _Blank()
+    bk = _load("bias_kernel", root)
+    if bk is not None:
+        c["bias_device"] = catalogue.device(bk.meta)
+    gr = _load("gpt2_regime", root)
+    if gr is not None:
+        from lib.studies.census import reading as census
+        n = census.gpt2_numbers(gr)
+        c["gpt2_lr"], c["gpt2_seed"] = f"{n['lr']:g}", str(n["seed"])
+    for group, keys in (("healthy_headline", ("proxy_layers", "proxy_width", "proxy_lr")),
+                        ("width_768", (None, "wide_width", None))):
+        g = _group(group, root)
+        if g:
+            cfg = g[0].meta.get("config", {})
+            for k, v in zip(keys, (cfg.get("n_layer"), cfg.get("n_embd"), cfg.get("lr"))):
+                if k and v is not None:
+                    c[k] = f"{v:g}" if isinstance(v, float) else str(v)
+    cap = _capture(root)
+    if cap is not None:
+        n4 = cap[0]
+        c["tie_med"], c["os_ulp_med"], c["proxy_seeds"] = f"{n4['tie_med']:.1%}", f"{n4['os_ulp_med']:+.3f}", \
+            n4["seeds"]
+    ab = _load("ablations", root)
+    if ab is not None and ab.data.get("lr") is not None:
+        c["ablation_lr"] = f"{ab.data['lr']:g}"
+    gg = _load("generic_growth_controls", root)
+    if gg is not None and gg.data.get("lr") is not None:
+        c["control_lr"] = f"{gg.data['lr']:g}"
+    dial = _group("precision_dial", root)
+    if dial:
+        from lib.studies.dial import table as dial_table
+        c["dial_lr"] = ", ".join(f"{x:g}" for x in dial_table.at_common_horizon(dial)["lr"])
+    c["gpt2_pending"] = "" if _results.exists("gpt2_arms", "full", root) else "; GPT-2: not yet run"
+    return c
+
+
+def one_status(rows) -> bool:
+    """Whether every row's claims share one status and one staleness (a row never hides a second verdict)."""
+    return all(len(set(r["statuses"])) <= 1 and len(set(r["stales"])) <= 1 for r in rows)
+
+
+def _rows(defs, root, ctx) -> list[dict]:
     by_id = {r["id"]: r for r in claims_table.status_table(root)}
     out = []
-    for row in ROWS:
+    for row in defs:
         cs = [by_id[c] for c in row.claims if c in by_id]
         statuses = [c["status"] for c in cs]
-        verdict = statuses[0] if cs else "not yet tested"      # the first claim decides (ROWS orders them)
         try:
             number = row.number(root)
         except (KeyError, ValueError, IndexError, FileNotFoundError):
             number = "—"
-        out.append(dict(link=row.link, verdict=verdict, stale=bool(cs) and cs[0]["stale"], number=number,
-                        regime=row.regime, preconditions=row.preconditions, chapter=row.chapter,
-                        claims=list(row.claims), statuses=statuses))
+        out.append(dict(link=row.link.format_map(ctx), verdict=statuses[0] if cs else "not yet tested",
+                        stale=any(c["stale"] for c in cs), number=number, where=row.where.format_map(ctx),
+                        chapter=row.chapter, claims=list(row.claims), statuses=statuses,
+                        stales=[c["stale"] for c in cs]))
     return out
 
 
-def markdown(rows: list[dict], chapter_cell=lambda ch: ch) -> str:
-    """The rows as a Markdown table: link or claim · verdict · the one number · regime · preconditions present? ·
-    chapter (`chapter_cell(file)` makes the cell, e.g. a link)."""
-    lines = ["| link or claim | verdict | the one number | regime | pre\u00adconditions present? | ch. |",
-             "|---|---|---|---|---|---|"]
+def verdict_rows(root=None) -> list[dict]:
+    """The table's rows: link, verdict (the claims' one status), stale (whether it rests on a stale result), number,
+    where (tested), chapter, and the claim ids with their statuses and staleness."""
+    return _rows(ROWS, root, context(root))
+
+
+def control_rows(root=None) -> list[dict]:
+    """`CONTROLS` as rows, their verdict in `CONTROL_WORDS` ("held", not "reproduced": no claim of the paper)."""
+    rows = _rows(CONTROLS, root, context(root))
     for r in rows:
-        cells = [r["link"], f"**{r['verdict']}**" + (" (stale result)" if r["stale"] else ""), r["number"],
-                 r["regime"], r["preconditions"], chapter_cell(r["chapter"])]
+        r["verdict"] = CONTROL_WORDS.get(r["verdict"], r["verdict"])
+    return rows
+
+
+def _verdict_cell(r) -> str:
+    """The verdict in bold, its words kept on one line; "(stale)" after it where it rests on a stale result."""
+    return f"**{r['verdict'].replace(' ', chr(0xA0))}**" + (" (stale)" if r["stale"] else "")
+
+
+def markdown(rows: list[dict], chapter_cell=lambda ch: ch) -> str:
+    """The rows as a Markdown table: claim · verdict · evidence (the one number) · tested in · chapter
+    (`chapter_cell(file)` makes the cell, e.g. a link). A verdict that rests on a stale result reads "(stale)"."""
+    lines = ["| claim | verdict | evidence | tested in | ch. |", "|---|---|---|---|---|"]
+    for r in rows:
+        cells = [r["link"], _verdict_cell(r), r["number"], r["where"], chapter_cell(r["chapter"])]
         lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)
+
+
+def legend(root=None, ctx=None) -> str:
+    """One paragraph defining the table's words: the links, every "tested in" label of `LEGEND`, and "stale"."""
+    ctx = context(root) if ctx is None else ctx
+    parts = ["*Links* are the numbered boxes of the chain above"]
+    parts += [f"*{k[0].upper() + k[1:]}*: {v.format_map(ctx)}" for k, v in LEGEND]
+    parts.append("*Stale*: the result's code changed after it ran")
+    return ". ".join(parts) + "."
+
+
+def controls_markdown(rows: list[dict], chapter_cell=lambda ch: ch) -> str:
+    """The controls as sentences: "Our own control, not a claim of the paper: <link> — <verdict> (<number>;
+    ch. N)."."""
+    return " ".join(f"Our own control, not a claim of the paper: {r['link'][0].lower() + r['link'][1:]} — "
+                    f"{_verdict_cell(r)} ({r['number']}; ch. {chapter_cell(r['chapter'])})." for r in rows)
+
+
+def counts_sentence(rows: list[dict]) -> str:
+    """How many of the table's rows have each verdict, and how many rest on a stale result."""
+    from lib.claims import counts
+    s = counts.sentence([{"status": r["verdict"]} for r in rows])
+    n = sum(r["stale"] for r in rows)
+    return s + (f"; {n} of them rest{'s' if n == 1 else ''} on a stale result" if n else "")
 
 
 # --------------------------------------------------------------------------------- the intro's boxes and findings
@@ -275,8 +391,8 @@ def findings(root=None) -> dict:
     """Sentences for the intro, each with its numbers from the results (a sentence whose result is missing says so):
     "compiled" (how much of O the compiled authors' code shares with the eager placement), "eager_backward" (the
     eager backward as released), "floor_value" (their floor on ℓ), "floor" (that floor turns β = 7 into row
-    dropping), "row_dropping" (at LR
-    8e-3 row dropping alone reproduces the stable fix), "ntr" (normalise-then-round's own bias on tensor cores)."""
+    dropping), "row_dropping" (at the unhealthy LR, "row_dropping_lr",
+    row dropping alone reproduces the stable fix), "ntr" (normalise-then-round's own bias on tensor cores)."""
     out = {}
     pp = _load("paper_placement", root)
     if pp is not None:
@@ -305,11 +421,13 @@ def findings(root=None) -> dict:
                         f"healthy regime ({uf(s8['authors+fix_b7'])} at LR 8e-3): rows whose O shrinks towards 0"
                         if f7 else "not measured")
         z, fx, p = s8["authors+zero_rows_b7"], s8["authors+fix_b7"], s8["authors"]
+        out["row_dropping_lr"] = f"{ac[1].data.get('lr', ac[1].meta.get('config', {}).get('lr')):g}"
         out["row_dropping"] = (f"the fix stayed stable in {fx['stable']} of {len(fx['seeds'])} seeds, zeroing the same "
                                f"rows with no shift in {z['stable']} of {len(z['seeds'])}, the unfixed code in "
                                f"{p['stable']} of {len(p['seeds'])}")
     else:
         out["floor"] = out["row_dropping"] = "not measured (no committed run of the authors' code)"
+        out["row_dropping_lr"] = "the unhealthy LR"
     b = _bias_cells(root)          # at the gap of the tie-bias row: where the theory puts the largest P̄V bias
     if b is not None and b[0] is not None and b[1] is not None:
         rne, beta, gap = b

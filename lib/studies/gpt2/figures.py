@@ -3,13 +3,15 @@
 * `fidelity_figure(res)`: per arm, the training loss (mean of 100 steps), the largest attention logit over all
   layers and heads, and the largest ‖W_Q,h‖₂ over all layers and heads, against the training step; one colour per
   kernel, solid eager, dashed compiled.
+* `chain_figure(res)`: the same three panels for the arms of `gpt2_arms` (FP32 attention, flash SDPA, our FA2 and
+  paper placements), one colour per arm, one line style per seed, the failure step marked.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from lib.book import plotting
-from lib.studies.gpt2.reading import ARM_WORDS, layer_series
+from lib.studies.gpt2.reading import ARM_WORDS, CHAIN_ARMS, cfg_of, failure_step, layer_series
 
 _STYLE = {"sdpa": "C0", "fa2": "C3"}
 
@@ -32,6 +34,38 @@ def fidelity_figure(res):
     axes[0].set(ylabel="training loss\n(nats, 100-step mean)")
     axes[1].set(ylabel="largest logit\n(any layer, head)", yscale="log")
     axes[2].set(ylabel="largest ‖W_Q,h‖₂\n(any layer, head)", xlabel="training step")
+    plotting.legend_above(axes[0], ncol=2)
+    plotting.label_provenance(fig, res.meta)
+    return fig
+
+
+_CHAIN_STYLE = {"fp32": "C2", "sdpa": "C0", "ours_fa2": "C3", "paper": "C1"}
+_SEED_LS = ("-", "--", ":")
+
+
+def chain_figure(res):
+    rules = cfg_of(res)["rules"]
+    fig, axes = plotting.figure(3, 1, height=6.6, sharex=True)
+    for run in res.data["runs"]:
+        if "error" in run:
+            continue
+        lab = run["label"]
+        arm, seed = lab.split(":s")
+        kw = dict(color=_CHAIN_STYLE.get(arm, "C7"), ls=_SEED_LS[int(seed) % len(_SEED_LS)], lw=1.1,
+                  label=f"{CHAIN_ARMS.get(arm, arm)}, seed {seed}")
+        loss = np.asarray(res.arrays[f"{lab}__loss"], dtype=np.float64)
+        w = min(100, max(1, len(loss) // 10))
+        axes[0].plot(np.arange(w, len(loss) + 1), np.convolve(loss, np.ones(w) / w, mode="valid"), **kw)
+        fs = failure_step(loss, rules["failure_window"], rules["failure_rise"])
+        if fs is not None:
+            for ax in axes:
+                ax.axvline(fs, color=kw["color"], lw=0.8, ls=":")
+        ser = layer_series(res.arrays, lab)
+        axes[1].plot(ser["step"], ser["logit"].max(axis=1), **kw)
+        axes[2].plot(ser["step"], ser["wq"].max(axis=1), **kw)
+    axes[0].set(ylabel="training loss\n(nats, 100-step mean)")
+    axes[1].set(ylabel="largest logit\n(any layer, head)", yscale="log")
+    axes[2].set(ylabel="largest ‖W_Q,h‖₂\n(any layer, head)", xlabel="training step", yscale="log")
     plotting.legend_above(axes[0], ncol=2)
     plotting.label_provenance(fig, res.meta)
     return fig

@@ -15,7 +15,8 @@ import math
 
 import numpy as np
 
-__all__ = ["failure_step", "layer_series", "conjunction_peak", "gap", "fidelity", "numbers", "ARM_WORDS"]
+__all__ = ["failure_step", "layer_series", "conjunction_peak", "gap", "fidelity", "numbers", "ARM_WORDS", "arms_numbers",
+           "arms_table", "growth_ratios", "fp32_spread", "probe_signs", "CHAIN_ARMS"]
 
 BIG_LOGIT = 1000.0    # a layer whose largest logit ends above this is listed as an outlier layer (chapter 2b's scale)
 ARM_WORDS = {"sdpa_eager": "PyTorch flash SDPA, eager", "sdpa_compiled": "PyTorch flash SDPA, compiled",
@@ -144,3 +145,168 @@ def numbers(res) -> dict:
     if "sdpa_eager" in first and "fa2_eager" in first:
         out["first_loss_gap_kernels"] = f"{abs(first['sdpa_eager'] - first['fa2_eager']):.2e}"
     return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# gpt2_arms: FP32 attention, flash SDPA, our FA2 placement, the paper placement from one initialisation per seed
+# ---------------------------------------------------------------------------------------------------------------
+CHAIN_ARMS = {"fp32": "FP32 attention", "sdpa": "PyTorch flash SDPA (BF16)", "ours_fa2": "our kernel, FA2 placement",
+              "paper": "our kernel, paper placement (512-key blocks)"}
+
+
+def common_step(arrays: dict, labels) -> int:
+    """The last census step every run in `labels` reached (the step at which arms are compared side by side)."""
+    return int(min(np.asarray(arrays[f"{lab}__census__step"]).max() for lab in labels))
+
+
+def at_step(ser: dict, step: int) -> int:
+    """Index of census step `step` in a `layer_series`."""
+    return int(np.flatnonzero(ser["step"] == step)[0])
+
+
+def growth_ratios(arrays: dict, runs: list[dict], rules: dict) -> dict:
+    """Per seed, arm and registered growth step the arm reached (and the reference reached): the largest logit and the
+    largest ‖W_Q,h‖₂ of each layer as a ratio to the reference arm (FP32 attention) of the same seed, and the largest
+    over layers: {seed: {arm: {step: {"logit": (L,), "wq": (L,)}}}}. The registered verdict also needs the FP32 arm's
+    own seed-to-seed spread (`fp32_spread`), so it is read only when two or more seeds exist."""
+    out = {}
+    labels = [r["label"] for r in runs if "error" not in r]
+    for s in sorted({lab.split(":s")[1] for lab in labels}):
+        ser = {lab.split(":s")[0]: layer_series(arrays, lab) for lab in labels if lab.endswith(f":s{s}")}
+        ref = ser.get(rules["reference"])
+        if ref is None:
+            continue
+        out[s] = {}
+        for arm, a in ser.items():
+            if arm == rules["reference"]:
+                continue
+            out[s][arm] = {}
+            for step in rules["growth_steps"]:
+                if step in set(a["step"].tolist()) and step in set(ref["step"].tolist()):
+                    i, j = at_step(a, step), at_step(ref, step)
+                    out[s][arm][step] = {k: a[k][i] / ref[k][j] for k in ("logit", "wq")}
+    return out
+
+
+def fp32_spread(arrays: dict, runs: list[dict], rules: dict):
+    """The reference arm's own seed-to-seed spread per growth step and layer (largest ratio between two seeds), or
+    None with fewer than two seeds."""
+    ref = [r["label"] for r in runs if r["label"].split(":s")[0] == rules["reference"] and "error" not in r]
+    if len(ref) < 2:
+        return None
+    ser = [layer_series(arrays, lab) for lab in ref]
+    out = {}
+    for step in rules["growth_steps"]:
+        have = [s for s in ser if step in set(s["step"].tolist())]
+        if len(have) >= 2:
+            out[step] = {k: np.max([a[k][at_step(a, step)] / b[k][at_step(b, step)] for a in have for b in have],
+                                   axis=0) for k in ("logit", "wq")}
+    return out
+
+
+def probe_signs(arrays: dict, label: str) -> dict:
+    """The side chain probe's sign counts over every event and probed layer of a run: Δδ > 0 among tied rows with
+    Δδ ≠ 0, and the dW_Q error's push on ‖W_Q,h‖₂ through Adam's denominator > 0 among (event, layer, head), each
+    with its count and a two-sided binomial p-value against ½ (normal approximation with continuity correction;
+    the counts are thousands)."""
+    pre = f"{label}__probe__"
+    pos, nz = float(np.sum(arrays[pre + "dd_pos_tied"])), float(np.sum(arrays[pre + "dd_nz_tied"]))
+    push = np.asarray(arrays[pre + "push_adam"], dtype=np.float64)
+    push = push[np.isfinite(push) & (push != 0)]
+
+    def p2(k, n):
+        if n == 0:
+            return float("nan")
+        z = (abs(k - n / 2) - 0.5) / math.sqrt(n / 4)
+        return float(math.erfc(max(z, 0.0) / math.sqrt(2)))
+    return dict(dd_share=pos / nz if nz else float("nan"), dd_n=int(nz), dd_p=p2(pos, nz),
+                push_share=float((push > 0).mean()) if push.size else float("nan"), push_n=int(push.size),
+                push_p=p2(float((push > 0).sum()), push.size), n_events=int(len(arrays[pre + "step"])))
+
+
+def arms_numbers(res) -> dict:
+    """Glue for the GPT-2 chain chapter from a `gpt2_arms` result: per arm (keys "<arm>_..."): steps run and whether
+    the wall limit cut it, throughput, failure step, last validation loss, the 500-step mean training loss at the
+    common step, the largest logit and ‖W_Q,h‖₂ at the common step and at the arm's last census (with their layer),
+    outlier layers, census conjunction peaks, probe signs, telemetry cost; and the run's settings."""
+    from lib.studies.gpt2.telemetry import telemetry_cost
+    data, arrays = res.data, res.arrays
+    cfg = cfg_of(res)
+    rules = cfg["rules"]
+    runs = [r for r in data["runs"] if "error" not in r]
+    labels = [r["label"] for r in runs]
+    common = common_step(arrays, labels)
+    out = {"common_step": f"{common:,}", "seeds": ", ".join(str(s) for s in cfg["seeds"]),
+           "n_seeds": str(len(cfg["seeds"])), "steps": f"{cfg['steps']:,}",
+           "max_wall_s": f"{cfg['max_wall_s']:,.0f}" if cfg.get("max_wall_s") else "none",
+           "census_every": f"{cfg['census_every']:,}", "census_rows": str(cfg["census_rows"]),
+           "probe_every": f"{cfg['probe']['every']:,}", "probe_rows": str(cfg["probe"]["rows"]),
+           "probe_top": str(cfg["probe"]["top"]), "window": str(rules["failure_window"]),
+           "rise": f"{rules['failure_rise']:g}", "lr": f"{cfg['lr']:g}", "warmup": f"{cfg['warmup']:,}",
+           "batch": f"{cfg['batch_size']} × {cfg['model']['block_size']:,}", "big_logit": f"{BIG_LOGIT:,.0f}",
+           "n_arms": str(len(cfg["arms"]))}
+    rb = [a["attn"].split("round_block=")[1].split("/")[0] for a in cfg["arms"] if "round_block=" in a["attn"]]
+    out["paper_rb"] = f"{int(rb[0]):,}" if rb else "64"
+    from lib.studies.gpt2.telemetry import TARGET_SHARE
+    out["telemetry_target"] = f"{100 * TARGET_SHARE:.0f} %"
+    for r in runs:
+        lab = r["label"]
+        arm = lab.split(":s")[0]
+        loss = np.asarray(arrays[f"{lab}__loss"], dtype=np.float64)
+        out[f"{arm}_steps"] = f"{r['steps']:,}"
+        out[f"{arm}_cut"] = "cut by the wall limit" if r.get("truncated_at") else "the whole horizon"
+        out[f"{arm}_tokens_per_s"] = f"{r['tokens_per_s'] / 1e6:.2f} M"
+        fs = failure_step(loss, rules["failure_window"], rules["failure_rise"])
+        out[f"{arm}_failed_at"] = "none" if fs is None else f"step {fs:,}"
+        out[f"{arm}_val_loss"] = f"{r['val']['loss'][-1]:.3f}" if r.get("val", {}).get("loss") else "—"
+        lo = max(0, common - 500)
+        out[f"{arm}_loss_common"] = f"{loss[lo:common].mean():.3f}"
+        ser = layer_series(arrays, lab)
+        for tag, i in (("common", at_step(ser, common)), ("last", len(ser["step"]) - 1)):
+            for k in ("logit", "wq"):
+                layer = int(np.argmax(ser[k][i]))
+                v = ser[k][i, layer]
+                out[f"{arm}_{k}_{tag}"] = f"{v:,.0f}" if k == "logit" else f"{v:.1f}"
+                out[f"{arm}_{k}_{tag}_layer"] = str(layer + 1)
+        out[f"{arm}_logit_common_value"] = float(ser["logit"][at_step(ser, common)].max())
+        big = [str(i + 1) for i in np.flatnonzero(ser["logit"][at_step(ser, common)] > BIG_LOGIT)]
+        out[f"{arm}_big_layers"] = ", ".join(big) if big else "none"
+        for pl in ("authors", "fa2"):
+            out[f"{arm}_conj_{pl}"] = conjunction_peak(arrays, lab, pl)
+        if f"{lab}__probe__step" in arrays:
+            ps = probe_signs(arrays, lab)
+            out[f"{arm}_dd_share"] = f"{100 * ps['dd_share']:.1f} %"
+            out[f"{arm}_dd_n"] = f"{ps['dd_n']:,}"
+            out[f"{arm}_dd_p"] = f"{ps['dd_p']:.2g}"
+            out[f"{arm}_push_share"] = f"{100 * ps['push_share']:.1f} %"
+            out[f"{arm}_push_n"] = f"{ps['push_n']:,}"
+            out[f"{arm}_push_p"] = f"{ps['push_p']:.2g}"
+        tel = data.get("telemetry", {}).get(lab)
+        if tel and tel.get("step_times"):
+            evals = range(cfg["eval_every"] - 1, cfg["steps"], cfg["eval_every"]) if cfg.get("eval_every") else []
+            ev = sorted(set(np.asarray(arrays[f"{lab}__census__step"]).tolist()) | set(evals))
+            c = telemetry_cost(tel["step_times"], ev)
+            out[f"{arm}_telemetry"] = f"{100 * c['share']:.0f} %"
+            out[f"{arm}_probe_s"] = f"{np.median(tel['probe_s']):.2f} s" if tel.get("probe_s") else "—"
+    bf16 = [out[f"{a}_logit_common_value"] for a in ("sdpa", "ours_fa2", "paper") if f"{a}_logit_common_value" in out]
+    if bf16 and "fp32_logit_common_value" in out:
+        out["bf16_over_fp32_lo"] = f"{min(bf16) / out['fp32_logit_common_value']:,.0f}"
+        out["bf16_over_fp32_hi"] = f"{max(bf16) / out['fp32_logit_common_value']:,.0f}"
+    for k in [k for k in out if k.endswith("_logit_common_value")]:
+        del out[k]
+    return out
+
+
+def arms_table(res) -> str:
+    """A Markdown table of `arms_numbers`: one row per arm (readable names)."""
+    n = arms_numbers(res)
+    rows = ["| arm | steps | failure | loss at step " + n["common_step"] + " | largest logit (layer) | "
+            "largest ‖W_Q,h‖₂ (layer) |", "|---|---:|---|---:|---:|---:|"]
+    for r in res.data["runs"]:
+        arm = r["label"].split(":s")[0]
+        if f"{arm}_steps" not in n:
+            continue
+        rows.append(f"| {CHAIN_ARMS.get(arm, arm)} | {n[arm + '_steps']} | {n[arm + '_failed_at']} | "
+                    f"{n[arm + '_loss_common']} | {n[arm + '_logit_common']} ({n[arm + '_logit_common_layer']}) | "
+                    f"{n[arm + '_wq_common']} ({n[arm + '_wq_common_layer']}) |")
+    return "\n".join(rows)

@@ -30,6 +30,8 @@ import torch
 from lib.training import data as data_mod
 from lib.training.chain_probe import ChainProbe
 
+TARGET_SHARE = 0.05      # what the census and the probe may cost, as a share of training time (the study's target)
+
 
 class SideProbe(ChainProbe):
     """The chain probe on its own forward and backward (module docstring). `rc`: the arm's RunConfig; `train`:

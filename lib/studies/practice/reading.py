@@ -6,14 +6,20 @@ Figure under "fig-…"), that the chapter glues in a loop. One function per sect
 
 * `kernel_table_numbers(res)`: the kernel bias table (`kernel_table`), committed full-scale result or a live run;
 * `remainder_sign_check(...)`: the same planted tie with the other keys' V of random sign and of the tied sign (CPU);
+* `student_interval(cell)`: a table cell's 95 % interval over its problems from Student's t, not the normal
+  approximation (which is too narrow for a handful of problems);
+* `ntr_numbers(res)`: chapter 1's measurement of the FA2 order (normalise, then round O once) on planted tied rows,
+  per path, without and with the β shift;
 * `planted_demo`, `run_monitor_demo(path)`, `monitor_demo_numbers(path)`: `AttentionMonitor` on a tiny `LM` with a
   planted tied head, for a few CPU steps, and what its JSON lines and warnings say;
 * `monitor_view(res, ...)`, `gpt2_monitor_numbers(res)`: the census of the committed GPT-2 124M run read as the
   monitor reads its own records (per event, per head), with the warnings the monitor's thresholds would have raised;
+  `monitor_lead_numbers(res)`: how much earlier the conjunction warning fires than the logit warning;
 * `fix_numbers()`: the recommended settings, read from the code (the user kernel's defaults, the fix's window, the
   authors' clamp on ℓ);
 * `dev_log(path)`, `dev_log_numbers(log)`: the development measurement of the user kernel on an H100, parsed from
-  its log (speed against SDPA's cuDNN and flash backends, the fix's cost, the open dQ difference).
+  its log (speed against SDPA's cuDNN and flash backends, the fix's cost, the open dQ difference), with TFLOP/s as
+  a fraction of the H100 SXM's datasheet peak (`H100_SXM_DENSE_BF16_TFLOPS`).
 """
 from __future__ import annotations
 
@@ -37,9 +43,18 @@ TARGETS = {"cudnn": 0.9, "flash": 1.3, "fix": 0.02}
 CHECK_KERNELS = ("sdpa_math", "ours_fa2", "ours_paper")
 PLANT_GAIN = 16.0        # the demo's layer-0 head 0: q and k weights scaled, so attention concentrates
 ALPHABET = 8             # the demo's tokens come from 8 symbols: each repeats in a 32-token row (ties)
+# The H100 SXM's dense BF16 tensor-core peak, in TFLOP/s. Source: NVIDIA H100 Tensor Core GPU datasheet, H100 SXM,
+# "BF16 Tensor Core 1,979 teraFLOPS", a figure given with structured sparsity (footnote), i.e. twice the dense rate;
+# the H100 architecture whitepaper's table gives the dense rate, 989.4 (1,978.9 with sparsity), for the H100 SXM5.
+# The development measurement ran on an "NVIDIA H100 80GB HBM3", the SXM part. (The benchmark's own log divides by
+# 790, which is not a datasheet figure; no matmul ceiling was measured on that machine.)
+H100_SXM_DENSE_BF16_TFLOPS = 989.4
+H100_SXM_SPARSE_BF16_TFLOPS = 1979.0
+Z95 = 1.96               # the normal quantile of `kernel_table.summarize`'s intervals (95 %, two-sided)
 
-__all__ = ["numbers", "TARGETS", "kernel_table_result", "kernel_table_numbers", "remainder_sign_check",
-           "check_numbers", "planted_demo", "run_monitor_demo", "monitor_demo_numbers", "monitor_view",
+__all__ = ["numbers", "TARGETS", "H100_SXM_DENSE_BF16_TFLOPS", "kernel_table_result", "kernel_table_numbers",
+           "student_interval", "remainder_sign_check", "check_numbers", "ntr_numbers", "monitor_lead_numbers",
+           "planted_demo", "run_monitor_demo", "monitor_demo_numbers", "monitor_view",
            "first_warnings", "watched_layer", "gpt2_monitor_numbers", "fix_numbers", "dev_log", "dev_shape_numbers",
            "dev_log_numbers", "dq_numbers", "kernel_label"]
 
@@ -49,14 +64,20 @@ def numbers() -> dict:
     with `monitor_demo_numbers`). The same at every scale: the results it reads are committed, and what is live (the
     ci kernel table, the remainder check) is CPU work."""
     from lib.book import results
+    import dataclasses
     table = kernel_table_result()
     check = remainder_sign_check()
     gpt2 = results.load("gpt2_regime", "full")
     layer = watched_layer(gpt2)
     views = {p: monitor_view(gpt2, layer, p) for p in ("authors", "fa2")}
-    return (kernel_table_numbers(table) | check_numbers(check) | gpt2_monitor_numbers(gpt2) | fix_numbers()
-            | dev_log_numbers(dev_log())
-            | {"fig-kernel-table": figures.kernel_table_figure(table, check),
+    # the figure draws the same Student-t intervals as the text
+    t_table = dataclasses.replace(table, data=table.data | {"table": {
+        n: {k: student_interval(c) for k, c in row.items()} for n, row in table.data["table"].items()}})
+    t_check = check | {w: {k: student_interval(c) for k, c in check[w].items()} for w in ("random", "tied")}
+    return (kernel_table_numbers(table) | check_numbers(check) | gpt2_monitor_numbers(gpt2)
+            | monitor_lead_numbers(gpt2) | fix_numbers() | dev_log_numbers(dev_log())
+            | ntr_numbers(results.load("bias_kernel", "full"))
+            | {"fig-kernel-table": figures.kernel_table_figure(t_table, t_check),
                "fig-gpt2-monitor": figures.gpt2_monitor_figure(views, gpt2.meta)})
 
 
@@ -67,9 +88,10 @@ def _num(x: float, fmt: str = "+.2f") -> str:
 
 
 def _interval(cell: dict) -> str:
-    """'−0.19 [−0.20, −0.17]': a table cell's mean and 95 % interval (ULP)."""
+    """'−0.19 [−0.20, −0.17]': a table cell's mean and 95 % interval (ULP), Student's t over its problems."""
     if not cell or cell.get("n_problems", 0) == 0:
         return "—"
+    cell = student_interval(cell)
     if not math.isfinite(cell["lo"]):
         return _num(cell["mean"])
     return f"{_num(cell['mean'])} [{_num(cell['lo'])}, {_num(cell['hi'])}]"
@@ -93,6 +115,23 @@ def _ranges(rows) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ kernel table
+def student_interval(cell: dict) -> dict:
+    """A table cell of `kernel_table.summarize` (mean over n problem means, and the normal-approximation interval
+    mean ± 1.96·s/√n) with the 95 % interval from Student's t instead, mean ± t₀.₉₇₅(n − 1)·s/√n: exact when the
+    problem means are normal, where the normal approximation is too narrow by t₀.₉₇₅(n − 1)/1.96 (6.5× at n = 2,
+    1.2× at n = 8). Adds "dof" (n − 1) and "widen" (that factor); NaN ends where n < 2. Idempotent."""
+    from scipy.stats import t as student_t
+    if not cell or cell.get("interval") == "student-t":
+        return cell
+    n = int(cell.get("n_problems", 0))
+    out = dict(cell, interval="student-t", dof=n - 1)
+    if n < 2 or not (math.isfinite(cell["lo"]) and math.isfinite(cell["hi"])):
+        return out | dict(lo=float("nan"), hi=float("nan"), widen=float("nan"))
+    widen = float(student_t.ppf(0.975, n - 1)) / Z95
+    half = (cell["hi"] - cell["lo"]) / 2 * widen
+    return out | dict(lo=cell["mean"] - half, hi=cell["mean"] + half, widen=widen)
+
+
 def kernel_table_result():
     """The kernel bias table: the committed full-scale result if there is one, else a live run at ci scale (on the
     CPU: SDPA's math backend and the research kernel's emulated path; about a second)."""
@@ -105,7 +144,9 @@ def kernel_table_result():
 
 def kernel_table_numbers(res) -> dict:
     """The kernel bias table as Markdown ("kt_md": kernel × kind of input, mean error along sign(V) in ULP with its
-    95 % interval), what it is ("kt_what"), its size, and the full table's kernels it does not hold ("kt_missing")."""
+    95 % interval from Student's t over problems), what it is ("kt_what"), its size, the intervals' degrees of freedom
+    and how much wider they are than the normal approximation ("kt_dof", "kt_widen"), and the full table's kernels
+    it does not hold ("kt_missing")."""
     from lib.studies.practice import kernel_table as kt
     d = res.data
     kinds = [k for k in KINDS if any(k in row for row in d["table"].values())]      # the table's, not the check's
@@ -118,13 +159,18 @@ def kernel_table_numbers(res) -> dict:
     on_cpu = d["device"] == "cpu"
     missing = [kernel_label(k, kt.LABELS) for k in kt.KERNELS if k not in d["table"]]
     conc = {n: _direction(row["concentrated"]) for n, row in d["table"].items() if "concentrated" in row}
+    cells = [student_interval(row[k]) for row in d["table"].values() for k in kinds if k in row]
+    widen = sorted({round(c["widen"], 1) for c in cells if math.isfinite(c.get("widen", float("nan")))})
     named = lambda w: "; ".join(kernel_label(n, d["labels"]) for n, v in conc.items() if v == w) or "none"  # noqa: E731
     diffuse = [abs(row["diffuse"]["mean"]) for row in d["table"].values() if "diffuse" in row]
     return {"kt_md": "\n".join(lines),
             "kt_what": ("a live run on this machine's CPU (Triton's interpreter, BF16 rounding emulated bit for bit)"
                         if on_cpu else f"the run on {d['device']} ({res.label})"),
             "kt_on_gpu": not on_cpu, "kt_shape": f"{B}·{H}·{T}·{D}",
-            "kt_n_problems": " or ".join(str(x) for x in n), "kt_gap_c": f"{d['gaps']['concentrated']:g}",
+            "kt_n_problems": " or ".join(str(x) for x in n),
+            "kt_dof": " or ".join(str(x - 1) for x in n),
+            "kt_dof_words": " or ".join(str(x - 1) for x in n) + (" degree" if n == [2] else " degrees") + " of freedom", "kt_widen": " to ".join(f"{w:.1f}" for w in widen) or "—",
+            "kt_gap_c": f"{d['gaps']['concentrated']:g}",
             "kt_gap_d": f"{d['gaps']['diffuse']:g}", "kt_n_missing": len(missing),
             "kt_missing": "; ".join(missing) if missing else "none",
             "kt_missing_md": "Kernels not in the table above:\n\n" + "\n".join(f"* {m}" for m in missing)
@@ -136,7 +182,8 @@ def kernel_table_numbers(res) -> dict:
 
 
 def _direction(cell: dict) -> str:
-    """Which way a table cell's 95 % interval puts the error along sign(V)."""
+    """Which way a table cell's 95 % interval (Student's t) puts the error along sign(V)."""
+    cell = student_interval(cell)
     if cell["lo"] > 0:
         return "away from zero"
     if cell["hi"] < 0:
@@ -169,10 +216,44 @@ def remainder_sign_check(shape=(1, 4, 128, 16), seeds=(0, 1), gap: float = 14.0,
 
 
 def check_numbers(check: dict) -> dict:
-    """Glue names of `remainder_sign_check`: "ck_<which>_<kernel>" (mean [interval]), the size."""
+    """Glue names of `remainder_sign_check`: "ck_<which>_<kernel>" (mean [Student-t interval]) and
+    "ck_<which>_<kernel>_way" (which way that interval puts the error along sign(V)), the size and the intervals'
+    degrees of freedom."""
     out = {f"ck_{w}_{k}": _interval(s) for w in ("random", "tied") for k, s in check[w].items()}
+    out |= {f"ck_{w}_{k}_way": _direction(s) for w in ("random", "tied") for k, s in check[w].items()}
     B, H, T, D = check["shape"]
-    return out | {"ck_n": check["n_problems"], "ck_shape": f"{B}·{H}·{T}·{D}"}
+    return out | {"ck_n": check["n_problems"], "ck_shape": f"{B}·{H}·{T}·{D}", "ck_dof": check["n_problems"] - 1}
+
+
+def ntr_numbers(res) -> dict:
+    """Chapter 1's measurement of the FA2 order — normalise, then round O once — on planted tied rows (`bias_kernel`:
+    k = 2 tied maxima, V of one sign in every row), at the larger of the two gaps chapter 1 shows (14 and 16 nats):
+    per path (the GPU's tensor cores "native", the emulated kernel, numpy's sequential FP32 accumulation) the mean
+    error of O in ULP without the fix ("o1_<path>") and with the β shift ("o1_<path>_fix"), signed as chapter 1 signs
+    it, and which way it points ("o1_<path>_way", "o1_<path>_fix_way": toward or away from zero, or not resolved
+    from zero where chapter 1's interval holds 0)."""
+    from lib.book import catalogue
+    cfg = res.meta["config"]
+    if cfg["frac_neg"] not in (0.0, 1.0):
+        raise ValueError("the direction of the error is defined here only for V of one sign")
+    v_sign = -1.0 if cfg["frac_neg"] == 1.0 else 1.0
+    cells = {(c["k"], c["gap"], c["method"], c["path"]): c for c in res.data["cells"]}
+    gap = max({c["gap"] for c in res.data["cells"]} & {14.0, 16.0})
+
+    def way(c):      # its interval (chapter 1's half-width, `o_ntr_ci`) must exclude 0
+        if abs(c["o_ntr"]) <= c["o_ntr_ci"]:
+            return "not resolved from zero"
+        return "toward zero" if c["o_ntr"] * v_sign < 0 else "away from zero"
+    out = {"o1_gap": f"{gap:g}", "o1_k": 2, "o1_keys": cfg["n_keys"], "o1_beta": f"{cfg['beta']:g}",
+           "o1_v": "V < 0" if v_sign < 0 else "V > 0",
+           "o1_positive": "toward zero" if v_sign < 0 else "away from zero", "o1_device": catalogue.device(res.meta),
+           "o1_native_measured": (2, gap, "rne", "native") in cells}
+    for path in ("native", "emulated", "numpy"):
+        for method, suffix in (("rne", ""), ("beta", "_fix")):
+            c = cells.get((2, gap, method, path))
+            out[f"o1_{path}{suffix}"] = _num(c["o_ntr"], "+.3f") if c else "—"
+            out[f"o1_{path}{suffix}_way"] = way(c) if c else "not measured"
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ the monitor demo
@@ -339,6 +420,34 @@ def gpt2_monitor_numbers(res) -> dict:
     return out
 
 
+def monitor_lead_numbers(res) -> dict:
+    """How much notice the conjunction warning gives over the logit warning, in the layer where it fires first
+    (`watched_layer`, authors' placement): the first step of each there ("g2_lead_conj", "g2_lead_logit"), how many
+    steps earlier the conjunction warning fires ("g2_lead": logit's first step minus conjunction's, 0 when they fire
+    at the same event, negative when the logit warning comes first; "g2_lead_words" the same in words), the first
+    logit warning in any layer ("g2_lead_any_logit"), and what that means ("g2_lead_claim", "g2_lead_adds": whether
+    the conjunction warning came before every logit warning)."""
+    layer = watched_layer(res)
+    first = monitor_view(res, layer, "authors")["first"]
+    anywhere = [f["logit"] for (p, _), f in first_warnings(res).items() if p == "authors" and f["logit"] is not None]
+    lead = first["logit"] - first["conjunction"] if first["logit"] is not None else None
+    earlier = (lead is None or lead > 0) and (not anywhere or min(anywhere) > first["conjunction"])
+    return {"g2_lead_claim": ("It came before any logit warning" if earlier else "It gave no earlier notice"),
+            "g2_lead_adds": ("" if earlier else "What the conjunction warning adds in this run is where the "
+                             "preconditions are, not an earlier warning."),
+            "g2_lead_conj": f"{first['conjunction']:,}", "g2_lead_logit": _step(first["logit"]),
+            "g2_lead": "—" if lead is None else f"{lead:,}", "g2_lead_steps": lead,
+            "g2_lead_any_logit": _step(min(anywhere) if anywhere else None),
+            "g2_lead_words": ("at the same event as" if lead == 0 else
+                              f"{lead:,} steps before" if lead is not None and lead > 0 else
+                              f"{-lead:,} steps after" if lead is not None else "without")}
+
+
+def _step(step) -> str:
+    """A step with thousands separators, or "never"."""
+    return "never" if step is None else f"{step:,}"
+
+
 # ------------------------------------------------------------------------------------------------ the fix
 def fix_numbers() -> dict:
     """The recommended settings, read from the code: the user kernel's defaults (β, the shift cap), the fix's window
@@ -394,7 +503,8 @@ def _round_ratios(shape: dict, a: str, b: str, mode: str) -> list[float]:
 def dev_shape_numbers(shape: dict) -> dict:
     """One shape of the development measurement against the targets (medians over rounds, as the benchmark reports
     them; per-round values as a span): speed-ups of the user kernel's forward+backward over cuDNN and flash, the
-    fix's extra time (forward+backward and forward), TFLOP/s and fraction of the peak."""
+    fix's extra time (forward+backward and forward), TFLOP/s and its fraction of the H100 SXM's dense BF16 peak
+    (`H100_SXM_DENSE_BF16_TFLOPS`, the datasheet's; not the log's own "fraction_of_peak")."""
     out = {}
     for other in ("cudnn", "flash"):
         per = _round_ratios(shape, "stable", f"sdpa_{other}", "fwd+bwd")
@@ -408,8 +518,14 @@ def dev_shape_numbers(shape: dict) -> dict:
                                   firm=max(per) <= TARGETS["fix"] or min(per) > TARGETS["fix"])
     for impl in ("stable", "sdpa_cudnn", "sdpa_flash"):
         out[f"tflops {impl}"] = shape[f"{impl} fwd+bwd"]["tflops"]
-        out[f"peak {impl}"] = shape[f"{impl} fwd+bwd"]["fraction_of_peak"]
+        out[f"peak {impl}"] = shape[f"{impl} fwd+bwd"]["tflops"] / H100_SXM_DENSE_BF16_TFLOPS
     return out
+
+
+def _span(xs) -> str:
+    """'21–41 %': the range of per-cent values, rounded."""
+    xs = sorted(xs)
+    return f"{xs[0]:.0f}–{xs[-1]:.0f} %"
 
 
 def _speed_cell(r: dict) -> str:
@@ -436,7 +552,7 @@ def dev_log_numbers(log: dict) -> dict:
               [_cost_cell(p[f"fix {mode}"]) for p in per]) for mode in ("fwd+bwd", "fwd")]
     rows += [("TFLOP/s fwd + bwd: ours, cuDNN, flash",
               [", ".join(f"{p[f'tflops {i}']:.0f}" for i in impls) for p in per]),
-             (f"fraction of {meta['peak_tflops']:g} TFLOP/s",
+             (f"fraction of {H100_SXM_DENSE_BF16_TFLOPS:g} TFLOP/s (datasheet peak)",
               [", ".join(f"{100 * p[f'peak {i}']:.0f} %" for i in impls) for p in per])]
     md = ["| B·H·T·D | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     md += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in rows]
@@ -452,7 +568,11 @@ def dev_log_numbers(log: dict) -> dict:
            "dev_cudnn_ok": where("cudnn"), "dev_flash_ok": where("flash"), "dev_fix_ok": where("fix fwd+bwd"),
            "dev_fix_fwd_ok": where("fix fwd"), "dev_n_verdicts": len(verdicts),
            "dev_unfirm": sum(not v["firm"] for v in verdicts),
-           "dev_registered": "not a registered result" in log["header"].lower()}
+           "dev_registered": "not a registered result" in log["header"].lower(),
+           "dev_hd": " and ".join(sorted({str(s["shape"][3]) for s in shapes})),
+           "dev_t_cudnn": f"{TARGETS['cudnn']:g}", "dev_t_flash": f"{TARGETS['flash']:g}", "dev_t_fix": fix,
+           "dev_peak": f"{H100_SXM_DENSE_BF16_TFLOPS:g}", "dev_peak_sparse": f"{H100_SXM_SPARSE_BF16_TFLOPS:,.0f}",
+           "dev_peak_range": _span(100 * p[f"peak {i}"] for p in per for i in impls)}
     return out | dq_numbers(log)
 
 

@@ -1,0 +1,243 @@
+"""The intro's "What we found" box: a few findings, each one sentence whose numbers are computed from the committed
+full-scale results when the book is built — through the same readings the chapters use (`lib.claims.verdicts`'s
+cells for the tie bias, `lib.studies.census.reading` for GPT-2's census, `lib.studies.delta.reading` for the proxy's
+captures, `lib.studies.gpt2.reading` and `lib.studies.kernel.gradient_checks` for the GPT-2 kernel checks), never
+typed.
+
+Each finding names the results it rests on: one that rests on a stale result says so in the box; one whose result is
+missing says what is not measured yet instead of a number. The last finding says what is *not yet tested at GPT-2
+scale*, read from the experiment registry (the GPT-2 comparison's arms, seeds and steps) and from whether its result
+is committed.
+
+* `findings(root)`: the findings as `Finding`s, in the box's order;
+* `markdown(items, chapter_cell)`: the box, a MyST admonition of class `BOX_CLASS` (the HTML check looks for it on
+  the root page's first screen).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lib.book import catalogue, registry, results as _results
+from lib.claims import verdicts as _v
+
+BOX_CLASS = "what-we-found"       # the admonition's class, looked for by `lib.book.htmlcheck`
+TITLE = "What we found"
+GPT2_ARMS = "gpt2_arms"           # the registered comparison of rounding placements in GPT-2 124M
+STALE = "rests on a stale result: its code changed after it ran"
+
+
+@dataclass
+class Finding:
+    head: str                     # the finding in a few words, shown bold
+    text: str                     # the sentence(s) with the numbers
+    results: list = field(default_factory=list)    # the Results it rests on
+    chapters: tuple = ()          # "chapters/NN-…" files that hold the evidence
+
+    @property
+    def stale(self) -> bool:
+        return any(r.stale for r in self.results)
+
+
+def _res(name, root):
+    return _results.load(name, "full", root) if _results.exists(name, "full", root) else None
+
+
+def _list(xs) -> str:
+    xs = [str(x) for x in xs]
+    return xs[0] if len(xs) == 1 else ", ".join(xs[:-1]) + " and " + xs[-1] if xs else ""
+
+
+# ------------------------------------------------------------------------------------------------------ findings
+def bias(root=None) -> Finding:
+    """The tie bias on tensor cores, the β fix there, and the fix's own bias on sink-tie attention inputs."""
+    head = "The rounding bias is real."
+    res, dev = _res("bias_kernel", root), _res("fa_deviation", root)
+    cells = _v._bias_cells(root)
+    if res is None or cells is None or cells[0] is None:
+        return Finding(head, "The tie bias on tensor cores is not measured yet.", [], ("chapters/01-bf16-rounding",))
+    rne, beta, gap = cells
+    k = {2: "Two", 3: "Three", 4: "Four"}.get(rne["k"], str(rne["k"]))
+    text = (f"{k} tied row maxima bias BF16 P̄V by {rne['pv']:+.3f} ± {rne['pv_ci']:.3f} ULP (95 % CI, "
+            f"{catalogue.device(res.meta)} tensor cores)")
+    if beta is not None:
+        text += f"; the β fix removes it there ({beta['pv']:+.3f})"
+    att = _v._attention_bias(root)
+    used = [res]
+    if att is not None:
+        a, b = att
+        used.append(dev)
+        text += (f" but adds its own on sink-tied attention inputs ({a:+.3f} → {b:+.3f} ULP)" if abs(b) > abs(a)
+                 else f" and on sink-tied attention inputs ({a:+.3f} → {b:+.3f} ULP)")
+    return Finding(head, text + ".", used, ("chapters/01-bf16-rounding", "chapters/03-numeric-deviation"))
+
+
+def gpt2_preconditions(root=None) -> Finding:
+    """The census of the tie bias's preconditions in GPT-2 124M at the paper's LR (chapter 2b)."""
+    res = _res("gpt2_regime", root)
+    ch = ("chapters/02b-where-can-the-chain-start",)
+    if res is None:
+        return Finding("GPT-2's preconditions", "The census of GPT-2's training is not measured yet.", [], ch)
+    from lib.studies.census import reading as census
+    n = census.gpt2_numbers(res)
+    if not n["authors_present"]:
+        return Finding("GPT-2 lacks the bias's preconditions.",
+                       f"GPT-2 124M at LR {n['lr']:g} (seed {n['seed']}, {n['steps']:,} steps) has no head that "
+                       "passes the census's rule in the authors' placement.", [res], ch)
+    return Finding(
+        "GPT-2 has its preconditions.",
+        f"GPT-2 124M at the paper's LR {n['lr']:g} (seed {n['seed']}, {n['steps']:,} steps) meets them in up to "
+        f"{n['authors_max_conj']:.1%} of a head's (row, feature) pairs in the authors' placement, "
+        f"{n['pairs_ratio']:.0f}× fewer in FA2's.", [res], ch)
+
+
+def proxy(root=None) -> Finding:
+    """Where links 3–7 were tested (the small proxy model): no lean of O's error along sign(V), and no explosion at
+    either width (chapters 4 and 6)."""
+    head = "Our small proxy shows neither the biased O nor the explosion."
+    ch = ("chapters/04-biased-output", "chapters/06-loss-explosion")
+    cap = _res("delta_capture", root)
+    parts, used, where = [], [], ""
+    hh = _results.load_group("healthy_headline", "full", root)
+    if hh:
+        cfg = hh[0].meta.get("config", {})
+        where = f"In the {cfg.get('n_layer')}-layer proxy where links 3–7 were tested (LR {cfg.get('lr'):g}), "
+    else:
+        where = "In the proxy where links 3–7 were tested, "
+    if cap is not None:
+        from lib.studies.delta import reading as delta
+        n4 = delta.numbers_ch4(cap)
+        parts.append(f"O's error along sign(V) is {n4['os_ulp_med']:+.3f} ULP (median over heads, seeds {n4['seeds']})")
+        used.append(cap)
+    runs = []
+    for group in ("healthy_headline", "width_768"):
+        g = _results.load_group(group, "full", root)
+        if g:
+            failed, n, h = _v._healthy_paper(g)
+            width = g[0].meta.get("config", {}).get("n_embd")
+            runs.append(f"{failed} of {n}{'' if runs else ' seeds'} at width {width} ({h:,} steps)")
+            used += g
+    if runs:
+        parts.append("the paper's numerics failed in " + _list(runs))
+    if not used:
+        return Finding(head, "The proxy's captures and training runs are not measured yet.", [], ch)
+    return Finding(head, where + " and ".join(parts) + ".", used, ch)
+
+
+def gpt2_kernel(root=None) -> Finding:
+    """Our kernel against PyTorch's flash attention at GPT-2 scale: gradients against FP64, training fidelity, step
+    time (chapter 2's section "Where GPT-2 trains")."""
+    head = "Our kernel passes its GPT-2 checks."
+    ch = ("chapters/02-flash-attention-kernel",)
+    gc, kf, ts = _res("gradient_checks", root), _res("kernel_fidelity", root), _res("train_step_gpt2", root)
+    parts, used = [], []
+    if gc is not None:
+        from lib.studies.kernel import gradient_checks as gchk
+        inputs = list(dict.fromkeys(r["input"] for r in gc.data["rows"]))
+        bad = {v.split(" on ", 1)[1].split(":")[0] for v in gchk.read_violations(gc.data)
+               if v.startswith("FA2 placement on ")}          # our kernel in FA2 placement, the δ it trains with
+        parts.append(f"in FA2 placement its gradients meet FlashAttention's error rule on "
+                     f"{len(inputs) - len(bad)} of {len(inputs)} inputs")
+        used.append(gc)
+    if kf is not None:
+        from lib.studies.gpt2 import reading as g2r
+        n, cfg = g2r.numbers(kf), g2r.cfg_of(kf)
+        modes = {m: n[f"alike_{m}"] for m in ("eager", "compiled") if n[f"alike_{m}"] != "not run"}
+        how = (f"alike with PyTorch's flash SDPA, {' and '.join(modes)}"
+               if modes and all(v == "alike" for v in modes.values()) else
+               "with PyTorch's flash SDPA: " + ("; ".join(f"{v} {m}" for m, v in modes.items()) or "not compared"))
+        failed = [a for a in g2r.ARM_WORDS if n[f"{a}_failed_at"] not in ("no failure", "not run")]
+        seeds = cfg["seeds"]
+        parts.append(f"over {n['sdpa_eager_steps']} steps (seed{'s' if len(seeds) > 1 else ''} {_list(seeds)}) it "
+                     f"trained {how} — a weak test: PyTorch's own two modes differ "
+                     f"{n['spread_logit_factor']}-fold in a layer's largest logit; "
+                     + ("none failed" if not failed else f"{len(failed)} of {len(g2r.ARM_WORDS)} runs failed")
+                     + f", layer-2 logits reached ≥ {n['l2_logit_min']}")
+        used.append(kf)
+    if ts is not None:
+        rec = next((r for g in ts.data["groups"] for r in g if r["label"] == "fa2_compiled"), None)
+        if rec is not None:
+            parts.append(f"a compiled step takes {rec['ratio_to_baseline']:.2f}× PyTorch's time "
+                         f"({catalogue.device(ts.meta)})")
+            used.append(ts)
+    if not parts:
+        return Finding(head, "The GPT-2 kernel checks are not measured yet.", [], ch)
+    text = "; ".join(parts)
+    return Finding(head, text[0].upper() + text[1:] + ".", used, ch)
+
+
+def _arms_words(specs) -> str:
+    """The GPT-2 comparison's arms in words: "FP32 attention, PyTorch's flash SDPA and our kernel in FA2 and paper
+    placements" (our kernel's arms by their placement, `lib.training.runs.spec_words`)."""
+    from lib.training.runs import spec_words
+    named = {"fp32_flash": "FP32 attention", "sdpa": "PyTorch's flash SDPA"}
+    words = [named[s] for s in specs if s in named]
+    ours = [spec_words(s).split(",")[0].replace(" placement", "") for s in specs if s not in named]
+    if ours:
+        words.append(f"our kernel in {_list(ours)} placement{'s' if len(ours) > 1 else ''}")
+    return _list(words)
+
+
+def gpt2_untested(root=None) -> Finding:
+    """What is not yet tested at GPT-2 scale: the registered GPT-2 comparison (its arms, seeds and steps read from the
+    registry), and whether it has a committed result."""
+    head = "Not yet tested at GPT-2 scale: the explosion."
+    try:
+        cfg = registry.resolve(GPT2_ARMS, "full")
+    except KeyError:
+        return Finding(head, "No GPT-2 comparison of rounding placements is registered.", [], ())
+    arms = [a["attn"] for a in cfg["arms"]]
+    words = _arms_words(arms)
+    if _results.exists(GPT2_ARMS, "full", root):
+        return Finding(head, f"The GPT-2 comparison ({words}) has a committed result that this book does not read "
+                             "yet; until it does, the explosion is tested only in the proxy.", [], ())
+    fix = any("+fix" in a for a in arms)
+    return Finding(head, f"The registered comparison of {words} (seeds {_list(cfg['seeds'])}, {cfg['steps']:,} "
+                         "steps) has not run" + ("." if fix else "; it has no β-fix arm."), [], ())
+
+
+def gpt2_chain(root=None) -> Finding:
+    """The GPT-2 comparison when its result is committed (chapter 2c): the largest logit under FP32 attention and
+    under each BF16 arm at the last step every arm reached, and which arms the failure rule caught; otherwise what is
+    not yet tested (`gpt2_untested`)."""
+    res = _res(GPT2_ARMS, root)
+    if res is None:
+        return gpt2_untested(root)
+    from lib.studies.gpt2 import reading as g2r
+    n = g2r.arms_numbers(res)
+    bf16 = [a for a in ("sdpa", "ours_fa2", "paper") if f"{a}_steps" in n]
+    if "fp32_steps" not in n or not bf16:
+        return gpt2_untested(root)
+    seeds = g2r.cfg_of(res)["seeds"]
+    head = "In GPT-2, BF16 attention grows the logits; FP32 attention does not."
+    words = {"fp32": "FP32 attention", "sdpa": "PyTorch's flash SDPA", "ours_fa2": "our FA2 placement",
+             "paper": "the paper placement"}
+    grown = _list([f"{words[a]} {n[a + '_logit_common']} (layer {n[a + '_logit_common_layer']})" for a in bf16])
+    failed = [f"{words[a]} at {n[a + '_failed_at']}" for a in bf16 if n[a + "_failed_at"] != "none"]
+    held = [f"{words[a]} ({n[a + '_steps']} steps)" for a in ["fp32"] + bf16 if n[a + "_failed_at"] == "none"]
+    text = (f"From one initialisation (seed{'s' if len(seeds) > 1 else ''} {_list(seeds)}), the largest attention "
+            f"logit at step {n['common_step']} is {n['fp32_logit_common']} under FP32 attention and {grown} under "
+            f"BF16 attention. The failure rule caught " + (_list(failed) if failed else "no arm") +
+            ("; it did not catch " + _list(held) if held else "") +
+            ". The registered verdicts wait for the other seeds.")
+    return Finding(head, text, [res], ("chapters/02c-the-chain-in-gpt2",))
+
+
+FINDINGS = (bias, gpt2_preconditions, proxy, gpt2_kernel, gpt2_chain)
+
+
+def findings(root=None) -> list[Finding]:
+    """The box's findings, in order (each computed from the committed full-scale results)."""
+    return [f(root) for f in FINDINGS]
+
+
+def markdown(items: list[Finding], chapter_cell=lambda ch: ch) -> str:
+    """The box: a MyST admonition titled `TITLE`, class `BOX_CLASS`, one bullet per finding — its head in bold, its
+    sentence, `STALE` where it rests on a stale result, and its chapters (`chapter_cell(file)` makes each
+    link)."""
+    lines = [f"```{{admonition}} {TITLE}", f":class: {BOX_CLASS}"]
+    for f in items:
+        chs = ", ".join(chapter_cell(c) for c in f.chapters)
+        lines.append(f"* **{f.head}** {f.text}" + (f" ({STALE}.)" if f.stale else "")
+                     + (f" Ch. {chs}." if chs else ""))
+    lines.append("```")
+    return "\n".join(lines)
