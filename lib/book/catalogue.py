@@ -70,6 +70,8 @@ TITLES = {
     "kernel_fidelity": "our kernel against PyTorch's flash SDPA, training GPT-2 124M",
     "train_step_gpt2": "the GPT-2 124M training-step benchmark",
     "gpt2_arms": "the chain in GPT-2 124M: FP32, SDPA, our FA2 and paper placements",
+    "gpt2_arms_s1": "the chain in GPT-2 124M, seed 1",
+    "gpt2_arms_s2": "the chain in GPT-2 124M, seed 2",
 }
 
 
