@@ -196,7 +196,8 @@ def prose_mask(text: str) -> bytearray:
 
 
 def _visible(text: str, mask: bytearray) -> str:
-    return "".join("\0" if k else c for c, k in zip(text, mask))
+    """`text` with its non-prose blanked to NULs; line breaks stay, so `^` and `$` still find lines."""
+    return "".join("\0" if k and c != "\n" else c for c, k in zip(text, mask))
 
 
 def _quotation_pattern(phrase: str) -> re.Pattern:
