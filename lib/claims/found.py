@@ -211,14 +211,14 @@ def gpt2_chain(root=None) -> Finding:
     head = "In GPT-2, BF16 attention grows the logits; FP32 attention does not."
     words = {"fp32": "FP32 attention", "sdpa": "PyTorch's flash SDPA", "ours_fa2": "our FA2 placement",
              "paper": "the paper placement"}
-    grown = _list([f"{words[a]} {n[a + '_logit_common']} (layer {n[a + '_logit_common_layer']})" for a in bf16])
-    failed = [f"{words[a]} at {n[a + '_failed_at']}" for a in bf16 if n[a + "_failed_at"] != "none"]
-    held = [f"{words[a]} ({n[a + '_steps']} steps)" for a in ["fp32"] + bf16 if n[a + "_failed_at"] == "none"]
-    text = (f"From one initialisation (seed{'s' if len(seeds) > 1 else ''} {_list(seeds)}), the largest attention "
-            f"logit at step {n['common_step']} is {n['fp32_logit_common']} under FP32 attention and {grown} under "
-            f"BF16 attention. The failure rule caught " + (_list(failed) if failed else "no arm") +
-            ("; it did not catch " + _list(held) if held else "") +
-            ". The registered verdicts wait for the other seeds.")
+    vals = sorted(bf16, key=lambda a: float(n[a + "_logit_common"].replace(",", "")))
+    failed = [f"{words[a]} (step {n[a + '_failed_at'].split()[-1]})" for a in bf16 if n[a + "_failed_at"] != "none"]
+    held = [words[a] for a in ["fp32"] + bf16 if n[a + "_failed_at"] == "none"]
+    text = (f"Seed{'s' if len(seeds) > 1 else ''} {_list(seeds)}: at step {n['common_step']} the largest logit is "
+            f"{n['fp32_logit_common']} under FP32 attention, {n[vals[0] + '_logit_common']}–"
+            f"{n[vals[-1] + '_logit_common']} under BF16 attention. The failure rule caught "
+            + (_list(failed) if failed else "no arm") + ("; not " + _list(held).replace(" and ", " or ") if held else "")
+            + ". More seeds decide.")
     return Finding(head, text, [res], ("chapters/02c-the-chain-in-gpt2",))
 
 

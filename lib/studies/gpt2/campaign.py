@@ -7,8 +7,8 @@
   every arm but the first (the slowest, FP32 attention, is not slowed), log in $OUT; the smoke check: every arm
   past step 50 with finite gradients, else stop the arms and exit 2 (the campaign ends early); then wait.
 * phase 2: wait; capture one GPT-2 layer (q, k, v, dO of layer 2, 1-based) from the SDPA arm's latest checkpoint
-  (≥ 3,000 steps) and run the registered `gradient_checks` with it on GPU 1, then `paper_placement` on GPU 2, beside
-  the arms; wait.
+  (≥ 3,000 steps) and run the registered `gradient_checks` with it on GPU 1, then each result named by `--extra` on
+  GPU 2, beside the arms; wait.
 * phase 3: wait for the arms (their wall budget stops them in time) and save the entry.
 
 Every phase resumes what is on the machine's disk, writes the arms' progress into $OUT/arms.log and prints a
@@ -117,6 +117,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
     ap.add_argument("--entry", default=ENTRY)
     ap.add_argument("--wait", type=float, default=540.0)
+    ap.add_argument("--extra", nargs="*", default=[], help="registered results to run in phase 2 on GPU 2")
     a = ap.parse_args(argv)
     t0 = time.time()
     out = Path(a.out)
@@ -165,8 +166,9 @@ def main(argv=None) -> int:
         if cap.exists():
             rc = save("gradient_checks", out, {"BOOK_GPT2_CAPTURE": str(cap), "CUDA_VISIBLE_DEVICES": "1"})
             print(f"gradient_checks exit status {rc} after {time.time() - t0:.0f} s", flush=True)
-        rc = save("paper_placement", out, {"CUDA_VISIBLE_DEVICES": "2"})
-        print(f"paper_placement exit status {rc} after {time.time() - t0:.0f} s", flush=True)
+        for name in a.extra:
+            rc = save(name, out, {"CUDA_VISIBLE_DEVICES": "2"})
+            print(f"{name} exit status {rc} after {time.time() - t0:.0f} s", flush=True)
     else:
         os.environ["BOOK_WAIT_S"] = str(max(0.0, a.wait - (time.time() - t0)))
         rc = save(a.entry, out)

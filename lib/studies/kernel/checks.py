@@ -247,10 +247,14 @@ def bench_status(name: str = "attention_bench", root=None) -> dict:
                 "note": f"**Not yet measured**: `results/full/{name}.json` does not exist in this checkout."}
     res = results.load(name, "full", root)
     if res.stale:
+        from lib.book import catalogue
         return {"status": "stale", "result": res,
-                "note": f"**This benchmark is stale** ({res.label}): " + "; ".join(res.stale)
-                        + ". The numbers below are from the kernel as it was then, not as it is now."}
-    return {"status": "ok", "result": res, "note": f"Benchmark {res.label}; it is up to date with the code."}
+                "note": f"**This benchmark is stale** ({catalogue.cite(res, with_title=False, mark_stale=False)}): "
+                        "code it runs changed after it ran. The numbers below are from the kernel as it was then, "
+                        "not as it is now."}
+    from lib.book import catalogue
+    return {"status": "ok", "result": res, "note": f"Benchmark: {catalogue.cite(res)}; it is up to date with the "
+                                                   "code."}
 
 
 def _sections(data) -> dict:
