@@ -171,7 +171,11 @@ def theory_error(n, rho) -> np.ndarray:
     The same values as `lib.fp.theory.expected_error_float(n, rho)`, evaluated cheaply for many pairs: that mean is
     linear in ρ between consecutive multiples of ½ (every rounding boundary and binade edge of S + ρ, S an integer,
     lies on ½ℤ), so each pair reads the line through two points of its half-interval, and a ρ exactly on ½ℤ (ρ = 0:
-    no remainder) is evaluated there. 0 outside the theory's range: n > 16 or ρ ≤ −64·n (module docstring)."""
+    no remainder) is evaluated there. 0 outside the theory's range: n > 16 or ρ ≤ −64·n (module docstring).
+
+    The mean is evaluated only at the distinct points that are read: the two points of each distinct half-interval
+    and the distinct ρ on ½ℤ (`expected_error_float` is elementwise: each value does not depend on the others
+    passed with it), so the cost is a sort of the pairs, not a mean per pair."""
     n = np.asarray(n, dtype=np.int64)
     rho = np.asarray(rho, dtype=np.float64)
     n, rho = np.broadcast_arrays(n, rho)
@@ -183,9 +187,14 @@ def theory_error(n, rho) -> np.ndarray:
         half = np.floor(2.0 * r)
         on_edge = half == 2.0 * r
         a = half / 2 + 0.125                      # two points inside the open half-interval (half/2, half/2 + ½)
-        pts, inv = np.unique(np.concatenate([a, a + 0.25, r]), return_inverse=True)
-        f = theory.expected_error_float(int(k), pts, _M)[inv].reshape(3, -1)
-        out[sel] = np.where(on_edge, f[2], f[0] + (f[1] - f[0]) * (r - a) / 0.25)
+        ua, ia = np.unique(a, return_inverse=True)
+        f = theory.expected_error_float(int(k), np.concatenate([ua, ua + 0.25]), _M).reshape(2, -1)
+        f0, f1 = f[0][ia], f[1][ia]
+        res = f0 + (f1 - f0) * (r - a) / 0.25
+        if on_edge.any():
+            ue, ie = np.unique(r[on_edge], return_inverse=True)
+            res[on_edge] = theory.expected_error_float(int(k), ue, _M)[ie]
+        out[sel] = res
     return out
 
 

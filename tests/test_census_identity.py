@@ -349,6 +349,24 @@ def test_the_fa2_tie_test_is_a_threshold():
 
 
 # ------------------------------------------------------------------------------------------ the fast paths
+def test_theory_error_evaluates_the_mean_at_few_points(monkeypatch):
+    """The exact mean is evaluated at the distinct points read (two per half-interval, the ρ on ½ℤ), not three
+    per pair as before."""
+    q, k, v = _planted(1.0, 1, B=1, H=4, T=512)
+    calls = []
+    real = theory.expected_error_float
+    monkeypatch.setattr(theory, "expected_error_float", lambda k_, pts, m=7: calls.append(np.size(pts)) or
+                        real(k_, pts, m))
+    c = cs.precondition_census(q, k, v, placement="fa2")
+    new_points = sum(calls)
+    calls.clear()
+    old = old_precondition_census(q, k, v, placement="fa2")
+    assert_same_census(c, old)
+    pairs = c["n_conj"].sum()
+    assert pairs > 10000 and sum(calls) > pairs             # before: every distinct ρ (and the two points)
+    assert new_points < pairs / 20
+
+
 def test_the_sections_benchmark_runs_in_smoke_mode():
     from benchmarks.bench_census_sections import main
     rows = main(["--smoke", "--reps", "1", "--inputs", "peaked", "random"])
