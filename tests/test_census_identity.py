@@ -367,6 +367,41 @@ def test_theory_error_evaluates_the_mean_at_few_points(monkeypatch):
     assert new_points < pairs / 20
 
 
+def _fp64_blocks(fn, *args, **kwargs):
+    """How many FP64 tensors of ≥ 2¹⁸ elements `fn`'s torch ops allocate (in-place results and views excluded)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            seen = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+            for t in tree_leaves(out):
+                if (isinstance(t, torch.Tensor) and t.dtype == torch.float64 and t.numel() >= 2 ** 18
+                        and t.untyped_storage().data_ptr() not in seen):
+                    Count.n += 1
+            return out
+
+    with Count():
+        fn(*args, **kwargs)
+    return Count.n
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_the_window_rows_fp64_block_is_made_once_per_chunk(placement, monkeypatch):
+    """The (c, r_max, T) FP64 block of the window rows' exact softmax is one buffer, reused in place for P̄, the
+    authors' in-block P̄ and the tie mask (before: a fresh block for S, S − m, P̄, the tie mask and the masked P̄)."""
+    q, k, v = _planted(1.0, 2, B=1, H=8, T=256)            # one chunk of 8 heads, ≈ 240 window rows each
+    zeros = lambda n, rho: np.zeros(np.shape(rho))          # noqa: E731  (numpy: not counted, and slow before)
+    monkeypatch.setattr(cs, "theory_error", zeros)
+    monkeypatch.setitem(globals(), "old_theory_error", zeros)
+    new = _fp64_blocks(cs.precondition_census, q, k, v, placement=placement)
+    old = _fp64_blocks(old_precondition_census, q, k, v, placement=placement)
+    assert new == 1 and old == (5 if placement == "authors" else 4)
+
+
 def test_the_sections_benchmark_runs_in_smoke_mode():
     from benchmarks.bench_census_sections import main
     rows = main(["--smoke", "--reps", "1", "--inputs", "peaked", "random"])
