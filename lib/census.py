@@ -181,27 +181,41 @@ def theory_error(n, rho) -> np.ndarray:
 
     The mean is evaluated only at the distinct points that are read: the two points of each distinct half-interval
     and the distinct ρ on ½ℤ (`expected_error_float` is elementwise: each value does not depend on the others
-    passed with it), so the cost is a sort of the pairs, not a mean per pair."""
+    passed with it), found by counting (`_distinct_integers`), so the cost is a few passes over the pairs."""
     n = np.asarray(n, dtype=np.int64)
     rho = np.asarray(rho, dtype=np.float64)
     n, rho = np.broadcast_arrays(n, rho)
     out = np.zeros(n.shape, dtype=np.float64)
     ok = (n >= 1) & (n <= _MAX_K) & (rho > -(2 ** (_M - 1)) * n) & np.isfinite(rho)
-    for k in np.unique(n[ok]):
+    for k in np.flatnonzero(np.bincount(n[ok], minlength=_MAX_K + 1)):
         sel = ok & (n == k)
         r = rho[sel]
         half = np.floor(2.0 * r)
         on_edge = half == 2.0 * r
         a = half / 2 + 0.125                      # two points inside the open half-interval (half/2, half/2 + ½)
-        ua, ia = np.unique(a, return_inverse=True)
+        uh, ia = _distinct_integers(half)
+        ua = uh / 2 + 0.125                       # a's distinct values (the same arithmetic on the same halves)
         f = theory.expected_error_float(int(k), np.concatenate([ua, ua + 0.25]), _M).reshape(2, -1)
         f0, f1 = f[0][ia], f[1][ia]
         res = f0 + (f1 - f0) * (r - a) / 0.25
         if on_edge.any():
-            ue, ie = np.unique(r[on_edge], return_inverse=True)
-            res[on_edge] = theory.expected_error_float(int(k), ue, _M)[ie]
+            ue, ie = _distinct_integers(half[on_edge])
+            res[on_edge] = theory.expected_error_float(int(k), ue / 2, _M)[ie]     # r = half/2 (±0 alike here)
         out[sel] = res
     return out
+
+
+def _distinct_integers(x: np.ndarray) -> tuple:
+    """(values, inverse) of a float64 array of integers, as np.unique(x, return_inverse=True) gives them (−0 may
+    come back as 0): by counting when they span a short range (the remainders ρ of a census: a few dozen
+    half-intervals for a million pairs), by sorting otherwise."""
+    if x.size:
+        lo, hi = x.min(), x.max()
+        if -2.0 ** 52 < lo and hi < 2.0 ** 52 and hi - lo <= max(4 * x.size, 1 << 16):
+            idx = (x - lo).astype(np.int64)
+            present = np.bincount(idx, minlength=int(hi - lo) + 1) > 0
+            return lo + np.flatnonzero(present), (np.cumsum(present) - 1)[idx]
+    return np.unique(x, return_inverse=True)
 
 
 def _window_errors(s, at, n_max, win, v, placement, nm, block_n):

@@ -326,6 +326,17 @@ def test_theory_error_returns_the_bits_of_the_frozen_copy():
         assert np.array_equal(cs.theory_error(k_, r_), old_theory_error(k_, r_))
 
 
+@pytest.mark.parametrize("x", [[3.0, -0.0, 0.0, 5.0, 3.0, -7.0], [], [2.0 ** 60, 1.0, 1.0], [1e300, -1e300, 0.0],
+                               list(np.floor(np.random.default_rng(0).uniform(-50, 50, 1000)))])
+def test_distinct_integers_is_np_unique(x):
+    """By counting (short spans) or by sorting (long ones): np.unique's values (−0 as 0) and inverse."""
+    x = np.asarray(x, dtype=np.float64)
+    vals, inv = cs._distinct_integers(x)
+    want, want_inv = np.unique(x, return_inverse=True)
+    assert vals.dtype == np.float64 and np.array_equal(vals, want) and np.array_equal(inv, want_inv)
+    assert np.array_equal(vals[inv], x)
+
+
 @pytest.mark.parametrize("scale", [0.125, 0.25, 0.1, 1 / math.sqrt(12), 2.0 ** -130])
 def test_the_authors_scores_round_as_before(scale):
     g = torch.Generator().manual_seed(0)
