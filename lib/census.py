@@ -105,11 +105,17 @@ def placement_scores(q: torch.Tensor, k: torch.Tensor, placement: str, scale: fl
     causally masked entries are −inf."""
     s = torch.matmul(q, k.transpose(-2, -1))                # FP32 accumulation of exact BF16 products
     s32 = torch.tensor(scale, dtype=torch.float32).item()    # the scale as the FP32 opmath scalar it becomes
-    s = _bf16(_bf16(s) * s32) if placement == "authors" else s * s32
+    if placement == "authors":
+        # bf16(bf16(s)·s32): torch multiplies a BF16 tensor by a scalar in FP32 (its opmath) and rounds the product
+        # to BF16 (nearest even), i.e. the same two roundings in three passes instead of five
+        b = s.to(torch.bfloat16)
+        s.copy_(b.mul_(s32))
+    else:
+        s.mul_(s32)
     if causal:
         T = s.shape[-1]
         above = torch.ones(T, T, dtype=torch.bool, device=s.device).triu(1)
-        s = s.masked_fill(above, float("-inf"))
+        s.masked_fill_(above, float("-inf"))
     return s
 
 
@@ -171,29 +177,59 @@ def theory_error(n, rho) -> np.ndarray:
     The same values as `lib.fp.theory.expected_error_float(n, rho)`, evaluated cheaply for many pairs: that mean is
     linear in ρ between consecutive multiples of ½ (every rounding boundary and binade edge of S + ρ, S an integer,
     lies on ½ℤ), so each pair reads the line through two points of its half-interval, and a ρ exactly on ½ℤ (ρ = 0:
-    no remainder) is evaluated there. 0 outside the theory's range: n > 16 or ρ ≤ −64·n (module docstring)."""
+    no remainder) is evaluated there. 0 outside the theory's range: n > 16 or ρ ≤ −64·n (module docstring).
+
+    The mean is evaluated only at the distinct points that are read: the two points of each distinct half-interval
+    and the distinct ρ on ½ℤ (`expected_error_float` is elementwise: each value does not depend on the others
+    passed with it), found by counting (`_distinct_integers`), so the cost is a few passes over the pairs."""
     n = np.asarray(n, dtype=np.int64)
     rho = np.asarray(rho, dtype=np.float64)
     n, rho = np.broadcast_arrays(n, rho)
     out = np.zeros(n.shape, dtype=np.float64)
     ok = (n >= 1) & (n <= _MAX_K) & (rho > -(2 ** (_M - 1)) * n) & np.isfinite(rho)
-    for k in np.unique(n[ok]):
+    for k in np.flatnonzero(np.bincount(n[ok], minlength=_MAX_K + 1)):
         sel = ok & (n == k)
         r = rho[sel]
         half = np.floor(2.0 * r)
         on_edge = half == 2.0 * r
         a = half / 2 + 0.125                      # two points inside the open half-interval (half/2, half/2 + ½)
-        pts, inv = np.unique(np.concatenate([a, a + 0.25, r]), return_inverse=True)
-        f = theory.expected_error_float(int(k), pts, _M)[inv].reshape(3, -1)
-        out[sel] = np.where(on_edge, f[2], f[0] + (f[1] - f[0]) * (r - a) / 0.25)
+        uh, ia = _distinct_integers(half)
+        ua = uh / 2 + 0.125                       # a's distinct values (the same arithmetic on the same halves)
+        f = theory.expected_error_float(int(k), np.concatenate([ua, ua + 0.25]), _M).reshape(2, -1)
+        f0, f1 = f[0][ia], f[1][ia]
+        res = f0 + (f1 - f0) * (r - a) / 0.25
+        if on_edge.any():
+            ue, ie = _distinct_integers(half[on_edge])
+            res[on_edge] = theory.expected_error_float(int(k), ue / 2, _M)[ie]     # r = half/2 (±0 alike here)
+        out[sel] = res
     return out
 
 
-def _window_errors(s, at, win, v, placement, nm, block_n):
+def _distinct_integers(x: np.ndarray) -> tuple:
+    """(values, inverse) of a float64 array of integers, as np.unique(x, return_inverse=True) gives them (−0 may
+    come back as 0): by counting when they span a short range (the remainders ρ of a census: a few dozen
+    half-intervals for a million pairs), by sorting otherwise."""
+    if x.size:
+        lo, hi = x.min(), x.max()
+        if -2.0 ** 52 < lo and hi < 2.0 ** 52 and hi - lo <= max(4 * x.size, 1 << 16):
+            idx = (x - lo).astype(np.int64)
+            present = np.bincount(idx, minlength=int(hi - lo) + 1) > 0
+            return lo + np.flatnonzero(present), (np.cumsum(present) - 1)[idx]
+    return np.unique(x, return_inverse=True)
+
+
+def _window_errors(s, at, n_max, win, v, placement, nm, block_n):
     """Per conjunction pair of one chunk, as 1-D tensors: chunk index, n_max, ρ, the factor from ULPs of the sum
     to ULPs of O, the error and its normalisation part (ULPs of O).
 
-    s, at: (c, T, T) scores and tie mask; win: (c, T) window rows; v: (c, T, D) float32."""
+    s, at: (c, T, T) scores and tie mask; n_max: (c, T) tied counts (at's row sums); win: (c, T) window rows;
+    v: (c, T, D) float32.
+
+    Cost: every FP reduction (the row sums, the FP64 and FP32 matmuls, `forward_rows`) runs on the same operands,
+    shapes and layouts as the plain formulas, so the results do not depend on the arrangement below; what changes
+    is the rest. The (c, r_max, T) FP64 block is one buffer, used in place in turn for P̄, the authors' in-block P̄
+    and the tie mask (on the CPU a fresh tensor of that size costs about as much as its page faults); the tied
+    counts come from `_classify`; the authors' tie block from per-block tie flags, not per-key index arrays."""
     g, i = win.nonzero(as_tuple=True)                       # sorted by g, then i
     counts = torch.bincount(g, minlength=s.shape[0])
     r_max = int(counts.max())
@@ -205,18 +241,33 @@ def _window_errors(s, at, win, v, placement, nm, block_n):
     at_w[g, pos] = at[g, i]
     valid = torch.zeros((c, r_max), dtype=torch.bool, device=s.device)
     valid[g, pos] = True
+    n = torch.zeros((c, r_max, 1), dtype=torch.int64, device=s.device)      # at_w's row sums
+    n[g, pos, 0] = n_max[g, i].to(torch.int64)
     o, ell = forward_rows(s_w, v, nm, block_n, return_l=True)
     o = o.to(torch.float64)
-    # FP64 softmax·V on the same S
-    s64, v64 = s_w.to(torch.float64), v.to(torch.float64)
-    m64 = s64.amax(-1, keepdim=True)
-    p64 = torch.exp(s64 - torch.where(torch.isfinite(m64), m64, torch.zeros_like(m64)))
-    ell64 = p64.sum(-1, keepdim=True)
-    o_ref = torch.matmul(p64, v64) / torch.where(ell64 > 0, ell64, torch.ones_like(ell64))
-    at64 = at_w.to(torch.float64)
-    tied_sum = torch.matmul(at64, v64)                      # Σ over the tied keys of V, exact in FP64
-    n = at_w.sum(-1, keepdim=True)
-    signs = torch.matmul(at_w.to(torch.float32), torch.cat([v > 0, v < 0], -1).to(torch.float32))  # exact counts
+    # FP64 softmax·V on the same S (buf: P̄ in FP64, then reused below)
+    v64 = v.to(torch.float64)
+    m64 = s_w.amax(-1, keepdim=True).to(torch.float64)     # the max is exact: the FP64 copy's max
+    buf = s_w.to(torch.float64)
+    buf.sub_(torch.where(torch.isfinite(m64), m64, torch.zeros_like(m64))).exp_()
+    ell64 = buf.sum(-1, keepdim=True)
+    o_ref = torch.matmul(buf, v64) / torch.where(ell64 > 0, ell64, torch.ones_like(ell64))
+    if placement == "authors":
+        # the remainder inside the tied keys' rounding block; none where the ties sit in different blocks
+        width = tiles_per_round_block(nm.round_block, block_n, T) * block_n
+        nb = -(-T // width)
+        at_p = at_w if nb * width == T else torch.cat([at_w, at_w.new_zeros(c, r_max, nb * width - T)], -1)
+        has = at_p.view(c, r_max, nb, width).any(-1)       # (c, r_max, nb): the blocks holding tied keys
+        blk = torch.where(has.sum(-1) == 1, has.to(torch.uint8).argmax(-1), -1)    # the one block, or none
+        out_blk = (torch.arange(T, device=s.device) // width != blk[..., None]) | at_w
+        # P̄·[in block]: filling with 0 is multiplying by 0 because every P̄ here is finite (a window row's max is
+        # finite: an infinite or NaN one leaves r = 0 or NaN, outside the window; padding rows are all 0)
+        buf.masked_fill_(out_blk, 0.0)
+        rem = torch.matmul(buf, v64)
+    buf.copy_(at_w)
+    tied_sum = torch.matmul(buf, v64)                       # Σ over the tied keys of V, exact in FP64
+    s_w.copy_(at_w)                                          # the tie mask in FP32 (s_w is spent)
+    signs = torch.matmul(s_w, torch.cat([v > 0, v < 0], -1).to(torch.float32))  # exact counts
     n_pos, n_neg = signs.split(v.shape[-1], -1)
     one = valid[..., None] & ((n_pos == n) | (n_neg == n))
     sign = torch.where(n_pos == n, 1.0, -1.0).to(torch.float64)
@@ -224,16 +275,7 @@ def _window_errors(s, at, win, v, placement, nm, block_n):
     err = (o - o_ref) * sign / ulp_o
     # what normalising by the placement's ℓ instead of the exact one does to O (BF16 ℓ ≈ n_max drops r: |O| grows)
     err_ell = o_ref * sign * (ell64 / ell.to(torch.float64)[..., None] - 1) / ulp_o
-    if placement == "authors":
-        # the remainder inside the tied keys' rounding block; none where the ties sit in different blocks
-        width = tiles_per_round_block(nm.round_block, block_n, T) * block_n
-        keys = torch.arange(T, device=s.device)
-        first = torch.where(at_w, keys, T).amin(-1)
-        last = torch.where(at_w, keys, -1).amax(-1)
-        same = (first // width) == (last // width)
-        in_blk = (keys // width == (first // width)[..., None]) & same[..., None] & ~at_w
-        rem = torch.matmul(p64 * in_blk, v64)
-    else:
+    if placement != "authors":
         rem = n * o_ref - tied_sum                          # the effective remainder of O/ℓ (normalise then round)
     q_unit = _ulp(tied_sum / n.clamp_min(1))
     rho = rem * sign / q_unit
@@ -243,15 +285,19 @@ def _window_errors(s, at, win, v, placement, nm, block_n):
 
 
 def _classify(s: torch.Tensor, placement: str) -> tuple:
-    """(row max, FP32 P̄, tie mask (..., T, T), r/n_max (FP64), tied rows, window rows) of scores s (..., T, T)."""
+    """(row max, Σ P̄ (..., T) FP32, tie mask (..., T, T), n_max (..., T) int32, r/n_max (FP64), tied rows, window
+    rows) of scores s (..., T, T), P̄ the FP32 exp(S − max)."""
     mx = s.amax(-1, keepdim=True)
-    p = torch.exp(s - mx)                                # FP32 P̄ (masked keys: 0)
-    at = (s == mx) if placement == "authors" else (_bf16(p) == 1)
-    n = at.sum(-1)
-    ratio = p.masked_fill(at, 0).sum(-1).to(torch.float64) / n
+    p = torch.sub(s, mx).exp_()                          # FP32 P̄ (masked keys: 0)
+    # fa2: bf16(P̄) == 1, i.e. P̄ ≥ 1 − 2⁻⁹ (nearest even: the midpoint 1 − 2⁻⁹ goes to 1.0; P̄ = exp(S − max) never
+    # exceeds 1 + 2⁻⁸, where the rounding to 1 would stop)
+    at = (s == mx) if placement == "authors" else (p >= 1.0 - 2.0 ** -9)
+    n = at.sum(-1, dtype=torch.int32)
+    p_sum = p.sum(-1)
+    ratio = p.masked_fill_(at, 0).sum(-1).to(torch.float64) / n
     tied = n >= 2
     win = tied & (ratio >= WINDOW_LO) & (ratio < WINDOW_HI)
-    return mx, p, at, ratio, tied, win
+    return mx, p_sum, at, n, ratio, tied, win
 
 
 @torch.no_grad()
@@ -266,7 +312,7 @@ def row_classes(q, k, v, *, causal: bool = True, placement: str = "authors", sca
     B, H, T, D = q.shape
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     s = placement_scores(q.detach().float(), k.detach().float(), placement, scale, causal)
-    _, _, at, ratio, tied, win = _classify(s, placement)
+    _, _, at, _, ratio, tied, win = _classify(s, placement)
     vf = v.detach().float()
     atf = at.to(torch.float32)
     n_pos = torch.matmul(atf, (vf > 0).to(torch.float32))          # exact counts of tied keys with V > 0
@@ -319,15 +365,15 @@ def precondition_census(q, k, v, *, causal: bool = True, placement: str = "autho
         sl = slice(c0, c0 + chunk)
         h = heads[sl]
         s = placement_scores(q3[sl], k3[sl], placement, scale, causal)
-        mx, p, at, ratio, tied, win = _classify(s, placement)
+        mx, p_sum, at, n_max, ratio, tied, win = _classify(s, placement)
         for name, x in (("n_tied", tied), ("n_window", win), ("n_zero", tied & (ratio < WINDOW_LO)),
-                        ("sink", s[..., 0] == mx[..., 0]), ("top1", 1.0 / p.sum(-1).to(torch.float64))):
+                        ("sink", s[..., 0] == mx[..., 0]), ("top1", 1.0 / p_sum.to(torch.float64))):
             acc[name].index_add_(0, h, x.to(torch.float64).sum(-1))
-        max_logit.scatter_reduce_(0, h, s.amax((-2, -1)).to(torch.float64), reduce="amax")
+        max_logit.scatter_reduce_(0, h, mx.amax((-2, -1)).to(torch.float64), reduce="amax")  # S's largest
         bins = torch.bucketize(torch.log2(ratio), inner, right=True)     # [lo, hi) bins
         hist.index_add_(0, (h[:, None] * n_bins + bins)[tied], torch.ones_like(ratio)[tied])
         if bool(win.any()):
-            gi, *rest = _window_errors(s, at, win, v3[sl], placement, nm, block_n)
+            gi, *rest = _window_errors(s, at, n_max, win, v3[sl], placement, nm, block_n)
             pairs.append((h[gi], *rest))
     n_rows = np.full(H, float(B * T))
     out = {key: acc[key].cpu().numpy() for key in ("n_tied", "n_window", "n_zero")}
