@@ -250,9 +250,13 @@ def write(rep: dict, scale: str, overrides: dict, reason: str = "", repo: Path =
                   date_utc=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                   **{k: env.get(k) for k in ("python", "torch", "numpy", "device", "triton_interpret")})
     cert = repo / CERTIFICATES
-    records = json.loads(cert.read_text()) if cert.exists() else []
     cert.parent.mkdir(parents=True, exist_ok=True)
-    cert.write_text(json.dumps(records + [record], indent=1, sort_keys=True) + "\n")
+    # Several certificates may run at once: read, append and write under an exclusive lock, or one record is lost.
+    import fcntl
+    with open(cert.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        records = json.loads(cert.read_text()) if cert.exists() else []
+        cert.write_text(json.dumps(records + [record], indent=1, sort_keys=True) + "\n")
     return record
 
 
