@@ -15,6 +15,11 @@ Sections (seconds, summed over the call): placement_scores, _classify, _window_e
 also shown alone), theory_error, and the rest. On the CPU (torch threads as given), best of `--reps`:
 
     python -m benchmarks.bench_census_sections [--inputs peaked random planted] [--frac 1 0.5 0.25]
+
+`--op-model` adds, per call, a count of the torch ops (views left out), the bytes they read and write, the matmul
+FLOPs and the host syncs (nonzero, boolean indexing, .item()), and from them a rough eager-mode GPU estimate:
+Σ_ops max(6 µs issue, bytes / 2.5 TB/s + FLOPs / 40 TFLOP/s) + 20 µs per sync (H100-like figures, not a
+measurement; the host's numpy work, theory_error above all, comes on top).
 """
 from __future__ import annotations
 
@@ -105,7 +110,39 @@ class SectionTimer:
         self._undo.clear()
 
 
-def run(kind: str, placement: str, frac: float, reps: int, shape, with_old: bool = True) -> dict:
+def op_model(fn, *args, **kwargs) -> dict:
+    """Ops, GB, GFLOP, syncs and the eager GPU estimate (ms) of one call of fn (module docstring)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+    ops = []
+
+    class Log(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            ins = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+            seen = {t.untyped_storage().data_ptr() for t in ins}
+            outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+            new = [t for t in outs if t.untyped_storage().data_ptr() not in seen]
+            if outs and not new and not func._schema.is_mutable:
+                return out                                   # a view: no kernel
+            name = func._schema.name
+            nbytes = sum(t.numel() * t.element_size() for t in ins + new)
+            flops = 2 * args[0].numel() * args[1].shape[-1] if name in ("aten::bmm", "aten::mm") else 0
+            sync = name in ("aten::nonzero", "aten::_local_scalar_dense", "aten::is_nonzero", "aten::equal") or (
+                name == "aten::index" and any(isinstance(t, torch.Tensor) and t.dtype == torch.bool
+                                              for t in tree_leaves(args[1:])))
+            ops.append((nbytes, flops, sync))
+            return out
+
+    with Log():
+        fn(*args, **kwargs)
+    est = sum(max(6e-6, b / 2.5e12 + f / 40e12) for b, f, _ in ops) + 20e-6 * sum(s for *_, s in ops)
+    return dict(ops=len(ops), gb=sum(b for b, _, _ in ops) / 1e9, gflop=sum(f for _, f, _ in ops) / 1e9,
+                syncs=sum(s for *_, s in ops), est_ms=1e3 * est)
+
+
+def run(kind: str, placement: str, frac: float, reps: int, shape, with_old: bool = True,
+        model: bool = False) -> dict:
     """Best-of-`reps` section times (s) of the current census (and the frozen one) on one input and placement."""
     q, k, v = make_inputs(kind, shape, frac)
     impls = [("new", cs.precondition_census, cs, False)]
@@ -138,6 +175,9 @@ def run(kind: str, placement: str, frac: float, reps: int, shape, with_old: bool
         sec = {name: best.get(f"{tag} {name}", 0.0) for name in SECTIONS}
         sec["rest"] = tot - sum(v_ for n_, v_ in sec.items() if n_ != "forward_rows")
         row[tag] = dict(total=tot, **sec)
+    if model:
+        for tag, fn, _, _ in impls:
+            row[tag]["model"] = op_model(fn, q, k, v, causal=True, placement=placement)
     if with_old:
         row["identical"] = all(np.array_equal(out["old"][x], out["new"][x], equal_nan=True)
                                and np.asarray(out["old"][x]).dtype == np.asarray(out["new"][x]).dtype
@@ -153,6 +193,7 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     ap.add_argument("--no-old", action="store_true", help="time the current census only")
+    ap.add_argument("--op-model", action="store_true", help="also the op count and GPU estimate (docstring)")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes (checks the script)")
     args = ap.parse_args(argv)
     if args.threads:
@@ -167,12 +208,16 @@ def main(argv=None) -> list[dict]:
     for kind in args.inputs:
         for frac in (args.frac if kind == "planted" else [1.0]):
             for placement in args.placements:
-                row = run(kind, placement, frac, args.reps, shape, with_old=not args.no_old)
+                row = run(kind, placement, frac, args.reps, shape, with_old=not args.no_old, model=args.op_model)
                 rows.append(row)
                 for tag in ("old", "new"):
                     if tag in row:
                         print(f"{kind:8s} {frac:4.2f} {placement:7s} {100 * row['window_rate']:5.1f} "
                               f"{row['n_conj']:8.0f} {tag:4s} " + " ".join(f"{row[tag][c]:12.3f}" for c in cols))
+                        if "model" in row[tag]:
+                            m = row[tag]["model"]
+                            print(f"{'':45s} {m['ops']} ops, {m['gb']:.2f} GB, {m['gflop']:.1f} GFLOP, "
+                                  f"{m['syncs']} syncs: ≈ {m['est_ms']:.1f} ms eager GPU (model)")
                 if "old" in row:
                     print(f"{'':45s} speed-up ×{row['old']['total'] / row['new']['total']:.1f}, "
                           f"outputs identical: {row['identical']}", flush=True)

@@ -415,6 +415,7 @@ def test_the_window_rows_fp64_block_is_made_once_per_chunk(placement, monkeypatc
 
 def test_the_sections_benchmark_runs_in_smoke_mode():
     from benchmarks.bench_census_sections import main
-    rows = main(["--smoke", "--reps", "1", "--inputs", "peaked", "random"])
+    rows = main(["--smoke", "--reps", "1", "--inputs", "peaked", "random", "--op-model"])
     assert len(rows) == 4 and all(r["identical"] for r in rows)
+    assert all(r[t]["model"]["ops"] > 0 and r[t]["model"]["est_ms"] > 0 for r in rows for t in ("old", "new"))
     assert all(r["new"]["total"] > 0 and r["old"]["total"] > 0 for r in rows)
