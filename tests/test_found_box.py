@@ -74,7 +74,7 @@ def test_the_gpt2_kernel_numbers_are_chapter_twos(items):
     n = g2r.numbers(kf)
     f = items[3]
     assert f"over {n['sdpa_eager_steps']} steps" in f.text and f"{n['spread_logit_factor']}-fold" in f.text
-    assert f"≥ {n['l2_logit_min']}" in f.text and "weak test" in f.text
+    assert "weak test" in f.text      # the layer-2 growth is the GPT-2 comparison's finding now
     both = n["alike_eager"] == n["alike_compiled"] == "alike"
     assert ("alike with PyTorch's flash SDPA, eager and compiled" in f.text) == both
     assert {r.name for r in f.results} >= {"kernel_fidelity", "gradient_checks"}
