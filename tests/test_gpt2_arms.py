@@ -114,3 +114,12 @@ def test_fidelity_numbers_and_figure_from_a_live_run():
                for a in ("sdpa_eager", "fa2_eager") for pl in ("authors", "fa2"))
     fig = figures.fidelity_figure(res)
     assert len(fig.axes) == 3 and len(fig.axes[1].lines) == 2
+
+
+def test_recovery_after_a_spike_and_none_after_an_explosion():
+    from lib.studies.gpt2.reading import recovery_steps
+    spike = [3.0] * 200 + [4.01] * 40 + [3.0] * 300
+    n = recovery_steps(spike, 100, 0.3)
+    assert n is not None and 0 < n < 100                 # the 100-step mean falls back as the spike leaves it
+    assert recovery_steps([3.0] * 200 + [4.01] * 300, 100, 0.3) is None
+    assert recovery_steps([3.0] * 300, 100, 0.3) is None

@@ -39,6 +39,22 @@ def failure_step(loss, window: int, rise: float):
     return first_bad
 
 
+def recovery_steps(loss, window: int, rise: float):
+    """After the failure step (`failure_step`), how many steps until the `window`-step mean loss is back within
+    `rise` of the running minimum it had at the failure: a transient spike recovers, an explosion does not (None:
+    no failure, or no recovery by the end)."""
+    fs = failure_step(loss, window, rise)
+    loss = np.asarray(loss, dtype=np.float64)
+    if fs is None or not np.isfinite(loss[:fs + 1]).all():
+        return None
+    c = np.cumsum(np.concatenate([[0.0], loss]))
+    mean = (c[window:] - c[:-window]) / window                   # mean[i] ends at step i + window − 1
+    i = fs - window + 1
+    floor = np.minimum.accumulate(mean)[i]
+    back = np.flatnonzero(mean[i:] < floor + rise)
+    return int(back[0]) if back.size else None
+
+
 def layer_series(arrays: dict, label: str) -> dict:
     """{"step": (E,), "logit": (E, L) largest |S| per layer (FA2 placement's S, FP32), "wq": (E, L) largest ‖W_Q,h‖₂
     per layer} from a packed run's census."""
@@ -258,6 +274,9 @@ def arms_numbers(res) -> dict:
         out[f"{arm}_tokens_per_s"] = f"{r['tokens_per_s'] / 1e6:.2f} M"
         fs = failure_step(loss, rules["failure_window"], rules["failure_rise"])
         out[f"{arm}_failed_at"] = "none" if fs is None else f"step {fs:,}"
+        rec = recovery_steps(loss, rules["failure_window"], rules["failure_rise"])
+        out[f"{arm}_recovered"] = ("—" if fs is None else "not by the end of the run" if rec is None
+                                   else f"{rec:,} steps later")
         out[f"{arm}_val_loss"] = f"{r['val']['loss'][-1]:.3f}" if r.get("val", {}).get("loss") else "—"
         lo = max(0, common - 500)
         out[f"{arm}_loss_common"] = f"{loss[lo:common].mean():.3f}"
