@@ -211,12 +211,17 @@ def gpt2_chain(root=None) -> Finding:
     words = {"fp32": "FP32", "sdpa": "flash SDPA", "ours_fa2": "our FA2 placement", "paper": "the paper placement"}
     vals = sorted(bf16, key=lambda a: float(n[a + "_logit_common"].replace(",", "")))
     failed = [f"{words[a]} ({n[a + '_failed_at']})" for a in bf16 if n[a + "_failed_at"] != "none"]
-    held = [words[a] for a in ["fp32"] + bf16 if n[a + "_failed_at"] == "none"]
+    first = min((int(n[a + "_failed_at"].split()[-1].replace(",", "")) for a in bf16 if n[a + "_failed_at"] != "none"),
+                default=None)
+    steps = {a: int(n[a + "_steps"].replace(",", "")) for a in ["fp32"] + bf16}
+    # An arm that stopped before the first failure step is not said to have held (the paper placement's run).
+    held = [words[a] for a in ["fp32"] + bf16 if n[a + "_failed_at"] == "none" and (first is None or steps[a] > first)]
+    short = [words[a] for a in bf16 if n[a + "_failed_at"] == "none" and first is not None and steps[a] <= first]
     text = (f"Seed{'s' if len(seeds) > 1 else ''} {_list(seeds)}, step {n['common_step']}: largest logit "
             f"{n['fp32_logit_common']} under FP32 attention, {n[vals[0] + '_logit_common']}–"
             f"{n[vals[-1] + '_logit_common']} under BF16. The failure rule caught "
             + (_list(failed) if failed else "no arm") + ("; not " + _list(held).replace(" and ", " or ") if held else "")
-            + ". More seeds decide.")
+            + (f"; {_list(short)} stopped earlier" if short else "") + ".")
     return Finding(head, text, [res], ("chapters/02c-the-chain-in-gpt2",))
 
 
