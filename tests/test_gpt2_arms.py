@@ -51,7 +51,7 @@ def test_progress_lines_are_what_the_campaign_reads(toy, capsys):
     log = Path(toy["workdir"]) / "x_s1.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(line)
-    assert campaign._steps(Path(toy["workdir"]), "x:s1") == (2, True)
+    assert campaign._steps(toy, "x:s1") == (2, True)
 
 
 def test_capture_from_a_checkpoint(toy, tmp_path):
@@ -59,10 +59,28 @@ def test_capture_from_a_checkpoint(toy, tmp_path):
     toy = dict(toy)
     if not any(Path(toy["workdir"]).glob("*.pt")):
         pytest.skip("needs the checkpoints of the test above")
-    rec = campaign.capture_gpt2(toy, tmp_path / "cap.pt", layer=1, rows=1, arm="sdpa_eager")
+    rec = campaign.capture_gpt2(toy, "sdpa_eager:s1", tmp_path / "cap.pt", layer=1, rows=1)
     back = torch.load(tmp_path / "cap.pt", weights_only=False)
     assert back["q"].shape == back["do"].shape == (1, 2, 64, 16) and back["layer"] == 2 and back["step"] == 4
     assert rec["arm"] == "sdpa_eager:s1"
+
+
+def test_campaign_places_arms_of_several_entries_one_per_gpu():
+    """Two entries of two arms fill four GPUs in order (a seed's reference entry first: FP32 attention on GPU 0, not
+    slowed by the GPU tests); the capture comes from the SDPA arm, else the paper arm."""
+    ref = dict(registry.resolve("gpt2_arms_s1", "full"), _entry="gpt2_arms_s1")
+    fa2 = dict(registry.resolve("gpt2_arms_s1_fa2", "full"), _entry="gpt2_arms_s1_fa2")
+    slots = campaign._slots([ref, fa2])
+    assert [lab for _, lab in slots] == ["fp32:s1", "paper:s1", "sdpa:s1", "ours_fa2:s1"]
+    assert campaign.capture_source([ref, fa2])[1] == "sdpa:s1"
+    assert campaign.capture_source([ref])[1] == "paper:s1"
+    assert ref["workdir"] != fa2["workdir"] and ref["seeds"] == fa2["seeds"] == [1]
+    # the two entries of a seed are one gpt2_arms run: same recipe, horizon, telemetry and rules
+    base = registry.resolve("gpt2_arms", "full")
+    for cfg in (ref, fa2):
+        assert {k: v for k, v in cfg.items() if k not in ("arms", "seeds", "workdir", "_entry")} == \
+            {k: v for k, v in base.items() if k not in ("arms", "seeds", "workdir")}
+    assert sorted(a["label"] for c in (ref, fa2) for a in c["arms"]) == sorted(a["label"] for a in base["arms"])
 
 
 def test_failure_rule():

@@ -1,15 +1,18 @@
-"""One GPU campaign on a 4-GPU machine, as calls of ≤ 10 minutes issued one after another on the same machine.
+"""One GPU campaign on a multi-GPU machine, as calls of ≤ 10 minutes issued one after another on the same machine.
 
-    python -m lib.studies.gpt2.campaign PHASE --out $OUT [--entry gpt2_arms] [--wait S]
+    python -m lib.studies.gpt2.campaign PHASE --out $OUT [--entry gpt2_arms [more entries]] [--wait S]
 
-* phase 1: build the token corpus (if absent); start the arms of the registry entry (one process per GPU, each in
-  its own process session, so they outlive the call; arm i on GPU i); run the GPU tests sharded over the GPUs of
-  every arm but the first (the slowest, FP32 attention, is not slowed), log in $OUT; the smoke check: every arm
-  past step 50 with finite gradients, else stop the arms and exit 2 (the campaign ends early); then wait.
-* phase 2: wait; capture one GPT-2 layer (q, k, v, dO of layer 2, 1-based) from the SDPA arm's latest checkpoint
-  (≥ 3,000 steps) and run the registered `gradient_checks` with it on GPU 1, then each result named by `--extra` on
-  GPU 2, beside the arms; wait.
-* phase 3: wait for the arms (their wall budget stops them in time) and save the entry.
+The arms of the named entries go one per GPU, in order (entry after entry), so two entries of two arms fill a
+4-GPU machine and one fills a 2-GPU machine.
+
+* phase 1: build the token corpus (if absent); start the arms (each in its own process session, so they outlive the
+  call); run the GPU tests beside them, sharded over the GPUs of every arm but the first (the first entry's first
+  arm — FP32 attention, the slowest — is not slowed), log in $OUT; the smoke check: every arm past step 50 with
+  finite gradients, else stop the arms and exit 2 (the campaign ends early); then wait.
+* phase 2: wait; capture one GPT-2 layer (q, k, v, dO of layer 2, 1-based) from the latest checkpoint (≥ 3,000 steps)
+  of the SDPA arm, or of the paper arm where no entry has SDPA, and run the registered `gradient_checks` with it on
+  GPU 1, then each result named by `--extra` on the last GPU, beside the arms; wait.
+* phase 3: wait for the arms (their wall budget stops them in time) and save every entry.
 
 Every phase resumes what is on the machine's disk, writes the arms' progress into $OUT/arms.log and prints a
 progress table; results are written with provenance under $OUT/full/ (fetch them into results/full/). `--wait`
@@ -41,43 +44,52 @@ def _labels(cfg) -> list[str]:
     return [f"{a['label']}:s{s}" for a in cfg["arms"] for s in cfg["seeds"]]
 
 
-def _steps(workdir: Path, label: str) -> tuple[int, bool]:
+def _slots(cfgs) -> list[tuple[dict, str]]:
+    """(entry config, arm label) for every arm of every entry, in GPU order."""
+    return [(cfg, lab) for cfg in cfgs for lab in _labels(cfg)]
+
+
+def _file(cfg, label: str, ext: str) -> Path:
+    return Path(cfg["workdir"]) / f"{label.replace(':', '_')}.{ext}"
+
+
+def _steps(cfg, label: str) -> tuple[int, bool]:
     """(last step an arm's log reports, whether its gradients were finite there)."""
-    log = workdir / f"{label.replace(':', '_')}.log"
+    log = _file(cfg, label, "log")
     hits = re.findall(r"step (\d+) t \d+ s grads (finite|NOT FINITE)", log.read_text()) if log.exists() else []
     return (int(hits[-1][0]), hits[-1][1] == "finite") if hits else (0, True)
 
 
-def snapshot(out: Path, cfg) -> None:
+def snapshot(out: Path, cfgs) -> None:
     """The arms' logs, one after another, into $OUT/arms.log and one progress line per arm on stdout."""
-    wd = Path(cfg["workdir"])
     with open(out / "arms.log", "w") as dst:
-        for lab in _labels(cfg):
-            log = wd / f"{lab.replace(':', '_')}.log"
-            if log.exists():
-                dst.write(f"==> {lab} <==\n{log.read_text()}\n")
-    for lab in _labels(cfg):
-        step, ok = _steps(wd, lab)
-        print(f"  {lab:22s} step {step:6d} {'ok' if ok else 'NOT FINITE'} "
-              f"{'done' if (wd / (lab.replace(':', '_') + '.result')).exists() else ''}", flush=True)
+        for cfg, lab in _slots(cfgs):
+            if _file(cfg, lab, "log").exists():
+                dst.write(f"==> {cfg['_entry']} {lab} <==\n{_file(cfg, lab, 'log').read_text()}\n")
+    for cfg, lab in _slots(cfgs):
+        step, ok = _steps(cfg, lab)
+        print(f"  {cfg['_entry']:18s} {lab:12s} step {step:6d} {'ok' if ok else 'NOT FINITE'} "
+              f"{'done' if _file(cfg, lab, 'result').exists() else ''}", flush=True)
 
 
-def start_arms(cfg) -> None:
-    os.environ["BOOK_WAIT_S"] = "0"
-    try:
-        arms.run("full", cfg)
-    except arms.Pending:
-        pass
+def start_arms(cfgs, n_gpus: int) -> None:
+    """Start every arm that is neither finished nor running, arm i (over all entries) on GPU i mod n_gpus."""
+    i = 0
+    for cfg in cfgs:
+        corpus_dir, _ = arms.build_corpus(cfg)
+        Path(cfg["workdir"]).mkdir(parents=True, exist_ok=True)
+        for rc in arms.arm_configs(cfg, corpus_dir):
+            if not _file(cfg, rc.label, "result").exists() and not arms._alive(_file(cfg, rc.label, "pid")):
+                arms._start(rc, i % n_gpus, Path(cfg["workdir"]), cfg.get("probe"))
+            i += 1
 
 
-def stop_arms(cfg) -> None:
-    for lab in _labels(cfg):
-        pid = Path(cfg["workdir"]) / f"{lab.replace(':', '_')}.pid"
-        if pid.exists():
-            try:
-                os.killpg(int(pid.read_text()), signal.SIGTERM)
-            except (OSError, ValueError):
-                pass
+def stop_arms(cfgs) -> None:
+    for cfg, lab in _slots(cfgs):
+        try:
+            os.killpg(int(_file(cfg, lab, "pid").read_text()), signal.SIGTERM)
+        except (OSError, ValueError):
+            pass
 
 
 def save(name: str, out: Path, env=None) -> int:
@@ -86,15 +98,14 @@ def save(name: str, out: Path, env=None) -> int:
                            cwd=ROOT, env=dict(os.environ, **(env or {})))
 
 
-def capture_gpt2(cfg, path: Path, layer: int = 1, rows: int = 2, arm: str = "sdpa") -> dict:
-    """q, k, v, dO of `layer` (0-based) for `rows` training windows, from the latest checkpoint of `arm` (eager, BF16
-    autocast on CUDA), saved to `path` with the arm, step and 1-based layer."""
-    from lib.training.lm import LM, LMConfig
+def capture_gpt2(cfg, label: str, path: Path, layer: int = 1, rows: int = 2) -> dict:
+    """q, k, v, dO of `layer` (0-based) for `rows` training windows, from the latest checkpoint of the arm `label`
+    (eager, BF16 autocast on CUDA), saved to `path` with the arm, step and 1-based layer."""
+    from lib.training.lm import LM
     from lib.training.loop import RunConfig, get_batch, load_data
     import numpy as np
     dev = "cuda" if torch.cuda.is_available() else "cpu"
-    label = next(lab for lab in _labels(cfg) if lab.split(":")[0] == arm)
-    ck = torch.load(Path(cfg["workdir"]) / f"{label.replace(':', '_')}.pt", map_location=dev, weights_only=False)
+    ck = torch.load(_file(cfg, label, "pt"), map_location=dev, weights_only=False)
     rc = RunConfig(**ck["config"])
     model = LM(rc.model).to(dev)
     model.load_state_dict(ck["model"])
@@ -111,42 +122,58 @@ def capture_gpt2(cfg, path: Path, layer: int = 1, rows: int = 2, arm: str = "sdp
     return rec
 
 
+def capture_source(cfgs) -> tuple[dict, str]:
+    """The arm whose checkpoint gives the GPT-2 capture: the SDPA arm, else the paper arm (large layer-2 logits in
+    both), else the first arm."""
+    slots = _slots(cfgs)
+    for arm in ("sdpa", "paper"):
+        for cfg, lab in slots:
+            if lab.split(":")[0] == arm:
+                return cfg, lab
+    return slots[0]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("phase", type=int, choices=(1, 2, 3))
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
-    ap.add_argument("--entry", default=ENTRY)
+    ap.add_argument("--entry", nargs="+", default=[ENTRY], help="registry entries whose arms train, in GPU order")
     ap.add_argument("--wait", type=float, default=540.0)
-    ap.add_argument("--extra", nargs="*", default=[], help="registered results to run in phase 2 on GPU 2")
+    ap.add_argument("--extra", nargs="*", default=[], help="registered results to run in phase 2 on the last GPU")
     a = ap.parse_args(argv)
     t0 = time.time()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    cfg = registry.resolve(a.entry, "full")
-    wd = Path(cfg["workdir"])
+    cfgs = [dict(registry.resolve(name, "full"), _entry=name) for name in a.entry]
+    slots = _slots(cfgs)
     n = torch.cuda.device_count()
-    print(f"phase {a.phase} of {a.entry}: {n} × {torch.cuda.get_device_name(0)}, torch {torch.__version__}", flush=True)
+    print(f"phase {a.phase} of {', '.join(a.entry)}: {n} × {torch.cuda.get_device_name(0)}, torch {torch.__version__}",
+          flush=True)
+    if len(slots) > n:
+        print(f"note: {len(slots)} arms on {n} GPUs (arms share GPUs)", flush=True)
     if a.phase == 1:
-        arms.build_corpus(cfg)
+        arms.build_corpus(cfgs[0])
         print(f"corpus ready after {time.time() - t0:.0f} s", flush=True)
-        start_arms(cfg)
+        os.environ["BOOK_WAIT_S"] = "0"
+        start_arms(cfgs, n)
         scratch = Path("/tmp/gpu_tests")
         scratch.mkdir(exist_ok=True)
         test_gpus = ",".join(str(i) for i in range(1, n)) or "0"
-        tests = subprocess.Popen([sys.executable, "tests/gpu/run_sharded.py", "--gpus", "0", "--log",
-                                  str(scratch / "gpu_tests.log"), "--", "-rP"], cwd=ROOT,
+        # Compile-bound tests: several processes per GPU (the GPU image has no pytest-xdist).
+        tests = subprocess.Popen([sys.executable, "tests/gpu/run_sharded.py", "--gpus", "0", "--jobs",
+                                  str(max(4, n - 1)), "--log", str(scratch / "gpu_tests.log"), "--", "-rP"], cwd=ROOT,
                                  env=dict(os.environ, CUDA_VISIBLE_DEVICES=test_gpus))
-        while min(_steps(wd, lab)[0] for lab in _labels(cfg)) < 50:
-            dead = [lab for lab in _labels(cfg) if not arms._alive(wd / f"{lab.replace(':', '_')}.pid")]
+        while min(_steps(cfg, lab)[0] for cfg, lab in slots) < 50:
+            dead = [lab for cfg, lab in slots if not arms._alive(_file(cfg, lab, "pid"))]
             if dead or time.time() - t0 > 420:
-                snapshot(out, cfg)
+                snapshot(out, cfgs)
                 print(f"SMOKE FAILED: arms {dead or 'too slow'} before step 50; stopping the arms", flush=True)
-                stop_arms(cfg)
+                stop_arms(cfgs)
                 tests.wait()
                 shutil.copy(scratch / "gpu_tests.log", out / "gpu_tests.log")
                 return 2
             time.sleep(5)
-        bad = [lab for lab in _labels(cfg) if not _steps(wd, lab)[1]]
+        bad = [lab for cfg, lab in slots if not _steps(cfg, lab)[1]]
         print(f"smoke: every arm past step 50 after {time.time() - t0:.0f} s; non-finite: {bad or 'none'}",
               flush=True)
         rc = tests.wait()
@@ -155,29 +182,30 @@ def main(argv=None) -> int:
                 shutil.copy(scratch / f, out / f)
         print(f"GPU tests exit status {rc} after {time.time() - t0:.0f} s", flush=True)
     elif a.phase == 2:
-        cap = wd / "gpt2_capture.pt"
-        sdpa = next(lab for lab in _labels(cfg) if lab.startswith("sdpa:"))
+        src_cfg, src = capture_source(cfgs)
+        cap = Path(src_cfg["workdir"]) / "gpt2_capture.pt"
         while not cap.exists() and time.time() - t0 < a.wait - 240:
-            if (wd / f"{sdpa.replace(':', '_')}.pt").exists() and _steps(wd, sdpa)[0] >= 3000:
-                rec = capture_gpt2(cfg, cap)
+            if _file(src_cfg, src, "pt").exists() and _steps(src_cfg, src)[0] >= 3000:
+                rec = capture_gpt2(src_cfg, src, cap)
                 print(f"captured layer {rec['layer']} of {rec['arm']} at step {rec['step']}", flush=True)
                 break
             time.sleep(10)
         if cap.exists():
-            rc = save("gradient_checks", out, {"BOOK_GPT2_CAPTURE": str(cap), "CUDA_VISIBLE_DEVICES": "1"})
+            rc = save("gradient_checks", out, {"BOOK_GPT2_CAPTURE": str(cap), "CUDA_VISIBLE_DEVICES": str(min(1, n - 1))})
             print(f"gradient_checks exit status {rc} after {time.time() - t0:.0f} s", flush=True)
         for name in a.extra:
-            rc = save(name, out, {"CUDA_VISIBLE_DEVICES": "2"})
+            rc = save(name, out, {"CUDA_VISIBLE_DEVICES": str(min(2, n - 1))})
             print(f"{name} exit status {rc} after {time.time() - t0:.0f} s", flush=True)
     else:
-        os.environ["BOOK_WAIT_S"] = str(max(0.0, a.wait - (time.time() - t0)))
-        rc = save(a.entry, out)
-        print(f"{a.entry} exit status {rc} after {time.time() - t0:.0f} s", flush=True)
+        for name in a.entry:
+            os.environ["BOOK_WAIT_S"] = str(max(0.0, a.wait - (time.time() - t0)))
+            rc = save(name, out)
+            print(f"{name} exit status {rc} after {time.time() - t0:.0f} s", flush=True)
     while a.phase != 3 and time.time() - t0 < a.wait:
-        if all((wd / f"{lab.replace(':', '_')}.result").exists() for lab in _labels(cfg)):
+        if all(_file(cfg, lab, "result").exists() for cfg, lab in slots):
             break
         time.sleep(15)
-    snapshot(out, cfg)
+    snapshot(out, cfgs)
     return 0
 
 
