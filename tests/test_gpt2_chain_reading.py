@@ -43,3 +43,53 @@ def test_probe_signs_count_what_the_probe_recorded(toy):
 def test_chain_figure_draws_every_arm(toy):
     fig = figures.chain_figure(toy)
     assert len(fig.axes[1].lines) == 2
+
+
+def _planted(seed: int, arm: str, logit_l2: float, steps=(0, 2000, 4000)) -> tuple[dict, dict]:
+    """One planted run: 3 layers × 2 heads, every logit 10 and ‖W_Q,h‖₂ 2 except layer 2's, which is `logit_l2`
+    (and its ‖W_Q,h‖₂ a tenth of it) from step 2,000 on."""
+    E = len(steps)
+    logit = np.full((E, 3, 2), 10.0)
+    logit[1:, 1, :] = logit_l2
+    lab = f"{arm}:s{seed}"
+    arrays = {f"{lab}__census__step": np.asarray(steps), f"{lab}__census__fa2/max_logit": logit,
+              f"{lab}__census__wq_sigma": np.where(logit > 10, logit / 10, 2.0), f"{lab}__loss": np.ones(4001)}
+    return dict(label=lab, steps=4001), arrays
+
+
+class _Res:
+    def __init__(self, parts, seed, rules):
+        self.data = dict(runs=[p[0] for p in parts], telemetry={})
+        self.arrays = {k: v for p in parts for k, v in p[1].items()}
+        self.meta = {"config": dict(rules=rules, seeds=[seed], arms=[{"label": p[0]["label"].split(":")[0]}
+                                                                        for p in parts], steps=4001)}
+
+
+RULES = dict(failure_window=100, failure_rise=0.3, growth_steps=[2000, 4000], reference="fp32")
+
+
+def test_growth_verdict_needs_growth_beyond_the_reference_spread_in_every_seed():
+    """FP32 seeds differ by 1.5× in layer 2 (the spread). An arm 100× FP32 in layer 2 in both seeds grows layer 2; an
+    arm 100× in one seed and 1.2× (inside the spread) in the other grows nothing; one seed gives no verdict."""
+    s0 = _Res([_planted(0, "fp32", 20.0), _planted(0, "paper", 2000.0), _planted(0, "sdpa", 2000.0)], 0, RULES)
+    s1 = _Res([_planted(1, "fp32", 30.0), _planted(1, "paper", 3000.0), _planted(1, "sdpa", 36.0)], 1, RULES)
+    M = reading.merge_seeds([s0, s1])
+    assert reading.cfg_of(M)["seeds"] == [0, 1] and len(M.data["runs"]) == 6
+    v = reading.growth_verdict(M.arrays, M.data["runs"], RULES)
+    assert v["paper"] == {2000: {"logit": [2], "wq": [2]}, 4000: {"logit": [2], "wq": [2]}}
+    assert v["sdpa"][2000] == {"logit": [], "wq": []}
+    words = reading.growth_words(v, reading.fp32_spread(M.arrays, M.data["runs"], RULES),
+                                 reading.growth_ratios(M.arrays, M.data["runs"], RULES))
+    assert words["paper_grown_logit"] == "layers 2" and words["sdpa_grown_logit"] == "none"
+    assert words["paper_grown_min_ratio"] == words["paper_grown_max_ratio"] == "100" and words["spread_max"] == "1.5"
+    assert reading.growth_verdict(s0.arrays, s0.data["runs"], RULES) is None
+    with pytest.raises(ValueError):                       # one run twice is not two seeds
+        reading.merge_seeds([s0, s0])
+
+
+def test_growth_onset_and_the_census_before_a_failure():
+    _, arrays = _planted(1, "paper", 5000.0)
+    assert reading.growth_onset(arrays, "paper:s1") == (2000, [2])
+    assert reading.growth_onset(arrays, "paper:s1", big=1e4) is None
+    pre = reading.before_failure(arrays, "paper:s1", 3999)
+    assert pre["step"] == 2000 and pre["logit"] == 5000.0 and pre["logit_layer"] == 2 and pre["wq"] == 500.0

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 __all__ = ["failure_step", "layer_series", "conjunction_peak", "gap", "fidelity", "numbers", "ARM_WORDS", "arms_numbers",
-           "arms_table", "growth_ratios", "fp32_spread", "probe_signs", "CHAIN_ARMS"]
+           "arms_table", "growth_ratios", "fp32_spread", "growth_verdict", "growth_words", "growth_onset", "before_failure", "merge_seeds", "probe_signs", "CHAIN_ARMS"]
 
 BIG_LOGIT = 1000.0    # a layer whose largest logit ends above this is listed as an outlier layer (chapter 2b's scale)
 ARM_WORDS = {"sdpa_eager": "PyTorch flash SDPA, eager", "sdpa_compiled": "PyTorch flash SDPA, compiled",
@@ -63,6 +63,27 @@ def layer_series(arrays: dict, label: str) -> dict:
                 wq=np.nanmax(arrays[pre + "wq_sigma"], axis=2))
 
 
+def growth_onset(arrays: dict, label: str, big: float = BIG_LOGIT):
+    """The first census step at which some layer's largest logit exceeds `big`, and those layers (1-based): (step,
+    [layers]), or None when no layer ever does."""
+    ser = layer_series(arrays, label)
+    over = np.flatnonzero((ser["logit"] > big).any(axis=1))
+    if not over.size:
+        return None
+    e = int(over[0])
+    return int(ser["step"][e]), [int(i) + 1 for i in np.flatnonzero(ser["logit"][e] > big)]
+
+
+def before_failure(arrays: dict, label: str, step: int) -> dict:
+    """The last census at or before `step` (a failure step): its step, the largest logit with its layer (1-based),
+    and the largest ‖W_Q,h‖₂ with its layer."""
+    ser = layer_series(arrays, label)
+    e = int(np.flatnonzero(ser["step"] <= step)[-1])
+    li, wi = int(np.argmax(ser["logit"][e])), int(np.argmax(ser["wq"][e]))
+    return dict(step=int(ser["step"][e]), logit=float(ser["logit"][e, li]), logit_layer=li + 1,
+                wq=float(ser["wq"][e, wi]), wq_layer=wi + 1)
+
+
 def conjunction_peak(arrays: dict, label: str, placement: str) -> str:
     """The census's largest conjunction rate over the run, layers and heads, in `placement`, as "x.x % (layer L,
     step S)" (layer 1-based), or "none" when no census event found a conjunction pair."""
@@ -107,8 +128,36 @@ def fidelity(arrays: dict, runs: list[dict], rules: dict) -> dict:
 
 
 def cfg_of(res) -> dict:
-    """The resolved configuration a result ran with: provenance's for a saved result, the live run's otherwise."""
+    """The resolved configuration a result ran with: provenance's for a saved result, the live run's otherwise (a
+    `merge_seeds` reading carries its own)."""
+    if getattr(res, "cfg", None) is not None:
+        return res.cfg
     return res.meta.get("provenance", {}).get("cfg") or res.meta["config"]
+
+
+def merge_seeds(results) -> "SimpleNamespace":
+    """Several results of the GPT-2 comparison (one per seed, or a seed's two entries of two arms each) read as one:
+    `data["runs"]` and `data["telemetry"]` joined, `arrays` joined (labels "<arm>:s<seed>" are unique across them),
+    `cfg` the first's configuration with every arm and seed, `meta` the list of their metas (the provenance stamp
+    lists each). Refuses two runs with one label, and results whose recipe or rules differ."""
+    from types import SimpleNamespace
+    runs, arrays, tel, arms, seeds = [], {}, {}, [], []
+    base = {k: v for k, v in cfg_of(results[0]).items() if k not in ("arms", "seeds", "workdir")}
+    for r in results:
+        cfg = cfg_of(r)
+        if {k: v for k, v in cfg.items() if k not in ("arms", "seeds", "workdir")} != base:
+            raise ValueError("results with different recipes or rules are not one comparison")
+        labels = {run["label"] for run in runs}
+        for run in r.data["runs"]:
+            if run["label"] in labels:
+                raise ValueError(f"run {run['label']} appears twice")
+            runs.append(run)
+        arrays.update(r.arrays)
+        tel.update(r.data.get("telemetry", {}))
+        arms += [a for a in cfg["arms"] if a not in arms]
+        seeds += [s for s in cfg["seeds"] if s not in seeds]
+    return SimpleNamespace(data=dict(runs=runs, telemetry=tel), arrays=arrays, meta=[r.meta for r in results],
+                           cfg=dict(base, arms=arms, seeds=sorted(seeds)))
 
 
 def numbers(res) -> dict:
@@ -220,6 +269,54 @@ def fp32_spread(arrays: dict, runs: list[dict], rules: dict):
     return out
 
 
+def growth_words(verdict: dict | None, spread: dict | None, ratios: dict) -> dict:
+    """Glue for the registered growth verdict (`growth_verdict`, `fp32_spread`, `growth_ratios` of a `merge_seeds`
+    reading): per arm judged, "<arm>_grown_logit"/"_grown_wq" — the layers grown at every growth step judged
+    ("layers 2, 3, 4" or "none"), "<arm>_grown_steps" — those steps, "<arm>_grown_min_ratio" — the smallest ratio to
+    FP32 attention among those layers, steps and seeds; "spread_max" — the reference's largest seed-to-seed spread over
+    those steps and layers; "judged_arms" — how many arms the verdict covers."""
+    out = {"judged_arms": str(len(verdict or {}))}
+    if not verdict:
+        return out
+    for arm, by_step in verdict.items():
+        steps = sorted(by_step)
+        if not steps:
+            continue
+        out[f"{arm}_grown_steps"] = ", ".join(f"{st:,}" for st in steps)
+        for k in ("logit", "wq"):
+            every = sorted(set.intersection(*(set(by_step[st][k]) for st in steps)))
+            out[f"{arm}_grown_{k}"] = ("layers " + ", ".join(map(str, every))) if every else "none"
+            if k == "logit":
+                vals = [ratios[s][arm][st][k][i - 1] for s in ratios for st in steps for i in every
+                        if arm in ratios[s] and st in ratios[s][arm]]
+                fmt = lambda v: f"{v:,.1f}" if v < 10 else f"{v:,.0f}"     # noqa: E731
+                out[f"{arm}_grown_min_ratio"] = fmt(min(vals)) if vals else "—"
+                out[f"{arm}_grown_max_ratio"] = fmt(max(vals)) if vals else "—"
+        out["spread_max"] = f"{max(float(np.max(spread[st][k])) for st in steps for k in ('logit', 'wq')):.1f}"
+    return out
+
+
+def growth_verdict(arrays: dict, runs: list[dict], rules: dict):
+    """The registered growth rule: per arm run in every seed that has the reference arm, per growth step that all of
+    those runs reached, the layers (1-based) whose largest logit (and largest ‖W_Q,h‖₂) exceeds the reference's of the
+    same seed by more than the reference's own seed-to-seed spread (`fp32_spread`), in every seed:
+    {arm: {step: {"logit": [layers], "wq": [layers]}}}. None with fewer than two reference seeds."""
+    spread = fp32_spread(arrays, runs, rules)
+    if spread is None:
+        return None
+    ratios = growth_ratios(arrays, runs, rules)
+    seeds = sorted(ratios)
+    arms = sorted(set.intersection(*(set(ratios[s]) for s in seeds)))
+    out = {}
+    for arm in arms:
+        out[arm] = {}
+        for step in rules["growth_steps"]:
+            if step in spread and all(step in ratios[s][arm] for s in seeds):
+                out[arm][step] = {k: [int(i) + 1 for i in np.flatnonzero(np.all(
+                    [ratios[s][arm][step][k] > spread[step][k] for s in seeds], axis=0))] for k in ("logit", "wq")}
+    return out
+
+
 def probe_signs(arrays: dict, label: str) -> dict:
     """The side chain probe's sign counts over every event and probed layer of a run: Δδ > 0 among tied rows with
     Δδ ≠ 0, and the dW_Q error's push on ‖W_Q,h‖₂ through Adam's denominator > 0 among (event, layer, head), each
@@ -278,6 +375,14 @@ def arms_numbers(res) -> dict:
         out[f"{arm}_recovered"] = ("—" if fs is None else "not by the end of the run" if rec is None
                                    else f"{rec:,} steps later")
         out[f"{arm}_val_loss"] = f"{r['val']['loss'][-1]:.3f}" if r.get("val", {}).get("loss") else "—"
+        on = growth_onset(arrays, lab)
+        out[f"{arm}_onset_step"] = "never" if on is None else f"step {on[0]:,}"
+        out[f"{arm}_onset_layers"] = "none" if on is None else ", ".join(map(str, on[1]))
+        pre = before_failure(arrays, lab, fs) if fs is not None else None
+        out[f"{arm}_prefail_step"] = "—" if pre is None else f"{pre['step']:,}"
+        out[f"{arm}_prefail_logit"] = "—" if pre is None else f"{pre['logit']:,.0f}"
+        out[f"{arm}_prefail_logit_layer"] = "—" if pre is None else str(pre["logit_layer"])
+        out[f"{arm}_prefail_wq"] = "—" if pre is None else f"{pre['wq']:.1f}"
         lo = max(0, common - 500)
         out[f"{arm}_loss_common"] = f"{loss[lo:common].mean():.3f}"
         ser = layer_series(arrays, lab)
