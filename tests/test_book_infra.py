@@ -71,25 +71,17 @@ def test_derived_claims_from_bias_kernel_and_headline():
     assert c["explosion"]["status"] == "partly" and c["fix_stabilises"]["status"] == "not reproduced"
 
 
-def test_ablation_claims_count_seeds_and_treat_degraded_as_not_stable():
-    from lib.claims import table as claims
-
-    def data(paper, fp32_o, dp_p, dfp32o):
-        oc = dict(paper=paper, fp32_o=fp32_o, delta_dp_p=dp_p, delta_fp32_o=dfp32o)
-        fails = ("exploded", "nonfinite")
-        return {"lr": 8e-3, "verdicts": {a: dict(outcomes=o, ours="stable" if all(x == "stable" for x in o) else
-                                                 "fails" if all(x in fails for x in o) else "mixed")
-                                         for a, o in oc.items()},
-                "specs": {"paper": "paper", "delta_fp32_o": "paper/delta_source=fp32_o"}}   # fp32_o, dp_p: no spec
-    c = claims.derive_ablations(data(["exploded"] * 3, ["exploded", "degraded", "exploded"], ["exploded"],
-                                     ["exploded", "stable", "exploded"]))
-    assert c["fp32_o_stabilises"]["status"] == "not reproduced"        # no seed stayed stable
-    assert c["delta_only_channel"]["status"] == "partly"
-    assert "paper placement, δ from an FP32 O exploded, stable, exploded" in c["delta_only_channel"]["evidence"]
-    assert "`delta_dp_p` exploded" in c["delta_only_channel"]["evidence"]      # no spec recorded: its name, as code
-    assert "1 of 4 runs stable" in c["delta_only_channel"]["evidence"]
-    c = claims.derive_ablations(data(["exploded"], ["stable"] * 2, ["stable"], ["stable"]))
-    assert c["fp32_o_stabilises"]["status"] == "reproduced" and c["delta_only_channel"]["status"] == "reproduced"
-    c = claims.derive_ablations(data(["stable"], ["stable"], ["stable"], ["stable"]))   # baseline did not fail
-    assert c["fp32_o_stabilises"]["status"] == "partly" and "weak" in c["fp32_o_stabilises"]["evidence"]
-    assert claims.derive_ablations({"verdicts": {}}) == {}
+def test_retired_claims_say_why_until_a_result_tests_them(tmp_path, monkeypatch):
+    """A claim whose only tests were retired reads "not yet tested" with the reason as its evidence; a committed
+    verdict replaces both. Every other claim without a result keeps an empty evidence line."""
+    from lib.book.htmlcheck import name_problems
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    rows = {r["id"]: r for r in claims.status_table(root=tmp_path)}
+    assert set(claims.RETIRED) <= set(rows)
+    for cid, text in claims.RETIRED.items():
+        assert rows[cid]["status"] == "not yet tested" and rows[cid]["evidence"] == text and name_problems(text) == []
+    assert all(r["evidence"] == "" for c, r in rows.items() if c not in claims.RETIRED)
+    results.save("x", "full", {"claims": {"delta_only_channel": {"status": "partly", "evidence": "gpu"}}},
+                 depends_on=[], root=tmp_path)
+    row = {r["id"]: r for r in claims.status_table(root=tmp_path)}["delta_only_channel"]
+    assert (row["status"], row["evidence"]) == ("partly", "gpu")

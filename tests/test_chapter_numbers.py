@@ -10,7 +10,6 @@ import pytest
 
 from lib.book import registry, results
 from lib.book.htmlcheck import name_problems
-from lib.studies.dial import reading as dial
 from lib.studies.explosion import reading as explosion
 from lib.studies.fix import reading as fix
 from lib.training import horizon as hz, regime, runs
@@ -38,13 +37,13 @@ def _all(scale_numbers) -> dict:
 @pytest.fixture(scope="module")
 def ch6(monkeypatch_module):
     monkeypatch_module.setattr("lib.book.runner.run_live", lambda name, scale, overrides=None: LIVE)
-    return _all(lambda: explosion.numbers("ci") | dial.chapter6_numbers(results.load_group("precision_dial")))
+    return _all(lambda: explosion.numbers("ci"))
 
 
 @pytest.fixture(scope="module")
 def ch7(monkeypatch_module):
     monkeypatch_module.setattr("lib.book.runner.run_live", lambda name, scale, overrides=None: LIVE)
-    return _all(lambda: fix.numbers("ci") | dial.chapter7_numbers(results.load_group("precision_dial")))
+    return _all(lambda: fix.numbers("ci"))
 
 
 @pytest.fixture(scope="module")
@@ -94,18 +93,12 @@ def test_chapter_7_values_are_the_readings_of_the_results(ch7):
 def test_sections_without_their_results():
     assert "not been run" in explosion.generic_numbers(None)["gg_table_md"]
     assert "not been run" in explosion.sweep_numbers(None)["sw_table_md"]
-    assert explosion.ablation_numbers(None)["ab_text_md"] == ""
     assert explosion.headline_numbers(None)["h_what_md"] == ""
     assert explosion.wide_numbers([]) == {}
     assert explosion.regime_numbers([])["rg_table_md"].startswith("The regime pilots have not been run")
     assert fix.sweep_fix_numbers(None)["sw_fix"] == "not run"
     assert fix.healthy_fix_numbers([])["h7_gap"] == "—"
     assert fix.cost_numbers(None, None)["tb_rb512"] == "—"
-    assert dial.chapter7_numbers([])["d7_take"] == "and the precision dial has not been run"
-    d6 = dial.chapter6_numbers([], LIVE | {"data": dict(LIVE["data"], runs=[dict(
-        LIVE["data"]["runs"][0], best=5.0, rise=0.0, max_grad_norm=1.0, onset=None)])})
-    assert "Not run on the GPU yet" in d6["dl_table_md"] and "`paper_s0_lr0.01`" in d6["dl_table_md"]
-    plt.close("all")
 
 
 def test_live_numbers_and_step_bench():
@@ -148,6 +141,6 @@ def test_generic_numbers_on_a_planted_result():
 
 
 def test_result_groups_the_chapters_read_exist():
-    for g in ("healthy_headline", "width_768", "authors_code", "beta_sweep", "precision_dial"):
+    for g in ("healthy_headline", "width_768", "authors_code", "beta_sweep"):
         assert results.load_group(g), g
         assert all(n in registry.entries() for n in registry.GROUPS[g])

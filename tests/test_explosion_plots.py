@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from lib.training import outcome, proxy, regime
-from lib.studies.dial import figures as dial_figures
 from lib.studies.explosion import figures as explosion_plots
 from lib.book.results import Result
 
@@ -73,26 +72,3 @@ def test_max_logit_at_picks_the_first_telemetry_step_at_or_after():
     assert explosion_plots.max_logit_at(arrays, "r", 0) == 2.0
     assert explosion_plots.max_logit_at(arrays, "r", 49) == 5.0
     assert explosion_plots.max_logit_at(arrays, "r", 1000) == 9.0   # run ended before: its last telemetry
-
-
-def test_dial_figure_draws_valid_arms_and_the_controls_of_each_m():
-    """Two fake dial results (the CI run's arrays relabelled): one with the SR backward bug, whose SR arm must not
-    be drawn, one without."""
-    from lib.book.runner import run_live
-    r = run_live("precision_dial", "ci")
-
-    def as_result(name, commit):
-        return Result(name, "ci", dict(scale="ci", device="cpu", git_commit=commit), r["data"], r["arrays"])
-
-    buggy, fixed = as_result("precision_dial", "675045d"), as_result("precision_dial_fine", "f" * 40)
-    fig = dial_figures.dial_figure([buggy])
-    n_dial = len([x for x in r["data"]["runs"] if x["arm"].startswith("paper_m3")])
-    n_ctrl = len(r["data"]["runs"]) - n_dial
-    assert len(fig.axes) == 1 and len(fig.axes[0].lines) == n_dial - 1 + n_ctrl     # SR left out
-    plt.close(fig)
-    fig = dial_figures.dial_figure([fixed])
-    assert len(fig.axes[0].lines) == n_dial + n_ctrl
-    plt.close(fig)
-    fig = dial_figures.dial_figure([fixed], horizons={3: 2})
-    assert len(fig.axes[0].lines) == n_dial + n_ctrl + 1 and fig.axes[0].lines[-1].get_xdata()[0] == 2
-    plt.close(fig)

@@ -115,15 +115,6 @@ def fig_ch6_sweep():
     return ep.lr_sweep_figure(sw)
 
 
-def fig_ch6_dial():
-    from lib.studies.explosion import figures as ep
-    from lib.studies.dial import figures as dial_figures, table as dial_reading
-    dial_res = results.load_group("precision_dial")
-    if not dial_res:
-        pytest.skip("no committed precision-dial result")
-    return dial_figures.dial_figure(dial_res, horizons=dial_reading.at_common_horizon(dial_res)["horizon"])
-
-
 def fig_ch6_regime():
     from lib.studies.explosion import figures as ep
     from lib.training import regime
@@ -327,7 +318,6 @@ FIGURES = {
     "ch6: W_Q norms": functools.partial(fig_ch6_headline, "wq"),
     "ch6: tie rate": functools.partial(fig_ch6_headline, "tie"),
     "ch6: LR sweep": fig_ch6_sweep,
-    "ch6: precision dial": fig_ch6_dial,
     "ch6: regime pilots": fig_ch6_regime,
     "ch6: healthy headline (all arms)": fig_ch6_healthy,
     "ch6: width 768 (own references, logit bound)": fig_ch6_wide,

@@ -50,11 +50,11 @@ def test_cite_and_stale_line():
     line = catalogue.stale_line([fresh, stale], why="the kernel changed")
     assert line.startswith("Stale: the LR 8e-3 headline is read as it was committed — the kernel changed;")
     assert name_problems(line) == [] and name_problems(catalogue.cite([fresh, stale])) == []
-    dial = [Result(n, "full", _meta(), {}, stale=["code changed"]) for n in registry.GROUPS["precision_dial"]]
-    line = catalogue.stale_line([stale] + dial)          # a group read as one is named once
-    assert line.startswith(f"Stale: the LR 8e-3 headline and the precision dial ({len(dial)} results) are read")
-    partial = catalogue.stale_line([stale] + dial[:-1])   # not the whole group: each result by its title
-    assert catalogue.title(dial[0].name) in partial and "results)" not in partial
+    sweep = [Result(n, "full", _meta(), {}, stale=["code changed"]) for n in registry.GROUPS["beta_sweep"]]
+    line = catalogue.stale_line([stale] + sweep)          # a group read as one is named once
+    assert line.startswith(f"Stale: the LR 8e-3 headline and the β sweep ({len(sweep)} results) are read")
+    partial = catalogue.stale_line([stale] + sweep[:-1])   # not the whole group: each result by its title
+    assert catalogue.title(sweep[0].name) in partial and "results)" not in partial
 
 
 def test_codify_and_titled():

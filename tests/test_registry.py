@@ -81,7 +81,7 @@ def test_committed_training_results_are_what_their_entries_run():
             continue
         assert migrate.config_check(name, res) == [], name
         checked += 1
-    assert checked >= 10
+    assert checked >= 8          # the migrated training results still committed (seven were retired since)
 
 
 def test_cli_help_describes_every_experiment():

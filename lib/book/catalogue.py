@@ -29,15 +29,8 @@ TITLES = {
     "headline": "the LR 8e-3 headline",
     "headline_fix_sm32": "the LR 8e-3 fix with S − m in FP32",
     "headline_cliff": "the LR 7e-3 cliff at three seeds",
-    "ablations": "the paper's ablations at LR 8e-3",
     "beta_sweep": "the β sweep at LR 8e-3",
     "beta_sweep_seeds": "the β sweep's two ends at two more seeds",
-    "precision_dial": "the precision dial at m = 3",
-    "precision_dial_fine": "the precision dial at m = 4 and 5",
-    "precision_dial_sr": "the precision dial's stochastic-rounding arms",
-    "precision_dial_seeds": "the precision dial at m = 5, two more seeds",
-    "precision_dial_sr_seeds": "stochastic rounding at m = 5 and 6, two more seeds",
-    "precision_dial_m6": "round-to-nearest-even at m = 6",
     "regime_sweep": "the healthy regime's pilot at LR 1e-3",
     "regime_sweep_5e4": "the healthy regime's pilot at LR 5e-4",
     "healthy_headline": "the healthy headline (paper placement and the fix at β = 7)",
@@ -78,7 +71,7 @@ TITLES = {
 
 
 # A group of results read as one (`lib.book.registry.GROUPS`), named once where all of its results are meant.
-GROUP_TITLES = {"precision_dial": "the precision dial ({n} results)", "beta_sweep": "the β sweep ({n} results)",
+GROUP_TITLES = {"beta_sweep": "the β sweep ({n} results)",
                 "healthy_headline": "the healthy headline ({n} results)", "width_768": "the width-768 runs",
                 "authors_code": "the authors' code trained ({n} results)", "delta_dose": "the δ dose ({n} results)"}
 

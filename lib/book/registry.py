@@ -2,19 +2,19 @@
 
 Each TOML table is one result::
 
-    [precision_dial_m6]            # result name: results/<scale>/precision_dial_m6.json (+ .npz)
-    extends = "precision_dial"     # optional: inherit every key (and both scale tables) of another entry
-    base = "lib.studies.dial.precision_dial"   # the module with run(scale, cfg) (inherited if extended)
+    [beta_sweep_seeds]             # result name: results/<scale>/beta_sweep_seeds.json (+ .npz)
+    extends = "beta_sweep"         # optional: inherit every key (and both scale tables) of another entry
+    base = "lib.studies.fix.beta_sweep"   # the module with run(scale, cfg) (inherited if extended)
     summary = "one line: what it shows"
     chapter = "06"
     gpu_min = 4.0                  # minutes of one H100 at full scale (measured where the result exists)
     device = "gpu"                 # "cpu" for an experiment whose full scale needs no GPU (default "gpu")
     needs = ["headline"]           # results read by the run: they must exist first and are inputs of this one
     inputs = ["data/corpus/pystdlib.txt.xz"]   # files read by the run (sha256 recorded)
-    [precision_dial_m6.full]       # the configuration at full scale (merged over the extended entry's)
-    bits = [6]
-    [precision_dial_m6.ci]         # ... and at ci scale (an entry without a ci table runs only on a GPU)
-    bits = [3]
+    [beta_sweep_seeds.full]        # the configuration at full scale (merged over the extended entry's)
+    seeds = [1, 2]
+    [beta_sweep_seeds.ci]          # ... and at ci scale (an entry without a ci table runs only on a GPU)
+    seeds = [0]
 
 `resolve(name, scale)` merges the scale tables along the `extends` chain (later entries win, key by key) into the
 resolved configuration `cfg` that `run(scale, cfg)` receives and that provenance records. It is plain data: the same
@@ -41,8 +41,6 @@ GROUPS = {
     "width_768": ("healthy_headline_w768", "healthy_headline_w768_s2"),       # seeds 0-1 and seed 2
     "authors_code": ("authors_code", "authors_code_8e3"),                     # the healthy regime and LR 8e-3
     "beta_sweep": ("beta_sweep", "beta_sweep_seeds"),
-    "precision_dial": ("precision_dial", "precision_dial_fine", "precision_dial_sr", "precision_dial_seeds",
-                       "precision_dial_sr_seeds", "precision_dial_m6"),
     "delta_dose": ("delta_dose", "delta_dose_seeds", "delta_dose_brackets", "delta_dose_bias3"),  # stage 1, 2, brackets
 }
 

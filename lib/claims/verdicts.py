@@ -170,17 +170,9 @@ def n_prevent(root=None) -> str:
     return "no failure to prevent" if f == 0 else f"the paper placement failed in {f} of {n} seeds"
 
 
-def n_channel(root=None) -> str:
-    """delta_only_channel's number: how many runs with δ computed without the rounded O stayed stable, beside the
-    paper placement's outcomes (`ablations`)."""
-    ab = _load("ablations", root)
-    v = (ab.data.get("verdicts") or {}) if ab is not None else {}
-    arms = [a for a in ("delta_dp_p", "delta_fp32_o") if a in v]
-    if not arms or "paper" not in v:
-        return "—"
-    oc = [o for a in arms for o in v[a]["outcomes"]]
-    return (f"{sum(o == 'stable' for o in oc)} of {len(oc)} such runs stable; the paper placement "
-            f"{', '.join(v['paper']['outcomes'])}")
+def n_untested(root=None) -> str:
+    """The number of a row no committed result tests: none."""
+    return "—"
 
 
 def n_generic(root=None) -> str:
@@ -193,18 +185,6 @@ def n_generic(root=None) -> str:
           .get("qk_norm")]
     ok = sum(outcome.stayed_stable(judged[r["id"]]["outcome"]) for r in qk)
     return f"{ok} of {len(qk)} QK-norm runs stable"
-
-
-def n_dial(root=None) -> str:
-    dial = _group("precision_dial", root)
-    if not dial:
-        return "—"
-    from lib.studies.dial import table as dial_table
-    f = dial_table.facts(dial_table.at_common_horizon(dial))
-
-    def ms(x):
-        return ", ".join(map(str, x)) or "none"
-    return f"RNE failed at m = {ms(f['rne_failed'])}; unbiased SR at m = {ms(f['sr_failed'])}"
 
 
 # ------------------------------------------------------------------------------------------------------- the rows
@@ -238,10 +218,10 @@ ROWS = (
         "proxy{gpt2_pending}", "chapters/06-loss-explosion"),
     Row("The β fix, or an FP32 O, prevents the explosion", ("fix_stabilises", "fp32_o_stabilises"), n_prevent,
         "proxy", "chapters/07-the-fix"),
-    Row("δ is the only channel: δ without the rounded O stabilises training", ("delta_only_channel",), n_channel,
-        "proxy at LR {ablation_lr}", "chapters/06-loss-explosion"),
-    Row("The rounding's bias, not its coarseness, breaks training", ("bias_not_coarseness",), n_dial,
-        "proxy at LR {dial_lr}, precision dial", "chapters/06-loss-explosion"),
+    Row("δ is the only channel: δ without the rounded O stabilises training", ("delta_only_channel",), n_untested,
+        "GPT-2: not yet tested", "chapters/06-loss-explosion"),
+    Row("The rounding's bias, not its coarseness, breaks training", ("bias_not_coarseness",), n_untested,
+        "GPT-2: not yet tested", "chapters/06-loss-explosion"),
 )
 MAX_ROWS = 12
 
@@ -297,16 +277,9 @@ def context(root=None) -> dict:
         n4 = cap[0]
         c["tie_med"], c["os_ulp_med"], c["proxy_seeds"] = f"{n4['tie_med']:.1%}", f"{n4['os_ulp_med']:+.3f}", \
             n4["seeds"]
-    ab = _load("ablations", root)
-    if ab is not None and ab.data.get("lr") is not None:
-        c["ablation_lr"] = f"{ab.data['lr']:g}"
     gg = _load("generic_growth_controls", root)
     if gg is not None and gg.data.get("lr") is not None:
         c["control_lr"] = f"{gg.data['lr']:g}"
-    dial = _group("precision_dial", root)
-    if dial:
-        from lib.studies.dial import table as dial_table
-        c["dial_lr"] = ", ".join(f"{x:g}" for x in dial_table.at_common_horizon(dial)["lr"])
     c["gpt2_pending"] = "" if _results.exists("gpt2_arms", "full", root) else "; GPT-2: not yet run"
     return c
 

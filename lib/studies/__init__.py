@@ -10,5 +10,5 @@ A study folder `lib/studies/<name>/` holds
 
 A study imports the components only — `lib.book`, `lib.fp`, `kernels`, `lib.training`, `lib.stats` — never another
 study (`tests/test_layers.py`); the claims table (`lib.claims`) sits on top and reads the studies. Chapter → study:
-1 `rounding`, 2 `kernel`, 3 `golden`, 4–5 `delta`, 5 `dose`, 6 `explosion`, 6–7 `dial`, 7 `fix`.
+1 `rounding`, 2 `kernel`, 3 `golden`, 4–5 `delta`, 5 `dose`, 6 `explosion`, 7 `fix`.
 """

@@ -10,31 +10,27 @@ reads, so each can be tested on its own:
 * `healthy_numbers(parts, refs)`: the healthy headline (width 384) against the pilots' references;
 * `wide_numbers(parts, refs, healthy)`: the same at width 768;
 * `generic_numbers(gg)`: the LR 8e-3 controls (QK-norm, row zeroing);
-* `headline_numbers(res, sm, ablations)`: the LR 8e-3 headline and the fix with S − m in FP32;
-* `ablation_numbers(ab, headline)`: the paper's ablations at that LR;
+* `headline_numbers(res, sm)`: the LR 8e-3 headline and the fix with S − m in FP32;
 * `sweep_numbers(sw)`: the LR sweep;
 * `live_numbers(live, scale)`: this build's live run;
 * `stale_line(res_list)`: the one sentence on the section's stale results.
 
-The precision dial's numbers come from its own study (`lib.studies.dial.reading.chapter6_numbers`). Verdicts are
-derived here, when results are read; no run recorded them.
+Verdicts are derived here, when results are read; no run recorded them.
 """
 from __future__ import annotations
-
-import re
 
 import numpy as np
 
 from lib.book import results
 from lib.fp.bf16 import ulp
 from lib.fp.fix import Fix
-from lib.studies.explosion import ablations, figures as ep
+from lib.studies.explosion import figures as ep
 from lib.stats import one_sided_sign_p
 from lib.training import horizon as hz, outcome, proxy, regime, runs
 from lib.training.zero_rows import OURS_ZERO_AT
 
 __all__ = ["numbers", "setup_numbers", "regime_numbers", "pilot_refs", "healthy_numbers", "wide_numbers",
-           "generic_numbers", "headline_numbers", "ablation_numbers", "sweep_numbers", "live_numbers", "stale_line"]
+           "generic_numbers", "headline_numbers", "sweep_numbers", "live_numbers", "stale_line"]
 
 PAPER, FIX7, FIX2 = "paper_rb512", "paper_rb512+fix_b7", "paper_rb512+fix_b2"   # the healthy headline's arms
 EARLY = 250       # steps: a quarter of the way to the first explosion onsets at LR 8e-3
@@ -47,7 +43,7 @@ def numbers(scale: str) -> dict:
     from lib.book.runner import run_live
     full = lambda name: results.load(name, "full") if results.exists(name, "full") else None   # noqa: E731
     pilots = [results.load(n, "full") for n in regime.REGIME_RESULTS if results.exists(n, "full")]
-    headline, sm, ab = full("headline"), full("headline_fix_sm32"), full("ablations")
+    headline, sm = full("headline"), full("headline_fix_sm32")
     out = setup_numbers() | regime_numbers(pilots, headline)
     refs = pilot_refs(pilots) if pilots else None
     hh_parts = results.load_group("healthy_headline")
@@ -56,11 +52,9 @@ def numbers(scale: str) -> dict:
         out |= healthy_numbers(hh_parts, refs)
     out |= wide_numbers(results.load_group("width_768"), refs, healthy)
     out |= generic_numbers(full("generic_growth_controls"))
-    out |= headline_numbers(headline, sm, ab)
-    out |= ablation_numbers(ab, headline)
+    out |= headline_numbers(headline, sm)
     out |= sweep_numbers(full("lr_sweep"))
-    out["stale_line"] = stale_line([r for r in (headline, sm, ab, full("lr_sweep")) if r is not None]
-                                   + results.load_group("precision_dial"))
+    out["stale_line"] = stale_line([r for r in (headline, sm, full("lr_sweep")) if r is not None])
     return out | live_numbers(run_live("headline", scale), scale)
 
 
@@ -340,10 +334,10 @@ def lr_source_words(source: str) -> str:
     return catalogue.titled(source)
 
 
-def headline_numbers(res, sm=None, ab=None) -> dict:
-    """The LR 8e-3 headline (`res`), the fix with S − m in FP32 run apart at its LR and steps (`sm`,
-    `headline_fix_sm32`), and `ab` (`ablations`, for repeats across results): outcomes at the common horizon, the
-    repeat, logits, ‖W_Q‖₂, tie rates, the outcome tables ("h_table_md"), what happened ("h_what_md"), figures."""
+def headline_numbers(res, sm=None) -> dict:
+    """The LR 8e-3 headline (`res`) and the fix with S − m in FP32 run apart at its LR and steps (`sm`,
+    `headline_fix_sm32`): outcomes at the common horizon, the repeats, logits, ‖W_Q‖₂, tie rates, the outcome tables
+    ("h_table_md"), what happened ("h_what_md"), figures."""
     if res is None:
         return {"h_table_md": "**The headline has not been run on the GPU yet**: no committed "
                               "`results/full/headline.json`.", "h_what_md": ""}
@@ -400,11 +394,11 @@ def headline_numbers(res, sm=None, ab=None) -> dict:
                          + (f"\n\nThe fix with S − m in FP32, run apart ({runs.labelled([sm], False)}; same LR, "
                             "steps and batch order, with FP32 attention again as a control and a repeat of its first "
                             "run).\n\n" + runs.outcome_table(sm, judged_sm) if sm is not None else sm_note))
-    out["h_what_md"] = _what_happened(res, sm, ab, rs, judged, h, h_sm, judged_sm, rn, rl and rg)
+    out["h_what_md"] = _what_happened(res, sm, rs, judged, h, h_sm, judged_sm, rn, rl and rg)
     return out
 
 
-def _what_happened(res, sm, ab, rs, judged, h, h_sm, judged_sm, rn, identical) -> str:
+def _what_happened(res, sm, rs, judged, h, h_sm, judged_sm, rn, identical) -> str:
     """The LR 8e-3 headline in one paragraph: outcomes per arm at the horizon, the repeats within and across
     results."""
     sm_arm = "paper+fix_split_sm32"
@@ -413,7 +407,7 @@ def _what_happened(res, sm, ab, rs, judged, h, h_sm, judged_sm, rn, identical) -
     arms = [a for a in ("paper", "paper+fix", sm_arm, "fa2", "sdpa", "fp32") if any(r["arm"] == a for r in rs)]
     stable = hz.stable_arms(rs, judged)
     diff = [j for j in judged.values() if j["outcome"] != j["full_outcome"]]
-    reps = runs.repeats([res] + ([sm] if sm is not None else []) + ([ab] if ab is not None else []))
+    reps = runs.repeats([res] + ([sm] if sm is not None else []))
     reps = list({(x["arm"], x["seed"], x["results"]): x for x in reps
                  if x["results"][0] != x["results"][1]}.values())        # across results, one per run pair
     sm_rep = (sm.data["repeat"] or {}) if sm is not None else {}
@@ -442,73 +436,10 @@ def _what_happened(res, sm, ab, rs, judged, h, h_sm, judged_sm, rn, identical) -
                 f"{x['commits'][0][:7]} and {x['commits'][1][:7]}) over {x['steps']} shared steps, "
                 + ("bit-identical" if x["identical"] else f"first difference at step {x['first_diff']}")
                 for x in reps) if reps else "")
-            + ". Same seed, same curve, on the GPU, for our kernel (FP32 attention: the precision dial's repeated "
-            "controls below). PyTorch's flash SDPA backward adds dQ with atomics in a non-deterministic order under "
+            + ". Same seed, same curve, on the GPU, for our kernel. PyTorch's flash SDPA backward adds dQ with atomics in a non-deterministic order under "
             "our harness's default `deterministic=\"warn\"` (`lib/training/train.py`; `\"strict\"` selects its "
             "deterministic variant), so its curve is not repeatable bit for bit and its single run here is one draw "
             "of several possible outcomes.")
-
-
-def ablation_numbers(ab, headline=None) -> dict:
-    """The paper's ablations at the headline's LR (`ablations`): the table ("ab_table_md") and its reading
-    ("ab_text_md"), with `headline` for whether the layer and heads chosen then are still the ones chosen now."""
-    if ab is None:
-        return {"ab_table_md": "**The ablations have not been run on the GPU yet.**", "ab_text_md": ""}
-    h, judged = hz.judge_result(ab)
-
-    def arm_runs(arm):
-        return sorted((r for r in ab.data["runs"] if r["arm"] == arm), key=lambda r: r["seed"])
-
-    def n_stable(arm):
-        return sum(judged[r["id"]]["outcome"] == "stable" for r in arm_runs(arm))
-    why = re.sub(r"\bheadline run ([\w+.-]+?)_s(\d+)_lr[\d.e-]+",                    # a run id in words
-                 lambda m: f"the headline's {runs.spec_words(proxy.ARMS.get(m.group(1), m.group(1)))} run, seed "
-                           f"{m.group(2)}", ab.data["layer_why"])
-    rows = [f"Committed GPU result: {runs.labelled([ab], False)}, LR {ab.data['lr']:g}; layer {ab.data['layer']} "
-            f"({why}), outlier heads {ab.data['heads']}. Outcomes judged on the first {h} steps "
-            "(the fewest any run reached), per seed in seed order, onset step in brackets.", "",
-            "| arm | outcomes at the horizon | stable | val loss | tokens | the paper reports |",
-            "|---|---|---|---|---|---|"]
-    for arm, v in ab.data["verdicts"].items():
-        rs = arm_runs(arm)
-        rows.append(f"| {runs.arm_label(ab, arm)} | {hz.arm_words(ab.data['runs'], judged, arm)} | "
-                    f"{n_stable(arm)} of {len(rs)} | {_vals(ab, arm)} | {_tokens(ab, arm)} | {v['paper']} |")
-    table = "\n".join(rows)
-    if headline is not None:  # the layer and heads come from the headline committed when the ablations ran
-        layer, heads, _ = ablations.outlier_layer_and_heads(headline.data, headline.arrays,
-                                                            proxy.proxy_config("full").n_layer)
-        if (layer, list(heads)) != (ab.data["layer"], list(ab.data["heads"])):
-            table += (f"\n\nThe layer and heads were chosen from the headline committed when the ablations ran; the "
-                      f"current headline ({runs.labelled([headline], False)}, {headline.data['steps']} steps) gives layer "
-                      f"{layer} and "
-                      f"heads {list(heads)}, so re-running the ablations now would change the single-layer or "
-                      "outlier-head arms.")
-    multi = [a for a in ab.data["verdicts"] if len(arm_runs(a)) > 1]
-    single = [a for a in ab.data["verdicts"] if len(arm_runs(a)) == 1]
-    text = (f"At the headline's LR the arms with {len(arm_runs(multi[0])) if multi else 1} seeds "
-            f"({'; '.join(runs.arm_label(ab, a) for a in multi)}) decide the two claims the paper rests most on. "
-            + "; ".join(f"{runs.arm_label(ab, a)} stayed stable in {n_stable(a)} of {len(arm_runs(a))}"
-                        for a in multi) + ". "
-            + (f"The arms run at one seed ({'; '.join(runs.arm_label(ab, a) for a in single)}) stayed stable in "
-               f"{sum(n_stable(a) for a in single)} of {len(single)}. " if single else "")
-            + "So computing O in FP32 in the forward (the paper: stable) "
-            + (f"stabilised {n_stable('fp32_o')} of {len(arm_runs('fp32_o'))} seeds" if n_stable("fp32_o")
-               else "stabilised no seed")
-            + "; computing δ from an FP32 recompute of O (the paper's δ-channel ablation; the paper: stable) "
-            "stabilised " + (f"{n_stable('delta_fp32_o')} of {len(arm_runs('delta_fp32_o'))} seeds"
-                             if "delta_fp32_o" in multi else "its one seed" if n_stable("delta_fp32_o") else "no seed")
-            + ".")
-    if headline is not None:
-        _, hj = hz.judge_result(headline)
-        rs = [r for r in headline.data["runs"] if not r["tag"]]
-        bf16_failed = [a for a in dict.fromkeys(r["arm"] for r in rs) if a != "fp32"
-                       and not any(hj[r["id"]]["outcome"] == "stable" for r in rs if r["arm"] == a)]
-        fp32_ok = all(hj[r["id"]]["outcome"] == "stable" for r in rs if r["arm"] == "fp32")
-        text += (f" At this LR the headline's FP32 attention {'stayed stable' if fp32_ok else 'failed too'} and its "
-                 f"BF16 arms ({_arms_words(headline, bf16_failed)}) stayed stable in no seed; the "
-                 "ablations do not isolate δ as the channel here. They fit the same generic logit growth, with "
-                 "rounding anywhere on the path to the weights enough to tip it.")
-    return {"ab_table_md": table, "ab_text_md": text}
 
 
 def sweep_numbers(sw) -> dict:

@@ -15,8 +15,6 @@ per section, each on the results it reads:
 * `cost_numbers(attention_bench, train_step_bench)`: what it costs;
 * `stale_line(res_list)`: the one sentence on the stale LR 8e-3 results;
 * `STEP_TARGET`, `step_bench(data, arm)`: the training-step benchmark read against the project's target.
-
-The precision dial's fix arms come from the dial's study (`lib.studies.dial.reading.chapter7_numbers`).
 """
 from __future__ import annotations
 
@@ -41,7 +39,7 @@ PAPER, FIX7, FIX2 = "paper_rb512", "paper_rb512+fix_b7", "paper_rb512+fix_b2"   
 
 
 def numbers(scale: str) -> dict:
-    """Every number, table and figure of chapter 7 but the precision dial's, from the committed full-scale results
+    """Every number, table and figure of chapter 7, from the committed full-scale results
     (and the live β sweep at `scale`)."""
     from lib.book.runner import run_live
     full = lambda name: results.load(name, "full") if results.exists(name, "full") else None   # noqa: E731
@@ -53,8 +51,7 @@ def numbers(scale: str) -> dict:
             | beta_sweep_numbers(results.load_group("beta_sweep"), run_live("beta_sweep", scale), scale)
             | cost_numbers(full("attention_bench"), full("train_step_bench"))
             | {"stale_line": stale_line([r for r in (full("headline"), full("headline_fix_sm32"), full("lr_sweep"))
-                                         if r is not None] + results.load_group("beta_sweep")
-                                        + results.load_group("precision_dial"))})
+                                         if r is not None] + results.load_group("beta_sweep"))})
 
 
 def stale_line(res_list) -> str:
