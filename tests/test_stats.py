@@ -73,3 +73,20 @@ def test_one_sided_sign_p():
     assert stats.one_sided_sign_p(2, 3) == pytest.approx(4 / 8)
     assert stats.one_sided_sign_p(0, 5) == 1.0
     assert stats.one_sided_sign_p(9, 10) == pytest.approx(stats.sign_test(n_pos=9, n_neg=1)["p_greater"])
+
+
+def test_sign_test_power_matches_the_binomial():
+    # n = 10 at α = 0.05: 9 of 10 passes (P(X ≥ 9 | ½) = 11/1024), 8 does not (56/1024 > 0.05); at a true share of
+    # 0.9 the test passes with P(X ≥ 9 | 0.9) = 0.9¹⁰ + 10·0.9⁹·0.1.
+    assert stats.sign_test_power(10, 0.9, 0.05) == pytest.approx(0.9 ** 10 + 10 * 0.9 ** 9 * 0.1)
+    assert stats.sign_test_power(10, 0.5, 0.05) == pytest.approx(11 / 1024)       # its size, below α
+    assert stats.sign_test_power(5, 0.99, 0.01) == 0.0                            # 5 of 5 has p = 1/32: never passes
+
+
+def test_detectable_share_is_where_the_power_is_reached():
+    s = stats.detectable_share(10, 0.05, 0.8)
+    assert stats.sign_test_power(10, s, 0.05) == pytest.approx(0.8, abs=1e-6)
+    assert 0.9 < s < 1                                    # at 0.9 the power is 0.736 < 0.8 (above)
+    assert stats.detectable_share(100, 0.05) < stats.detectable_share(30, 0.05) < s     # more signs see less
+    assert stats.detectable_share(30, 0.01 / 36) > stats.detectable_share(30, 0.01)     # a stricter level sees less
+    assert np.isnan(stats.detectable_share(5, 0.01))                                   # a test that cannot pass
