@@ -23,6 +23,9 @@ __all__ = ["sign_test", "normalised_bias", "clopper_pearson", "drift", "stable_r
            "sign_test_power", "detectable_share"]
 
 F64 = torch.float64
+# The quantile of a sign-flip null that `coherence` reports as null_q99, and `lib.studies.delta.stats` as
+# rho2_null_q99 (both write the number inline; tests check that they agree with this value).
+NULL_QUANTILE = 0.99
 
 
 # ================================================================================================ plain statistics

@@ -90,3 +90,22 @@ def test_detectable_share_is_where_the_power_is_reached():
     assert stats.detectable_share(100, 0.05) < stats.detectable_share(30, 0.05) < s     # more signs see less
     assert stats.detectable_share(30, 0.01 / 36) > stats.detectable_share(30, 0.01)     # a stricter level sees less
     assert np.isnan(stats.detectable_share(5, 0.01))                                   # a test that cannot pass
+
+
+def test_the_null_quantile_is_the_one_coherence_reports():
+    """`NULL_QUANTILE` (the number the chapters glue as the null's percentile) is the quantile of the sign-flip null
+    that `coherence` returns as null_q99, and the one the token coherence of chapter 5 returns."""
+    rng = np.random.default_rng(0)
+    mats = [rng.standard_normal((4, 5)) for _ in range(12)]
+    out = stats.coherence(mats, n_flip=500, seed=3)
+    m = torch.stack([torch.as_tensor(x).to(torch.float64).reshape(-1) for x in mats])
+    g = m @ m.T
+    eps = stats._fair_signs(500, 12, 3)
+    null = ((eps @ g) * eps).sum(1) / torch.trace(g)
+    assert out["null_q99"] == pytest.approx(float(torch.quantile(null, stats.NULL_QUANTILE)))
+    assert out["null_q99"] != pytest.approx(float(torch.quantile(null, 0.5)))          # the check can fail
+    from lib.studies.delta.stats import _coherence_finish
+    w, keep = torch.ones(1, 6, dtype=torch.float64), torch.ones(1, 6, dtype=torch.bool)
+    nl = torch.as_tensor(rng.standard_normal((1, 300)) ** 2)
+    r = _coherence_finish(w, keep, torch.ones(1, 3, dtype=torch.float64), nl, 300)
+    assert float(r["rho2_null_q99"][0]) == pytest.approx(float(torch.quantile(nl[0] / 6, stats.NULL_QUANTILE)))

@@ -158,3 +158,14 @@ def test_findings_glue_the_results():
     comp = [r for r in d["records"] if r["mode"] == "compiled" and r["agreement"] and r["kind"] == "random"]
     assert f["compiled"] == f"{100 * comp[0]['agreement']['paper (predicted)']['o']['bit_identical']:.1f} %"
     assert all(name_problems(v) == [] for v in f.values() if isinstance(v, str))
+
+
+def test_the_fix_beta_the_intro_names_is_the_one_the_authors_code_ran(tmp_path):
+    from lib.fp.fix import BETA
+    from lib.training.spec import AttnSpec
+    assert verdicts._fix_beta(tmp_path) == BETA                       # no result: the fix's default, the paper's β
+    g = results.load_group("authors_code", "full")
+    if not g:
+        pytest.skip("no committed authors_code")
+    betas = {AttnSpec.parse(r["attn"]).beta for r in g[0].data["runs"] if r["arm"] == "authors+fix_b7"}
+    assert len(betas) == 1 and verdicts.findings()["fix_beta"] == f"{betas.pop():g}"

@@ -402,7 +402,8 @@ def counts_sentence(rows: list[dict]) -> str:
 def findings(root=None) -> dict:
     """Sentences for the intro, each with its numbers from the results (a sentence whose result is missing says so):
     "compiled" (how much of O the compiled authors' code shares with the eager placement), "eager_backward" (the
-    eager backward as released), "floor_value" (their floor on ℓ), "floor" (that floor turns β = 7 into row
+    eager backward as released), "floor_value" (their floor on ℓ), "fix_beta" (the β their fix ran with), "floor"
+    (that floor turns β = 7 into row
     dropping), "row_dropping" (at the unhealthy LR, "row_dropping_lr",
     row dropping alone reproduces the stable fix), "ntr" (normalise-then-round's own bias on tensor cores)."""
     out = {}
@@ -421,6 +422,7 @@ def findings(root=None) -> dict:
                 "pp_stale": False}
     from lib.training.authors_backend import AuthorsOptions
     out["floor_value"] = f"{AuthorsOptions().floor:g}"       # the authors' clamp on each tile's row sum ℓ
+    out["fix_beta"] = f"{_fix_beta(root):g}"                  # the β of their fix's arm, as it ran
     ac = _group("authors_code", root)
     if len(ac) == 2:
         from lib.training import runs
@@ -449,6 +451,16 @@ def findings(root=None) -> dict:
     else:
         out["ntr"] = "not measured"
     return out
+
+
+def _fix_beta(root=None) -> float:
+    """The β the authors' code ran its fix with (`authors_code`'s fix arm at the paper's β, read from its spec); the
+    fix's default (the paper's β) when that result is missing."""
+    from lib.fp.fix import BETA
+    from lib.training.spec import AttnSpec
+    ac = _group("authors_code", root)
+    attn = next((r["attn"] for r in (ac[0].data["runs"] if ac else []) if r["arm"] == "authors+fix_b7"), None)
+    return AttnSpec.parse(attn).beta if attn else BETA
 
 
 def n_rows_ok(rows) -> bool:
