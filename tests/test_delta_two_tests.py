@@ -105,3 +105,12 @@ def test_the_claims_table_reads_both_tests():
     assert row["status"] == v["status"] and row["results"] == ["delta_capture", "healthy_headline"]
     assert f"{v['batch']['above']} of {v['batch']['cells']}" in row["evidence"]
     assert f"{v['row']['detectable']:.0%}" in row["evidence"]
+
+
+def test_every_pair_of_outcomes_has_a_status():
+    for a in ("up", "some", "none", "down"):
+        for b in ("up", "none", "down"):
+            for det in (0.55, 0.95):
+                c = two_tests.combine(dict(direction=a, detectable=det), dict(direction=b, share_med=0.6))
+                assert c["status"] in ("reproduced", "partly", "not reproduced", "inconclusive") and c["phrase"]
+    assert two_tests.p_text(9.2e-23) == "9e-23" and two_tests.p_text(0.0123) == "0.012"

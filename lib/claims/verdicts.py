@@ -130,7 +130,7 @@ def n_link_4(root=None) -> str:
     v = two_tests.verdict(cap, tel)
     r, b = v["row"], v["batch"]
     return (f"{v['phrase']} — whole batches: {b['above']} of {b['cells']} (head, seed) cells mostly Δδ > 0, p = "
-            f"{two_tests._p(b['p_greater'])} ({b['power']:.0%} power at a share ≥ {b['detectable']:.0%}); captured "
+            f"{two_tests.p_text(b['p_greater'])} ({b['power']:.0%} power at a share ≥ {b['detectable']:.0%}); captured "
             f"rows: {r['up']} of {r['cells']} pass ({r['power']:.0%} power only at ≥ {r['detectable']:.0%} positive "
             f"steps a head; whole batches' median {b['share_med']:.0%})")
 

@@ -21,7 +21,7 @@ from lib import stats
 from lib.studies.delta import verdicts as dv
 from lib.studies.delta.stats import ALPHA
 
-__all__ = ["POWER", "STATUS", "row_test", "batch_test", "combine", "verdict", "evidence"]
+__all__ = ["POWER", "STATUS", "row_test", "batch_test", "combine", "verdict", "evidence", "p_text"]
 
 POWER = 0.8          # the power at which each test's detectable share is stated
 
@@ -123,7 +123,8 @@ def combine(row: dict, batch: dict) -> dict:
     return dict(status=status, phrase=phrase, row_too_weak=weak)
 
 
-def _p(p: float) -> str:
+def p_text(p: float) -> str:
+    """A p-value as the prose writes it: one significant digit below 0.001, else three decimals."""
     return f"{p:.1g}" if p < 0.001 else f"{p:.3f}"
 
 
@@ -136,7 +137,7 @@ def evidence(row: dict, batch: dict, c: dict) -> str:
             f"Whole batches (training telemetry, {batch['steps']} steps a head): {batch['above']} of "
             f"{batch['cells']} cells have more positive steps than negative, {batch['below']} fewer, in "
             f"{batch['seeds_up']} of {batch['seeds']} seeds mostly more (one-sided sign test p = "
-            f"{_p(batch['p_greater'])}; it detects a share of {batch['detectable']:.0%} or more at α = "
+            f"{p_text(batch['p_greater'])}; it detects a share of {batch['detectable']:.0%} or more at α = "
             f"{batch['alpha']:g} with {batch['power']:.0%} power; median share of positive steps "
             f"{batch['share_med']:.0%})")
 
