@@ -1,7 +1,7 @@
 """Link 4 from both records of Δδ's sign (`lib.studies.delta.two_tests`), on planted captures and planted telemetry:
 an all-upward whole batch is detected and a balanced one is not; captured rows whose heads all pass are; the status
 follows from the two tests by its table (a weak row-level test beside a whole-batch lean gives "partly", a strong one
-"inconclusive"); on the committed results the claims table's verdict is this one."""
+"inconclusive"); the verdict table reads it (tests/test_verdict_table.py)."""
 import numpy as np
 import pytest
 
@@ -94,17 +94,6 @@ def test_the_verdict_end_to_end():
     assert v["status"] == "not reproduced"
     v = two_tests.verdict(_capture(0.5), all_up)           # 30 steps at α/6 need ≈ 0.83 of steps: 0.8 is too weak
     assert v["status"] == "partly" and f"{v['row']['detectable']:.0%}" in v["evidence"]
-
-
-@pytest.mark.skipif(not (results.exists("delta_capture", "full") and results.exists("healthy_headline", "full")),
-                    reason="no committed capture and telemetry")
-def test_the_claims_table_reads_both_tests():
-    from lib.claims import table as claims
-    v = two_tests.verdict(results.load("delta_capture", "full"), results.load("healthy_headline", "full"))
-    row = {r["id"]: r for r in claims.status_table()}["delta_bias"]
-    assert row["status"] == v["status"] and row["results"] == ["delta_capture", "healthy_headline"]
-    assert f"{v['batch']['above']} of {v['batch']['cells']}" in row["evidence"]
-    assert f"{v['row']['detectable']:.0%}" in row["evidence"]
 
 
 def test_every_pair_of_outcomes_has_a_status():

@@ -20,6 +20,11 @@ def rows():
     return verdicts.verdict_rows()
 
 
+@pytest.fixture(scope="module")
+def table():
+    return {r["id"]: r for r in claims.status_table()}
+
+
 def test_at_most_thirteen_rows_each_naming_tracked_claims(rows):
     assert len(verdicts.ROWS) <= verdicts.MAX_ROWS and verdicts.n_rows_ok(rows)
     assert not verdicts.n_rows_ok(rows * 2)                           # the check can fail
@@ -28,8 +33,7 @@ def test_at_most_thirteen_rows_each_naming_tracked_claims(rows):
     assert len(merged) == len(set(merged)) and set(merged) <= ids     # each claim in one row at most
 
 
-def test_each_verdict_is_the_claims_tables(rows):
-    table = {r["id"]: r for r in claims.status_table()}
+def test_each_verdict_is_the_claims_tables(rows, table):
     for r in rows:
         assert r["statuses"] == [table[c]["status"] for c in r["claims"]]
         assert r["verdict"] == r["statuses"][0] and r["stale"] == any(table[c]["stale"] for c in r["claims"])
@@ -169,3 +173,18 @@ def test_the_fix_beta_the_intro_names_is_the_one_the_authors_code_ran(tmp_path):
         pytest.skip("no committed authors_code")
     betas = {AttnSpec.parse(r["attn"]).beta for r in g[0].data["runs"] if r["arm"] == "authors+fix_b7"}
     assert len(betas) == 1 and verdicts.findings()["fix_beta"] == f"{betas.pop():g}"
+
+
+@pytest.mark.skipif(not (results.exists("delta_capture", "full") and HAVE["healthy_headline"]),
+                    reason="no committed capture and telemetry")
+def test_link_4_reads_both_tests(rows, table):
+    """Link 4's verdict is the status of its two tests (the captured rows' and the whole-batch sign test), and its
+    evidence names both, each with the share it detects."""
+    from lib.studies.delta import two_tests
+    v = two_tests.verdict(results.load("delta_capture", "full"), results.load("healthy_headline", "full"))
+    row = next(r for r in rows if r["claims"] == ["delta_bias"])
+    assert row["verdict"] == v["status"] and row["number"].startswith(v["phrase"])
+    for share in (v["batch"]["detectable"], v["row"]["detectable"]):
+        assert f"{share:.0%}" in row["number"]
+    assert table["delta_bias"]["results"] == ["delta_capture", "healthy_headline"]
+    assert f"{v['batch']['above']} of {v['batch']['cells']}" in table["delta_bias"]["evidence"]
