@@ -7,6 +7,8 @@ stable rank. Pure functions on arrays (numpy or torch, computed in float64); no 
 * `coherence(mats)`: do matrices add up along one direction (ρ² with a sign-flip null)?
 * `stable_rank(m)`, `frob_cos(a, b)`, `top_component(e, u, v)`: matrix summaries.
 * `one_sided_sign_p(k, n)`: the chance of k or more of n fair coin flips coming up heads.
+* `sign_test_power(n, share, alpha)`, `detectable_share(n, alpha, power)`: what a one-sided exact sign test of n
+  signs can see — its power at a true share of positives, and the smallest share it detects with that power.
 """
 from __future__ import annotations
 
@@ -17,9 +19,13 @@ import numpy as np
 import torch
 
 __all__ = ["sign_test", "normalised_bias", "clopper_pearson", "drift", "stable_rank", "frob_cos", "top_component",
-           "coherence", "one_sided_sign_p"]
+           "coherence", "one_sided_sign_p",
+           "sign_test_power", "detectable_share"]
 
 F64 = torch.float64
+# The quantile of a sign-flip null that `coherence` reports as null_q99, and `lib.studies.delta.stats` as
+# rho2_null_q99 (both write the number inline; tests check that they agree with this value).
+NULL_QUANTILE = 0.99
 
 
 # ================================================================================================ plain statistics
@@ -136,3 +142,33 @@ def coherence(mats, n_flip: int = 2000, seed: int = 0) -> dict:
 def one_sided_sign_p(k: int, n: int) -> float:
     """P(X ≥ k) for X ~ Binomial(n, ½): the one-sided sign-test p-value of k of n pairs going one way."""
     return sum(math.comb(n, j) for j in range(k, n + 1)) / 2 ** n
+
+
+def _critical_count(n: int, alpha: float):
+    """The fewest positives of n signs that pass a one-sided exact sign test at `alpha` (None when no count can)."""
+    from scipy.stats import binom
+    if n <= 0:
+        return None
+    k = int(binom.isf(alpha, n, 0.5))               # P(X > k) ≤ alpha: start there, then step to the exact edge
+    while k > 0 and binom.sf(k - 2, n, 0.5) <= alpha:
+        k -= 1
+    while k <= n and binom.sf(k - 1, n, 0.5) > alpha:
+        k += 1
+    return k if k <= n else None
+
+
+def sign_test_power(n: int, share: float, alpha: float) -> float:
+    """The chance that a one-sided exact sign test of n independent signs passes at level `alpha` when each sign is
+    positive with probability `share` (0 when no count of n can pass)."""
+    from scipy.stats import binom
+    k = _critical_count(int(n), alpha)
+    return 0.0 if k is None else float(binom.sf(k - 1, int(n), share))
+
+
+def detectable_share(n: int, alpha: float, power: float = 0.8) -> float:
+    """The smallest true share of positive signs that a one-sided exact sign test of n independent signs at level
+    `alpha` detects with probability `power` (NaN when no count of n can pass: the test sees nothing)."""
+    from scipy.optimize import brentq
+    if _critical_count(int(n), alpha) is None:
+        return float("nan")
+    return float(brentq(lambda p: sign_test_power(n, p, alpha) - power, 0.5, 1.0, xtol=1e-9))

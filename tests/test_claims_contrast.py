@@ -1,5 +1,6 @@
 """The claims table takes the δ-channel claims from `delta_capture` (the healthy regime), never from the contrast
-result `delta_capture_8e3`, whatever the order in which the results are found."""
+result `delta_capture_8e3`, whatever the order in which the results are found; Δδ's sign (delta_bias) reads it
+together with the healthy headline's whole-batch telemetry where that exists."""
 from lib.book import results
 from lib.claims import table as claims
 
@@ -46,6 +47,10 @@ def test_the_committed_table_reads_the_healthy_capture():
         pytest.skip("no committed full-scale delta_capture")
     rows = _rows(None)
     want = results.load("delta_capture", "full").data["claims"]
+    both = results.exists("healthy_headline", "full")        # Δδ's sign: the captures and the whole-batch telemetry
     for c in DELTA_CLAIMS:
+        if c == "delta_bias" and both:
+            assert rows[c]["results"] == ["delta_capture", "healthy_headline"], rows[c]["results"]
+            continue
         assert rows[c]["results"] == ["delta_capture"], rows[c]["results"]
         assert rows[c]["evidence"] == claims.readable(want[c]["evidence"])   # its specs in words

@@ -76,6 +76,8 @@ def test_numbers_and_their_keys_without_a_result():
     assert n["f_zero_layer"] == 1 and n["f_zero_max"] == pytest.approx(0.1)
     assert np.isnan(n["f_zero_rank_corr"])       # two layers: too few to rank
     assert n["p_zero_line"] == "none (no fix)"
+    assert n["p_step_first"] == 0 and n["p_step_last"] == 50 * (len(dr.telemetry_sign(res)["arms"]["paper_x"]
+                                                                    ["steps"]) - 1)       # the steps recorded
     empty = dr.telemetry_numbers(None)
     assert set(empty) == set(n) and all(v is None for v in empty.values())
     with pytest.raises(ValueError, match="no run of arm"):

@@ -126,3 +126,16 @@ def test_stage2_entry_is_the_rules_plan_on_the_committed_stage1():
     entry = {(c, float(lam), seeds) for c, lams in cfg["grid"].items() for lam in lams}
     rule = {cell for cell in plan if cell[0] in cfg["grid"]}
     assert entry == rule
+
+
+def test_chapter_numbers_name_the_placement_and_each_stages_seeds():
+    """The δ error's placement in words and the seeds of the two stages, from the results (planted: stage 1 alone,
+    then with a stage-2 result)."""
+    s1 = fake([("true", 10.0, 0, "stable"), ("true", 30.0, 0, "exploded")])
+    s1.data.update(placement="paper/round_block=512", seeds=[0])
+    n = d.chapter_numbers([s1])
+    assert n["placement"] == "paper placement, 512-key blocks"
+    assert n["stage1_seeds"] == "0" and n["stage2_seeds"].startswith("none")
+    s2 = fake([("true", 10.0, 1, "stable"), ("true", 10.0, 2, "stable")], name="delta_dose_seeds")
+    s2.data.update(seeds=[1, 2])
+    assert d.chapter_numbers([s1, s2])["stage2_seeds"] == "1, 2"

@@ -132,6 +132,19 @@ def test_fidelity_numbers_and_figure_from_a_live_run():
                for a in ("sdpa_eager", "fa2_eager") for pl in ("authors", "fa2"))
     fig = figures.fidelity_figure(res)
     assert len(fig.axes) == 3 and len(fig.axes[1].lines) == 2
+    assert n["focus_layer"] == reading.FOCUS_LAYER
+
+
+def test_the_focus_layer_is_chapter_2bs():
+    """The layer whose logits and ‖W_Q‖₂ chapter 2 compares is the one where GPT-2's census (chapter 2b) finds the
+    preconditions most often, in the authors' placement."""
+    import pytest
+    from lib.book import results
+    from lib.studies.census import reading as census
+    from lib.studies.gpt2 import reading
+    if not results.exists("gpt2_regime", "full"):
+        pytest.skip("no committed GPT-2 census")
+    assert census.gpt2_numbers(results.load("gpt2_regime", "full"))["authors_conj_layer"] == reading.FOCUS_LAYER
 
 
 def test_recovery_after_a_spike_and_none_after_an_explosion():

@@ -90,6 +90,7 @@ def test_ci_kernel_table_shape_and_signs():
     # resolved from zero on concentrated ties
     assert n["kt_n_problems"] == "2" and n["kt_dof"] == "1" and n["kt_widen"] == "6.5"
     assert n["kt_dof_words"] == "1 degree of freedom"
+    assert n["kt_level"] == "95%"                    # the level of the normal quantile the intervals widen (Z95)
     assert n["kt_toward"] == n["kt_away"] == "none" and n["kt_unresolved"].count(";") == 2
     assert "user kernel, fix β = 2" in n["kt_missing"] and "stable_attention" not in n["kt_missing"]
     assert n["kt_shape"] == "1·2·128·16"
@@ -146,6 +147,10 @@ def test_the_monitor_demo_records_the_planted_tie(tmp_path):
     assert [(r["step"], r["layer"]) for r in mon.records] == [(s, l) for s in (0, 2, 4) for l in (0, 1)]
     n = rd.monitor_demo_numbers(path)
     conj, window, tie = n["md_max_conj"], n["md_max_window"], n["md_max_tie"]
+    planted = (n["md_plant_layer"], n["md_plant_head"])           # the (layer, head) the prose names, as planted
+    assert planted == (rd.PLANT_LAYER, rd.PLANT_HEAD) and conj[planted] == max(conj.values())
+    assert (n["md_other_layer"], n["md_other_head"]) == (1 - rd.PLANT_LAYER, 1 - rd.PLANT_HEAD)
+    assert n["md_planted_tie"] == f"{tie[planted]:.2f}"
     assert conj[(0, 0)] > 0.01 and window[(0, 0)] > 0              # the planted head: ties in the window
     assert tie[(0, 1)] > 0.5 and window[(0, 1)] == 0               # the other head ties as often, all diffuse
     assert max(conj[(1, 0)], conj[(1, 1)]) == 0

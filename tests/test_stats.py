@@ -73,3 +73,39 @@ def test_one_sided_sign_p():
     assert stats.one_sided_sign_p(2, 3) == pytest.approx(4 / 8)
     assert stats.one_sided_sign_p(0, 5) == 1.0
     assert stats.one_sided_sign_p(9, 10) == pytest.approx(stats.sign_test(n_pos=9, n_neg=1)["p_greater"])
+
+
+def test_sign_test_power_matches_the_binomial():
+    # n = 10 at α = 0.05: 9 of 10 passes (P(X ≥ 9 | ½) = 11/1024), 8 does not (56/1024 > 0.05); at a true share of
+    # 0.9 the test passes with P(X ≥ 9 | 0.9) = 0.9¹⁰ + 10·0.9⁹·0.1.
+    assert stats.sign_test_power(10, 0.9, 0.05) == pytest.approx(0.9 ** 10 + 10 * 0.9 ** 9 * 0.1)
+    assert stats.sign_test_power(10, 0.5, 0.05) == pytest.approx(11 / 1024)       # its size, below α
+    assert stats.sign_test_power(5, 0.99, 0.01) == 0.0                            # 5 of 5 has p = 1/32: never passes
+
+
+def test_detectable_share_is_where_the_power_is_reached():
+    s = stats.detectable_share(10, 0.05, 0.8)
+    assert stats.sign_test_power(10, s, 0.05) == pytest.approx(0.8, abs=1e-6)
+    assert 0.9 < s < 1                                    # at 0.9 the power is 0.736 < 0.8 (above)
+    assert stats.detectable_share(100, 0.05) < stats.detectable_share(30, 0.05) < s     # more signs see less
+    assert stats.detectable_share(30, 0.01 / 36) > stats.detectable_share(30, 0.01)     # a stricter level sees less
+    assert np.isnan(stats.detectable_share(5, 0.01))                                   # a test that cannot pass
+
+
+def test_the_null_quantile_is_the_one_coherence_reports():
+    """`NULL_QUANTILE` (the number the chapters glue as the null's percentile) is the quantile of the sign-flip null
+    that `coherence` returns as null_q99, and the one the token coherence of chapter 5 returns."""
+    rng = np.random.default_rng(0)
+    mats = [rng.standard_normal((4, 5)) for _ in range(12)]
+    out = stats.coherence(mats, n_flip=500, seed=3)
+    m = torch.stack([torch.as_tensor(x).to(torch.float64).reshape(-1) for x in mats])
+    g = m @ m.T
+    eps = stats._fair_signs(500, 12, 3)
+    null = ((eps @ g) * eps).sum(1) / torch.trace(g)
+    assert out["null_q99"] == pytest.approx(float(torch.quantile(null, stats.NULL_QUANTILE)))
+    assert out["null_q99"] != pytest.approx(float(torch.quantile(null, 0.5)))          # the check can fail
+    from lib.studies.delta.stats import _coherence_finish
+    w, keep = torch.ones(1, 6, dtype=torch.float64), torch.ones(1, 6, dtype=torch.bool)
+    nl = torch.as_tensor(rng.standard_normal((1, 300)) ** 2)
+    r = _coherence_finish(w, keep, torch.ones(1, 3, dtype=torch.float64), nl, 300)
+    assert float(r["rho2_null_q99"][0]) == pytest.approx(float(torch.quantile(nl[0] / 6, stats.NULL_QUANTILE)))

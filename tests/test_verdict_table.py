@@ -1,4 +1,4 @@
-"""The intro's verdict table (`lib.claims.verdicts`) and the claims it merges (`lib.claims.table`): at most 12 rows,
+"""The intro's verdict table (`lib.claims.verdicts`) and the claims it merges (`lib.claims.table`): at most 13 rows,
 one status per row (the claims table's own), stale shown as stale, the book's control outside the table and never
 "reproduced", every "tested in" label defined under the table, counts that count the rows shown, every number
 computed from the committed results, no internal name in it; the fix's verdict says where it removes the bias and where
@@ -20,7 +20,12 @@ def rows():
     return verdicts.verdict_rows()
 
 
-def test_at_most_twelve_rows_each_naming_tracked_claims(rows):
+@pytest.fixture(scope="module")
+def table():
+    return {r["id"]: r for r in claims.status_table()}
+
+
+def test_at_most_thirteen_rows_each_naming_tracked_claims(rows):
     assert len(verdicts.ROWS) <= verdicts.MAX_ROWS and verdicts.n_rows_ok(rows)
     assert not verdicts.n_rows_ok(rows * 2)                           # the check can fail
     ids = {c.id for c in claims.CLAIMS}
@@ -28,8 +33,7 @@ def test_at_most_twelve_rows_each_naming_tracked_claims(rows):
     assert len(merged) == len(set(merged)) and set(merged) <= ids     # each claim in one row at most
 
 
-def test_each_verdict_is_the_claims_tables(rows):
-    table = {r["id"]: r for r in claims.status_table()}
+def test_each_verdict_is_the_claims_tables(rows, table):
     for r in rows:
         assert r["statuses"] == [table[c]["status"] for c in r["claims"]]
         assert r["verdict"] == r["statuses"][0] and r["stale"] == any(table[c]["stale"] for c in r["claims"])
@@ -158,3 +162,29 @@ def test_findings_glue_the_results():
     comp = [r for r in d["records"] if r["mode"] == "compiled" and r["agreement"] and r["kind"] == "random"]
     assert f["compiled"] == f"{100 * comp[0]['agreement']['paper (predicted)']['o']['bit_identical']:.1f} %"
     assert all(name_problems(v) == [] for v in f.values() if isinstance(v, str))
+
+
+def test_the_fix_beta_the_intro_names_is_the_one_the_authors_code_ran(tmp_path):
+    from lib.fp.fix import BETA
+    from lib.training.spec import AttnSpec
+    assert verdicts._fix_beta(tmp_path) == BETA                       # no result: the fix's default, the paper's β
+    g = results.load_group("authors_code", "full")
+    if not g:
+        pytest.skip("no committed authors_code")
+    betas = {AttnSpec.parse(r["attn"]).beta for r in g[0].data["runs"] if r["arm"] == "authors+fix_b7"}
+    assert len(betas) == 1 and verdicts.findings()["fix_beta"] == f"{betas.pop():g}"
+
+
+@pytest.mark.skipif(not (results.exists("delta_capture", "full") and HAVE["healthy_headline"]),
+                    reason="no committed capture and telemetry")
+def test_link_4_reads_both_tests(rows, table):
+    """Link 4's verdict is the status of its two tests (the captured rows' and the whole-batch sign test), and its
+    evidence names both, each with the share it detects."""
+    from lib.studies.delta import two_tests
+    v = two_tests.verdict(results.load("delta_capture", "full"), results.load("healthy_headline", "full"))
+    row = next(r for r in rows if r["claims"] == ["delta_bias"])
+    assert row["verdict"] == v["status"] and row["number"].startswith(v["phrase"])
+    for share in (v["batch"]["detectable"], v["row"]["detectable"]):
+        assert f"{share:.0%}" in row["number"]
+    assert table["delta_bias"]["results"] == ["delta_capture", "healthy_headline"]
+    assert f"{v['batch']['above']} of {v['batch']['cells']}" in table["delta_bias"]["evidence"]

@@ -23,6 +23,8 @@ from lib.training.runs import spec_words
 # claim ids in their data (the experiment writes its verdicts whatever its configuration), but the table takes those
 # claims from the result the chapter names: `delta_capture` (the healthy regime) for o_error_v_sign, delta_bias,
 # low_rank and wq_norm_push — not `delta_capture_8e3` (the 8e-3 arm before its blow-up, chapter 4's contrast).
+# delta_bias reads `delta_capture` together with the healthy headline's telemetry where both exist
+# (`lib.studies.delta.two_tests`): the captured rows' test and the whole-batch sign test, each with its power.
 CONTRAST_RESULTS = ("delta_capture_8e3",)
 
 
@@ -335,6 +337,11 @@ def status_table(root=None) -> list[dict]:
         cap = by_name.get("delta_capture")
         for cid, v in derive_preconditions(by_name["gpt2_regime"], cap).items():
             verdicts[cid] = (3, v, [by_name["gpt2_regime"]] + ([cap] if cap is not None else []))
+    if "delta_capture" in by_name and "healthy_headline" in by_name:     # link 4 from both records of Δδ's sign
+        from lib.studies.delta import two_tests
+        cap, tel = by_name["delta_capture"], by_name["healthy_headline"]
+        v = two_tests.verdict(cap, tel)
+        verdicts["delta_bias"] = (3, dict(status=v["status"], evidence=v["evidence"]), [cap, tel])
     if "healthy_headline" in by_name:
         from lib.training import regime, runs
         pilots = [by_name[n] for n in regime.REGIME_RESULTS if n in by_name]

@@ -1,4 +1,4 @@
-"""The intro's verdict table: the causal chain and the paper's claims in at most 12 rows, each with one verdict, the
+"""The intro's verdict table: the causal chain and the paper's claims in at most 13 rows, each with one verdict, the
 one number it rests on, where it was tested (a label the legend under the table defines) and the chapter; the book's
 own controls in a sentence below it; the numbers of the intro's boxes and of its list of findings the chapters hold.
 
@@ -115,13 +115,24 @@ def _capture(root):
     return delta.numbers_ch4(res), delta.numbers_ch5(res)
 
 
-def n_links_3_4(root=None) -> str:
+def n_link_3(root=None) -> str:
     c = _capture(root)
-    if c is None:
+    return "—" if c is None else f"O's error along sign(V) {c[0]['os_ulp_med']:+.3f} ULP (median)"
+
+
+def n_link_4(root=None) -> str:
+    """Both tests of Δδ's sign with their power (`lib.studies.delta.two_tests`): the whole-batch sign test of the
+    training telemetry, then the captured rows' test, after the phrase their status follows from."""
+    cap, tel = _load("delta_capture", root), _load("healthy_headline", root)
+    if cap is None or tel is None:
         return "—"
-    n4 = c[0]
-    return (f"O's error along sign(V) {n4['os_ulp_med']:+.3f} ULP (median); Δδ > 0 in {n4['rows_lo']:.3f}–"
-            f"{n4['rows_hi']:.3f} of rows")
+    from lib.studies.delta import two_tests
+    v = two_tests.verdict(cap, tel)
+    r, b = v["row"], v["batch"]
+    return (f"{v['phrase']} — whole batches: {b['above']} of {b['cells']} (head, seed) cells mostly Δδ > 0, p = "
+            f"{two_tests.p_text(b['p_greater'])} ({b['power']:.0%} power at a share ≥ {b['detectable']:.0%}); captured "
+            f"rows: {r['up']} of {r['cells']} pass ({r['power']:.0%} power only at ≥ {r['detectable']:.0%} positive "
+            f"steps a head; whole batches' median {b['share_med']:.0%})")
 
 
 def n_links_5_6(root=None) -> str:
@@ -208,8 +219,9 @@ ROWS = (
         "chapters/02b-where-can-the-chain-start"),
     Row("Golden et al.: flash attention deviates ≈ 10× more, adds 2–5× less weight drift",
         ("fa_deviation", "weight_drift_bounded"), n_golden, "their benchmark; proxy", "chapters/03-numeric-deviation"),
-    Row("Links 3–4: O errs with the sign of V, so Δδ > 0", ("o_error_v_sign", "delta_bias"), n_links_3_4, "proxy",
+    Row("Link 3: in training, O errs with the sign of V", ("o_error_v_sign",), n_link_3, "proxy",
         "chapters/04-biased-output"),
+    Row("Link 4: so Δδ > 0", ("delta_bias",), n_link_4, "proxy", "chapters/04-biased-output"),
     Row("Links 5–6: the dW_Q error is low-rank and pushes ‖W_Q‖₂ up", ("low_rank", "wq_norm_push"), n_links_5_6,
         "proxy{gpt2_pending}", "chapters/05-low-rank-accumulation"),
     Row("The δ error's bias, not its size, sets the failure threshold", ("delta_bias_dose",), n_dose,
@@ -223,7 +235,7 @@ ROWS = (
     Row("The rounding's bias, not its coarseness, breaks training", ("bias_not_coarseness",), n_untested,
         "GPT-2: not yet tested", "chapters/06-loss-explosion"),
 )
-MAX_ROWS = 12
+MAX_ROWS = 13
 
 # The book's own controls: tests of our set-up, not claims of the paper; said below the table, never "reproduced".
 CONTROLS = (
@@ -363,7 +375,8 @@ def counts_sentence(rows: list[dict]) -> str:
 def findings(root=None) -> dict:
     """Sentences for the intro, each with its numbers from the results (a sentence whose result is missing says so):
     "compiled" (how much of O the compiled authors' code shares with the eager placement), "eager_backward" (the
-    eager backward as released), "floor_value" (their floor on ℓ), "floor" (that floor turns β = 7 into row
+    eager backward as released), "floor_value" (their floor on ℓ), "fix_beta" (the β their fix ran with), "floor"
+    (that floor turns β = 7 into row
     dropping), "row_dropping" (at the unhealthy LR, "row_dropping_lr",
     row dropping alone reproduces the stable fix), "ntr" (normalise-then-round's own bias on tensor cores)."""
     out = {}
@@ -382,6 +395,7 @@ def findings(root=None) -> dict:
                 "pp_stale": False}
     from lib.training.authors_backend import AuthorsOptions
     out["floor_value"] = f"{AuthorsOptions().floor:g}"       # the authors' clamp on each tile's row sum ℓ
+    out["fix_beta"] = f"{_fix_beta(root):g}"                  # the β of their fix's arm, as it ran
     ac = _group("authors_code", root)
     if len(ac) == 2:
         from lib.training import runs
@@ -410,6 +424,16 @@ def findings(root=None) -> dict:
     else:
         out["ntr"] = "not measured"
     return out
+
+
+def _fix_beta(root=None) -> float:
+    """The β the authors' code ran its fix with (`authors_code`'s fix arm at the paper's β, read from its spec); the
+    fix's default (the paper's β) when that result is missing."""
+    from lib.fp.fix import BETA
+    from lib.training.spec import AttnSpec
+    ac = _group("authors_code", root)
+    attn = next((r["attn"] for r in (ac[0].data["runs"] if ac else []) if r["arm"] == "authors+fix_b7"), None)
+    return AttnSpec.parse(attn).beta if attn else BETA
 
 
 def n_rows_ok(rows) -> bool:

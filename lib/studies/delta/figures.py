@@ -35,6 +35,10 @@ from lib import stats
 from lib.studies.delta import stats as ds
 from lib.studies.delta import verdicts as dv
 
+CI_LEVEL = 0.95          # the level of the exact intervals drawn on shares
+ENVELOPE_SIGMAS = 2.0    # the random-walk envelope of the cumulative Σ Δδ, in standard deviations
+
+
 def _arr(res, name):
     if name not in res.arrays:
         raise KeyError(f"result {getattr(res, 'name', '?')} has no array {name!r}")
@@ -171,7 +175,7 @@ def _share_strip(ax, k, n, alpha: float, labels, L: int, H: int, xlabel: bool = 
         ks, ns = k[s].ravel(), n[s].ravel()
         with np.errstate(invalid="ignore", divide="ignore"):
             f = ks / ns
-        lo, hi = stats.clopper_pearson(ks, ns)
+        lo, hi = stats.clopper_pearson(ks, ns, level=CI_LEVEL)
         ax.errorbar(x + off, f, yerr=[f - lo, hi - f], fmt="o", ms=3.5, lw=0.9, capsize=0, color=f"C{s}",
                     label=labels[s])
     ax.axhline(0.5, color="0.3", lw=0.7, ls=":")
@@ -216,8 +220,8 @@ def cumulative_delta(res, seed_index: int = 0, highlight: int = 3):
     N, L, H = inc.shape
     fig, ax = plotting.figure(1, 1, height=3.4)
     n = np.arange(1, N + 1)
-    ax.fill_between(steps, -2 * np.sqrt(n / N), 2 * np.sqrt(n / N), color="0.85", lw=0,
-                    label="random walk ±2σ")
+    ax.fill_between(steps, -ENVELOPE_SIGMAS * np.sqrt(n / N), ENVELOPE_SIGMAS * np.sqrt(n / N), color="0.85", lw=0,
+                    label=f"random walk ±{ENVELOPE_SIGMAS:g}σ")
     zs = []
     for l in range(L):
         for h in range(H):
@@ -258,7 +262,7 @@ def o_error_by_v_sign(res):
         ks, ms_ = k[s].ravel(), m[s].ravel()
         with np.errstate(invalid="ignore", divide="ignore"):
             f = ks / ms_
-            lo, hi = stats.clopper_pearson(ks, ms_)
+            lo, hi = stats.clopper_pearson(ks, ms_, level=CI_LEVEL)
             a0.errorbar(x + off, f, yerr=[f - lo, hi - f], fmt="o", ms=3.5, lw=0.9, color=f"C{s}",
                         label=_seed_labels(res)[s])
             a1.plot(x + off, (np.nansum(ulp_os[s], 0) / np.nansum(n_os[s], 0)).ravel(), "o", ms=3.5, color=f"C{s}")
@@ -406,7 +410,7 @@ def phase_figure(entries):
         ax.set_xlabel("step")
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside upper center", ncol=max(1, len(entries)), frameon=False,
-               title="median over heads and seeds; band: 10th–90th percentile")
+               title=f"median over heads and seeds; band: {ph.BAND[0]}th–{ph.BAND[1]}th percentile")
     plotting.label_provenance(fig, [getattr(r, "meta", {}) or {} for _, r, _ in entries])
     return fig
 

@@ -135,6 +135,7 @@ def phase_stats(res, n_phases: int = 3, before: dict | None = None) -> list[dict
 
 
 PER_STEP = ("rows_pos", "nb", "os_agree", "tok_cos", "wq")
+BAND = (10, 90)        # the percentiles over heads and seeds that bound a per-step band
 
 
 def per_step(res, before: dict | None = None) -> dict:
@@ -157,7 +158,7 @@ def per_step(res, before: dict | None = None) -> dict:
         x = np.moveaxis(x, 1, 0).reshape(x.shape[1], -1)              # (N, S·L·H)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            out[k] = np.nanpercentile(x, [10, 50, 90], axis=1).T      # (N, 3)
+            out[k] = np.nanpercentile(x, [BAND[0], 50, BAND[1]], axis=1).T      # (N, 3)
     return out
 
 

@@ -342,7 +342,8 @@ def telemetry_sign(res, arms=None, alpha: float = ds.ALPHA) -> dict:
 
 def telemetry_numbers(reading: dict | None) -> dict:
     """The numbers a chapter glues from a `telemetry_sign` reading of two arms, keyed "<tag>_<name>" with tag "p" for
-    the first arm and "f" for the second (the paper placement and its fix): shares of steps positive per head and seed
+    the first arm and "f" for the second (the paper placement and its fix): the first and last telemetry steps, shares
+    of steps positive per head and seed
     (median, range, per-layer medians as a line), heads passing up / down (per seed, as a line, and in total), the
     split of heads above / below ½ with its p-values, the median lag-1 sign autocorrelation, the normalised bias's
     median and range, and the share of rows the exact rule zeroes (per-layer means as a line, the largest mean and
@@ -363,6 +364,7 @@ def telemetry_numbers(reading: dict | None) -> dict:
         out[f"{tag}_S"], out[f"{tag}_L"], out[f"{tag}_H"], out[f"{tag}_heads"] = S, L, H, L * H
         out[f"{tag}_n_steps"] = int(np.max(r["n"]))
         out[f"{tag}_n_steps_min"] = int(np.min(r["n"]))
+        out[f"{tag}_step_first"] = int(np.nanmin(r["steps"]))
         out[f"{tag}_step_last"] = int(np.nanmax(r["steps"]))
         out[f"{tag}_step_gap"] = int(np.nanmedian(np.diff(r["steps"]))) if len(r["steps"]) > 1 else 0
         out[f"{tag}_frac_med"] = _med(r["frac"])

@@ -319,7 +319,8 @@ def reference_runs(results) -> list[tuple[dict, object]]:
 def chapter_numbers(results) -> dict:
     """The numbers chapter 5 quotes about the dose (every one computed here): thresholds (did-not-stay-stable
     reading) and their injected-RMS brackets per component, the bias component's size per unit λ relative to the
-    true error's, the ‖W_Q‖₂ spike ratios of broken runs, the FP32 reference, both verdicts."""
+    true error's, the ‖W_Q‖₂ spike ratios of broken runs, the FP32 reference, both verdicts; the δ error's placement
+    in words and the seeds of stage 1 (the first result) and stage 2 ("delta_dose_seeds")."""
     t = unstable_thresholds(results)
     rows = run_table(results)
     out = {}
@@ -349,6 +350,12 @@ def chapter_numbers(results) -> dict:
     out["steps"] = max(steps) if steps else 0
     out["seeds"] = ", ".join(str(s) for s in sorted({r["seed"] for r in rows}))
     out["lr"] = f"{results[0].data['lr']:g}" if results else "?"
+    from lib.training.spec import describe
+    out["placement"] = describe(results[0].data.get("placement", "paper")) if results else "?"
+    stage = {r.name: r for r in results}             # stage 1 is the registered result, stage 2 its seeds
+    out["stage1_seeds"] = ", ".join(map(str, results[0].data.get("seeds", []))) if results else "none"
+    s2 = stage.get("delta_dose_seeds")
+    out["stage2_seeds"] = ", ".join(map(str, s2.data.get("seeds", []))) if s2 is not None else "none (not run)"
     return out
 
 

@@ -19,6 +19,7 @@ __all__ = ["failure_step", "layer_series", "conjunction_peak", "gap", "fidelity"
            "arms_table", "growth_ratios", "fp32_spread", "growth_verdict", "growth_words", "growth_onset", "before_failure", "merge_seeds", "probe_signs", "CHAIN_ARMS"]
 
 BIG_LOGIT = 1000.0    # a layer whose largest logit ends above this is listed as an outlier layer (chapter 2b's scale)
+FOCUS_LAYER = 2       # 1-based: the layer where chapter 2b's census finds the preconditions most often
 ARM_WORDS = {"sdpa_eager": "PyTorch flash SDPA, eager", "sdpa_compiled": "PyTorch flash SDPA, compiled",
              "fa2_eager": "our kernel (FA2 placement), eager", "fa2_compiled": "our kernel (FA2 placement), compiled"}
 
@@ -181,9 +182,9 @@ def numbers(res) -> dict:
         if r.get("val", {}).get("loss"):
             out[f"{arm}_val_loss"] = f"{r['val']['loss'][-1]:.3f}"
         ser = layer_series(arrays, r["label"])
-        if ser["logit"].shape[1] > 1:     # layer 2 (1-based), where chapter 2b found the preconditions
-            out[f"{arm}_l2_logit"] = f"{ser['logit'][-1, 1]:,.0f}"
-            out[f"{arm}_l2_wq"] = f"{ser['wq'][-1, 1]:.1f}"
+        if ser["logit"].shape[1] >= FOCUS_LAYER:     # chapter 2b's layer
+            out[f"{arm}_l2_logit"] = f"{ser['logit'][-1, FOCUS_LAYER - 1]:,.0f}"
+            out[f"{arm}_l2_wq"] = f"{ser['wq'][-1, FOCUS_LAYER - 1]:.1f}"
         for pl in ("authors", "fa2"):    # the census of the bias's preconditions in this run
             out[f"{arm}_conj_{pl}"] = conjunction_peak(arrays, r["label"], pl)
         big = [str(i + 1) for i in np.flatnonzero(ser["logit"][-1] > BIG_LOGIT)]
@@ -198,9 +199,10 @@ def numbers(res) -> dict:
         for k, v in sp.items():
             out[f"spread_{k}"] = f"{v:.3f}"
             out[f"spread_{k}_factor"] = f"{math.exp(v):,.0f}"
-    l2 = [layer_series(arrays, r["label"])["logit"][-1, 1] for r in data["runs"]
-          if layer_series(arrays, r["label"])["logit"].shape[1] > 1]
+    l2 = [layer_series(arrays, r["label"])["logit"][-1, FOCUS_LAYER - 1] for r in data["runs"]
+          if layer_series(arrays, r["label"])["logit"].shape[1] >= FOCUS_LAYER]
     out["l2_logit_min"] = f"{min(l2):,.0f}" if l2 else "not run"
+    out["focus_layer"] = FOCUS_LAYER
     out["alike_factor"] = f"{rules['alike_factor']:g}"
     # Compiled against eager at step 0 (same weights, same batch): what fusion alone changes in the loss.
     first = {r["label"].split(":s")[0]: float(arrays[f"{r['label']}__loss"][0]) for r in data["runs"]}

@@ -41,7 +41,8 @@ DEV_LOG = ROOT / "results" / "full" / "stable_attention_bench_dev_run.log"
 # the measurement in benchmarks/bench_stable_attention.py's docstring.
 TARGETS = {"cudnn": 0.9, "flash": 1.3, "fix": 0.02}
 CHECK_KERNELS = ("sdpa_math", "ours_fa2", "ours_paper")
-PLANT_GAIN = 16.0        # the demo's layer-0 head 0: q and k weights scaled, so attention concentrates
+PLANT_GAIN = 16.0        # the demo's planted head: q and k weights scaled, so attention concentrates
+PLANT_LAYER, PLANT_HEAD = 0, 0    # the demo's planted (layer, head), 0-based as the monitor's records index them
 ALPHABET = 8             # the demo's tokens come from 8 symbols: each repeats in a 32-token row (ties)
 # The H100 SXM's dense BF16 tensor-core peak, in TFLOP/s. Source: NVIDIA H100 Tensor Core GPU datasheet, H100 SXM,
 # "BF16 Tensor Core 1,979 teraFLOPS", a figure given with structured sparsity (footnote), i.e. twice the dense rate;
@@ -115,6 +116,10 @@ def _ranges(rows) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ kernel table
+def _normal_cdf(z: float) -> float:
+    return 0.5 * (1 + math.erf(z / math.sqrt(2)))
+
+
 def student_interval(cell: dict) -> dict:
     """A table cell of `kernel_table.summarize` (mean over n problem means, and the normal-approximation interval
     mean ± 1.96·s/√n) with the 95 % interval from Student's t instead, mean ± t₀.₉₇₅(n − 1)·s/√n: exact when the
@@ -170,6 +175,7 @@ def kernel_table_numbers(res) -> dict:
             "kt_n_problems": " or ".join(str(x) for x in n),
             "kt_dof": " or ".join(str(x - 1) for x in n),
             "kt_dof_words": " or ".join(str(x - 1) for x in n) + (" degree" if n == [2] else " degrees") + " of freedom", "kt_widen": " to ".join(f"{w:.1f}" for w in widen) or "—",
+            "kt_level": f"{2 * _normal_cdf(Z95) - 1:.0%}",
             "kt_gap_c": f"{d['gaps']['concentrated']:g}",
             "kt_gap_d": f"{d['gaps']['diffuse']:g}", "kt_n_missing": len(missing),
             "kt_missing": "; ".join(missing) if missing else "none",
@@ -259,10 +265,10 @@ def ntr_numbers(res) -> dict:
 # ------------------------------------------------------------------------------------------------ the monitor demo
 def planted_demo(seed: int = 0, steps: int = 6, gain: float = PLANT_GAIN):
     """(model, optimizer, batches) of the monitor demo: an `LM` of 2 layers × 2 heads (C = 32, T = 32, vocabulary
-    64) without positional embeddings, so a token repeated in a row gives layer 0 identical keys (ties, in both heads);
-    layer 0's head 0 has its q and k weights scaled by `gain`, so its attention concentrates on those keys and some
-    tied rows have a remainder in the sticky-bit window. `steps` batches of 4 rows of tokens from `ALPHABET`
-    symbols; AdamW at LR 1e-3."""
+    64) without positional embeddings, so a token repeated in a row gives the first layer identical keys (ties, in both
+    heads); head `PLANT_HEAD` of layer `PLANT_LAYER` has its q and k weights scaled by `gain`, so its attention
+    concentrates on those keys and some tied rows have a remainder in the sticky-bit window. `steps` batches of 4 rows
+    of tokens from `ALPHABET` symbols; AdamW at LR 1e-3."""
     import torch
     from lib.training.lm import LM, LMConfig
     torch.manual_seed(seed)
@@ -270,9 +276,10 @@ def planted_demo(seed: int = 0, steps: int = 6, gain: float = PLANT_GAIN):
     model = LM(cfg)
     C, D = cfg.n_embd, cfg.head_dim
     with torch.no_grad():
-        w = model.transformer.h[0].attn.c_attn.weight        # (3C, C): rows [0, C) give q, [C, 2C) give k
-        w[0:D] *= gain
-        w[C:C + D] *= gain
+        w = model.transformer.h[PLANT_LAYER].attn.c_attn.weight   # (3C, C): rows [0, C) give q, [C, 2C) give k
+        h = PLANT_HEAD * D
+        w[h:h + D] *= gain
+        w[C + h:C + h + D] *= gain
     batches = []
     for s in range(steps):
         x = torch.randint(0, ALPHABET, (4, cfg.block_size), generator=torch.Generator().manual_seed(seed + s))
@@ -299,20 +306,24 @@ def run_monitor_demo(path, steps: int = 6, every: int = 2):
 
 
 def monitor_demo_numbers(path) -> dict:
-    """What the demo's JSON lines say, read back with `AttentionMonitor.read`: a Markdown table of layer 0 per event
-    and head ("md_table"), the largest rates of each (layer, head) over the events, the O error on the conjunction
-    (measured, tie theory, rounding of ℓ) of the planted head, and the warnings ("md_warnings", a code block)."""
+    """What the demo's JSON lines say, read back with `AttentionMonitor.read`: a Markdown table of the planted layer
+    per event and head ("md_table"), the largest rates of each (layer, head) over the events, the O error on the
+    conjunction (measured, tie theory, rounding of ℓ) of the planted head, the planted layer and head and the other
+    ones ("md_plant_layer", "md_plant_head", "md_other_head", "md_other_layer"; 0-based, as the records index them),
+    and the warnings ("md_warnings", a code block)."""
     from lib.monitor import AttentionMonitor
     d = AttentionMonitor.read(path)
     S, L, H = d["conjunction"].shape
+    lay, hd = PLANT_LAYER, PLANT_HEAD
+    other = 1 - hd                                  # the demo has two heads a layer and two layers
     rows = ["| step | head | tied rows | in window | conjunction | largest logit | σ₁(W_Q) |", "|---" * 7 + "|"]
     for i, s in enumerate(d["step"]):
         for h in range(H):
-            rows.append(f"| {s} | {h} | {d['tie_rate'][i, 0, h]:.2f} | {d['window_rate'][i, 0, h]:.3f} | "
-                        f"{d['conjunction'][i, 0, h]:.3f} | {d['max_logit'][i, 0, h]:.3g} | "
-                        f"{d['sigma_wq'][i, 0, h]:.2f} |")
-    w = np.nan_to_num(d["n_conj"][:, 0, 0])
-    err = {k: float(np.nansum(np.nan_to_num(d[k][:, 0, 0]) * w) / w.sum()) if w.sum() else float("nan")
+            rows.append(f"| {s} | {h} | {d['tie_rate'][i, lay, h]:.2f} | {d['window_rate'][i, lay, h]:.3f} | "
+                        f"{d['conjunction'][i, lay, h]:.3f} | {d['max_logit'][i, lay, h]:.3g} | "
+                        f"{d['sigma_wq'][i, lay, h]:.2f} |")
+    w = np.nan_to_num(d["n_conj"][:, lay, hd])
+    err = {k: float(np.nansum(np.nan_to_num(d[k][:, lay, hd]) * w) / w.sum()) if w.sum() else float("nan")
            for k in ("err_ulp", "err_pred", "err_ell")}
     msgs_at = d["warnings"]
     msgs = [m for _, _, m in msgs_at]
@@ -320,10 +331,11 @@ def monitor_demo_numbers(path) -> dict:
     return {"md_table": "\n".join(rows), "md_steps": ", ".join(str(s) for s in d["step"]), "md_layers": L,
             "md_max_tie": per_head("tie_rate"),
             "md_max_window": per_head("window_rate"), "md_max_conj": per_head("conjunction"),
-            "md_planted_tie": f"{np.nanmax(d['tie_rate'][:, 0, 0]):.2f}",
-            "md_other_tie": f"{np.nanmax(d['tie_rate'][:, 0, 1]):.2f}",
-            "md_planted_conj": f"{np.nanmax(d['conjunction'][:, 0, 0]):.3f}",
-            "md_layer1_window": f"{np.nanmax(d['window_rate'][:, 1, :]):.3f}",
+            "md_planted_tie": f"{np.nanmax(d['tie_rate'][:, lay, hd]):.2f}",
+            "md_other_tie": f"{np.nanmax(d['tie_rate'][:, lay, other]):.2f}",
+            "md_planted_conj": f"{np.nanmax(d['conjunction'][:, lay, hd]):.3f}",
+            "md_layer1_window": f"{np.nanmax(d['window_rate'][:, 1 - lay, :]):.3f}",
+            "md_plant_layer": lay, "md_plant_head": hd, "md_other_head": other, "md_other_layer": 1 - lay,
             "md_err": _num(err["err_ulp"]), "md_pred": _num(err["err_pred"]), "md_ell": _num(err["err_ell"]),
             "md_n_warn": len(msgs), "md_warn_steps": ", ".join(str(s) for s in sorted({s for s, _, _ in msgs_at})),
             "md_warnings": "```text\n" + ("\n".join(msgs) or "(no warnings)") + "\n```"}
