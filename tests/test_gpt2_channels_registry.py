@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from lib.book import catalogue, registry, results
+from lib.book.htmlcheck import name_problems
 from lib.studies.gpt2 import arms, channels
 from lib.training.lm import LM, LMConfig
 
@@ -36,7 +37,7 @@ def test_registered_in_priority_order_after_gpt2_arms():
 def test_entry_resolves_parses_and_follows_gpt2_arms(name):
     e = ES[name]
     assert e.base == "lib.studies.gpt2.arms" and e.chapter == "02c" and e.gpu_min == 48.0
-    assert name in catalogue.TITLES
+    assert name in catalogue.TITLES and name_problems(e.summary) == []        # the summary in reader words
     ref = _cfg("gpt2_arms", "full")
     for scale in ("ci", "full"):
         cfg = _cfg(name, scale)
