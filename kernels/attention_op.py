@@ -24,6 +24,14 @@ FP32. In exact arithmetic δ = dO·O′ then equals rowsum(dP∘P) ("dp_p") up t
 and the placement's row sum, which the shift-invariance argument absorbs. The old path keeps its definition for the
 results computed with it.
 
+**O kept in FP32 (round_o=False with delta_source="saved_o")** — `Numerics.round_o` says whether O "as returned
+and saved for backward" is rounded. On the native path the forward stores O in BF16 whatever that flag says, so δ
+would read a rounded O; here the forward also writes the FP32 O it normalised (the kernel's `STORE_O32`, the value
+before its final rounding, which round_o=False leaves unrounded) and δ reads that. The O returned to the model is
+that FP32 O rounded once to BF16 (RNE), as the model's next matmul under BF16 autocast would round an FP32 O. On the
+emulated path the FP32 storage O already was that value, so nothing changes there (tests/test_attention_op.py
+checks it bit for bit against the emulator); with round_o=True nothing changes on either path.
+
 Stochastic rounding draws a fresh seed per call from torch's CPU generator (as `kernels.attention` does), outside
 the op, so under `torch.compile` an SR spec breaks the graph once per call; RNE specs (every training arm so far)
 compile into one graph.
@@ -68,11 +76,18 @@ def _fix(fix: str):
     return fix or None
 
 
+def _o32_for_delta(nm: Numerics) -> bool:
+    """Whether δ reads the FP32 O the forward normalised (the kernel's O32 output): "saved_o" with round_o=False,
+    O kept in FP32 (module docstring)."""
+    return nm.delta_source == "saved_o" and not nm.round_o
+
+
 def _keeps_o_delta(nm: Numerics, path: str, dtype) -> bool:
-    """Whether the forward returns a separate O for δ: O′ for "fp32_o"; for "saved_o" the kernel's FP32 storage O
-    when the emulated path ran on BF16 inputs (δ reads that O, as in `kernels.attention`, not its BF16 copy)."""
-    return nm.delta_source == "fp32_o" or (nm.delta_source == "saved_o" and path == "emulated"
-                                           and dtype != torch.float32)
+    """Whether the forward returns a separate O for δ: O′ for "fp32_o"; the FP32 O for O kept in FP32
+    (`_o32_for_delta`); for "saved_o" the kernel's FP32 storage O when the emulated path ran on BF16 inputs (δ reads
+    that O, as in `kernels.attention`, not its BF16 copy)."""
+    return nm.delta_source == "fp32_o" or _o32_for_delta(nm) or (nm.delta_source == "saved_o" and path == "emulated"
+                                                                 and dtype != torch.float32)
 
 
 @torch.library.custom_op("book::flash_attn_fwd", mutates_args=())
@@ -88,9 +103,11 @@ def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale:
         q, k, v = (t.float().contiguous() for t in (q, k, v))   # BF16 -> FP32 is exact
     else:
         q, k, v = (t.contiguous() for t in (q, k, v))
-    o, lse, _ = attention_fwd(q, k, v, causal=causal, scale=scale, nm=nm, fix=_fix(fix), beta=beta,
-                              tie_tol=tie_tol, max_shift=shift, path=path, seed=seed)
-    if nm.delta_source == "fp32_o":
+    o, lse, o32 = attention_fwd(q, k, v, causal=causal, scale=scale, nm=nm, fix=_fix(fix), beta=beta,
+                                tie_tol=tie_tol, max_shift=shift, path=path, seed=seed, store_o32=_o32_for_delta(nm))
+    if _o32_for_delta(nm):
+        o_delta = o32
+    elif nm.delta_source == "fp32_o":
         o_delta, _, _ = attention_fwd(q.float(), k.float(), v.float(), causal=causal, scale=scale,
                                       nm=fp32_o_numerics(nm), fix=_fix(fix), beta=beta, tie_tol=tie_tol,
                                       max_shift=shift, path="emulated", seed=seed)

@@ -1,6 +1,7 @@
 """The custom-op path of our kernel (`kernels.attention_op`) in Triton's CPU interpreter: bit-identical to
 `kernels.attention.attention` wherever δ's definition is unchanged, the corrected δ from an FP32 O keeps the
-softmax's shift invariance (Σⱼ dKⱼ = 0) where the old one breaks it, and `torch.compile` runs through it."""
+softmax's shift invariance (Σⱼ dKⱼ = 0) where the old one breaks it, O kept in FP32 is the emulator's bit for bit,
+and `torch.compile` runs through it."""
 import math
 
 import pytest
@@ -9,7 +10,13 @@ import torch
 from kernels.attention import attention
 from kernels.attention_op import attention_op, fp32_o_numerics
 from lib.fp.numerics import get_profile
+from lib.fp.reference import emulate_attention, emulate_backward
 from precision import attention_rtol
+
+# The paper placement with O kept in FP32 (P̄V, accumulator, ℓ, normalisation and the returned and saved O
+# unrounded; S, P̄, LSE and the backward as the paper's), as `lib.studies.explosion.ablations.FP32_O` writes it.
+FP32_O = get_profile("paper").replace(round_pv=False, round_acc=False, round_l=False, normalize_then_round=True,
+                                      round_o=False)
 
 
 def _qkv(seed, B=1, H=2, N=128, D=32, scale=1.0, dtype=torch.float32):
@@ -57,6 +64,24 @@ def _dk_sum(fn, q, k, v, do):
     _, _, dk, _ = _grads(fn, q, k, v, do)
     dk = dk.double()
     return (dk.sum(dim=2).norm(dim=-1) / dk.norm(dim=(2, 3))).max().item()
+
+
+def test_o_kept_in_fp32_is_the_emulator_bit_for_bit():
+    """O kept in FP32 on BF16 inputs, 128-key rounding blocks: the op returns the emulator's FP32 O rounded once to
+    BF16, and its dQ, dK, dV are the emulator's backward with δ from that FP32 O, bit for bit (rounded to BF16 as the
+    op returns them). δ from the BF16 O instead gives other gradients, so the test sees which O δ read."""
+    nm = FP32_O.replace(round_block=128)
+    q, k, v = _qkv(9, N=256, scale=3.0, dtype=torch.bfloat16)
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(10)).to(torch.bfloat16)
+    o, dq, dk, dv = _grads(lambda *t: attention_op(*t, causal=True, numerics=nm), q, k, v, do)
+    a = [t.detach().float().numpy() for t in (q, k, v, do)]
+    ref = emulate_attention(*a, numerics=nm, causal=True)
+    assert torch.equal(o, torch.from_numpy(ref["o"]).to(torch.bfloat16))
+    for got, name in ((dq, "dq"), (dk, "dk"), (dv, "dv")):
+        assert got.dtype == torch.bfloat16 and torch.equal(got, torch.from_numpy(ref[name]).to(torch.bfloat16)), name
+    o_bf16 = torch.from_numpy(ref["o"]).to(torch.bfloat16).float().numpy()
+    other = emulate_backward(*a[:3], o_bf16, ref["lse"], a[3], nm, causal=True)
+    assert not torch.equal(dq, torch.from_numpy(other["dq"]).to(torch.bfloat16))
 
 
 def test_fp32_o_delta_keeps_shift_invariance():
@@ -107,7 +132,7 @@ def test_opcheck():
     from kernels.attention_op import numerics_key
     q, k, v = (t.detach().transpose(1, 2).contiguous().transpose(1, 2) for t in _qkv(7, N=64, D=16))
     assert not q.is_contiguous()
-    for nm in (get_profile("fa2"), get_profile("paper").replace(delta_source="fp32_o")):
+    for nm in (get_profile("fa2"), get_profile("paper").replace(delta_source="fp32_o"), FP32_O):
         args = (q, k, v, True, 0.25, numerics_key(nm), "", 7.0, 0.0, 64.0, "emulated", 0)
         torch.library.opcheck(mod._fwd, args, test_utils=("test_schema", "test_faketensor"))
         o, lse, o_delta = mod._fwd(*args)

@@ -102,3 +102,38 @@ def test_selection_is_reproducible_per_step_and_layer():
         inject.attention(q, k, v, spec=spec, call=call)
         rows.append(call.stats["inj_rows"])
     assert torch.equal(rows[0], rows[1]) and not torch.equal(rows[0], rows[2])
+
+
+def test_direction_along_v_of_the_keys_at_the_maximum():
+    """dir=v: the error follows the sign V has at every key of the row's BF16 maximum (tied keys, or the one key
+    at the maximum), and is 0 on the features where those keys' V differ in sign or one is 0."""
+    s = torch.full((1, 1, 3, 4), -5.0)
+    s[0, 0, 0, [0, 2]] = 3.0              # row 0: keys 0 and 2 tied at the maximum
+    s[0, 0, 1, 1] = 3.0                   # row 1: key 1 alone at the maximum
+    s[0, 0, 2, 3] = 3.0                   # row 2: key 3 (masked below) would be the maximum
+    s[0, 0, 2, 3] = float("-inf")
+    s[0, 0, 2, [0, 1]] = 2.0              # ... so keys 0 and 1 tie
+    v = torch.tensor([[1.0, -1.0, 2.0], [3.0, 0.0, -1.0], [2.0, 1.0, 5.0], [-4.0, -4.0, -4.0]]).view(1, 1, 4, 3)
+    got = inject.max_key_signs(s, v)
+    want = torch.tensor([[1.0, 0.0, 1.0], [1.0, 0.0, -1.0], [1.0, 0.0, 0.0]]).view(1, 1, 3, 3)
+    assert torch.equal(got, want)
+
+
+def test_dir_v_spec_and_error():
+    assert inject.parse("inject/r=0.03/dir=v").dir == "v" and inject.parse("inject/r=0.03").dir == "o"
+    with pytest.raises(ValueError):
+        inject.parse("inject/r=0.03/dir=x")
+    q, k, v = _qkv(3)
+    with torch.no_grad():
+        q[:, :, 5:10] = 0.0               # rows 5-9: every key they see tied at the maximum (score 0)
+    call = type("C", (), dict(stats={}, seed=0, step=0, layer=0))()
+    inject.attention(q, k, v, spec=inject.parse("inject/r=1/select=random/dir=v"), call=call)
+    err, rows = call.stats["inj_err"], call.stats["inj_rows"]
+    s = (q @ k.transpose(-2, -1)).detach() / math.sqrt(8)
+    s = s.masked_fill(~torch.ones(24, 24, dtype=torch.bool).tril(), float("-inf"))
+    o32 = naive_attention(q.detach(), k.detach(), v.detach())
+    assert rows.all() and torch.equal(err, 0.25 * inject.ulp_bf16(o32) * inject.max_key_signs(s, v))
+    assert call.stats["inj_n_pairs"] == int((err != 0).sum())
+    # untied rows: the sign of V at the one key at the maximum, on every feature; rows 5-9: mostly 0 (V of several
+    # keys one-signed in few features)
+    assert (err[:, :, 10:] != 0).all() and (err[:, :, 6:10] == 0).float().mean() > 0.5

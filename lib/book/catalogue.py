@@ -67,13 +67,37 @@ TITLES = {
     "gpt2_arms_s1_fa2": "the chain in GPT-2 124M, seed 1: flash SDPA and our FA2 placement",
     "gpt2_arms_s2": "the chain in GPT-2 124M, seed 2: FP32 attention and the paper placement",
     "gpt2_arms_s2_fa2": "the chain in GPT-2 124M, seed 2: flash SDPA and our FA2 placement",
+    "gpt2_delta": "the δ channel in GPT-2 124M: δ from an FP32 O and δ = rowsum(dP∘P), seed 0",
+    "gpt2_delta_s1": "the δ channel in GPT-2 124M: δ from an FP32 O and δ = rowsum(dP∘P), seed 1",
+    "gpt2_remedy_o32": "GPT-2 124M with O kept in FP32 and with the guarded fix at β = 2, seed 0",
+    "gpt2_remedy_o32_s1": "GPT-2 124M with O kept in FP32 and with the guarded fix at β = 2, seed 1",
+    "gpt2_remedy_fix": "GPT-2 124M with the fix by the paper's exact rule at β = 2 and 7, seed 0",
+    "gpt2_remedy_fix_s1": "GPT-2 124M with the fix by the paper's exact rule at β = 2 and 7, seed 1",
+    "gpt2_qknorm": "GPT-2 124M with its logits bounded by a capped QK-norm, seed 0",
+    "gpt2_qknorm_s1": "GPT-2 124M with its logits bounded by a capped QK-norm, seed 1",
+    "gpt2_authors_compiled": "the authors' code training GPT-2 124M compiled, with and without their fix, seed 0",
+    "gpt2_authors_compiled_s1": "the authors' code training GPT-2 124M compiled, with and without their fix, seed 1",
+    "gpt2_authors_eager": "the authors' code training GPT-2 124M eagerly, with and without their fix, seed 0",
+    "gpt2_authors_eager_s1": "the authors' code training GPT-2 124M eagerly, with and without their fix, seed 1",
+    "gpt2_inject": "the tie bias injected into GPT-2 124M at 1× and 10× the measured rates, seed 0",
+    "gpt2_inject_s1": "the tie bias injected into GPT-2 124M at 1× and 10× the measured rates, seed 1",
+    "gpt2_inject_low": "the tie bias injected into GPT-2 124M at 0.1× and at zero rate, seed 0",
+    "gpt2_inject_low_s1": "the tie bias injected into GPT-2 124M at 0.1× and at zero rate, seed 1",
 }
 
 
 # A group of results read as one (`lib.book.registry.GROUPS`), named once where all of its results are meant.
 GROUP_TITLES = {"beta_sweep": "the β sweep ({n} results)",
                 "healthy_headline": "the healthy headline ({n} results)", "width_768": "the width-768 runs",
-                "authors_code": "the authors' code trained ({n} results)", "delta_dose": "the δ dose ({n} results)"}
+                "authors_code": "the authors' code trained ({n} results)", "delta_dose": "the δ dose ({n} results)",
+                "gpt2_delta": "the δ channel in GPT-2 124M, seeds 0 and 1",
+                "gpt2_remedy_o32": "GPT-2 124M with O kept in FP32 and with the guarded fix at β = 2, seeds 0 and 1",
+                "gpt2_remedy_fix": "GPT-2 124M with the paper's exact fix at β = 2 and 7, seeds 0 and 1",
+                "gpt2_qknorm": "GPT-2 124M with a capped QK-norm, seeds 0 and 1",
+                "gpt2_authors_compiled": "the authors' code training GPT-2 124M compiled, seeds 0 and 1",
+                "gpt2_authors_eager": "the authors' code training GPT-2 124M eagerly, seeds 0 and 1",
+                "gpt2_inject": "the tie bias injected into GPT-2 124M at 1× and 10×, seeds 0 and 1",
+                "gpt2_inject_low": "the tie bias injected into GPT-2 124M at 0.1× and at zero rate, seeds 0 and 1"}
 
 
 def title(name: str) -> str:

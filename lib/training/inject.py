@@ -16,12 +16,23 @@ Row choice (`select`): "tied" takes the rows whose BF16 score maximum repeats fi
 .bf16_row_ties`, the harness's tie definition), then random rows up to the rate; "random" ignores ties. The choice
 is random per step and layer, from a generator seeded by (run seed, step, layer), so a run is reproducible.
 
-Spec string: ``inject/r=<rate>[/e=<ULP>][/lam=<λ>][/heads=<i>:<j>...][/select=tied|random]``, e.g.
-``inject/r=0.01/heads=0:1/select=tied``. Defaults: e = `E_DEFAULT`, λ = 1, all heads, "tied". r = 0 is FP32
-attention bit for bit.
+Direction (`dir`): "o" (the default, above) puts the error on every feature of a chosen row along sign(O); "v"
+puts it only on the features where V has one strict sign over the keys at the row's BF16 score maximum (the tied
+keys; on an untied row, the one key at the maximum), along that sign, and 0 on the others:
+
+    E[row, d] = e · ulp_bf16(O[row, d]) · s[row, d],    s = ±1 where V[keys at the max, d] is all > 0 / all < 0
+
+— chapter 1's direction taken literally: the census's conjunction is the window rows' one-signed features
+(`lib.census`), and there the bias follows sign(V) of the tied keys, whatever the untied keys do to sign(O).
+
+Spec string: ``inject/r=<rate>[/e=<ULP>][/lam=<λ>][/heads=<i>:<j>...][/select=tied|random][/dir=o|v]``, e.g.
+``inject/r=0.01/heads=0:1/select=tied`` or ``inject/r=0.03/dir=v``. Defaults: e = `E_DEFAULT`, λ = 1, all heads,
+"tied", "o". r = 0 is FP32 attention bit for bit. One rate per layer: a model gives each layer its own spec
+(`lib.training.lm.LMConfig`: one comma-separated spec per layer).
 
 At telemetry steps (the model passes a `stats` dict) it records "inj_n_rows", "inj_n_sel", "inj_n_tied",
-"inj_n_sel_tied" and keeps "inj_err" (E, (B, H, T, D) FP32) and "inj_rows" ((B, H, T) bool) for the study's
+"inj_n_sel_tied", "inj_n_pairs" (the (row, feature) pairs whose error is not 0: with dir "v", fewer than
+inj_n_sel·D) and keeps "inj_err" (E, (B, H, T, D) FP32) and "inj_rows" ((B, H, T) bool) for the study's
 measurements of Δδ, the dW_Q error and its push on ‖W_Q‖₂.
 """
 from __future__ import annotations
@@ -40,6 +51,7 @@ from lib.training.metrics import bf16_row_ties
 # Monte Carlo of attention-shaped rows, i.e. +0.25 ULP along sign(V)). A study may pass the census's measured value.
 E_DEFAULT = 0.25
 SELECTS = ("tied", "random")
+DIRS = ("o", "v")
 
 
 @dataclass(frozen=True)
@@ -50,6 +62,7 @@ class InjectSpec:
     heads: tuple | None = None
     select: str = "tied"
     text: str = ""
+    dir: str = "o"
 
     backend = "inject"
 
@@ -64,6 +77,8 @@ class InjectSpec:
             raise ValueError(f"inject lam must be >= 0, got {self.lam!r}")
         if self.select not in SELECTS:
             raise ValueError(f"inject select must be one of {SELECTS}, got {self.select!r}")
+        if self.dir not in DIRS:
+            raise ValueError(f"inject dir must be one of {DIRS}, got {self.dir!r}")
         if self.heads is not None and (not self.heads or min(self.heads) < 0 or len(set(self.heads)) != len(self.heads)):
             raise ValueError(f"inject heads must be distinct non-negative indices, got {self.heads!r}")
 
@@ -75,7 +90,8 @@ class InjectSpec:
 def parse(spec: str) -> InjectSpec:
     head, *items = spec.split("/")
     if head != "inject":
-        raise ValueError(f"bad inject spec {spec!r}; write inject/r=<rate>[/e=..][/lam=..][/heads=i:j][/select=..]")
+        raise ValueError(f"bad inject spec {spec!r}; write inject/r=<rate>[/e=..][/lam=..][/heads=i:j][/select=..]"
+                         "[/dir=o|v]")
     kw = {}
     for it in items:
         key, eq, val = it.partition("=")
@@ -88,8 +104,8 @@ def parse(spec: str) -> InjectSpec:
                 kw[key] = float(val)
             elif key == "heads":
                 kw["heads"] = tuple(int(h) for h in val.split(":"))
-            elif key == "select":
-                kw["select"] = val
+            elif key in ("select", "dir"):
+                kw[key] = val
             else:
                 raise ValueError(f"unknown inject option {key!r} in {spec!r}")
         except ValueError as e:
@@ -109,6 +125,19 @@ def _uniform(shape, *, seed: int, step: int, layer: int, device) -> torch.Tensor
     s = int(np.random.SeedSequence([int(seed), int(step), int(layer), 7]).generate_state(1, np.uint64)[0] >> 1)
     g = torch.Generator(device=device).manual_seed(s)
     return torch.rand(tuple(shape), generator=g, device=device)
+
+
+def max_key_signs(s: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """(B, H, T, D) FP32: +1 / −1 where V (B, H, T_k, D) is > 0 / < 0 at every key of the row's BF16 score maximum
+    (the keys `lib.training.metrics.bf16_row_ties` counts; masked −inf keys never), 0 where those keys' V differ in
+    sign or one is 0. s: the FP32 scores (B, H, T, T_k). The counts are exact (integers far below 2²⁴ in FP32)."""
+    sb = s.detach().to(torch.bfloat16)
+    at = ((sb == sb.amax(dim=-1, keepdim=True)) & torch.isfinite(sb)).to(torch.float32)
+    vf = v.detach().float()
+    n = at.sum(dim=-1, keepdim=True)
+    n_pos = torch.matmul(at, (vf > 0).to(torch.float32))
+    n_neg = torch.matmul(at, (vf < 0).to(torch.float32))
+    return (n_pos == n).to(torch.float32) - (n_neg == n).to(torch.float32)
 
 
 def select_rows(tied: torch.Tensor, head_mask: torch.Tensor, rate: float, u: torch.Tensor, select: str) -> torch.Tensor:
@@ -152,10 +181,12 @@ def attention(q, k, v, *, spec: InjectSpec, call=None, causal: bool = True, scal
         u = _uniform((B, H, T), seed=getattr(call, "seed", 0), step=getattr(call, "step", 0),
                      layer=getattr(call, "layer", 0), device=q.device)
         rows = select_rows(tied, heads, spec.rate, u, spec.select)
-        err = spec.e * ulp_bf16(o) * torch.sign(o) * rows.unsqueeze(-1)
+        sign = torch.sign(o) if spec.dir == "o" else max_key_signs(s, v)
+        err = spec.e * ulp_bf16(o) * sign * rows.unsqueeze(-1)
         stats = getattr(call, "stats", None)
         if stats is not None:
             hm = heads.view(1, -1, 1).expand_as(tied)
             stats.update(inj_n_rows=int(hm.sum()), inj_n_sel=int(rows.sum()), inj_n_tied=int((tied & hm).sum()),
-                         inj_n_sel_tied=int((rows & tied).sum()), inj_err=err, inj_rows=rows)
+                         inj_n_sel_tied=int((rows & tied).sum()), inj_n_pairs=int((err != 0).sum()), inj_err=err,
+                         inj_rows=rows)
     return DoseAttention.apply(q, k, v, o + err, scale, causal, "true", spec.lam, None, None)

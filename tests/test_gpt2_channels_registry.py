@@ -1,0 +1,114 @@
+"""The GPT-2 channels-and-remedies entries of the registry (after `gpt2_arms`): each pair of arms resolves, parses and
+follows gpt2_arms's recipe, horizon, telemetry and rules, at the registered seeds; the injection's rates are the
+committed census's; the rules' one computed piece (`lib.studies.gpt2.channels.prevents`) on planted outcomes; and the
+cheapest arms train two steps at ci scale."""
+import numpy as np
+import pytest
+import torch
+
+from lib.book import catalogue, registry, results
+from lib.book.htmlcheck import name_problems
+from lib.studies.gpt2 import arms, channels
+from lib.training.lm import LM, LMConfig
+
+# In the registry's order, which is the order to run them: the δ channel, O kept in FP32, the β fix, a logit bound,
+# the authors' code, the injection; each at seed 0, then its seed-1 twin.
+PAIRS = ["gpt2_delta", "gpt2_remedy_o32", "gpt2_remedy_fix", "gpt2_qknorm", "gpt2_authors_compiled",
+         "gpt2_authors_eager", "gpt2_inject", "gpt2_inject_low"]
+ENTRIES = [n for p in PAIRS for n in (p, p + "_s1")]
+RECIPE = ("corpus_dir", "gpus", "steps", "batch_size", "lr", "warmup", "census_every", "census_rows", "eval_every",
+          "eval_batches", "ckpt_every_s", "max_wall_s", "probe")
+RULES = ("failure_window", "failure_rise", "growth_steps")
+QK = ("qk_norm", "qk_gain")
+ES = registry.entries()
+
+
+def _cfg(name, scale):
+    return ES[name].configs[scale]
+
+
+def test_registered_in_priority_order_after_gpt2_arms():
+    names = list(ES)
+    assert names[names.index("gpt2_arms_s2") + 1:][:len(ENTRIES)] == ENTRIES
+    assert sum(ES[n].gpu_min for n in ENTRIES) == 48.0 * len(ENTRIES)
+
+
+@pytest.mark.parametrize("name", ENTRIES)
+def test_entry_resolves_parses_and_follows_gpt2_arms(name):
+    e = ES[name]
+    assert e.base == "lib.studies.gpt2.arms" and e.chapter == "02c" and e.gpu_min == 48.0
+    assert name in catalogue.TITLES and name_problems(e.summary) == []        # the summary in reader words
+    ref = _cfg("gpt2_arms", "full")
+    for scale in ("ci", "full"):
+        cfg = _cfg(name, scale)
+        assert 1 <= len(cfg["arms"]) <= 2 and len({a["label"] for a in cfg["arms"]}) == len(cfg["arms"])
+        for a in cfg["arms"]:
+            specs = LMConfig(**(cfg["model"] | {"attn": a["attn"]})).layer_specs()
+            assert len(specs) == cfg["model"]["n_layer"], a["label"]
+        twin = _cfg(name.removesuffix("_s1"), scale)
+        assert cfg["arms"] == twin["arms"] and cfg["rules"] == twin["rules"] and cfg["model"] == twin["model"]
+    cfg = _cfg(name, "full")
+    assert cfg["seeds"] == ([1] if name.endswith("_s1") else [0])
+    assert _cfg(name, "ci")["seeds"] == [0]
+    assert cfg["workdir"] == f"/tmp/{name}"
+    assert {k: cfg[k] for k in RECIPE} == {k: ref[k] for k in RECIPE}
+    assert {k: v for k, v in cfg["model"].items() if k not in QK} == ref["model"]
+    assert {k: cfg["rules"][k] for k in RULES} == {k: ref["rules"][k] for k in RULES}
+    assert set(cfg["rules"]["baseline"]) == {a["label"] for a in cfg["arms"]}
+
+
+def test_workdirs_are_distinct():
+    dirs = [e.configs["full"]["workdir"] for e in ES.values()
+            if e.configs.get("full", {}).get("workdir")]
+    assert len(dirs) == len(set(dirs))
+
+
+def test_the_dual_output_is_registered_once():
+    """δ from an FP32 O (the op's second, FP32 output read only by δ) is the paper's dual output: one arm, seeds 0-1."""
+    hits = [n for n in ENTRIES for a in _cfg(n, "full")["arms"] if "delta_source=fp32_o" in a["attn"]]
+    assert hits == ["gpt2_delta", "gpt2_delta_s1"]
+
+
+def test_injection_rates_are_the_paper_arms_census():
+    """The registered injection specs: the paper arm's window rates of the committed gpt2_arms result (seed 0), layers
+    2-4, at 1×, 10×, 0.1× and 0."""
+    m = _cfg("gpt2_arms", "full")["model"]
+    with np.load(results.RESULTS_DIR / "full" / "gpt2_arms.npz") as z:
+        rates = channels.census_rates(z, m["n_embd"] // m["n_head"])["window"]
+    got = {a["label"]: a["attn"] for n in ("gpt2_inject", "gpt2_inject_low") for a in _cfg(n, "full")["arms"]}
+    for label, f in (("inject_1x", 1), ("inject_10x", 10), ("inject_0p1x", 0.1), ("inject_0x", 0)):
+        assert got[label] == channels.injection_spec(rates, m["n_layer"], factor=f), label
+    assert got["inject_1x"].split(",")[1:4] == ["inject/r=0.0305/dir=v", "inject/r=0.0548/dir=v",
+                                                "inject/r=0.0336/dir=v"]
+
+
+def test_capped_qk_norm_starts_from_the_same_weights():
+    """The QK-norm arms share gpt2_arms's initialisation: the capped gain adds a parameter but no random draw."""
+    base = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, attn="sdpa")
+    torch.manual_seed(3)
+    plain = LM(LMConfig(**base)).state_dict()
+    torch.manual_seed(3)
+    capped = LM(LMConfig(**base, qk_norm="capped", qk_gain=2.0)).state_dict()
+    assert set(capped) - set(plain) == {f"transformer.h.{i}.attn.qk_theta" for i in range(2)}
+    assert all(torch.equal(plain[k], capped[k]) for k in plain)
+
+
+def test_prevents_rule():
+    paper = {0: None, 1: 4000}
+    assert channels.prevents({0: (None, 9000), 1: (None, 9000)}, paper) is True
+    assert channels.prevents({0: (None, 9000), 1: (6000, 9000)}, paper) is False
+    assert channels.prevents({0: (2000, 9000), 1: (None, 9000)}, paper) is True     # seed 0: nothing to prevent
+    assert channels.prevents({0: (None, 9000), 1: (None, 3000)}, paper) is None     # stopped before step 4,000
+    assert channels.prevents({0: (None, 9000), 1: (None, 9000)}, {0: None, 1: None}) is None
+
+
+@pytest.mark.parametrize("name,label", [("gpt2_inject", "inject_1x"), ("gpt2_qknorm", "fp32_qk")])
+def test_cheapest_arms_train_two_steps(name, label):
+    cfg = registry.resolve(name, "ci")
+    cfg["arms"] = [a for a in cfg["arms"] if a["label"] == label]
+    cfg["steps"] = 2
+    out = arms.run("ci", cfg)
+    loss = out["arrays"][f"{label}:s0__loss"]
+    assert len(loss) == 2 and torch.isfinite(torch.as_tensor(loss)).all()
+    if name == "gpt2_inject":     # the chain probe read the injected error of the injection layer
+        assert f"{label}:s0__probe__layers" in out["arrays"]
