@@ -72,6 +72,9 @@ TITLES = {
     "gpt2_arms": "the chain in GPT-2 124M: FP32, SDPA, our FA2 and paper placements",
     "gpt2_arms_s1": "the chain in GPT-2 124M, seed 1",
     "gpt2_arms_s2": "the chain in GPT-2 124M, seed 2",
+    "gpt2_ddp": "GPT-2 124M at the authors' batch on several GPUs",
+    "census_cost": "the census's cost beside a GPT-2 124M training step",
+    "monitor_overhead": "the monitor's cost in a GPT-2 124M training step",
 }
 
 
