@@ -27,6 +27,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _step_fn(attn: str, compile_: bool, model_kw: dict, batch_size: int, device):
     """A closure running one training step of GPT-2 (`model_kw`) with attention `attn` on a fixed random batch."""
+    return train_step(attn, compile_, model_kw, batch_size, device)[0]
+
+
+def train_step(attn: str, compile_: bool, model_kw: dict, batch_size: int, device):
+    """(step, model, x): `step(before=None, after=None)` runs one training step of GPT-2 (`model_kw`) with attention
+    `attn` (compiled if `compile_`) on a fixed random batch x (batch_size windows), calling `before()` before the
+    forward and `after()` after the backward; `model` is the eager module the step trains."""
     from lib.training.lm import LM, LMConfig
     from lib.training.loop import RunConfig, make_optimizers
     torch.manual_seed(0)
@@ -39,15 +46,19 @@ def _step_fn(attn: str, compile_: bool, model_kw: dict, batch_size: int, device)
     y = torch.randint(0, cfg.vocab_size, (batch_size, cfg.block_size), generator=g).to(device)
     amp = dict(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
-    def step():
+    def step(before=None, after=None):
+        if before is not None:
+            before()
         with torch.autocast(**amp):
             loss = fwd(x, y)[1]
         loss.backward()
+        if after is not None:
+            after()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         for o in opts:
             o.step()
             o.zero_grad(set_to_none=True)
-    return step
+    return step, model, x
 
 
 def time_group(group: list[dict], cfg: dict) -> list[dict]:

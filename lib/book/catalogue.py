@@ -83,6 +83,9 @@ TITLES = {
     "gpt2_inject_s1": "the tie bias injected into GPT-2 124M at 1× and 10× the measured rates, seed 1",
     "gpt2_inject_low": "the tie bias injected into GPT-2 124M at 0.1× and at zero rate, seed 0",
     "gpt2_inject_low_s1": "the tie bias injected into GPT-2 124M at 0.1× and at zero rate, seed 1",
+    "gpt2_ddp": "GPT-2 124M at the authors' batch on several GPUs",
+    "census_cost": "the census's cost beside a GPT-2 124M training step",
+    "monitor_overhead": "the monitor's cost in a GPT-2 124M training step",
 }
 
 

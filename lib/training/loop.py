@@ -26,6 +26,9 @@ batch, forward and backward under BF16 autocast, clip, observers, update, evalua
   many seconds and at the end; a run whose checkpoint exists resumes from it, so a run longer than one GPU call is
   continued by the next call on the same machine.
 * **DDP** under torchrun as in `lib.training.train` (each rank its slice of every global batch; observers on rank 0).
+  With `micro_batch` set, each rank runs its slice as `batch_size / (world × micro_batch)` forward/backward passes of
+  `micro_batch` windows (gradient accumulation; DDP all-reduces after the last only), so the tokens per step stay
+  `batch_size × seq_len` whatever the world size. Without it (0) a rank's slice is one pass, as before.
 
 The result records measurements only (per-step loss, grad norm, lr, tokens seen; validation loss; the observers'
 records as arrays); outcomes are judged when results are read (`lib.training.outcome.classify`).
@@ -60,6 +63,7 @@ class RunConfig:
     # optimisation
     steps: int = 1000
     batch_size: int = 32
+    micro_batch: int = 0             # windows per forward/backward on a rank (0: the rank's whole slice at once)
     optimizer: str = "adamw"
     lr: float = 1e-3
     muon_lr: float = 0.02            # Muon's learning rate for the blocks' matrices (optimizer="muon")
@@ -109,6 +113,8 @@ class RunConfig:
         for name in ("steps", "batch_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if self.micro_batch < 0 or (self.micro_batch and self.batch_size % self.micro_batch):
+            raise ValueError(f"micro_batch must be 0 or divide batch_size {self.batch_size}, got {self.micro_batch!r}")
         if not 0 <= self.n_bos < self.model.block_size:
             raise ValueError(f"n_bos must be in [0, block_size), got {self.n_bos}")
         if self.n_bos and self.bos_id >= self.model.vocab_size:
@@ -125,8 +131,20 @@ class RunConfig:
     def bos(self) -> int:
         return self.model.vocab_size - 1 if self.bos_id < 0 else self.bos_id
 
+    def grad_accum(self, world: int = 1) -> int:
+        """Forward/backward passes per step on each of `world` ranks: batch_size / (world × micro_batch), or 1
+        without `micro_batch`."""
+        if not self.micro_batch:
+            return 1
+        n, rem = divmod(self.batch_size, world * self.micro_batch)
+        if rem or not n:
+            raise ValueError(f"batch_size {self.batch_size} is not a multiple of {world} ranks × micro_batch "
+                             f"{self.micro_batch}")
+        return n
+
     def record(self) -> dict:
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        # micro_batch only when set: the records of runs made before it existed stay what they were.
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "micro_batch" or self.micro_batch}
         d["model"] = asdict(self.model)
         d["census_placements"] = list(self.census_placements)
         d["probe_layers"] = None if self.probe_layers is None else list(self.probe_layers)
@@ -244,6 +262,7 @@ def run_observers(observers, step: int, model, x: torch.Tensor, amp_dtype) -> di
 # the loop
 # ----------------------------------------------------------------------------------------------------------------
 def _evaluate(model, val, cfg: RunConfig, device, amp_dtype) -> float:
+    """Mean validation loss over `eval_batches` batches of `batch_size` windows (in pieces of `micro_batch`)."""
     starts = data_mod.batch_starts(len(val), cfg.seq_len, cfg.batch_size, cfg.eval_batches, cfg.data_seed + 1)
     was = model.training
     model.eval()
@@ -253,7 +272,9 @@ def _evaluate(model, val, cfg: RunConfig, device, amp_dtype) -> float:
             x, y = get_batch(val, row, cfg, device)
             with torch.autocast(device_type=device.type, dtype=amp_dtype or torch.float32,
                                 enabled=amp_dtype is not None):
-                tot += model(x, y)[1].item()
+                parts = [model(xs, ys)[1].item() for xs, ys in zip(x.split(cfg.micro_batch or len(x)),
+                                                                  y.split(cfg.micro_batch or len(y)))]
+                tot += sum(parts) / len(parts)
     model.train(was)
     return tot / len(starts)
 
@@ -262,7 +283,8 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
     """Run one training run (module docstring); returns the result dict: "config", "seeds", "versions", "n_params",
     "data" (what identifies the corpus), "loss", "grad_norm", "lr" (per step), "tokens_per_step", "val" {"step",
     "loss"}, "census" {"step": [...], key: (E, L, H) arrays}, "stopped_at", "truncated_at", "wall_s",
-    "tokens_per_s", "steps_per_s", "world_size", "resumed_from"."""
+    "tokens_per_s", "steps_per_s", "world_size", "resumed_from", and "grad_accum" when above 1 (a step hook then
+    sees the step's last micro-batch)."""
     rank, world, local_rank = _dist_info()
     device = _device(cfg, local_rank)
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -295,12 +317,32 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
         res["resumed_from"] = step0
         if probe is not None:
             probe.records = res["probe"]
-    fwd = model
+    accum = cfg.grad_accum(world)
+    fwd = ddp = model
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
-        fwd = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+        fwd = ddp = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
     if cfg.compile:
         fwd = torch.compile(fwd)
+
+    def forward_backward(f, x, y):
+        """This rank's forward and backward of the step on windows x, y; returns the loss (their mean)."""
+        if accum == 1:
+            with torch.autocast(device_type=device.type, dtype=amp_dtype or torch.float32,
+                                enabled=amp_dtype is not None):
+                _, loss = f(x, y)
+            loss.backward()
+            return loss
+        losses = []
+        for xs, ys in zip(x.chunk(accum), y.chunk(accum)):
+            if world > 1:     # DDP all-reduces the summed gradients after the last micro-batch only (as no_sync)
+                ddp.require_backward_grad_sync = len(losses) == accum - 1
+            with torch.autocast(device_type=device.type, dtype=amp_dtype or torch.float32,
+                                enabled=amp_dtype is not None):
+                _, loss = f(xs, ys)
+            (loss / accum).backward()
+            losses.append(loss.detach())
+        return torch.stack(losses).mean()
 
     def save(step):
         if ckpt is None or rank != 0:
@@ -318,6 +360,21 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
     # compiled graph would otherwise be guarded on an object that changes every step.
     needs_step = any(getattr(s, "backend", None) in ("inject", "dose") for s in cfg.model.layer_specs())
     pending = []
+
+    def flush():
+        """The pending (loss, grad norm) pairs into the result; the loss as the mean over ranks (a collective: every
+        rank flushes at the same steps)."""
+        vals = torch.stack(pending)
+        if world > 1:
+            import torch.distributed as dist
+            mean = vals[:, 0].contiguous()
+            dist.all_reduce(mean)
+            vals[:, 0] = mean / world
+        vals = vals.cpu().tolist()
+        res["loss"].extend(v[0] for v in vals)
+        res["grad_norm"].extend(v[1] for v in vals)
+        pending.clear()
+
     t0 = last_ckpt = time.perf_counter()
     model.train()
     step = step0
@@ -327,8 +384,8 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
             for g in o.param_groups:
                 g["lr"] = lr * (cfg.muon_lr / cfg.lr if isinstance(o, getattr(torch.optim, "Muon", ())) else 1.0)
         x, y = get_batch(train_tok, my_starts[step], cfg, device)
-        census_due = cfg.census_every and rank == 0 and (step % cfg.census_every == 0 or step == cfg.steps - 1)
-        if census_due:
+        census_step = cfg.census_every and (step % cfg.census_every == 0 or step == cfg.steps - 1)
+        if census_step and rank == 0:
             rec = run_observers(observers, step, model, x[:cfg.census_rows], amp_dtype)
             res["census"]["step"].append(step)
             for k_, v_ in rec.items():
@@ -338,23 +395,17 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
         if step_hook is not None and rank == 0:
             step_hook.before_forward(step, model)
         try:
-            with torch.autocast(device_type=device.type, dtype=amp_dtype or torch.float32,
-                                enabled=amp_dtype is not None):
-                _, loss = fwd(x, y)
-            loss.backward()
+            loss = forward_backward(fwd, x, y)
         except Exception as e:  # noqa: BLE001  (a compiler failure at the first step: train eagerly, say so)
-            if fwd is model or step != step0:
+            if fwd is ddp or step != step0:
                 raise
             res["compile_error"] = f"{type(e).__name__}: {str(e)[:500]}"
             print(f"[{cfg.label}] torch.compile failed at the first step, training eagerly: {res['compile_error']}",
                   flush=True)
             for o in opts:
                 o.zero_grad(set_to_none=True)
-            fwd = model
-            with torch.autocast(device_type=device.type, dtype=amp_dtype or torch.float32,
-                                enabled=amp_dtype is not None):
-                _, loss = fwd(x, y)
-            loss.backward()
+            fwd = ddp
+            loss = forward_backward(fwd, x, y)
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
         if step_hook is not None and rank == 0:
             step_hook.after_backward(step, model, opts[-1])
@@ -363,16 +414,8 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
             o.zero_grad(set_to_none=True)
         pending.append(torch.stack([loss.detach().float(), gn.detach().float()]))
         res["lr"].append(lr)
-        if len(pending) >= 50 or step == cfg.steps - 1 or census_due:
-            vals = torch.stack(pending)
-            if world > 1:
-                import torch.distributed as dist
-                dist.all_reduce(vals[:, 0])
-                vals[:, 0] /= world
-            vals = vals.cpu().tolist()
-            res["loss"].extend(v[0] for v in vals)
-            res["grad_norm"].extend(v[1] for v in vals)
-            pending.clear()
+        if len(pending) >= 50 or step == cfg.steps - 1 or census_step:
+            flush()
             if not math.isfinite(res["loss"][-1]):
                 res["stopped_at"] = step
                 break
@@ -393,9 +436,7 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
     if probe is not None:
         res["probe"] = probe.records
     if pending:
-        vals = torch.stack(pending).cpu().tolist()
-        res["loss"].extend(v[0] for v in vals)
-        res["grad_norm"].extend(v[1] for v in vals)
+        flush()
     done = len(res["loss"])
     if cfg.eval_batches and (not res["val"]["step"] or res["val"]["step"][-1] != done):
         res["val"]["step"].append(done)
@@ -409,6 +450,8 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
                n_params=model.num_params(), data=data_info, tokens_per_step=tokens_per_step, world_size=world,
                wall_s=wall, steps_per_s=steps_run / wall if wall > 0 else float("nan"),
                tokens_per_s=steps_run * tokens_per_step / wall if wall > 0 else float("nan"))
+    if accum > 1:
+        res["grad_accum"] = accum
     res["model"] = model
     return res
 
