@@ -128,9 +128,34 @@ def test_gpt2_chain_reads_the_committed_comparison():
         assert found.gpt2_chain().head == found.gpt2_untested().head
         return
     f = found.gpt2_chain()
-    n = g2r.arms_numbers(results.load(found.GPT2_ARMS, "full"))
-    assert n["fp32_logit_common"] in f.text and n["sdpa_logit_common"] in f.text
+    chain = [results.load(n, "full") for n in g2r.CHAIN_RESULTS if results.exists(n, "full")]
+    M = g2r.merge_seeds(chain)
+    if g2r.growth_verdict(M.arrays, M.data["runs"], g2r.cfg_of(M)["rules"]):     # two or more seeds
+        oc = g2r.outcomes(M)
+        fp32_max = max(float(g2r.layer_series(M.arrays, f"fp32:s{o[0]}")["logit"].max()) for o in oc["fp32"])
+        assert f"≤ {fp32_max:,.0f}" in f.text, f.text
+        booms = [o for o in oc["paper"] if o[2] is not None and o[3] is None]
+        assert all(f"{o[2]:,}" in f.text for o in booms) and f"exploded in {len(booms)} seed" in f.head
+    else:
+        n = g2r.arms_numbers(results.load(found.GPT2_ARMS, "full"))
+        assert n["fp32_logit_common"] in f.text and n["sdpa_logit_common"] in f.text
     assert f.chapters == ("chapters/02c-the-chain-in-gpt2",)
+
+
+def test_gpt2_chain_with_one_seed_reads_its_arms(tmp_path):
+    """One committed seed: the box gives the largest logits at the common step (no growth verdict without two)."""
+    import shutil
+    from lib.book import results
+    from lib.studies.gpt2 import reading as g2r
+    src = results.RESULTS_DIR / "full"
+    if not (src / "gpt2_arms.json").exists():
+        pytest.skip("needs the committed seed-0 comparison")
+    (tmp_path / "full").mkdir(parents=True)
+    for ext in ("json", "npz"):
+        shutil.copy(src / f"gpt2_arms.{ext}", tmp_path / "full" / f"gpt2_arms.{ext}")
+    f = found.gpt2_chain(tmp_path)
+    n = g2r.arms_numbers(results.load(found.GPT2_ARMS, "full"))
+    assert n["fp32_logit_common"] in f.text and n["sdpa_logit_common"] in f.text, f.text
 
 
 def test_gpt2_chain_without_a_result_says_untested(tmp_path):

@@ -1,5 +1,7 @@
 """Reading the GPT-2 chain arms (gpt2_arms) on the toy run: the numbers the chapter glues, its table, the growth
 ratios against FP32 attention, the probe's sign counts and the figure."""
+import re
+
 import numpy as np
 import pytest
 
@@ -93,3 +95,24 @@ def test_growth_onset_and_the_census_before_a_failure():
     assert reading.growth_onset(arrays, "paper:s1", big=1e4) is None
     pre = reading.before_failure(arrays, "paper:s1", 3999)
     assert pre["step"] == 2000 and pre["logit"] == 5000.0 and pre["logit_layer"] == 2 and pre["wq"] == 500.0
+
+
+def test_explosion_verdict_counts_failures_that_never_recover():
+    """The paper placement exploding in one seed of two (a step up that stays) and spiking in the other (a step up
+    that comes back) is "partly"; exploding in both is "reproduced"; a FP32 failure makes it no longer so."""
+    def run(seed, arm, jump_at=None, back_at=None):
+        meta, arrays = _planted(seed, arm, 20.0)
+        loss = np.full(4001, 3.0)
+        if jump_at is not None:
+            loss[jump_at:back_at] = 4.0
+        arrays[f"{arm}:s{seed}__loss"] = loss
+        return meta, arrays
+    s0 = _Res([run(0, "fp32"), run(0, "paper", 1000, 1200)], 0, RULES)
+    s1 = _Res([run(1, "fp32"), run(1, "paper", 2000)], 1, RULES)
+    v = reading.explosion_verdict(reading.merge_seeds([s0, s1]))
+    assert (v["status"], v["n_boom"], v["n_paper"]) == ("partly", 1, 2)
+    assert re.search(r"seed 1: failed at step 2,0[23]\d, not recovered", v["evidence"]), v["evidence"]
+    s0b = _Res([run(0, "fp32"), run(0, "paper", 1000)], 0, RULES)
+    assert reading.explosion_verdict(reading.merge_seeds([s0b, s1]))["status"] == "reproduced"
+    s0c = _Res([run(0, "fp32", 500), run(0, "paper", 1000)], 0, RULES)
+    assert reading.explosion_verdict(reading.merge_seeds([s0c, s1]))["status"] == "partly"

@@ -195,13 +195,42 @@ def gpt2_untested(root=None) -> Finding:
 
 
 def gpt2_chain(root=None) -> Finding:
-    """The GPT-2 comparison when its result is committed (chapter 2c): the largest logit under FP32 attention and
-    under each BF16 arm at the last step every arm reached, and which arms the failure rule caught; otherwise what is
-    not yet tested (`gpt2_untested`)."""
+    """The GPT-2 comparison when its results are committed (chapter 2c): with two or more seeds, FP32 attention's
+    largest logit and failures, the layers the paper placement grows beyond FP32 attention's seed-to-seed spread (the
+    registered rule), and where it exploded; with one seed, the largest logits at the last step every arm reached and
+    which arms the failure rule caught; otherwise what is not yet tested (`gpt2_untested`)."""
+    from lib.studies.gpt2 import reading as g2r
+    chain = [r for r in (_res(n, root) for n in g2r.CHAIN_RESULTS) if r is not None]
+    if not chain:
+        return gpt2_untested(root)
+    M = g2r.merge_seeds(chain)
+    cfg = g2r.cfg_of(M)
+    rules = cfg["rules"]
+    oc = g2r.outcomes(M)
+    verdict = g2r.growth_verdict(M.arrays, M.data["runs"], rules)
+    if verdict and "paper" in verdict and "fp32" in oc:
+        g = g2r.growth_words(verdict, g2r.fp32_spread(M.arrays, M.data["runs"], rules),
+                             g2r.growth_ratios(M.arrays, M.data["runs"], rules))
+        fp32_max = max(float(g2r.layer_series(M.arrays, f"fp32:s{o[0]}")["logit"].max()) for o in oc["fp32"])
+        boom = [o for o in oc["paper"] if o[2] is not None and o[3] is None]
+        fp32_failed = sum(o[2] is not None for o in oc["fp32"])
+        head = (f"In GPT-2 the paper placement's loss exploded in {len(boom)} seed{'s' if len(boom) != 1 else ''} "
+                f"of {len(oc['paper'])}; FP32 attention {'never failed' if not fp32_failed else 'failed too'}.")
+        others = [a for a in ("sdpa", "ours_fa2") if a in oc]
+        spikes = [a for a in others if all(o[2] is None or o[3] is not None for o in oc[a])
+                  and any(o[2] is not None for o in oc[a])]
+        words = {"sdpa": "flash SDPA", "ours_fa2": "our FA2 placement"}
+        text = (f"Seeds {_list(cfg['seeds'])}: FP32 attention's largest logit ≤ {fp32_max:,.0f}; the paper placement "
+                f"grows {g['paper_grown_logit']} beyond FP32's seed-to-seed spread"
+                + (f", and in seed {_list([o[0] for o in boom])} its loss fails at step "
+                   f"{_list([f'{o[2]:,}' for o in boom])} and stays up" if boom else "") + "."
+                + (f" {_list([words[a] for a in spikes])[:1].upper()}{_list([words[a] for a in spikes])[1:]} (seed "
+                   f"{_list(sorted({o[0] for a in spikes for o in oc[a]}))}): loss spikes that recovered."
+                   if spikes else ""))
+        return Finding(head, text, chain, ("chapters/02c-the-chain-in-gpt2",))
     res = _res(GPT2_ARMS, root)
     if res is None:
         return gpt2_untested(root)
-    from lib.studies.gpt2 import reading as g2r
     n = g2r.arms_numbers(res)
     bf16 = [a for a in ("sdpa", "ours_fa2", "paper") if f"{a}_steps" in n]
     if "fp32_steps" not in n or not bf16:

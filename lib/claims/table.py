@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from lib.book import catalogue, registry, results as _results
 from lib.studies.dose import reading as dose_reading
+from lib.studies.gpt2 import reading as g2r
 from lib.training import outcome
 from lib.training.runs import spec_words
 # Contrast results: run to be read beside the result that reports a claim, not to report it. They carry the same
@@ -355,6 +356,13 @@ def status_table(root=None) -> list[dict]:
             parts = parts + wparts
             for cid, v in derive_healthy(hh, refs, wide).items():
                 verdicts[cid] = (4, v, parts + pilots)
+    chain = [by_name[n] for n in g2r.CHAIN_RESULTS if n in by_name]
+    v = g2r.explosion_verdict(g2r.merge_seeds(chain)) if chain else None
+    if v:                                       # the paper's setting decides; the proxy (no preconditions) is the control
+        rank, old, src = verdicts.get("explosion", (0, {}, []))
+        ev = v["evidence"] + (f"; the proxy, where link 1's preconditions are absent: {old['evidence']}"
+                              if old.get("evidence") else "")
+        verdicts["explosion"] = (5, dict(status=v["status"], evidence=ev), chain + src)
     dose = [by_name[n] for n in registry.GROUPS["delta_dose"] if n in by_name]
     v = dose_reading.claim_delta_bias_dose(dose) if dose else None
     if v:                                       # stage 1 and stage 2 read together: the thresholds need both

@@ -164,7 +164,12 @@ def _healthy_paper(parts):
 
 
 def n_explosion(root=None) -> str:
+    from lib.studies.gpt2 import reading as g2r
     parts = []
+    chain = [r for r in (_load(n, root) for n in g2r.CHAIN_RESULTS) if r is not None]
+    v = g2r.explosion_verdict(g2r.merge_seeds(chain)) if chain else None
+    if v:
+        parts.append(f"GPT-2: the paper placement exploded in {v['n_boom']} of {v['n_paper']} seeds; proxy:")
     for group in ("healthy_headline", "width_768"):
         g = _group(group, root)
         if g:
@@ -227,7 +232,7 @@ ROWS = (
     Row("The δ error's bias, not its size, sets the failure threshold", ("delta_bias_dose",), n_dose,
         "proxy, injected δ error", "chapters/05-low-rank-accumulation"),
     Row("Link 7: training with the paper's numerics explodes", ("explosion",), n_explosion,
-        "proxy{gpt2_pending}", "chapters/06-loss-explosion"),
+        "GPT-2; proxy", "chapters/06-loss-explosion"),
     Row("The β fix, or an FP32 O, prevents the explosion", ("fix_stabilises", "fp32_o_stabilises"), n_prevent,
         "proxy", "chapters/07-the-fix"),
     Row("δ is the only channel: δ without the rounded O stabilises training", ("delta_only_channel",), n_untested,

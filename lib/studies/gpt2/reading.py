@@ -436,3 +436,49 @@ def arms_table(res) -> str:
                     f"{n[arm + '_loss_common']} | {n[arm + '_logit_common']} ({n[arm + '_logit_common_layer']}) | "
                     f"{n[arm + '_wq_common']} ({n[arm + '_wq_common_layer']}) |")
     return "\n".join(rows)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The explosion claim in GPT-2: what the registered comparison's seeds say, read together
+# ---------------------------------------------------------------------------------------------------------------
+CHAIN_RESULTS = ("gpt2_arms", "gpt2_arms_s1", "gpt2_arms_s1_fa2", "gpt2_arms_s2", "gpt2_arms_s2_fa2")
+
+
+def outcomes(res) -> dict:
+    """Per arm of a (merged) GPT-2 comparison: {arm: [(seed, steps, failure step or None, steps to recover or
+    None)]}, seeds ascending. An explosion is a failure that does not recover by the end of the run."""
+    rules = cfg_of(res)["rules"]
+    out = {}
+    for r in sorted((r for r in res.data["runs"] if "error" not in r), key=lambda r: r["label"]):
+        arm, seed = r["label"].split(":s")
+        loss = res.arrays[f"{r['label']}__loss"]
+        fs = failure_step(loss, rules["failure_window"], rules["failure_rise"])
+        rec = recovery_steps(loss, rules["failure_window"], rules["failure_rise"])
+        out.setdefault(arm, []).append((int(seed), int(r["steps"]), fs, rec))
+    return {a: sorted(v) for a, v in out.items()}
+
+
+def explosion_verdict(res) -> dict | None:
+    """The paper's explosion claim in GPT-2 from a `merge_seeds` reading (None without the paper and FP32 arms):
+    "reproduced" when the paper placement explodes (fails and does not recover) in every seed and FP32 attention
+    fails in none; "partly" when it explodes in some seeds; "not reproduced" when in none. Evidence in words, per
+    arm and seed."""
+    oc = outcomes(res)
+    if "paper" not in oc or "fp32" not in oc:
+        return None
+    boom = lambda o: o[2] is not None and o[3] is None        # noqa: E731  failed, never back
+    n_paper, n_boom = len(oc["paper"]), sum(boom(o) for o in oc["paper"])
+    fp32_ok = all(o[2] is None for o in oc["fp32"])
+    status = ("reproduced" if n_boom == n_paper and fp32_ok else "partly" if n_boom else "not reproduced")
+
+    def one(o):
+        seed, steps, fs, rec = o
+        if fs is None:
+            return f"seed {seed}: no failure in {steps:,} steps"
+        return (f"seed {seed}: failed at step {fs:,}, " + ("not recovered by the end of the run" if rec is None
+                                                          else f"recovered {rec:,} steps later"))
+    words = {a: f"{CHAIN_ARMS.get(a, a)} — " + "; ".join(one(o) for o in oc[a]) for a in oc}
+    ev = (f"GPT-2 124M at the paper's recipe: the paper placement exploded in {n_boom} of {n_paper} seeds, "
+          f"FP32 attention failed in {sum(o[2] is not None for o in oc['fp32'])} of {len(oc['fp32'])} ("
+          + "; ".join(words[a] for a in ("paper", "fp32", "sdpa", "ours_fa2") if a in words) + ")")
+    return dict(status=status, evidence=ev, n_boom=n_boom, n_paper=n_paper)
