@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Typed numbers per source when the scanner was written; only ever lower these.
 CEILING = {
     "intro.md": 0,
-    "chapters/01-bf16-rounding.md": 22,
+    "chapters/01-bf16-rounding.md": 0,
     "chapters/02-flash-attention-kernel.md": 0,
     "chapters/02b-where-can-the-chain-start.md": 0,
     "chapters/02c-the-chain-in-gpt2.md": 0,

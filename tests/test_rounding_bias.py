@@ -120,3 +120,16 @@ def test_grid_and_figures():
         assert f.axes
         plt.close(f)
 
+
+
+def test_the_chapters_interval_level_is_the_one_cluster_ci_computes():
+    """`figures.CI_LEVEL` (the level chapter 1 prints and the kernel figure's legend names) is the level of the
+    Student-t half-widths of `cluster_ci`, over problems."""
+    from scipy.stats import t as student_t
+    x = np.random.default_rng(0).standard_normal((12, 4, 3))
+    per_problem = x.reshape(12, -1).mean(axis=1)
+    mean, hw = rb.cluster_ci(x)
+    sd = per_problem.std(ddof=1) / np.sqrt(12)
+    assert mean == pytest.approx(per_problem.mean())
+    assert hw == pytest.approx(student_t.ppf((1 + rfig.CI_LEVEL) / 2, 11) * sd)
+    assert hw != pytest.approx(student_t.ppf((1 + 0.9) / 2, 11) * sd)          # another level would fail

@@ -9,6 +9,10 @@ from lib.book import plotting
 from lib.fp import theory
 from lib.fp.rounding_bias import METHODS
 
+# The level of every interval the chapter draws and quotes: the Student-t half-widths of
+# `lib.fp.rounding_bias.cluster_ci` (which writes the level inline; a test checks that they agree).
+CI_LEVEL = 0.95
+
 _METHOD_NAMES = {"rne": "RNE", "beta": "β shift", "sr": "SR"}
 _PATHS = (("numpy", "numpy emulation"), ("emulated", "kernel, emulated path"), ("native", "kernel, tensor cores"))
 
@@ -125,7 +129,7 @@ def fig_kernel_compare(cells, k: int = 2, gaps=None, meta=None):
                 ax.set_title(f"k = {k}, score gap g = {g:g}")
             if j == 0:
                 ax.set_ylabel(f"{oname}\n(ULP)")
-    fig.legend(loc="outside upper center", ncol=len(paths), title="mean signed error, 95 % CI")
+    fig.legend(loc="outside upper center", ncol=len(paths), title=f"mean signed error, {CI_LEVEL:.0%} CI")
     if meta:
         plotting.label_provenance(fig, meta)
     return fig
