@@ -81,6 +81,29 @@ def test_chapter_6_values_are_the_readings_of_the_results(ch6):
     assert "paper_rb512" not in ch6["hh_table_md"] and "_qknorm" not in ch6["gg_table_md"]
 
 
+def test_chapter_6_settings_are_the_ones_the_runs_used(ch6):
+    """The settings the prose names (rounding block, β of each fix arm, sequence, width, tile, seeds, the controls'
+    LR, steps and β) are read from the results' specs and configs, and the row-zeroing levels follow from them."""
+    from lib.training.spec import AttnSpec
+    from lib.training.zero_rows import OURS_ZERO_AT
+    hh = runs.merge(results.load_group("healthy_headline"))
+    spec = {r["arm"]: AttnSpec.parse(r["attn"]) for r in hh.data["runs"]}
+    assert ch6["hh_rb"] == spec[explosion.PAPER].numerics.round_block == ch6["hh_seq"]      # a block is the row
+    assert (ch6["hh_b7"], ch6["hh_b2"]) == (f"{spec[explosion.FIX7].beta:g}", f"{spec[explosion.FIX2].beta:g}")
+    assert ch6["hh_b7"] != ch6["hh_b2"]
+    # "above zero_level/(β − 1) ≈ zero_at_b7 for β = hh_b7"; "at β = hh_b2 the same level is zero_level"
+    assert ch6["zero_at_b7"] == f"{OURS_ZERO_AT / (float(ch6['hh_b7']) - 1):.1f}"
+    assert ch6["zero_level"] == f"{OURS_ZERO_AT / (float(ch6['hh_b2']) - 1):.1f}"
+    assert ch6["hh_width"] == hh.meta["config"]["n_embd"] != ch6["wd_width"]
+    assert ch6["tile_key"] < ch6["hh_seq"]                   # our tiles dilute what one whole-row block does not
+    gg = results.load("generic_growth_controls", "full")
+    assert (ch6["gg_lr"], ch6["gg_steps"]) == (f"{gg.meta['config']['lr']:g}", f"{gg.meta['config']['steps']:,}")
+    assert ch6["gg_lr"] == ch6["h_lr"]                      # the controls ran at the headline's LR
+    assert ch6["gg_zr_beta"] == f"{gg.meta['config']['beta']:g}"
+    pilots = explosion.pilot_refs([results.load(n, "full") for n in regime.REGIME_RESULTS])
+    assert ch6["rg_n_seeds"] == str(len({r["seed"] for r in pilots.data["runs"] if r["arm"] == "fp32"}))
+
+
 def test_chapter_7_values_are_the_readings_of_the_results(ch7):
     from lib.fp.fix import Fix
     assert ch7["max_shift"] == f"{Fix().max_shift:g}"
@@ -138,6 +161,7 @@ def test_generic_numbers_on_a_planted_result():
     assert "| paper placement, QK-norm | 2 | stable, stable | 2.500–2.600 | 3.0 M | 11 |" in out["gg_table_md"]
     assert "| FP32 attention | 1 | exploded | 5.500 | 3.0 M | 10 |" in out["gg_table_md"]
     assert out["gg_label"] == "the QK-norm and row-zeroing controls at LR 8e-3 (CPU, 2026-01-01)"
+    assert (out["gg_lr"], out["gg_steps"], out["gg_zr_beta"]) == ("0.008", "300", "—")    # no row-zeroing arm
 
 
 def test_result_groups_the_chapters_read_exist():

@@ -42,6 +42,9 @@ def _run_words(res, r, width: int | None = None) -> str:
     return textwrap.fill(t, width) if width else t
 
 
+HEALTHY_WINDOW = 200    # steps: the healthy figures' loss mean (longer than SMOOTH, so the log axis reads)
+
+
 def loss_curves(res, run_ids=None, window: int = SMOOTH):
     """Two panels over optimiser steps: smoothed training loss (nats/byte) and pre-clip grad norm (log)."""
     col, sty = _colors(res), plotting.seed_styles(r["seed"] for r in res.data["runs"])
@@ -221,7 +224,7 @@ def _seed_mean(curves):
     return curves[0][0][:n], ys.mean(0), ys.min(0), ys.max(0)
 
 
-def healthy_figure(res, refs=None, window: int = 200, bound: float | None = None):
+def healthy_figure(res, refs=None, window: int = HEALTHY_WINDOW, bound: float | None = None):
     """The healthy headline, one line per arm (the mean over its seeds, shaded: the range over seeds): (a) the
     smoothed training loss on a log axis, so that the first steps show; (b) each arm's loss minus FP32 attention's,
     where the arms differ; (c) the largest attention logit. `res`: the `healthy_headline` Result (or one that holds

@@ -13,6 +13,7 @@ reads, so each can be tested on its own:
 * `headline_numbers(res, sm)`: the LR 8e-3 headline and the fix with S − m in FP32;
 * `sweep_numbers(sw)`: the LR sweep;
 * `live_numbers(live, scale)`: this build's live run;
+* `gpt2_numbers()`: the explosion verdict of the GPT-2 runs, where the paper's setting stands;
 * `stale_line(res_list)`: the one sentence on the section's stale results.
 
 Verdicts are derived here, when results are read; no run recorded them.
@@ -29,12 +30,20 @@ from lib.stats import one_sided_sign_p
 from lib.training import horizon as hz, outcome, proxy, regime, runs
 from lib.training.zero_rows import OURS_ZERO_AT
 
-__all__ = ["numbers", "setup_numbers", "regime_numbers", "pilot_refs", "healthy_numbers", "wide_numbers",
-           "generic_numbers", "headline_numbers", "sweep_numbers", "live_numbers", "stale_line"]
+__all__ = ["numbers", "arm_spec", "setup_numbers", "regime_numbers", "pilot_refs", "healthy_numbers", "wide_numbers",
+           "generic_numbers", "gpt2_numbers", "headline_numbers", "sweep_numbers", "live_numbers", "stale_line"]
 
 PAPER, FIX7, FIX2 = "paper_rb512", "paper_rb512+fix_b7", "paper_rb512+fix_b2"   # the healthy headline's arms
 EARLY = 250       # steps: a quarter of the way to the first explosion onsets at LR 8e-3
 SW_STEP = 300     # steps: where the LR sweep's stable runs' logits are read
+FIG_SEED = 0      # the seed the LR 8e-3 headline's logit, ‖W_Q‖₂ and tie-rate figures show
+WQ_LAYER = 1      # the layer (counting from 0) whose heads' ‖W_Q^h‖₂ the ‖W_Q‖₂ figure shows
+
+
+def arm_spec(res, arm: str):
+    """The attention spec (`lib.training.spec.AttnSpec`) an arm of a training result ran: its β, rounding block…"""
+    from lib.training.spec import AttnSpec
+    return AttnSpec.parse(next(r["attn"] for r in res.data["runs"] if r["arm"] == arm))
 
 
 def numbers(scale: str) -> dict:
@@ -55,7 +64,21 @@ def numbers(scale: str) -> dict:
     out |= headline_numbers(headline, sm)
     out |= sweep_numbers(full("lr_sweep"))
     out["stale_line"] = stale_line([r for r in (headline, sm, full("lr_sweep")) if r is not None])
-    return out | live_numbers(run_live("headline", scale), scale)
+    return out | gpt2_numbers() | live_numbers(run_live("headline", scale), scale)
+
+
+def gpt2_numbers() -> dict:
+    """Where the paper's setting stands: the explosion verdict of the GPT-2 chain runs (chapter 2c) in one clause."""
+    from lib.studies.gpt2 import reading as g2r
+    chain = [results.load(n, "full") for n in g2r.CHAIN_RESULTS if results.exists(n, "full")]
+    if not chain:
+        return {"gx_text": "GPT-2 124M has not been trained with these arms yet"}
+    m = g2r.merge_seeds(chain)
+    v, f = g2r.explosion_verdict(m), g2r.outcomes(m).get("fp32", [])
+    if v is None:
+        return {"gx_text": "GPT-2 124M has not been trained with these arms yet"}
+    return {"gx_text": f"the paper placement's loss exploded in {v['n_boom']} of {v['n_paper']} seeds while FP32 "
+                       f"attention failed in {sum(o[2] is not None for o in f)} of {len(f)}"}
 
 
 def stale_line(res_list) -> str:
@@ -68,13 +91,15 @@ def stale_line(res_list) -> str:
 
 
 def setup_numbers() -> dict:
-    """The proxy's recipe at full scale, the outcome smoothing, and the row-zeroing level of our kernel."""
+    """The proxy's recipe at full scale, the outcome smoothing, our kernel's key tile and its row-zeroing level."""
+    from kernels.attention import native_config
     cfg = proxy.proxy_config("full")
     return {"p_layers": cfg.n_layer, "p_width": cfg.n_embd, "p_heads": cfg.n_head, "p_batch": cfg.batch_size,
             "p_seq": cfg.seq_len, "p_warm": cfg.warmup, "p_tokens": f"{cfg.batch_size * cfg.seq_len:,}",
             "p_hd": cfg.n_embd // cfg.n_head, "p_betas": f"({cfg.beta1:g}, {cfg.beta2:g})",
             "p_wd": f"{cfg.weight_decay:g}", "p_clip": f"{cfg.grad_clip:g}", "p_smooth": outcome.SMOOTH,
-            "zero_level": f"{OURS_ZERO_AT:.1f}", "zero_at_b7": f"{OURS_ZERO_AT / (Fix().beta - 1):.1f}"}
+            "zero_level": f"{OURS_ZERO_AT:.1f}", "zero_at_b7": f"{OURS_ZERO_AT / (Fix().beta - 1):.1f}",
+            "tile_key": native_config(cfg.n_embd // cfg.n_head, "fwd")["BLOCK_N"]}
 
 
 def pilot_refs(pilots) -> results.Result:
@@ -98,6 +123,8 @@ def regime_numbers(pilots, headline=None) -> dict:
     lr, _ = regime.select_lr(refs.data, refs.arrays)
     out["rg_lrs"] = ", ".join(f"{x:g}" for x in sorted(health, reverse=True))
     out["rg_chosen"] = f"{lr:g}" if lr is not None else "none"
+    n_seeds = {len({r["seed"] for r in refs.data["runs"] if r["arm"] == a}) for a in regime.REFERENCE_ARMS}
+    out["rg_n_seeds"] = "–".join(str(n) for n in sorted(n_seeds))      # seeds per reference arm
     by_id = {r["id"]: r for r in refs.data["runs"]}
     rows = ["| LR | arm | seed | outcome | tokens | val loss | largest logit | healthy |",
             "|---|---|---|---|---|---|---|---|"]
@@ -239,6 +266,11 @@ def healthy_numbers(parts, refs) -> dict:
     out["hh_dd_pos"] = f"{100 * min(pos):.0f}–{100 * max(pos):.0f} %"
     out["fig-healthy"] = ep.healthy_figure(hh, refs)
     out["hh_label"] = runs.labelled(parts)
+    out["hh_rb"] = arm_spec(hh, PAPER).numerics.round_block
+    out["hh_b7"] = f"{arm_spec(hh, FIX7).beta:g}"
+    out["hh_b2"] = f"{arm_spec(hh, FIX2).beta:g}" if any(r["arm"] == FIX2 for r in hh.data["runs"]) else "—"
+    out["hh_seq"], out["hh_width"] = hh.meta["config"]["seq_len"], hh.meta["config"]["n_embd"]
+    out["hh_window"] = ep.HEALTHY_WINDOW
     out["hh_wall"] = f"{sum(r.meta['wall_s'] for r in parts) / 60:.1f}"
     return out
 
@@ -265,7 +297,7 @@ def wide_numbers(parts, refs=None, healthy=None) -> dict:
            "wd_paper_best": runs.span(paper["best"]),
            "wd_ref_best": runs.span(summ.get("fp32", {}).get("best", []) + summ.get("sdpa", {}).get("best", [])),
            "wd_runs": len([r for r in wd.data["runs"] if not r.get("tag")]), "wd_layers": cfg["n_layer"],
-           "wd_hd": cfg["n_embd"] // cfg["n_head"]}
+           "wd_hd": cfg["n_embd"] // cfg["n_head"], "wd_rb": arm_spec(wd, PAPER).numerics.round_block}
     per_seed = []       # the paper arm's largest logit against the larger of the two references of that seed
     for seed in sorted({r["seed"] for r in wd.data["runs"]}):
         top = {a: max(float(np.nanmax(wd.arrays[r["id"] + "__max_logit"])) for r in wd.data["runs"]
@@ -306,7 +338,9 @@ def generic_numbers(gg) -> dict:
     qk = [r for r in gg.data["runs"] if (gg.meta["provenance"]["cfg"].get("arm_train") or {}).get(r["arm"], {})
           .get("qk_norm")]
     zr = sorted((r for r in gg.data["runs"] if r["arm"] == "paper+zero_rows"), key=lambda r: r["seed"])
-    return {"gg_table_md": "\n".join(rows),
+    return {"gg_table_md": "\n".join(rows), "gg_lr": ", ".join(f"{x:g}" for x in sorted({r["lr"] for r in gg.data["runs"]})),
+            "gg_steps": f"{max(r['steps'] for r in gg.data['runs']):,}",
+            "gg_zr_beta": f"{arm_spec(gg, 'paper+zero_rows').beta:g}" if zr else "—",
             "gg_qk": f"{sum(judged[r['id']]['outcome'] == 'stable' for r in qk)} of {len(qk)}",
             "gg_qk_logit": f"{max(float(np.nanmax(gg.arrays[r['id'] + '__max_logit'])) for r in qk):.0f}",
             "gg_zr": outcome.words(judged[r["id"]]["outcome"] for r in zr),
@@ -372,7 +406,7 @@ def headline_numbers(res, sm=None) -> dict:
     out["h_repeat"] = (f"bit-identical (over the {rn} steps both ran)" if rl and rg
                        else f"NOT identical (first differing step {rep.get('first_differing_step')})")
     ids = [r["id"] for r in rs]
-    out["h_early"] = EARLY
+    out["h_early"], out["h_fig_seed"], out["h_wq_layer"] = EARLY, FIG_SEED, WQ_LAYER
     early = [ep.max_logit_at(res.arrays, rid, EARLY) for rid in ids]
     out["h_ml250_min"], out["h_ml250_max"] = f"{min(early):,.0f}", f"{max(early):,.0f}"
     fp32 = next(r["id"] for r in rs if r["arm"] == "fp32")
@@ -380,14 +414,14 @@ def headline_numbers(res, sm=None) -> dict:
     ends = [float(res.arrays[f"{rid}__max_logit"][-1].max()) for rid in ids]
     out["h_ml_end_lo"], out["h_ml_end_hi"] = f"{min(ends):,.0f}", f"{max(ends):,.0f}"
     out["h_ulp_lo"], out["h_ulp_hi"] = f"{float(ulp(min(ends))):g}", f"{float(ulp(max(ends))):g}"
-    wq = {r["arm"]: float(res.arrays[f"{r['id']}__wq_norm_layer"][-1].max()) for r in rs if r["seed"] == 0}
+    wq = {r["arm"]: float(res.arrays[f"{r['id']}__wq_norm_layer"][-1].max()) for r in rs if r["seed"] == FIG_SEED}
     out["h_wq_paper"], out["h_wq_fp32"] = f"{wq['paper']:.0f}", f"{wq['fp32']:.0f}"
-    tr = {r["arm"]: float(res.arrays[f"{r['id']}__tie_rate"].max()) for r in rs if r["seed"] == 0}
+    tr = {r["arm"]: float(res.arrays[f"{r['id']}__tie_rate"].max()) for r in rs if r["seed"] == FIG_SEED}
     out["h_tie_paper"], out["h_tie_fp32"], out["h_tie_fix"] = (f"{tr[a]:.0%}" for a in ("paper", "fp32", "paper+fix"))
-    seed0 = [f"{a}_s0_lr{d['lr']:g}" for a in ("paper", "paper+fix", "fp32")]
+    seed0 = [f"{a}_s{FIG_SEED}_lr{d['lr']:g}" for a in ("paper", "paper+fix", "fp32")]
     out["fig-loss"] = ep.loss_curves(res)
-    out["fig-logit"] = ep.max_logit_figure(res, [r["id"] for r in rs if r["seed"] == 0])
-    out["fig-wq"] = ep.qk_norm_figure(res, seed0, 1)
+    out["fig-logit"] = ep.max_logit_figure(res, [r["id"] for r in rs if r["seed"] == FIG_SEED])
+    out["fig-wq"] = ep.qk_norm_figure(res, seed0, WQ_LAYER)
     out["fig-tie"] = ep.tie_rate_figure(res, seed0)
     h_sm, judged_sm = hz.judge_result(sm) if sm is not None else (None, {})
     out["h_table_md"] = (f"Committed GPU result: {runs.labelled([res], False)}.\n\n" + runs.outcome_table(res, judged)
