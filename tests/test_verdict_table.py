@@ -190,3 +190,12 @@ def test_link_4_reads_both_tests(rows, table):
         assert f"{share:.0%}" in row["number"]
     assert table["delta_bias"]["results"] == ["delta_capture", "healthy_headline"]
     assert f"{v['batch']['above']} of {v['batch']['cells']}" in table["delta_bias"]["evidence"]
+
+
+def test_the_gpt2_explosion_clause_reads_the_chain_runs(tmp_path):
+    assert verdicts.gpt2_explosion_clause(tmp_path) == "GPT-2 124M has not been trained with these arms yet"
+    from lib.studies.gpt2 import reading as g2r
+    chain = [results.load(n, "full") for n in g2r.CHAIN_RESULTS if results.exists(n, "full")]
+    v = g2r.explosion_verdict(g2r.merge_seeds(chain))
+    assert verdicts.gpt2_explosion_clause().startswith(
+        f"the paper placement's loss exploded in {v['n_boom']} of {v['n_paper']} seeds while FP32 attention failed in")

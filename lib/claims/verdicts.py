@@ -178,6 +178,19 @@ def n_explosion(root=None) -> str:
     return "; ".join(parts) or "—"
 
 
+def gpt2_explosion_clause(root=None) -> str:
+    """Where the paper's setting stands, as chapter 6 says it: the GPT-2 chain runs' explosion verdict (chapter 2c)
+    beside FP32 attention's failures, in one clause."""
+    from lib.studies.gpt2 import reading as g2r
+    chain = [r for r in (_load(n, root) for n in g2r.CHAIN_RESULTS) if r is not None]
+    v = g2r.explosion_verdict(g2r.merge_seeds(chain)) if chain else None
+    if v is None:
+        return "GPT-2 124M has not been trained with these arms yet"
+    f = g2r.outcomes(g2r.merge_seeds(chain)).get("fp32", [])
+    return (f"the paper placement's loss exploded in {v['n_boom']} of {v['n_paper']} seeds while FP32 attention "
+            f"failed in {sum(o[2] is not None for o in f)} of {len(f)}")
+
+
 def n_prevent(root=None) -> str:
     g = _group("healthy_headline", root)
     if not g:

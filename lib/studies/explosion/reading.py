@@ -13,7 +13,6 @@ reads, so each can be tested on its own:
 * `headline_numbers(res, sm)`: the LR 8e-3 headline and the fix with S − m in FP32;
 * `sweep_numbers(sw)`: the LR sweep;
 * `live_numbers(live, scale)`: this build's live run;
-* `gpt2_numbers()`: the explosion verdict of the GPT-2 runs, where the paper's setting stands;
 * `stale_line(res_list)`: the one sentence on the section's stale results.
 
 Verdicts are derived here, when results are read; no run recorded them.
@@ -31,7 +30,7 @@ from lib.training import horizon as hz, outcome, proxy, regime, runs
 from lib.training.zero_rows import OURS_ZERO_AT
 
 __all__ = ["numbers", "arm_spec", "setup_numbers", "regime_numbers", "pilot_refs", "healthy_numbers", "wide_numbers",
-           "generic_numbers", "gpt2_numbers", "headline_numbers", "sweep_numbers", "live_numbers", "stale_line"]
+           "generic_numbers", "headline_numbers", "sweep_numbers", "live_numbers", "stale_line"]
 
 PAPER, FIX7, FIX2 = "paper_rb512", "paper_rb512+fix_b7", "paper_rb512+fix_b2"   # the healthy headline's arms
 EARLY = 250       # steps: a quarter of the way to the first explosion onsets at LR 8e-3
@@ -64,21 +63,7 @@ def numbers(scale: str) -> dict:
     out |= headline_numbers(headline, sm)
     out |= sweep_numbers(full("lr_sweep"))
     out["stale_line"] = stale_line([r for r in (headline, sm, full("lr_sweep")) if r is not None])
-    return out | gpt2_numbers() | live_numbers(run_live("headline", scale), scale)
-
-
-def gpt2_numbers() -> dict:
-    """Where the paper's setting stands: the explosion verdict of the GPT-2 chain runs (chapter 2c) in one clause."""
-    from lib.studies.gpt2 import reading as g2r
-    chain = [results.load(n, "full") for n in g2r.CHAIN_RESULTS if results.exists(n, "full")]
-    if not chain:
-        return {"gx_text": "GPT-2 124M has not been trained with these arms yet"}
-    m = g2r.merge_seeds(chain)
-    v, f = g2r.explosion_verdict(m), g2r.outcomes(m).get("fp32", [])
-    if v is None:
-        return {"gx_text": "GPT-2 124M has not been trained with these arms yet"}
-    return {"gx_text": f"the paper placement's loss exploded in {v['n_boom']} of {v['n_paper']} seeds while FP32 "
-                       f"attention failed in {sum(o[2] is not None for o in f)} of {len(f)}"}
+    return out | live_numbers(run_live("headline", scale), scale)
 
 
 def stale_line(res_list) -> str:
