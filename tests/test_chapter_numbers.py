@@ -53,8 +53,13 @@ def monkeypatch_module():
     mp.undo()
 
 
+def page_glued(page: str) -> set:
+    """Names a page's own cells glue (`glue("x", …)`), beside the loop over numbers()."""
+    return set(re.findall(r'\bglue\("([\w-]+)"', (ROOT / "chapters" / page).read_text()))
+
+
 def test_chapter_6_glues_only_what_numbers_gives(ch6):
-    missing = glued_names("06-loss-explosion.md") - set(ch6)
+    missing = glued_names("06-loss-explosion.md") - set(ch6) - page_glued("06-loss-explosion.md")
     assert missing == set()
     assert all(isinstance(v, (str, int, float)) or k.startswith("fig-") for k, v in ch6.items())
 
@@ -64,6 +69,7 @@ def test_chapter_7_glues_only_what_numbers_gives(ch7):
 
 
 def test_the_name_finder_can_fail():
+    assert page_glued("06-loss-explosion.md") == {"gx_text"}              # the clause from the claims layer
     assert glued_names("06-loss-explosion.md") >= {"hh_paper", "fig-healthy", "rg_table_md", "hh_table_md"}
 
 
@@ -111,6 +117,33 @@ def test_chapter_7_values_are_the_readings_of_the_results(ch7):
     assert ch7["tb_rb512"] == f"{fix.step_bench(tb.data)['ratio']:.2f}"
     ac = results.load("authors_code", "full")
     assert ch7["ac_lr"] == f"{ac.data['lr']:g}"
+
+
+def test_chapter_7_settings_are_the_ones_the_runs_used(ch7):
+    """The β values the prose names are the paper's (`Fix().beta`) and the authors' current code's, each the one the
+    arms named after it ran; the tiles, blocks and tie tolerance are the arms' specs; the levels follow from the β."""
+    from lib.fp.fix import Fix
+    from lib.training.spec import AttnSpec
+    from lib.training.zero_rows import OURS_ZERO_AT, authors_zero_at
+    from lib.training.authors_backend import AuthorsOptions
+    assert ch7["b_paper"] == f"{Fix().beta:g}" != ch7["b_authors"]
+    hh = runs.merge(results.load_group("healthy_headline"))
+    spec = {r["arm"]: AttnSpec.parse(r["attn"]) for r in hh.data["runs"]}
+    assert (ch7["h7_b7"], ch7["h7_b2"]) == (ch7["b_paper"], ch7["b_authors"]) == (
+        f"{spec[fix.FIX7].beta:g}", f"{spec[fix.FIX2].beta:g}")
+    assert ch7["h7_rb"] == spec[fix.PAPER].numerics.round_block
+    assert ch7["h7_level_b7"] == f"{OURS_ZERO_AT / (float(ch7['h7_b7']) - 1):.1f}"
+    assert ch7["thr_beta"] == f"{results.load('headline', 'full').meta['config']['beta']:g}"
+    ac, ac8 = results.load_group("authors_code")
+    aspec = {r["arm"]: AttnSpec.parse(r["attn"]) for r in ac.data["runs"] + ac8.data["runs"]}
+    assert (ch7["ac_b7"], ch7["ac_b2"], ch7["ac8_zb"]) == (ch7["b_paper"], ch7["b_authors"], ch7["b_paper"])
+    assert ch7["ac_tie_tol"] == f"{aspec['authors+fix_b7'].tie_tol:g}"
+    assert ch7["ac_tile"] == aspec["authors"].opts.tile == ch7["ac_seq"]             # a tile is the whole row
+    floor = AuthorsOptions().floor
+    assert ch7["ac_level_b7"] == f"{authors_zero_at(floor) / (float(ch7['ac_b7']) - 1):.1f}"
+    assert ch7["ac_level_b2"] == f"{authors_zero_at(floor) / (float(ch7['ac_b2']) - 1):.1f}"
+    tb = results.load("train_step_bench", "full")
+    assert ch7["tb_rb"] == AttnSpec.parse(tb.data["arms"]["paper_rb512"]).numerics.round_block != ch7["tile_n"]
 
 
 def test_sections_without_their_results():

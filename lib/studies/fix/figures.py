@@ -13,6 +13,8 @@ from lib.training.runs import arm_label, result_arrays, smoothed_loss
 
 __all__ = ["authors_figure", "beta_sweep_figure", "beta_window_figure", "fix_error_figure"]
 
+AUTHORS_WINDOW = 50     # steps: the loss mean of the authors' code figure (their runs are short)
+
 _ARM_COLOURS = {"authors": "C0", "authors+fix_b7": "C3", "authors+fix_b2": "C2", "authors+zero_rows_b7": "C4"}
 
 
@@ -20,7 +22,7 @@ def _colour(arm: str, i: int) -> str:
     return _ARM_COLOURS.get(arm, f"C{5 + i}")
 
 
-def authors_figure(res_list, window: int = 50):
+def authors_figure(res_list, window: int = AUTHORS_WINDOW):
     """The authors' pure-PyTorch FA2 trained: one column per result of `res_list` (e.g. `authors_code` in the healthy
     regime, `authors_code_8e3`), top: training loss (`window`-step mean), bottom: the share of query rows whose ℓ sat
     at the authors' clamp (for "+zero_rows": the rows the control zeroed) in the most affected layer at each telemetry

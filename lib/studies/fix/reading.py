@@ -35,6 +35,20 @@ __all__ = ["numbers", "theory_numbers", "headline_fix_numbers", "fix_error_numbe
 
 STEP_TARGET = 1.3          # the target: a training step with 512-key rounding blocks ≤ 1.3 × the SDPA step
 R_EX = 10.0                # an example repeated maximum (score units) for the LSE error
+UF_BETA_BIG = 30.0         # a β far past the window: the exact rule's zeroed rows, with and without the guard
+
+
+def _beta_authors() -> float:
+    """The β of the authors' current code (their attention's default; the paper's is `Fix().beta`)."""
+    import inspect
+    from lib.training.authors_fa import authors_attention
+    return float(inspect.signature(authors_attention).parameters["beta"].default)
+
+
+def _spec(res, arm: str):
+    """The attention spec (`lib.training.spec.AttnSpec`) that an arm of a training result ran."""
+    from lib.training.spec import AttnSpec
+    return AttnSpec.parse(next(r["attn"] for r in res.data["runs"] if r["arm"] == arm))
 PAPER, FIX7, FIX2 = "paper_rb512", "paper_rb512+fix_b7", "paper_rb512+fix_b2"   # the healthy headline's arms
 
 
@@ -66,18 +80,19 @@ def theory_numbers() -> dict:
     (`beta.underflow_rows`), the live check on tied inputs (`checks.fix_effect`) and the β-window figure."""
     diffs = bt.shift_invariance_proof(4)
     x1, xu = bt.x_round_to_one(7), bt.underflow_x("bf16")
-    fix = Fix()
-    out = {"si_n": len(diffs),
+    fix, b_lo = Fix(), _beta_authors()
+    out = {"si_n": len(diffs), "b_paper": f"{fix.beta:g}", "b_authors": f"{b_lo:g}", "uf_big": f"{UF_BETA_BIG:g}",
            "si_all_zero": "all simplify to 0" if all(x == 0 for x in diffs) else "do NOT all simplify to 0",
            "x1": f"{x1:.7f}", "x1_meas": f"{bt.x_round_to_one_measured(7):.7f}", "xu_bf16": f"{xu:.2f}",
            "xu_fp32": f"{bt.underflow_x('fp32'):.2f}", "xu_norm": f"{bt.underflow_x('bf16_normal'):.2f}",
            "max_shift": f"{fix.max_shift:g}", "guard_r7": f"{fix.max_shift / (fix.beta - 1):.1f}",
-           "r_ex": f"{R_EX:g}", "lse_err_7_10": f"{float(bt.lse_relative_error(7.0, R_EX)):.1%}",
-           "lse_err_2_10": f"{float(bt.lse_relative_error(2.0, R_EX)):.1%}"}
-    for b in (2, 7):
-        out[f"rmax_b{b}"] = f"{xu / (b - 1):.1f}"
-        out[f"rmin_b{b}"] = f"{x1 / (b - 1):.5f}"
-    u30, u7, ug = (beta_reading.underflow_rows(b, ms) for b, ms in ((30.0, None), (7.0, None), (30.0, 64.0)))
+           "r_ex": f"{R_EX:g}", "lse_err_7_10": f"{float(bt.lse_relative_error(fix.beta, R_EX)):.1%}",
+           "lse_err_2_10": f"{float(bt.lse_relative_error(b_lo, R_EX)):.1%}"}
+    for key, b in (("b2", b_lo), ("b7", fix.beta)):          # the authors' current β and the paper's
+        out[f"rmax_{key}"] = f"{xu / (b - 1):.1f}"
+        out[f"rmin_{key}"] = f"{x1 / (b - 1):.5f}"
+    u30, u7, ug = (beta_reading.underflow_rows(b, ms) for b, ms in ((UF_BETA_BIG, None), (fix.beta, None),
+                                                                      (UF_BETA_BIG, fix.max_shift)))
     out |= {"uf_r": f"{u30['max_r']:.0f}", "uf_30": f"{u30['zero_rows']:.0%}", "uf_7": f"{u7['zero_rows']:.0%}",
             "uf_nan": f"{max(u30['nan_rows'], u7['nan_rows']):.0%}", "uf_g": f"{ug['zero_rows']:.0%}",
             "uf_fp64": f"{u30['fp64_zero_rows']:.0%}", "fig-beta-window": fix_figures.beta_window_figure()}
@@ -94,10 +109,9 @@ def headline_fix_numbers(hl, sm=None) -> dict:
     which BF16 arms stayed stable, and the fix with S − m in FP32 run apart (`sm`, `headline_fix_sm32`)."""
     if hl is None:
         return {"hl_sm32": "nothing: no committed headline result", "hl_bf16_note": "no headline result has been "
-                "committed", "thr_steps": "—", "thr_note": " (no committed headline result to check against)"}
+                "committed", "thr_steps": "—", "thr_note": " (no committed headline result to check against)",
+                "thr_beta": "—"}
     fix = Fix("beta", hl.meta["config"]["beta"])
-    if fix.beta != 7.0:
-        raise ValueError("the prose speaks of the β = 7 limit")
     thr = bt.underflow_x("bf16") / (fix.beta - 1)
     firsts = []
     for r in hl.data["runs"]:
@@ -114,6 +128,7 @@ def headline_fix_numbers(hl, sm=None) -> dict:
                 + ("; one draw of its non-deterministic backward" if a == "sdpa" else "") + ")")
     others = [a for a in bf16_ok if a not in kern_ok]
     out = {"thr_steps": ", ".join("never" if f is None else str(f) for f in firsts), "thr_note": "",
+           "thr_beta": f"{fix.beta:g}",
            "hl_bf16_note": ("no BF16 arm stayed stable" if not bf16_ok else
                             ("none of our kernel's arms stayed stable" if not kern_ok else
                              "of our kernel's arms only " + "; ".join(map(w, kern_ok)) + " stayed stable")
@@ -134,7 +149,7 @@ def fix_error_numbers() -> dict:
     """The fix's own rounding error (`lib.fp.fix_error.fix_error_profile`, the emulator on the CPU, ≈ 3 s each) at
     the paper's β = 7 and the authors' later β = 2: O's error and the backward P's row-sum bias, and the figure."""
     fep = fix_error.fix_error_profile()
-    fep2 = fix_error.fix_error_profile(beta=2.0)    # the authors' later β (their code since commit 30ef021)
+    fep2 = fix_error.fix_error_profile(beta=_beta_authors())    # the authors' later β (their code since 30ef021)
     fv, fr, c = fep["variants"], fep["r"], fep["config"]
     i8, i16 = fr.index(8.0), fr.index(16.0)
     b7, cap = c["beta"], c["max_shift"]
@@ -167,7 +182,7 @@ def healthy_fix_numbers(parts) -> dict:
     """The fix arms of chapter 6's healthy headline (`parts`, merged): outcomes, loss gaps to the paper placement,
     the rows the exact rule zeroed, the logits, and our kernel's zeroing level."""
     keys = ("h7_fix2", "h7_gap2", "h7_zero2", "h7_logit2", "h7_lr", "h7_fix", "h7_paper", "h7_gap", "h7_zero",
-            "h7_label", "h7_logit", "h7_level", "h7_level_b7")
+            "h7_label", "h7_logit", "h7_level", "h7_level_b7", "h7_rb", "h7_b7", "h7_b2")
     if not parts:
         return dict.fromkeys(keys, "—")
     hh = runs.merge(parts)
@@ -187,13 +202,15 @@ def healthy_fix_numbers(parts) -> dict:
             "h7_gap": f"{np.mean([r['best'] for r in fix]) - np.mean([r['best'] for r in pap]):+.3f}",
             "h7_zero": runs.span([100 * z for z in fz], "{:.1f}") + " %", "h7_label": runs.labelled(parts),
             "h7_logit": f"{min(ml):.0f}–{max(ml):.0f}", "h7_level": f"{OURS_ZERO_AT:.1f}",
-            "h7_level_b7": f"{OURS_ZERO_AT / (Fix().beta - 1):.1f}"}
+            "h7_level_b7": f"{OURS_ZERO_AT / (_spec(hh, FIX7).beta - 1):.1f}",
+            "h7_rb": _spec(hh, PAPER).numerics.round_block, "h7_b7": f"{_spec(hh, FIX7).beta:g}",
+            "h7_b2": f"{_spec(hh, FIX2).beta:g}" if f2 else "—"}
 
 
 def sweep_fix_numbers(sw) -> dict:
     """The fix arms of the LR sweep (`lr_sweep`), judged as chapter 6 judges them, and the kernel tile they ran."""
     if sw is None:
-        return {"sw_fix": "not run", "sw_split": "not run", "sw_paper": "not run", "sw_h7": "not run",
+        return {"sw_fix": "not run", "sw_split": "not run", "sw_paper": "not run", "sw_h7": "not run", "sw_seeds7": "—",
                 "tile_n": "—", "seq_n": "—", "sw_label7": "no committed LR sweep"}
     from kernels.attention import native_config
     h, judged = hz.judge_result(sw)      # every run judged on the sweep's common horizon
@@ -203,6 +220,7 @@ def sweep_fix_numbers(sw) -> dict:
                          key=lambda r: r["lr"]) if r["arm"] == arm) or "not run"
     pc = proxy.proxy_config("full")
     return {"sw_h7": h, "sw_fix": by_lr("paper+fix"), "sw_split": by_lr("paper+fix_split"),
+            "sw_seeds7": ", ".join(str(x) for x in sorted({r["seed"] for r in sw.data["runs"]})),
             "sw_paper": by_lr("paper"), "sw_label7": runs.labelled([sw], False),
             "tile_n": native_config(pc.n_embd // pc.n_head, "fwd")["BLOCK_N"], "seq_n": pc.seq_len}
 
@@ -238,12 +256,18 @@ def authors_numbers(parts, ac6=None, healthy_parts=(), gg=None) -> dict:
                     f"{key}_{short}_uf": _uf(v) if v else "—", f"{key}_{short}_ufall": _uf(v, "mean") if v else "—",
                     f"{key}_{short}_ml": runs.span(v["max_logit"], "{:,.0f}") if v else "—"}
     floor = AuthorsOptions().floor                       # the authors' clamp on ℓ, the default these runs used
+    b7, b2, z7 = (_spec(ac8 if a == "authors+zero_rows_b7" else ac, a)
+                  for a in ("authors+fix_b7", "authors+fix_b2", "authors+zero_rows_b7"))
+    out |= {"ac_tile": _spec(ac, "authors").opts.tile, "ac_seq": ac.meta["config"]["seq_len"],
+            "ac_b7": f"{b7.beta:g}", "ac_b2": f"{b2.beta:g}", "ac8_zb": f"{z7.beta:g}",
+            "ac_tie_tol": f"{b7.tie_tol:g}", "ac_window": fix_figures.AUTHORS_WINDOW}
     out |= {"ac_lr": f"{ac.data['lr']:g}", "ac8_lr": f"{ac8.data['lr']:g}", "ac_h": f"{ac_s[None]['horizon']:,}",
             "ac8_h": f"{ac8_s[None]['horizon']:,}", "ac_warm": ac.meta["config"]["warmup"],
             "ac8_warm": ac8.meta["config"]["warmup"], "ac_label": runs.labelled([ac]),
             "ac8_label": runs.labelled([ac8]), "ac_floor": f"{floor:g}", "ac_nseeds": len(ac_s["authors"]["seeds"]),
             "ac_floor_level": f"{authors_zero_at(floor):.1f}",
-            "ac_level_b7": f"{authors_zero_at(floor) / 6:.1f}", "ac_level_b2": f"{authors_zero_at(floor) / 1:.1f}"}
+            "ac_level_b7": f"{authors_zero_at(floor) / (b7.beta - 1):.1f}",
+            "ac_level_b2": f"{authors_zero_at(floor) / (b2.beta - 1):.1f}"}
     if ac6 is not None:   # the no-fix arm alone, to the headline's horizon (authors_code_6k)
         s6 = runs.arm_summary(ac6)
         out["ac6_text"] = (f" Its no-fix arm alone, run again to {s6[None]['horizon']:,} steps in "
@@ -257,7 +281,7 @@ def authors_numbers(parts, ac6=None, healthy_parts=(), gg=None) -> dict:
     out["gg7_zr"] = _onset_words(gs) if gs else "not run"
     out["gg7_zr_uf"] = _uf(gs) if gs else "—"
     out["ac8_take"] = (
-        f"In the authors' own code at LR {ac8.data['lr']:g} the exact fix at β = 7 stayed stable in "
+        f"In the authors' own code at LR {ac8.data['lr']:g} the exact fix at β = {b7.beta:g} stayed stable in "
         f"{ac8_s['authors+fix_b7']['stable']} of {len(ac8_s['authors+fix_b7']['seeds'])} seeds where the unfixed code "
         f"exploded in {ac8_s['authors']['failed']} of {len(ac8_s['authors']['seeds'])} — and zeroing the same rows with "
         f"no shift at all stayed stable in {ac8_s['authors+zero_rows_b7']['stable']} of "
@@ -395,9 +419,10 @@ def cost_numbers(att=None, tb=None) -> dict:
     out["cost_md"] = text + ("" if tb is not None else "The training-step benchmark has not been run on the GPU yet.")
     if tb is None:
         return out | dict.fromkeys(("tb_label", "tb_rounds", "tb_target", "tb_rb512", "tb_rb512_span", "tb_rb512_ok",
-                                    "tb_rb512_rounds", "tb_fixrb", "tb_paper", "tb_paper_span", "tb_fa2", "tb_fp32",
+                                    "tb_rb512_rounds", "tb_rb", "tb_fixrb", "tb_paper", "tb_paper_span", "tb_fa2", "tb_fp32",
                                     "tb_fix", "tb_rb_cost", "tb_sdpa_ms", "tb_ok", "tb_spread", "tb_cost_read",
                                     "tb_gpu"), "—")
+    from lib.training.spec import AttnSpec
     d, r = tb.data, tb.data["ratio_to_sdpa"]
     rb, pp = step_bench(d, "paper_rb512"), step_bench(d, "paper")
     spread = rb["hi"] - rb["lo"]
@@ -406,6 +431,7 @@ def cost_numbers(att=None, tb=None) -> dict:
     return out | {
         "tb_label": runs.labelled([tb]), "tb_rounds": d.get("rounds", 1),
         "tb_target": f"{STEP_TARGET:g}", "tb_rb512": f"{rb['ratio']:.2f}",
+        "tb_rb": AttnSpec.parse(d["arms"]["paper_rb512"]).numerics.round_block,
         "tb_rb512_span": f"{rb['lo']:.2f}–{rb['hi']:.2f}",
         "tb_rb512_ok": "met" if rb["met"] else "missed",
         "tb_rb512_rounds": {"above": "every round was above the target", "below": "every round was below it",
