@@ -103,3 +103,8 @@ def test_every_pair_of_outcomes_has_a_status():
                 c = two_tests.combine(dict(direction=a, detectable=det), dict(direction=b, share_med=0.6))
                 assert c["status"] in ("reproduced", "partly", "not reproduced", "inconclusive") and c["phrase"]
     assert two_tests.p_text(9.2e-23) == "9e-23" and two_tests.p_text(0.0123) == "0.012"
+
+
+def test_the_paper_arm_is_the_explosion_studys():
+    from lib.studies.explosion.reading import PAPER
+    assert two_tests.PAPER_ARM == PAPER

@@ -191,3 +191,28 @@ def test_the_check_can_fail(tmp_path):
     cell.write_text("# t\n\n```{code-cell} ipython3\n:tags: [remove-cell]\nimport numpy\n"
                     "from lib.studies import fix\n```\n")
     assert list(chapter_imports(cell)) == [(5, "numpy"), (6, "lib.studies.fix")]
+
+
+def test_chapter_settings_come_from_the_code_that_uses_them():
+    """The study-level readers of settings the chapters name (they keep chapters off the components)."""
+    from lib import stats
+    from lib.studies.census import reading as census
+    from lib.studies.delta import settings as delta_settings
+    from lib.studies.kernel import settings as kernel_settings
+    from lib.training.authors_backend import AuthorsOptions
+    from lib.training.model import GPT, GPTConfig
+    assert kernel_settings.authors_tile() == delta_settings.authors_tile() == AuthorsOptions().tile
+    assert delta_settings.null_quantile() == stats.NULL_QUANTILE
+    cfg = dict(n_layer=2, n_head=2, n_embd=32, seq_len=64)
+    want = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=64)).num_params() / 1e6
+    assert census.model_mparams(cfg) == want and census.model_mparams(dict(cfg, n_layer=3)) > want
+    assert "512" in kernel_settings.spec_words("paper/round_block=512")
+
+
+def test_the_flop_convention_is_the_benchmarks():
+    """The chapters' backward-per-forward FLOP ratio is the one the benchmarks count by."""
+    from benchmarks import bench_attention, bench_stable_attention
+    from lib.studies.kernel.settings import BWD_PER_FWD
+    from lib.studies.practice.reading import BWD_PER_FWD as practice_ratio
+    assert BWD_PER_FWD == practice_ratio == bench_attention._flops(1, 1, 1, 1, "bwd") / bench_attention._flops(1, 1, 1, 1, "fwd")
+    assert bench_stable_attention.flops((1, 1, 1, 1), "fwd+bwd") / bench_stable_attention.flops((1, 1, 1, 1), "fwd") == 1 + BWD_PER_FWD

@@ -245,3 +245,12 @@ def worked_example_numbers() -> dict:
                         f"{tag}_zero": float(c["zero_rate"][i]), f"{tag}_err": float(c["err_ulp"][i]),
                         f"{tag}_pred": float(c["err_pred"][i]), f"{tag}_ell": float(c["err_ell"][i])})
     return out
+
+
+def model_mparams(cfg: dict) -> float:
+    """Parameters (millions) of the GPT a training configuration describes (its n_layer, n_head, n_embd, seq_len;
+    the model's defaults for the rest): the proxy's size, from its recorded configuration."""
+    from lib.training.model import GPT, GPTConfig
+    model = GPTConfig(**{k: cfg[k] for k in ("n_layer", "n_head", "n_embd") if k in cfg},
+                      **({"block_size": cfg["seq_len"]} if "seq_len" in cfg else {}))
+    return GPT(model).num_params() / 1e6

@@ -142,12 +142,14 @@ def evidence(row: dict, batch: dict, c: dict) -> str:
             f"{batch['share_med']:.0%})")
 
 
+PAPER_ARM = "paper_rb512"      # the healthy headline's paper-placement arm (its name in the explosion study too)
+
+
 def verdict(capture, telemetry, arm: str | None = None) -> dict:
     """Link 4's verdict from a `delta_capture` result and a training result with telemetry (`healthy_headline`):
     {"status", "evidence", "phrase", "row", "batch"}; `arm` the training arm (default: the paper placement)."""
     from lib.studies.delta import reading
-    from lib.studies.explosion.reading import PAPER
-    ts = reading.telemetry_sign(telemetry, arms=[arm or PAPER])
+    ts = reading.telemetry_sign(telemetry, arms=[arm or PAPER_ARM])
     row, batch = row_test(capture), batch_test(ts)
     c = combine(row, batch)
     return dict(status=c["status"], phrase=c["phrase"], evidence=evidence(row, batch, c), row=row, batch=batch)

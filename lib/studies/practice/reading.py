@@ -600,3 +600,7 @@ def dq_numbers(log: dict) -> dict:
             "dq_rows_head0": _ranges(dq["rows_head0"]), "dq_rows_all": c["lse"][1],
             "dq_ex_diff": f"{max(diffs):.3f}" if diffs else "", "dq_ex_n": len(diffs),
             "dq_tests_failed": log["tests"].count("F"), "dq_tests_n": len(log["tests"])}
+
+
+# FlashAttention's FLOP convention, as the benchmarks count it: a backward is 2.5 forwards (a test ties the two).
+BWD_PER_FWD = 2.5
