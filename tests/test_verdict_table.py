@@ -1,4 +1,4 @@
-"""The intro's verdict table (`lib.claims.verdicts`) and the claims it merges (`lib.claims.table`): at most 13 rows,
+"""The intro's verdict table (`lib.claims.verdicts`) and the claims it merges (`lib.claims.table`): at most 12 rows,
 one status per row (the claims table's own), stale shown as stale, the book's control outside the table and never
 "reproduced", every "tested in" label defined under the table, counts that count the rows shown, every number
 computed from the committed results, no internal name in it; the fix's verdict says where it removes the bias and where
