@@ -220,12 +220,12 @@ def gpt2_chain(root=None) -> Finding:
         spikes = [a for a in others if all(o[2] is None or o[3] is not None for o in oc[a])
                   and any(o[2] is not None for o in oc[a])]
         words = {"sdpa": "flash SDPA", "ours_fa2": "our FA2 placement"}
-        text = (f"Seeds {_list(cfg['seeds'])}: FP32 attention's largest logit ≤ {fp32_max:,.0f}; the paper placement "
+        text = (f"FP32 attention's largest logit stays ≤ {fp32_max:,.0f}; the paper placement "
                 f"grows {g['paper_grown_logit']} beyond FP32's seed-to-seed spread"
                 + (f", and in seed {_list([o[0] for o in boom])} its loss fails at step "
                    f"{_list([f'{o[2]:,}' for o in boom])} and stays up" if boom else "") + "."
                 + (f" {_list([words[a] for a in spikes])[:1].upper()}{_list([words[a] for a in spikes])[1:]} (seed "
-                   f"{_list(sorted({o[0] for a in spikes for o in oc[a]}))}): loss spikes that recovered."
+                   f"{_list(sorted({o[0] for a in spikes for o in oc[a]}))}): spikes that recovered."
                    if spikes else ""))
         return Finding(head, text, chain, ("chapters/02c-the-chain-in-gpt2",))
     res = _res(GPT2_ARMS, root)
