@@ -478,7 +478,8 @@ def explosion_verdict(res) -> dict | None:
         return (f"seed {seed}: failed at step {fs:,}, " + ("not recovered by the end of the run" if rec is None
                                                           else f"recovered {rec:,} steps later"))
     words = {a: f"{CHAIN_ARMS.get(a, a)} — " + "; ".join(one(o) for o in oc[a]) for a in oc}
-    ev = (f"GPT-2 124M at the paper's recipe: the paper placement exploded in {n_boom} of {n_paper} seeds, "
+    ev = (f"GPT-2 124M at the paper's recipe: the paper placement exploded (the registered failure rule fired and the "
+          f"loss did not come back — that second part read after the runs) in {n_boom} of {n_paper} seeds, "
           f"FP32 attention failed in {sum(o[2] is not None for o in oc['fp32'])} of {len(oc['fp32'])} ("
           + "; ".join(words[a] for a in ("paper", "fp32", "sdpa", "ours_fa2") if a in words) + ")")
     return dict(status=status, evidence=ev, n_boom=n_boom, n_paper=n_paper)
