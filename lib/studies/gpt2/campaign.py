@@ -12,7 +12,10 @@ The arms of the named entries go one per GPU, in order (entry after entry), so t
 * phase 2: wait; capture one GPT-2 layer (q, k, v, dO of layer 2, 1-based) from the latest checkpoint (≥ 3,000 steps)
   of the SDPA arm, or of the paper arm where no entry has SDPA, and run the registered `gradient_checks` with it on
   GPU 1, then each result named by `--extra` on the last GPU, beside the arms; wait.
-* phase 3: wait for the arms (their wall budget stops them in time) and save every entry.
+* phase 3: wait for the arms (their wall budget stops them in time) and save every entry; then each result named by
+  `--extra` with every GPU visible (the arms have stopped, so a benchmark finds its GPUs idle).
+
+`--skip-checks` leaves out phase 2's capture and gradient checks (when the committed checks are fresh).
 
 Every phase resumes what is on the machine's disk, writes the arms' progress into $OUT/arms.log and prints a
 progress table; results are written with provenance under $OUT/full/ (fetch them into results/full/). `--wait`
@@ -139,7 +142,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
     ap.add_argument("--entry", nargs="+", default=[ENTRY], help="registry entries whose arms train, in GPU order")
     ap.add_argument("--wait", type=float, default=540.0)
-    ap.add_argument("--extra", nargs="*", default=[], help="registered results to run in phase 2 on the last GPU")
+    ap.add_argument("--extra", nargs="*", default=[],
+                    help="registered results to run in phase 2 on GPU 2 beside the arms, or in phase 3 after them")
+    ap.add_argument("--skip-checks", action="store_true", help="phase 2 without the capture and gradient checks")
     a = ap.parse_args(argv)
     t0 = time.time()
     out = Path(a.out)
@@ -184,13 +189,13 @@ def main(argv=None) -> int:
     elif a.phase == 2:
         src_cfg, src = capture_source(cfgs)
         cap = Path(src_cfg["workdir"]) / "gpt2_capture.pt"
-        while not cap.exists() and time.time() - t0 < a.wait - 240:
+        while not a.skip_checks and not cap.exists() and time.time() - t0 < a.wait - 240:
             if _file(src_cfg, src, "pt").exists() and _steps(src_cfg, src)[0] >= 3000:
                 rec = capture_gpt2(src_cfg, src, cap)
                 print(f"captured layer {rec['layer']} of {rec['arm']} at step {rec['step']}", flush=True)
                 break
             time.sleep(10)
-        if cap.exists():
+        if cap.exists() and not a.skip_checks:
             rc = save("gradient_checks", out, {"BOOK_GPT2_CAPTURE": str(cap), "CUDA_VISIBLE_DEVICES": str(min(1, n - 1))})
             print(f"gradient_checks exit status {rc} after {time.time() - t0:.0f} s", flush=True)
         for name in a.extra:
@@ -199,6 +204,9 @@ def main(argv=None) -> int:
     else:
         for name in a.entry:
             os.environ["BOOK_WAIT_S"] = str(max(0.0, a.wait - (time.time() - t0)))
+            rc = save(name, out)
+            print(f"{name} exit status {rc} after {time.time() - t0:.0f} s", flush=True)
+        for name in a.extra:
             rc = save(name, out)
             print(f"{name} exit status {rc} after {time.time() - t0:.0f} s", flush=True)
     while a.phase != 3 and time.time() - t0 < a.wait:
