@@ -16,6 +16,8 @@ Two modes (constexpr EMULATE):
   of operations, op for op (`lib/fp/reference.py`, `emulate_forward`, numerics "fa2"): s = (q·kᵀ)·scale,
   P̄ = exp(s − m) in natural units, FP32 `ieee` matmuls, and every BF16 rounding done by the bit-exact integer helper
   `kernels/rounding.py` (P̄ operand, final O). Bit for bit equal to the oracle with the same tiles.
+The exponent's units are their own constexpr, BASE2 (native: always; EMULATE: natural by default), so that EMULATE
+with BASE2 runs the native softmax arithmetic on EMULATE's operands, in the interpreter too.
 
 The β fix (FIX, Qiu & Yao §4, Alg. 1): per key tile, a row whose tile max occurs at least twice (exact ties of the
 FP32 scores the kernel takes its max over: s in EMULATE, the unscaled q·kᵀ natively) subtracts β·max (max > 0) or 0
@@ -42,7 +44,8 @@ import triton.language as tl
 from kernels.rounding import rne_mantissa
 
 __all__ = ["attn_fwd_kernel", "attn_fwd_tuned", "FWD_CONFIGS", "FWD_FALLBACK", "EMULATE_BLOCK", "tile_source",
-           "load_tile", "store_tile", "mm", "operand", "exp_k", "logit_units", "mask_scores"]
+           "load_tile", "store_tile", "mm", "operand", "exp_k", "log_k", "logit_units", "exp_arg",
+           "mask_scores"]
 
 EMULATE_BLOCK = 64      # tile of the EMULATE mode in both directions: part of its numerics (the oracle's block)
 
@@ -105,23 +108,43 @@ def operand(x, dtype: tl.constexpr, EMULATE: tl.constexpr):
 
 
 @triton.jit
-def exp_k(x, EMULATE: tl.constexpr):
-    """exp in the kernel's units: exp2 natively (log2 e is folded into the scale), exp in EMULATE."""
-    if EMULATE:
-        return tl.exp(x)
-    else:
+def exp_k(x, BASE2: tl.constexpr):
+    """exp in the kernel's units: exp2 in base 2 (natively; log2 e is folded into the scale), exp in natural units."""
+    if BASE2:
         return tl.math.exp2(x)
+    else:
+        return tl.exp(x)
 
 
 @triton.jit
-def logit_units(qk, qk_scale, EMULATE: tl.constexpr):
-    """(t, c): the scores the max and the tie test run on, and the factor to the exponent's units, so that
-    P̄ = exp_k(t·c − m) with m = max(t)·c. Native: t = q·kᵀ unscaled, c = scale·log2 e (t·c − m is one FMA). EMULATE:
-    t = (q·kᵀ)·scale, the oracle's s, and c = 1 (t·1 = t exactly)."""
-    if EMULATE:
-        return qk * qk_scale, 1.0
+def log_k(x, BASE2: tl.constexpr):
+    """log in the kernel's units (the inverse of `exp_k`)."""
+    if BASE2:
+        return tl.math.log2(x)
     else:
+        return tl.log(x)
+
+
+@triton.jit
+def logit_units(qk, qk_scale, BASE2: tl.constexpr):
+    """(t, c): the scores the max and the tie test run on, and the factor to the exponent's units, so that
+    P̄ = exp_k(t·c − m) with m = max(t)·c. Base 2 (native): t = q·kᵀ unscaled, c = scale·log2 e (t·c − m is one
+    FMA). Natural units: t = (q·kᵀ)·scale, the oracle's s, and c = 1 (t·1 = t exactly)."""
+    if BASE2:
         return qk, qk_scale
+    else:
+        return qk * qk_scale, 1.0
+
+
+@triton.jit
+def exp_arg(t, c, m, BASE2: tl.constexpr, EMULATE: tl.constexpr):
+    """t·c − m, the exponent's argument. Base 2 natively: one FMA (the compiler contracts the product into the
+    subtraction); base 2 in EMULATE: the same FMA exactly (FP64 product, exact for FP32 factors, and sum, then one
+    rounding to FP32), as the interpreter's numpy would round the product first. Natural units: t·1 − m."""
+    if BASE2 and EMULATE:
+        return (t.to(tl.float64) * c - m.to(tl.float64)).to(tl.float32)
+    else:
+        return t * c - m
 
 
 @triton.jit
@@ -151,10 +174,10 @@ def _beta_max(t, t_max, m_t, beta, max_shift):
 @triton.jit
 def _fwd_tile(acc, l_i, m_i, q, k_src, v_src, start_n, offs_m, qk_scale, beta, max_shift, T,
               HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr,
-              FIX: tl.constexpr, EMULATE: tl.constexpr, USE_TMA: tl.constexpr):
+              FIX: tl.constexpr, EMULATE: tl.constexpr, BASE2: tl.constexpr, USE_TMA: tl.constexpr):
     """One key tile of the online softmax; returns the updated (acc, l_i, m_i)."""
     k = load_tile(k_src, start_n, T, BLOCK_N, HEAD_DIM, USE_TMA)
-    t, c = logit_units(mm(q, k.T, None, EMULATE), qk_scale, EMULATE)
+    t, c = logit_units(mm(q, k.T, None, EMULATE), qk_scale, BASE2)
     if MASK:
         t = mask_scores(t, offs_m[:, None], (start_n + tl.arange(0, BLOCK_N))[None, :], T, CAUSAL)
     t_max = tl.max(t, 1)
@@ -162,8 +185,8 @@ def _fwd_tile(acc, l_i, m_i, q, k_src, v_src, start_n, offs_m, qk_scale, beta, m
     if FIX:
         m_t = _beta_max(t, t_max, m_t, beta, max_shift)
     m_new = tl.maximum(m_i, m_t)
-    p = exp_k(t * c - m_new[:, None], EMULATE)
-    alpha = exp_k(m_i - m_new, EMULATE)
+    p = exp_k(exp_arg(t, c, m_new[:, None], BASE2, EMULATE), BASE2)
+    alpha = exp_k(m_i - m_new, BASE2)
     l_t = tl.sum(p, 1)
     v = load_tile(v_src, start_n, T, BLOCK_N, HEAD_DIM, USE_TMA)
     acc = mm(operand(p, v.dtype, EMULATE), v, acc * alpha[:, None], EMULATE)
@@ -174,26 +197,27 @@ def _fwd_tile(acc, l_i, m_i, q, k_src, v_src, start_n, offs_m, qk_scale, beta, m
 @triton.jit
 def _fwd_tiles(acc, l_i, m_i, q, k_src, v_src, lo, hi, offs_m, qk_scale, beta, max_shift, T,
                HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr,
-               FIX: tl.constexpr, EMULATE: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-               STATIC_LOOPS: tl.constexpr, N_TILES: tl.constexpr):
+               FIX: tl.constexpr, EMULATE: tl.constexpr, BASE2: tl.constexpr, USE_TMA: tl.constexpr,
+               WARP_SPECIALIZE: tl.constexpr, STATIC_LOOPS: tl.constexpr, N_TILES: tl.constexpr):
     """The key tiles starting at lo, lo + BLOCK_N, … below hi, in order."""
     if STATIC_LOOPS:
         for j in range(N_TILES):
             if (j * BLOCK_N >= lo) & (j * BLOCK_N < hi):
                 acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k_src, v_src, j * BLOCK_N, offs_m, qk_scale, beta,
-                                          max_shift, T, HEAD_DIM, BLOCK_N, CAUSAL, MASK, FIX, EMULATE, USE_TMA)
+                                          max_shift, T, HEAD_DIM, BLOCK_N, CAUSAL, MASK, FIX, EMULATE, BASE2,
+                                          USE_TMA)
     else:
         for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
             start_n = tl.multiple_of(start_n, BLOCK_N)
             acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k_src, v_src, start_n, offs_m, qk_scale, beta, max_shift,
-                                      T, HEAD_DIM, BLOCK_N, CAUSAL, MASK, FIX, EMULATE, USE_TMA)
+                                      T, HEAD_DIM, BLOCK_N, CAUSAL, MASK, FIX, EMULATE, BASE2, USE_TMA)
     return acc, l_i, m_i
 
 
 @triton.jit
 def attn_fwd_kernel(Q, K, V, O, LSE, qk_scale, beta, max_shift, T,
                     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                    FIX: tl.constexpr, EMULATE: tl.constexpr, USE_TMA: tl.constexpr,
+                    FIX: tl.constexpr, EMULATE: tl.constexpr, BASE2: tl.constexpr, USE_TMA: tl.constexpr,
                     WARP_SPECIALIZE: tl.constexpr, STATIC_LOOPS: tl.constexpr, N_TILES: tl.constexpr):
     """O and LSE for one (query tile, batch·head). qk_scale: scale·log2 e natively, scale in EMULATE; max_shift in
     the same units (+inf: no cap). BLOCK_M must be a multiple of BLOCK_N (the diagonal is whole key tiles)."""
@@ -218,19 +242,17 @@ def attn_fwd_kernel(Q, K, V, O, LSE, qk_scale, beta, max_shift, T,
         lo = T // BLOCK_N * BLOCK_N                 # whole key tiles; the ragged last one needs the mask
         hi = T
     acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_src, v_src, 0, lo, offs_m, qk_scale, beta, max_shift, T,
-                               HEAD_DIM, BLOCK_N, CAUSAL, False, FIX, EMULATE, USE_TMA, WARP_SPECIALIZE,
+                               HEAD_DIM, BLOCK_N, CAUSAL, False, FIX, EMULATE, BASE2, USE_TMA, WARP_SPECIALIZE,
                                STATIC_LOOPS, N_TILES)
     acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_src, v_src, lo, hi, offs_m, qk_scale, beta, max_shift, T,
-                               HEAD_DIM, BLOCK_N, CAUSAL, True, FIX, EMULATE, USE_TMA, False, STATIC_LOOPS,
-                               N_TILES)
+                               HEAD_DIM, BLOCK_N, CAUSAL, True, FIX, EMULATE, BASE2, USE_TMA, False,
+                               STATIC_LOOPS, N_TILES)
     # ℓ = 0 only when a fixed row's every weight underflows (no cap): O = 0 there, as in the oracle, not 0/0
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     o = acc / l_safe[:, None]
     if EMULATE:
         o = rne_mantissa(o, 7)
-        lse = m_i + tl.log(l_safe)
-    else:
-        lse = m_i + tl.math.log2(l_safe)
+    lse = m_i + log_k(l_safe, BASE2)
     store_tile(o_src, start_m * BLOCK_M, o.to(O.dtype.element_ty), T, BLOCK_M, HEAD_DIM, USE_TMA)
     tl.store(LSE + bh.to(tl.int64) * T + offs_m, lse, mask=offs_m < T)
 
