@@ -14,7 +14,7 @@ once (β−1)·max ≳ 88). Tie detection is per key tile: 64 keys in EMULATE an
 BLOCK_N on the fast path (`fwd_block_n(q.shape, is_causal, fix)` says which, after a first call). β > 1.
 
 Lower level: `forward(...)` and `backward(...)` launch the kernels with an explicit launch config or the autotuner
-and return the raw outputs (LSE in the kernel's units: natural in EMULATE, base 2 on the fast path). Their
+and return the raw outputs (LSE in the kernel's units: natural in EMULATE, LSE/scale on the fast path). Their
 `base2=True` with emulate=True runs the fast path's softmax arithmetic (base-2 exponent of the unscaled scores) on
 EMULATE's operands, so that the interpreter can check it.
 """
@@ -75,9 +75,9 @@ def _base2(emulate: bool, base2) -> bool:
 def forward(q, k, v, *, causal: bool, scale: float, fix=None, beta: float = 2.0, max_shift=64.0,
             emulate: bool = False, use_tma=None, config=None, base2=None):
     """Launch the forward on contiguous (B, H, T, D) q, k, v (FP32 for emulate, BF16/FP16 otherwise).
-    Returns (o (B, H, T, D) like q, lse FP32 (B, H, T) in the kernel's units: natural log in EMULATE, base 2
-    otherwise or with base2=True, `_base2`). config: {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"} or None
-    (autotuned; EMULATE: 64×64)."""
+    Returns (o (B, H, T, D) like q, lse FP32 (B, H, T) in the kernel's units: natural log in EMULATE, in units of
+    the unscaled q·kᵀ (LSE/scale) otherwise or with base2=True, `_base2`). config: {"BLOCK_M", "BLOCK_N",
+    "num_warps", "num_stages"} or None (autotuned; EMULATE: 64×64)."""
     if _interpreting() and not emulate:
         raise ValueError("the interpreter runs only the EMULATE mode (its BF16 casts truncate)")
     base2 = _base2(emulate, base2)
@@ -87,8 +87,9 @@ def forward(q, k, v, *, causal: bool, scale: float, fix=None, beta: float = 2.0,
     use_tma = _use_tma(q, emulate) if use_tma is None else use_tma
     if use_tma and not _interpreting():
         _tma_scratch()
-    units = LOG2E if base2 else 1.0              # scores and shifts in the exponent's units
-    shift = math.inf if max_shift is None else float(max_shift) * units
+    units = LOG2E if base2 else 1.0              # the exponent's units per unit of scale·q·kᵀ
+    # maxima, shifts and LSE in the scores' units: q·kᵀ unscaled in base 2, scale·q·kᵀ in natural units
+    shift = math.inf if max_shift is None else float(max_shift) / (float(scale) if base2 else 1.0)
     args = (q, k, v, o, lse, float(scale) * units, float(beta), shift, T)
     kw = dict(HEAD_DIM=D, CAUSAL=bool(causal), FIX=fix == "beta", EMULATE=emulate, BASE2=base2, USE_TMA=use_tma)
     if config is None and not emulate:

@@ -5,7 +5,7 @@ it keeps: program i of head bh computes dK, dV for keys [i·BIG, (i+1)·BIG) (qu
 the diagonal down) and then dQ for queries [i·BIG, (i+1)·BIG) (key tiles of STEP keys, causal: up to the diagonal).
 Under causal masking the two halves' work adds up to the same total in every program.
 Layout as `kernels/stable_fwd.py`: q, k, v, dO, dQ, dK, dV contiguous (batch·heads, T, head_dim); LSE and δ FP32
-(batch·heads, T). LSE is the forward's, in its units (base 2 natively, natural in EMULATE).
+(batch·heads, T). LSE is the forward's, in its units (those of the unscaled q·kᵀ natively, natural in EMULATE).
 
 Per (query tile, key tile), FA2 numerics ("fa2" in `lib.fp.numerics`): P = exp(S − LSE) in FP32 from the recomputed
 FP32 scores, dP = dO·Vᵀ in FP32, dS = P∘(dP − δ) in FP32, P and dS cast to BF16 only as matmul operands, FP32
@@ -15,7 +15,8 @@ EMULATE follows `lib.fp.reference.emulate_backward` op for op (natural exp, FP32
 helper for the operands), with BIG = STEP = the oracle's tile.
 
 Changes from the Triton tutorial:
-* no pre-scaled K on the host (that rounds k·scale to BF16); the scores are scaled in FP32 as in the forward;
+* no pre-scaled K on the host (that rounds k·scale to BF16); the scores are scaled in FP32 as in the forward,
+  after LSE is subtracted (natively P = exp2((t − LSE)·c): on a one-hot row exactly 1 at the max, as the forward's);
 * any T (ragged tiles: masked keys, and padding query rows have LSE = +inf so P = 0) and causal or not;
 * left-to-right order in both loops (the tutorial's dQ loop starts at the diagonal), as the oracle sums;
 * the dK/dV scores are computed keys × queries natively (no register transposes before the dV, dK matmuls, as in the
@@ -53,7 +54,7 @@ def _p_ds(qk, dp, lse, delta, qk_scale, qpos, kpos, T, CAUSAL: tl.constexpr, MAS
     t, c = logit_units(qk, qk_scale, BASE2)
     if MASK:
         t = mask_scores(t, qpos, kpos, T, CAUSAL)
-    p = exp_k(exp_arg(t, c, lse, BASE2, EMULATE), BASE2)
+    p = exp_k(exp_arg(t, c, lse), BASE2)
     return p, p * (dp - delta)
 
 
@@ -138,7 +139,8 @@ def attn_bwd_kernel(Q, K, V, DO, DQ, DK, DV, LSE, DELTA, qk_scale, scale, T,
                     CAUSAL: tl.constexpr, EMULATE: tl.constexpr, BASE2: tl.constexpr, USE_TMA: tl.constexpr,
                     STATIC_LOOPS: tl.constexpr, N_STEPS: tl.constexpr):
     """dK, dV of keys and dQ of queries [pid·BIG, (pid+1)·BIG) of one batch·head. qk_scale as in the forward
-    (its units are LSE's); `scale` multiplies dQ and dK at the end. BLOCK_BIG must be a multiple of BLOCK_STEP."""
+    (LSE in the forward's units; P = exp_k((t − LSE)·c)); `scale` multiplies dQ and dK at the end. BLOCK_BIG must
+    be a multiple of BLOCK_STEP."""
     bh = tl.program_id(1)
     start = tl.program_id(0) * BLOCK_BIG
     base = bh.to(tl.int64) * T * HEAD_DIM
