@@ -135,6 +135,24 @@ def test_fast_path_arithmetic_caps_the_fix_like_the_oracle():
         assert (fast[name] - natural[name]).abs().max().item() <= 2 ** -10 * natural[name].abs().max().item(), name
 
 
+def test_compiled_fast_path_takes_exp2_of_a_product_not_an_fma():
+    """The interpreter rounds every op, so it cannot see a contraction; the compiled kernels can. In the user
+    kernel's native forward (with the fix) and backward compiled for sm_90, every exp2 argument is a plain multiply
+    ((t − m)·c), none an FMA from the score (t·c − m: the row max's argument is then the product's rounding error,
+    not 0)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, str(root / "tests" / "_ptx_exp2.py")], cwd=root, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ops = json.loads(r.stdout)
+    for kernel in ("fwd", "bwd"):
+        assert set(ops[kernel]) == {"mul.f32"} and ops[kernel]["mul.f32"] >= 64, (kernel, ops[kernel])
+
+
 def test_autograd_matches_the_launchers_and_bf16_in_bf16_out():
     """stable_attention's autograd gives the launchers' O and gradients bit for bit; BF16 inputs give BF16 O and
     gradients equal to the FP32-emulated ones rounded; the defaults are SDPA's (non-causal, 1/sqrt(D))."""
