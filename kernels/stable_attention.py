@@ -14,7 +14,9 @@ once (β−1)·max ≳ 88). Tie detection is per key tile: 64 keys in EMULATE an
 BLOCK_N on the fast path (`fwd_block_n(q.shape, is_causal, fix)` says which, after a first call). β > 1.
 
 Lower level: `forward(...)` and `backward(...)` launch the kernels with an explicit launch config or the autotuner
-and return the raw outputs (LSE in the kernel's units: natural in EMULATE, base 2 on the fast path).
+and return the raw outputs (LSE in the kernel's units: natural in EMULATE, LSE/scale on the fast path). Their
+`base2=True` with emulate=True runs the fast path's softmax arithmetic (base-2 exponent of the unscaled scores) on
+EMULATE's operands, so that the interpreter can check it.
 """
 from __future__ import annotations
 
@@ -61,23 +63,35 @@ def _alloc(size: int, align: int, stream):
     return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
+def _base2(emulate: bool, base2) -> bool:
+    """The exponent's units: base 2 on the fast path (always); EMULATE natural by default (the oracle's), or base 2
+    with base2=True, to run the fast path's softmax arithmetic with EMULATE's operands (e.g. in the interpreter)."""
+    base2 = not emulate if base2 is None else bool(base2)
+    if not (emulate or base2):
+        raise ValueError("the fast path computes in base 2 only (base2=False needs emulate=True)")
+    return base2
+
+
 def forward(q, k, v, *, causal: bool, scale: float, fix=None, beta: float = 2.0, max_shift=64.0,
-            emulate: bool = False, use_tma=None, config=None):
+            emulate: bool = False, use_tma=None, config=None, base2=None):
     """Launch the forward on contiguous (B, H, T, D) q, k, v (FP32 for emulate, BF16/FP16 otherwise).
-    Returns (o (B, H, T, D) like q, lse FP32 (B, H, T) in the kernel's units: natural log in EMULATE, base 2
-    otherwise). config: {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"} or None (autotuned; EMULATE: 64×64)."""
+    Returns (o (B, H, T, D) like q, lse FP32 (B, H, T) in the kernel's units: natural log in EMULATE, in units of
+    the unscaled q·kᵀ (LSE/scale) otherwise or with base2=True, `_base2`). config: {"BLOCK_M", "BLOCK_N",
+    "num_warps", "num_stages"} or None (autotuned; EMULATE: 64×64)."""
     if _interpreting() and not emulate:
         raise ValueError("the interpreter runs only the EMULATE mode (its BF16 casts truncate)")
+    base2 = _base2(emulate, base2)
     B, H, T, D = q.shape
     o = torch.empty_like(q)
     lse = torch.empty((B, H, T), device=q.device, dtype=torch.float32)
     use_tma = _use_tma(q, emulate) if use_tma is None else use_tma
     if use_tma and not _interpreting():
         _tma_scratch()
-    units = 1.0 if emulate else LOG2E            # scores and shifts in the exponent's units
-    shift = math.inf if max_shift is None else float(max_shift) * units
+    units = LOG2E if base2 else 1.0              # the exponent's units per unit of scale·q·kᵀ
+    # maxima, shifts and LSE in the scores' units: q·kᵀ unscaled in base 2, scale·q·kᵀ in natural units
+    shift = math.inf if max_shift is None else float(max_shift) / (float(scale) if base2 else 1.0)
     args = (q, k, v, o, lse, float(scale) * units, float(beta), shift, T)
-    kw = dict(HEAD_DIM=D, CAUSAL=bool(causal), FIX=fix == "beta", EMULATE=emulate, USE_TMA=use_tma)
+    kw = dict(HEAD_DIM=D, CAUSAL=bool(causal), FIX=fix == "beta", EMULATE=emulate, BASE2=base2, USE_TMA=use_tma)
     if config is None and not emulate:
         grid = lambda meta: (triton.cdiv(T, meta["BLOCK_M"]), B * H)  # noqa: E731
         attn_fwd_tuned[grid](*args, STATIC_LOOPS=False, N_TILES=1, **kw)
@@ -91,11 +105,12 @@ def forward(q, k, v, *, causal: bool, scale: float, fix=None, beta: float = 2.0,
 
 
 def backward(do, q, k, v, o, lse, *, causal: bool, scale: float, emulate: bool = False, use_tma=None,
-             config=None):
+             config=None, base2=None):
     """Launch the δ pre-kernel and the dK/dV + dQ kernel. All tensors contiguous (B, H, T, D) (lse: the forward's,
-    (B, H, T)). Returns (dq, dk, dv, delta) with gradients in q's dtype and δ FP32 (B, H, T).
-    config: {"BLOCK_BIG", "BLOCK_STEP", "num_warps", "num_stages"} or None (autotuned; EMULATE: 64 and 64, with
-    EMULATE_BWD_WARPS warps)."""
+    (B, H, T), from a forward with the same emulate and base2). Returns (dq, dk, dv, delta) with gradients in q's
+    dtype and δ FP32 (B, H, T). config: {"BLOCK_BIG", "BLOCK_STEP", "num_warps", "num_stages"} or None (autotuned;
+    EMULATE: 64 and 64, with EMULATE_BWD_WARPS warps)."""
+    base2 = _base2(emulate, base2)
     B, H, T, D = q.shape
     delta = torch.empty((B, H, T), device=q.device, dtype=torch.float32)
     attn_delta_kernel[(triton.cdiv(T, DELTA_BLOCK), B * H)](o, do, delta, T, HEAD_DIM=D, BLOCK_M=DELTA_BLOCK)
@@ -103,9 +118,9 @@ def backward(do, q, k, v, o, lse, *, causal: bool, scale: float, emulate: bool =
     use_tma = _use_tma(q, emulate) if use_tma is None else use_tma
     if use_tma and not _interpreting():
         _tma_scratch()
-    units = 1.0 if emulate else LOG2E
+    units = LOG2E if base2 else 1.0
     args = (q, k, v, do, dq, dk, dv, lse, delta, float(scale) * units, float(scale), T)
-    kw = dict(HEAD_DIM=D, CAUSAL=bool(causal), EMULATE=emulate, USE_TMA=use_tma)
+    kw = dict(HEAD_DIM=D, CAUSAL=bool(causal), EMULATE=emulate, BASE2=base2, USE_TMA=use_tma)
     if config is None and not emulate:
         grid = lambda meta: (triton.cdiv(T, meta["BLOCK_BIG"]), B * H)  # noqa: E731
         attn_bwd_tuned[grid](*args, STATIC_LOOPS=False, N_STEPS=1, **kw)

@@ -9,13 +9,17 @@ mask, then the diagonal tiles with one).
 Arithmetic per key tile (production FA2, `lib.fp.numerics` profile "fa2"): FP32 scores, FP32 running max m and row
 sum ℓ (of the FP32 P̄), P̄ cast to BF16 only as the P̄V operand, FP32 O accumulator, O = acc/ℓ cast once.
 Two modes (constexpr EMULATE):
-* native (BF16/FP16 tensor cores): t = q·kᵀ (FP32 accumulate), m_t = max(t)·c with c = scale·log2(e), and
-  P̄ = exp2(t·c − m), which the compiler fuses into one FMA per element, as FA2's CUDA kernels do. m, ℓ and LSE are
-  in base-2 units (LSE₂ = LSE/ln 2); the backward uses them as they are.
+* native (BF16/FP16 tensor cores): t = q·kᵀ (FP32 accumulate), m = max(t), and P̄ = exp2((t − m)·c) with
+  c = scale·log2(e): the max is subtracted before the scale (`exp_arg`), so the row max's P̄ is exactly 1, as in the
+  oracle's exp(s − m) and in PyTorch's FA2 build (which computes the scaled score and subtracts with the FMA
+  contraction turned off). m and LSE stay in the units of t (LSE_t = m + log2(ℓ)/c = LSE/scale); the backward's
+  P = exp2((t − LSE_t)·c).
 * EMULATE (FP32 tensors holding BF16 values; the CPU interpreter, whose own BF16 casts truncate): the oracle's order
   of operations, op for op (`lib/fp/reference.py`, `emulate_forward`, numerics "fa2"): s = (q·kᵀ)·scale,
   P̄ = exp(s − m) in natural units, FP32 `ieee` matmuls, and every BF16 rounding done by the bit-exact integer helper
   `kernels/rounding.py` (P̄ operand, final O). Bit for bit equal to the oracle with the same tiles.
+The exponent's units are their own constexpr, BASE2 (native: always; EMULATE: natural by default), so that EMULATE
+with BASE2 runs the native softmax arithmetic on EMULATE's operands, in the interpreter too.
 
 The β fix (FIX, Qiu & Yao §4, Alg. 1): per key tile, a row whose tile max occurs at least twice (exact ties of the
 FP32 scores the kernel takes its max over: s in EMULATE, the unscaled q·kᵀ natively) subtracts β·max (max > 0) or 0
@@ -29,7 +33,7 @@ Changes from the Triton tutorial:
 * head-dim 64/128, any T (ragged last tiles: masked loads, or TMA's zero fill and clipped stores);
 * the β fix and its tie count (constexpr FIX); a natural-log EMULATE mode for the oracle (above);
 * K is not pre-scaled on the host (that would round k·scale to BF16: not FA2's numerics); the scale multiplies the
-  FP32 scores (folded into the exp2's FMA natively);
+  FP32 scores after the max is subtracted (the tutorial's exp2(t·c − m·c) is one FMA whose row max is not 0);
 * TMA descriptors are made in the kernel per head (`tl.make_tensor_descriptor`, rows past T read as zero) when
   USE_TMA, plain pointers otherwise (the interpreter and pre-Hopper GPUs);
 * causal query tiles are launched longest first (reversed program order), as FA2 does, to shorten the tail;
@@ -42,7 +46,8 @@ import triton.language as tl
 from kernels.rounding import rne_mantissa
 
 __all__ = ["attn_fwd_kernel", "attn_fwd_tuned", "FWD_CONFIGS", "FWD_FALLBACK", "EMULATE_BLOCK", "tile_source",
-           "load_tile", "store_tile", "mm", "operand", "exp_k", "logit_units", "mask_scores"]
+           "load_tile", "store_tile", "mm", "operand", "exp_k", "logit_units", "exp_arg",
+           "mask_scores"]
 
 EMULATE_BLOCK = 64      # tile of the EMULATE mode in both directions: part of its numerics (the oracle's block)
 
@@ -105,23 +110,34 @@ def operand(x, dtype: tl.constexpr, EMULATE: tl.constexpr):
 
 
 @triton.jit
-def exp_k(x, EMULATE: tl.constexpr):
-    """exp in the kernel's units: exp2 natively (log2 e is folded into the scale), exp in EMULATE."""
-    if EMULATE:
-        return tl.exp(x)
-    else:
+def exp_k(x, BASE2: tl.constexpr):
+    """exp in the kernel's units: exp2 in base 2 (natively; log2 e is folded into the scale), exp in natural units."""
+    if BASE2:
         return tl.math.exp2(x)
+    else:
+        return tl.exp(x)
 
 
 @triton.jit
-def logit_units(qk, qk_scale, EMULATE: tl.constexpr):
-    """(t, c): the scores the max and the tie test run on, and the factor to the exponent's units, so that
-    P̄ = exp_k(t·c − m) with m = max(t)·c. Native: t = q·kᵀ unscaled, c = scale·log2 e (t·c − m is one FMA). EMULATE:
-    t = (q·kᵀ)·scale, the oracle's s, and c = 1 (t·1 = t exactly)."""
-    if EMULATE:
-        return qk * qk_scale, 1.0
-    else:
+def logit_units(qk, qk_scale, BASE2: tl.constexpr):
+    """(t, c): the scores the max, the tie test and LSE run on, and the factor to the exponent's units, so that
+    P̄ = exp_k((t − m)·c) with m = max(t). Base 2 (native): t = q·kᵀ unscaled, c = scale·log2 e. Natural units:
+    t = (q·kᵀ)·scale, the oracle's s, and c = 1 ((t − m)·1 = t − m exactly)."""
+    if BASE2:
         return qk, qk_scale
+    else:
+        return qk * qk_scale, 1.0
+
+
+@triton.jit
+def exp_arg(t, c, m):
+    """(t − m)·c, the exponent's argument, with t and m in the scores' units (`logit_units`). The max is subtracted
+    before the scale, so the row maximum's argument is exactly 0 (P̄ = 1, as the oracle's exp(s − m)). Not
+    t·c − m·c: the compiler contracts a product into a following subtraction (one FMA, exact product), and
+    fma(t_max, c, −round(t_max·c)) is the product's rounding error, up to 2⁻⁷ at exponents ≈ 10⁵ (P̄ ≈ 1 ± 0.5 %,
+    which moves O off the BF16 value of V and δ off dO·V). (t − m)·c has no product to contract, and t − m is
+    exact wherever the weight is not negligible (Sterbenz)."""
+    return (t - m) * c
 
 
 @triton.jit
@@ -136,11 +152,11 @@ def mask_scores(t, qpos, kpos, T, CAUSAL: tl.constexpr):
 
 # ---------------------------------------------------------------------------------------------------- the forward
 @triton.jit
-def _beta_max(t, t_max, m_t, beta, max_shift):
-    """The β fix on one key tile: rows whose max of `t` occurs ≥ 2 times get β·m_t (m_t > 0, unless it overflows) or
-    0 (m_t < 0) as their max, with the shift (β−1)·m_t or −m_t capped at max_shift (then m_t + max_shift). Rows with
-    every key masked (t_max = −inf) and m_t = 0 are left alone. m_t = t_max·c in the exponent's units."""
-    repeated = (tl.sum(tl.where(t == t_max[:, None], 1.0, 0.0), 1) >= 2.0) & (t_max > float("-inf"))
+def _beta_max(t, m_t, beta, max_shift):
+    """The β fix on one key tile: rows whose max m_t of `t` occurs ≥ 2 times get β·m_t (m_t > 0, unless it overflows)
+    or 0 (m_t < 0) as their max, with the shift (β−1)·m_t or −m_t capped at max_shift (then m_t + max_shift). Rows
+    with every key masked (m_t = −inf) and m_t = 0 are left alone. All in the scores' units (`logit_units`)."""
+    repeated = (tl.sum(tl.where(t == m_t[:, None], 1.0, 0.0), 1) >= 2.0) & (m_t > float("-inf"))
     scaled = beta * m_t
     m_fix = tl.where(repeated & (m_t > 0) & (scaled < float("inf")), scaled, m_t)
     m_fix = tl.where(repeated & (m_fix < 0), 0.0, m_fix)
@@ -151,19 +167,18 @@ def _beta_max(t, t_max, m_t, beta, max_shift):
 @triton.jit
 def _fwd_tile(acc, l_i, m_i, q, k_src, v_src, start_n, offs_m, qk_scale, beta, max_shift, T,
               HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr,
-              FIX: tl.constexpr, EMULATE: tl.constexpr, USE_TMA: tl.constexpr):
+              FIX: tl.constexpr, EMULATE: tl.constexpr, BASE2: tl.constexpr, USE_TMA: tl.constexpr):
     """One key tile of the online softmax; returns the updated (acc, l_i, m_i)."""
     k = load_tile(k_src, start_n, T, BLOCK_N, HEAD_DIM, USE_TMA)
-    t, c = logit_units(mm(q, k.T, None, EMULATE), qk_scale, EMULATE)
+    t, c = logit_units(mm(q, k.T, None, EMULATE), qk_scale, BASE2)
     if MASK:
         t = mask_scores(t, offs_m[:, None], (start_n + tl.arange(0, BLOCK_N))[None, :], T, CAUSAL)
-    t_max = tl.max(t, 1)
-    m_t = t_max * c
+    m_t = tl.max(t, 1)
     if FIX:
-        m_t = _beta_max(t, t_max, m_t, beta, max_shift)
+        m_t = _beta_max(t, m_t, beta, max_shift)
     m_new = tl.maximum(m_i, m_t)
-    p = exp_k(t * c - m_new[:, None], EMULATE)
-    alpha = exp_k(m_i - m_new, EMULATE)
+    p = exp_k(exp_arg(t, c, m_new[:, None]), BASE2)
+    alpha = exp_k(exp_arg(m_i, c, m_new), BASE2)
     l_t = tl.sum(p, 1)
     v = load_tile(v_src, start_n, T, BLOCK_N, HEAD_DIM, USE_TMA)
     acc = mm(operand(p, v.dtype, EMULATE), v, acc * alpha[:, None], EMULATE)
@@ -174,29 +189,31 @@ def _fwd_tile(acc, l_i, m_i, q, k_src, v_src, start_n, offs_m, qk_scale, beta, m
 @triton.jit
 def _fwd_tiles(acc, l_i, m_i, q, k_src, v_src, lo, hi, offs_m, qk_scale, beta, max_shift, T,
                HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr,
-               FIX: tl.constexpr, EMULATE: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-               STATIC_LOOPS: tl.constexpr, N_TILES: tl.constexpr):
+               FIX: tl.constexpr, EMULATE: tl.constexpr, BASE2: tl.constexpr, USE_TMA: tl.constexpr,
+               WARP_SPECIALIZE: tl.constexpr, STATIC_LOOPS: tl.constexpr, N_TILES: tl.constexpr):
     """The key tiles starting at lo, lo + BLOCK_N, … below hi, in order."""
     if STATIC_LOOPS:
         for j in range(N_TILES):
             if (j * BLOCK_N >= lo) & (j * BLOCK_N < hi):
                 acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k_src, v_src, j * BLOCK_N, offs_m, qk_scale, beta,
-                                          max_shift, T, HEAD_DIM, BLOCK_N, CAUSAL, MASK, FIX, EMULATE, USE_TMA)
+                                          max_shift, T, HEAD_DIM, BLOCK_N, CAUSAL, MASK, FIX, EMULATE, BASE2,
+                                          USE_TMA)
     else:
         for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
             start_n = tl.multiple_of(start_n, BLOCK_N)
             acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k_src, v_src, start_n, offs_m, qk_scale, beta, max_shift,
-                                      T, HEAD_DIM, BLOCK_N, CAUSAL, MASK, FIX, EMULATE, USE_TMA)
+                                      T, HEAD_DIM, BLOCK_N, CAUSAL, MASK, FIX, EMULATE, BASE2, USE_TMA)
     return acc, l_i, m_i
 
 
 @triton.jit
 def attn_fwd_kernel(Q, K, V, O, LSE, qk_scale, beta, max_shift, T,
                     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                    FIX: tl.constexpr, EMULATE: tl.constexpr, USE_TMA: tl.constexpr,
+                    FIX: tl.constexpr, EMULATE: tl.constexpr, BASE2: tl.constexpr, USE_TMA: tl.constexpr,
                     WARP_SPECIALIZE: tl.constexpr, STATIC_LOOPS: tl.constexpr, N_TILES: tl.constexpr):
-    """O and LSE for one (query tile, batch·head). qk_scale: scale·log2 e natively, scale in EMULATE; max_shift in
-    the same units (+inf: no cap). BLOCK_M must be a multiple of BLOCK_N (the diagonal is whole key tiles)."""
+    """O and LSE for one (query tile, batch·head). qk_scale: scale·log2 e in base 2 (natively), scale in natural
+    units; max_shift and LSE in the scores' units (`logit_units`: q·kᵀ in base 2, scale·q·kᵀ in natural units;
+    max_shift +inf: no cap). BLOCK_M must be a multiple of BLOCK_N (the diagonal is whole key tiles)."""
     bh = tl.program_id(1)
     start_m = tl.program_id(0)
     if CAUSAL:      # longest rows first
@@ -218,19 +235,20 @@ def attn_fwd_kernel(Q, K, V, O, LSE, qk_scale, beta, max_shift, T,
         lo = T // BLOCK_N * BLOCK_N                 # whole key tiles; the ragged last one needs the mask
         hi = T
     acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_src, v_src, 0, lo, offs_m, qk_scale, beta, max_shift, T,
-                               HEAD_DIM, BLOCK_N, CAUSAL, False, FIX, EMULATE, USE_TMA, WARP_SPECIALIZE,
+                               HEAD_DIM, BLOCK_N, CAUSAL, False, FIX, EMULATE, BASE2, USE_TMA, WARP_SPECIALIZE,
                                STATIC_LOOPS, N_TILES)
     acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_src, v_src, lo, hi, offs_m, qk_scale, beta, max_shift, T,
-                               HEAD_DIM, BLOCK_N, CAUSAL, True, FIX, EMULATE, USE_TMA, False, STATIC_LOOPS,
-                               N_TILES)
+                               HEAD_DIM, BLOCK_N, CAUSAL, True, FIX, EMULATE, BASE2, USE_TMA, False,
+                               STATIC_LOOPS, N_TILES)
     # ℓ = 0 only when a fixed row's every weight underflows (no cap): O = 0 there, as in the oracle, not 0/0
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     o = acc / l_safe[:, None]
     if EMULATE:
         o = rne_mantissa(o, 7)
-        lse = m_i + tl.log(l_safe)
+    if BASE2:
+        lse = m_i + tl.math.log2(l_safe) / qk_scale      # in the scores' units, as m: natural LSE / scale
     else:
-        lse = m_i + tl.math.log2(l_safe)
+        lse = m_i + tl.log(l_safe)
     store_tile(o_src, start_m * BLOCK_M, o.to(O.dtype.element_ty), T, BLOCK_M, HEAD_DIM, USE_TMA)
     tl.store(LSE + bh.to(tl.int64) * T + offs_m, lse, mask=offs_m < T)
 

@@ -1,7 +1,8 @@
 """kernels/stable_attention.py in the CPU interpreter (EMULATE mode): forward O, LSE and backward δ, dQ, dK, dV bit
 for bit against the oracle (`lib.fp.reference`, numerics "fa2", 64-wide tiles), with and without the β fix, causal
-and not, ragged T, both load paths (pointers and in-kernel TMA descriptors); error against FP64; autograd wiring and
-a finite-difference check of the gradients; argument checks. Shapes are tiny (the interpreter runs numpy per op)."""
+and not, ragged T, both load paths (pointers and in-kernel TMA descriptors); error against FP64; the fast path's
+softmax arithmetic (base 2, `base2=True`) against FP64 as the logits grow; autograd wiring and a finite-difference
+check of the gradients; argument checks. Shapes are tiny (the interpreter runs numpy per op)."""
 import math
 
 import numpy as np
@@ -17,6 +18,7 @@ from kernels.stable_bwd import _prune as bwd_prune
 from kernels.stable_fwd import EMULATE_BLOCK, FWD_CONFIGS, FWD_FALLBACK
 from kernels.stable_fwd import _prune as fwd_prune
 from lib.fp.reference import attention_fp64, emulate_backward, emulate_forward
+from lib.studies.kernel.gradient_checks import planted
 from tests.precision import attention_rtol
 
 
@@ -34,11 +36,12 @@ def _inputs(seed, T, D=64, ties=False, big=1.0):
     return q, k, v, do
 
 
-def _ours(q, k, v, do, causal, fix, beta=7.0, max_shift=64.0, use_tma=False):
+def _ours(q, k, v, do, causal, fix, beta=7.0, max_shift=64.0, use_tma=False, base2=False):
     scale = 1.0 / math.sqrt(q.shape[-1])
     o, lse = forward(q, k, v, causal=causal, scale=scale, fix=fix, beta=beta, max_shift=max_shift, emulate=True,
-                     use_tma=use_tma)
-    dq, dk, dv, delta = backward(do, q, k, v, o, lse, causal=causal, scale=scale, emulate=True, use_tma=use_tma)
+                     use_tma=use_tma, base2=base2)
+    dq, dk, dv, delta = backward(do, q, k, v, o, lse, causal=causal, scale=scale, emulate=True, use_tma=use_tma,
+                                 base2=base2)
     return {"o": o, "lse": lse, "delta": delta, "dq": dq, "dk": dk, "dv": dv}
 
 
@@ -99,6 +102,55 @@ def test_fix_fires_and_both_stay_within_bf16_of_fp64(causal):
         for name in ("dq", "dk", "dv"):
             err = (ours[name].double() - ref[name]).abs().max().item()
             assert err <= 2 ** -6 * ref[name].abs().max().item(), (name, err)
+
+
+@pytest.mark.parametrize("logit", [1e2, 1e5])
+def test_fast_path_arithmetic_within_twice_the_oracles_error_as_logits_grow(logit):
+    """The fast path's softmax arithmetic (base-2 exponent of the unscaled scores, `base2=True`; EMULATE's operands,
+    so only that arithmetic differs) against FP64 on random causal rows whose largest score is ≈ `logit` (the
+    gradient checks' planted inputs, at T = 128): O, dQ, dK, dV within twice the error of the natural-units path,
+    which is the oracle's placement bit for bit (above), plus 2⁻²⁰ of the largest FP64 entry. At logits ≈ 10⁵ the
+    rows are almost one-hot and the natural path's errors are tiny (P̄ of the row max is exactly 1, so O is V's row
+    and δ is dO·V's); an exponent whose row max is not exactly 0 there puts O a BF16 step off V and dQ, dK off by
+    units, as the GPU's gradient checks found on the fast path."""
+    q, k, v, do = (x.float() for x in planted("random", logit, 1, 2, 128, 64, seed=0))
+    ref = _fp64(q, k, v, do, True)
+    natural, fast = _ours(q, k, v, do, True, None), _ours(q, k, v, do, True, None, base2=True)
+    for name in ("o", "dq", "dk", "dv"):
+        err_fast, err_nat = ((x[name].double() - ref[name]).abs().max().item() for x in (fast, natural))
+        floor = 2 ** -20 * ref[name].abs().max().item()
+        assert err_fast <= 2 * err_nat + floor, f"logit {logit:g}, {name}: {err_fast:.3g} > 2 × {err_nat:.3g}"
+
+
+def test_fast_path_arithmetic_caps_the_fix_like_the_oracle():
+    """With the fix and its guard firing (tied maxima of ~10–40, β = 7: the shift is capped at 64 in units of the
+    scaled scores), the base-2 arithmetic gives the natural path's O within one BF16 rounding and its gradients
+    within 2⁻¹⁰ of their largest entry: the guard's cap is converted to the base-2 kernel's units, not taken as
+    is."""
+    q, k, v, do = _inputs(10, 80, ties=True, big=6.0)
+    natural = _ours(q, k, v, do, True, "beta")
+    fast = _ours(q, k, v, do, True, "beta", base2=True)
+    assert (fast["o"] - natural["o"]).abs().max().item() <= 2 ** -8 * natural["o"].abs().max().item()
+    for name in ("dq", "dk", "dv"):
+        assert (fast[name] - natural[name]).abs().max().item() <= 2 ** -10 * natural[name].abs().max().item(), name
+
+
+def test_compiled_fast_path_takes_exp2_of_a_product_not_an_fma():
+    """The interpreter rounds every op, so it cannot see a contraction; the compiled kernels can. In the user
+    kernel's native forward (with the fix) and backward compiled for sm_90, every exp2 argument is a plain multiply
+    ((t − m)·c), none an FMA from the score (t·c − m: the row max's argument is then the product's rounding error,
+    not 0)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, str(root / "tests" / "_ptx_exp2.py")], cwd=root, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ops = json.loads(r.stdout)
+    for kernel in ("fwd", "bwd"):
+        assert set(ops[kernel]) == {"mul.f32"} and ops[kernel]["mul.f32"] >= 64, (kernel, ops[kernel])
 
 
 def test_autograd_matches_the_launchers_and_bf16_in_bf16_out():
