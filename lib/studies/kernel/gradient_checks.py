@@ -240,8 +240,8 @@ KNOWN_OUTSIDE = {
     "user kernel, fix β = 2": ("high", "as the user kernel"),
     "FA2 placement, δ = rowsum(dP∘P)": ("high", "δ summed from T products dP·P in FP32 is less accurate than "
                                                 "rowsum(dO∘O) where the logits are large"),
-    "the authors' code, 512-key tiles, their fix": ("any", "their fix and ours under the same β and tie tolerance do "
-                                                           "not shift and underflow the same rows"),
+    "the authors' code, 512-key tiles, their fix": ("any", "their code floors each key tile's row sum, ours does not, "
+                                                           "and the fix's shift takes row sums below that floor"),
 }
 
 
