@@ -366,7 +366,8 @@ def authors_floor(cfg: dict, kind: str = "random", logit: float | None = None) -
     spec = AttnSpec.parse(by_name[FLOORED][1]["spec"], beta=7.0, tie_tol=0.0)       # as `kernel_call` parses it
     plain = AttnSpec.parse(by_name["the authors' code, 512-key tiles"][1]["spec"], beta=7.0, tie_tol=0.0)
     no_floor = replace(spec, opts=replace(spec.opts, floor=0.0))
-    outs = {n: _authors_outputs(s, q, k, v, do) for n, s in (("plain", plain), ("fix", spec), ("fix_no_floor", no_floor))}
+    outs = {n: _authors_outputs(s, q, k, v, do)
+            for n, s in (("plain", plain), ("fix", spec), ("fix_no_floor", no_floor))}
 
     o = dict(by_name[AUTHORS_COMPARATOR[FLOORED]][1])                  # our kernel in their placement, their fix
     nm = get_profile(o.pop("numerics")).replace(round_block=o.pop("round_block"))
@@ -376,7 +377,8 @@ def authors_floor(cfg: dict, kind: str = "random", logit: float | None = None) -
     level = authors_zero_at(spec.opts.floor)
     with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
         shift = authors_shift(q, k, tile=spec.opts.tile, beta=spec.beta, tie_tol=spec.tie_tol)
-    ours_sh = ours_shift(q, k, beta=o["beta"], tie_tol=o["tie_tol"], round_s=nm.round_s, tile=tie_block(nm, q.shape[-2]))
+    ours_sh = ours_shift(q, k, beta=o["beta"], tie_tol=o["tie_tol"], round_s=nm.round_s,
+                         tile=tie_block(nm, q.shape[-2]))
     row_err = {n: ((x["o"].double() - ref["o"]) ** 2).sum(-1) for n, x in outs.items()}
     excess = row_err["fix"] - row_err["plain"]
     past = shift > level
