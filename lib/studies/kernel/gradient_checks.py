@@ -241,8 +241,8 @@ KNOWN_OUTSIDE = {
     "user kernel, fix β = 2": ("high", "as the user kernel"),
     "FA2 placement, δ = rowsum(dP∘P)": ("high", "δ summed from T products dP·P in FP32 is less accurate than "
                                                 "rowsum(dO∘O) where the logits are large"),
-    "the authors' code, 512-key tiles, their fix": ("any", "their fix and ours under the same β and tie tolerance do "
-                                                           "not shift and underflow the same rows"),
+    "the authors' code, 512-key tiles, their fix": ("any", "their code floors each key tile's row sum, ours does not, "
+                                                           "and the fix's shift takes row sums below that floor"),
 }
 
 
@@ -324,3 +324,104 @@ def fp32_o_table(data: dict) -> str:
         lines.append(f"| {i} | {get(pre + 'δ = rowsum(dP∘P)', i):.2e} | {get(pre + 'δ from an FP32 O', i):.2e} | "
                      f"{get(pre + 'δ from an FP32 O (old definition)', i):.2e} |")
     return "\n".join(lines)
+
+
+# Why the authors' fix falls outside the authors' rule. Their code floors each key tile's row sum ℓ at 1e-10 (their
+# EPSILON; `AuthorsOptions.floor`), ours has no floor. Without the fix ℓ ≥ 1 and the floor does nothing. The fix
+# subtracts β·max instead of max on rows whose tile max is repeated — in BF16 a repeated max is common once scores
+# reach tens (the grid is 0.25 wide at 32) — so such a row's ℓ is about e^−shift, and past shift = −ln(floor) ≈ 23
+# the floor replaces it: O shrinks toward 0 on that row. `authors_floor` reruns one planted input on the CPU.
+FLOORED = "the authors' code, 512-key tiles, their fix"
+
+
+def _authors_outputs(spec, q, k, v, do) -> dict:
+    """O, dQ, dK, dV of the authors' code with `spec` on the CPU under BF16 autocast (as their model calls it)."""
+    from lib.training import authors_backend
+
+    def f(a, b, c):
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            return authors_backend.attention(a, b, c, spec=spec, causal=True)
+    return outputs(f, q, k, v, do)
+
+
+def authors_floor(cfg: dict, kind: str = "random", logit: float | None = None) -> dict:
+    """The authors' fix with and without their row-sum floor, on the CPU, on the planted input (`kind`, `logit`:
+    default the smallest of `cfg["logits"]`) of `cfg`'s shape and seed. Returns {"input", "floor", "level"
+    (−ln floor), "err": {"plain", "fix", "fix_no_floor"} (`errors` of the authors' code without the fix, with it,
+    with it and floor 0), "ours_fix_o_rel" (O's relative error of our kernel in their placement with their fix: the
+    numpy oracle, which the emulated path matches bit for bit), "shifted" / "past" (shares of query rows that their
+    rule shifts at all / by more than `level`), "tie_agree" (share of rows that our kernel's tie test, BF16 scores in
+    512-key blocks, shifts exactly when theirs does), "excess_on_past" (share of the fix's added squared O error,
+    Σ‖O_fix − O₆₄‖² − ‖O − O₆₄‖² over rows, that sits on the rows shifted past `level`)}."""
+    from dataclasses import replace
+
+    from lib.fp.numerics import get_profile
+    from lib.fp.reference import emulate_forward
+    from lib.training.spec import AttnSpec
+    from lib.training.zero_rows import authors_shift, authors_zero_at, ours_shift, tie_block
+
+    logit = float(min(cfg["logits"])) if logit is None else float(logit)
+    q, k, v, do = planted(kind, logit, cfg["B"], cfg["H"], cfg["N"], cfg["d"], cfg["seed"])
+    ref = reference(q, k, v, do)
+    by_name = {name: (backend, opts) for name, backend, opts, _ in VARIANTS}
+    spec = AttnSpec.parse(by_name[FLOORED][1]["spec"], beta=7.0, tie_tol=0.0)       # as `kernel_call` parses it
+    plain = AttnSpec.parse(by_name["the authors' code, 512-key tiles"][1]["spec"], beta=7.0, tie_tol=0.0)
+    no_floor = replace(spec, opts=replace(spec.opts, floor=0.0))
+    outs = {n: _authors_outputs(s, q, k, v, do)
+            for n, s in (("plain", plain), ("fix", spec), ("fix_no_floor", no_floor))}
+
+    o = dict(by_name[AUTHORS_COMPARATOR[FLOORED]][1])                  # our kernel in their placement, their fix
+    nm = get_profile(o.pop("numerics")).replace(round_block=o.pop("round_block"))
+    ours = emulate_forward(q, k, v, nm, causal=True, block_m=64, block_n=64, **o)
+    ours_o = torch.from_numpy(np.asarray(ours.o)).double()
+
+    level = authors_zero_at(spec.opts.floor)
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        shift = authors_shift(q, k, tile=spec.opts.tile, beta=spec.beta, tie_tol=spec.tie_tol)
+    ours_sh = ours_shift(q, k, beta=o["beta"], tie_tol=o["tie_tol"], round_s=nm.round_s,
+                         tile=tie_block(nm, q.shape[-2]))
+    row_err = {n: ((x["o"].double() - ref["o"]) ** 2).sum(-1) for n, x in outs.items()}
+    excess = row_err["fix"] - row_err["plain"]
+    past = shift > level
+    return dict(input=f"{kind}, logits {logit:g}", seed=cfg["seed"], floor=spec.opts.floor, level=level,
+                err={n: errors(x, ref) for n, x in outs.items()},
+                ours_fix_o_rel=float((ours_o - ref["o"]).norm() / ref["o"].norm()),
+                shifted=float((shift > 0).double().mean()), past=float(past.double().mean()),
+                tie_agree=float(((shift > 0) == (ours_sh > 0)).double().mean()),
+                excess_on_past=float(excess[past].sum() / excess.sum()))
+
+
+def reference_norms(cfg: dict, kind: str, logit: float) -> dict:
+    """{t: ‖X₆₄‖_F} for O, dQ, dK, dV on the planted input (`kind`, `logit`) of `cfg`'s shape and seed. On tied rows
+    the exact dQ cancels (the tied keys are one vector), so its norm is FP64 rounding and no relative error of dQ
+    there means anything."""
+    q, k, v, do = planted(kind, float(logit), cfg["B"], cfg["H"], cfg["N"], cfg["d"], cfg["seed"])
+    return {t: float(x.norm()) for t, x in reference(q, k, v, do).items()}
+
+
+def _power_of_ten(x: float) -> str:
+    """10⁻¹⁰ for 1e-10 (`x` an integer power of ten), else x in %g."""
+    e = round(math.log10(x)) if x > 0 else None
+    if e is None or 10.0 ** e != x:
+        return f"{x:g}"
+    return "10" + str(e).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
+
+
+def floor_numbers(res: dict, data: dict, ties: dict | None = None) -> dict:
+    """The words and numbers of the floor's explanation: `res` from `authors_floor`, `data` a recorded run (the GPU's
+    O errors of the floored variant and of its comparator on the same input, "—" if it has none), `ties` from
+    `reference_norms` on tied rows (optional). Keys: floor, level, input, seed, shifted, past, excess, tie_agree,
+    o_fix, o_no_floor, o_ours, gpu_fix, gpu_ours (and ties_dq, ties_dk)."""
+    def rec(variant):
+        r = next((r for r in data["rows"] if r["variant"] == variant and r["input"] == res["input"]), None)
+        return f"{r['err']['o_rel']:.3g}" if r else "—"
+    pct = lambda x: f"{100 * x:.1f} %"                                     # noqa: E731
+    e = res["err"]
+    out = dict(floor=_power_of_ten(res["floor"]), level=f"{res['level']:.0f}", input=res["input"],
+               seed=str(res["seed"]), shifted=pct(res["shifted"]), past=pct(res["past"]),
+               excess=pct(res["excess_on_past"]), tie_agree=pct(res["tie_agree"]),
+               o_fix=f"{e['fix']['o_rel']:.3g}", o_no_floor=f"{e['fix_no_floor']['o_rel']:.3g}",
+               o_ours=f"{res['ours_fix_o_rel']:.3g}", gpu_fix=rec(FLOORED), gpu_ours=rec(AUTHORS_COMPARATOR[FLOORED]))
+    if ties is not None:
+        out.update(ties_dq=f"{ties['dq']:.1e}", ties_dk=f"{ties['dk']:.1e}")
+    return out
