@@ -14,9 +14,9 @@ event, layer and head, the conjunction rate and the largest logit in each placem
   (it fired in a run that did not fail);
 * `run_leads(arrays, label, failure, placement, every)`: the two on one run of a result's arrays, naming what the
   record lacks and replaying only what it holds;
-* `arm_leads(arrays, outcomes, cfg)`, `lead_numbers(leads, words)`: every run of a comparison of arms (the GPT-2
-  arms: their failures from `lib.studies.gpt2.reading.outcomes`), each watched in its own kernel's placement, and
-  the chapter's glue and table.
+* `arm_leads(arrays, outcomes, cfg)`, `lead_numbers(leads, words, cfg)`, `comparison_numbers(...)`: every run of
+  a comparison of arms (the GPT-2 arms: their failures from `lib.studies.gpt2.reading.outcomes`), each watched in
+  its own kernel's placement, and the chapter's glue and table.
 
 What differs from a live monitor: the recorded census reads `cfg["census_rows"]` sequences of the step's batch in an
 extra eager forward, where the monitor by default reads the first `batch_rows` of the training forward itself; the
@@ -36,7 +36,7 @@ KINDS = ("conjunction", "rise", "logit")
 NEEDS = {"conjunction": "conjunction", "rise": "conjunction", "logit": "max_logit"}   # kind -> census key it reads
 
 __all__ = ["KINDS", "NEEDS", "kind_of", "replay", "first_warnings", "lead_times", "run_leads", "placement_of",
-           "arm_leads", "lead_numbers", "lead_table"]
+           "arm_leads", "lead_numbers", "lead_table", "comparison_numbers"]
 
 
 def kind_of(message: str) -> str:
@@ -178,12 +178,12 @@ def lead_table(leads: list[dict], words: dict) -> str:
 
 
 def lead_numbers(leads: list[dict], words: dict, cfg: dict, other: list[dict] | None = None) -> dict:
-    """Glue of `arm_leads` ("lt_…"): the table, how many runs, how many hit the failure rule and how many of those
-    did not recover; in the runs that failed, the leads of the monitor's conjunction warnings (the earlier of its two
-    rules) and of the plain logit warning, over the runs where each came at or before the failure, and in how many;
-    how many of the runs that did not fail each warned in; the latest first warning of each over every run; the
-    replay's settings; what the records lack; and, from `other` (the same runs all watched in the authors'
-    placement), how many runs that did not fail its conjunction warnings fired in."""
+    """Glue of `arm_leads` ("lt_…"): the table, how many runs, how many hit the failure rule, how many of those did
+    not recover and within how many steps the others did; in the runs that failed, the leads of the monitor's
+    conjunction warnings (the earlier of its two rules) and of the plain logit warning, over the runs where each came
+    at or before the failure, and in how many; how many of the runs that did not fail each warned in; the latest first
+    warning of each over every run; the replay's settings; what the records lack; and, from `other` (the same runs
+    all watched in the authors' placement), how many runs that did not fail its conjunction warnings fired in."""
     failed = [r for r in leads if r["failure"] is not None]
     ok = [r for r in leads if r["failure"] is None]
 
@@ -221,8 +221,18 @@ def lead_numbers(leads: list[dict], words: dict, cfg: dict, other: list[dict] | 
                              f"it fired in {fired_in(leads, logit)} of {len(leads)} runs"),
            "lt_missing": ", ".join(missing) or "nothing", "lt_monitor_rows": rows,
            "lt_rows": cfg["census_rows"], "lt_every": f"{cfg['census_every']:,}",
-           "lt_window": cfg["rules"]["failure_window"], "lt_rise": f"{cfg['rules']['failure_rise']:g}"}
+           "lt_window": cfg["rules"]["failure_window"], "lt_rise": f"{cfg['rules']['failure_rise']:g}",
+           "lt_others": (f"; the loss came back in the other {len(failed) - len(boom)}, within "
+                         f"{max(r['recovered'] for r in failed if r['recovered'] is not None):,} steps"
+                         if len(failed) > len(boom) else ""),
+           "lt_seeds": ", ".join(str(s) for s in sorted({r["seed"] for r in leads}))}
     if other is not None:
         ok_o = [r for r in other if r["failure"] is None]
         out |= {"lt_authors_false": fired_in(ok_o, monitor), "lt_authors_n_ok": len(ok_o)}
     return out
+
+
+def comparison_numbers(arrays: dict, outcomes: dict, cfg: dict, words: dict) -> dict:
+    """`lead_numbers` of a comparison of arms, each run watched in its own placement, with the authors' placement
+    for every run as `other` (`arm_leads`' arguments; `words`: the arms' readable names)."""
+    return lead_numbers(arm_leads(arrays, outcomes, cfg), words, cfg, arm_leads(arrays, outcomes, cfg, "authors"))
