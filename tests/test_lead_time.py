@@ -122,7 +122,7 @@ def test_a_planted_comparison_of_arms():
     assert n["lt_boom_runs"] == "the paper's kernel, seed 1" and n["lt_missing"] == "nothing"
     assert "it fired in 2 of 4 runs" == n["lt_logit_says"]
     rows = n["lt_md"].splitlines()
-    assert len(rows) == 2 + 4 and "| the paper's kernel (seed 1; authors') | 700, not recovered | 400 (300 ahead) |" \
+    assert len(rows) == 2 + 4 and "| the paper's kernel, seed 1 (authors') | 700, not recovered | 400 (300 ahead) |" \
         in rows[-1] and "800 (false alarm)" in rows[2]
 
 

@@ -169,10 +169,10 @@ def lead_table(leads: list[dict], words: dict) -> str:
     its failure, and each warning's first step with its lead (steps ahead of the failure) or "false alarm"."""
     th = Thresholds()
     place = {"authors": "authors'", "fa2": "FA2"}
-    md = [f"| run (seed; placement watched) | failure step | rate above {100 * th.conjunction:g} % | "
+    md = [f"| run, seed (placement watched) | failure step | conjunction above {100 * th.conjunction:g} % | "
           f"{th.rise:g}× rise | logit above {th.max_logit:g} |", "|---|---|---|---|---|"]
     for r in leads:
-        md.append(f"| {words.get(r['arm'], r['arm'])} (seed {r['seed']}; {place[r['placement']]}) | "
+        md.append(f"| {words.get(r['arm'], r['arm'])}, seed {r['seed']} ({place[r['placement']]}) | "
                   f"{_failure_cell(r)} | " + " | ".join(_cell(r[k]) for k in KINDS) + " |")
     return "\n".join(md)
 
