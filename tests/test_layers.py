@@ -22,7 +22,7 @@ RANK = {"lib.book": 0, "lib.fp": 1, "kernels": 2, "lib.census": 2.5, "lib.traini
 # the study (or studies) whose chapter a page is
 CHAPTER_STUDIES = {"intro.md": (), "01-bf16-rounding.md": ("rounding",), "02-flash-attention-kernel.md": ("kernel", "gpt2"),
                    "02b-where-can-the-chain-start.md": ("census",), "02c-the-chain-in-gpt2.md": ("gpt2",),
-                   "08-using-this-in-your-training.md": ("practice",),
+                   "08-using-this-in-your-training.md": ("practice", "gpt2"),
                    "03-numeric-deviation.md": ("golden",), "04-biased-output.md": ("delta",),
                    "05-low-rank-accumulation.md": ("delta", "dose"), "06-loss-explosion.md": ("explosion",),
                    "07-the-fix.md": ("fix",), "reproduce.md": (), "bibliography.md": ()}

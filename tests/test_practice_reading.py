@@ -9,7 +9,8 @@ import pytest
 
 from lib.book import plotting, results
 from lib.book.runner import live_result
-from lib.studies.practice import figures, kernel_table as kt, reading as rd
+from lib.monitor import AttentionMonitor
+from lib.studies.practice import figures, kernel_table as kt, lead_time, reading as rd
 
 
 # ------------------------------------------------------------------------------------------------ the dev log
@@ -156,6 +157,10 @@ def test_the_monitor_demo_records_the_planted_tie(tmp_path):
     assert max(conj[(1, 0)], conj[(1, 1)]) == 0
     assert n["md_n_warn"] >= 1 and "head 0's conjunction rate" in n["md_warnings"]
     assert [m for r in mon.records for m in r["warnings"]] == n["md_warnings"].split("\n")[1:-1]
+    # the monitor's rule replayed on its own records (lead_time.replay) gives back the warnings it raised live
+    d = AttentionMonitor.read(path)
+    replayed = lead_time.replay(d["step"], d["conjunction"], d["max_logit"], mon.placement, mon.every, d["layer"])
+    assert [(s, l, m) for s, l, _, m in replayed] == d["warnings"] != []
     # equal tied V (copies of one token): no carry-tie bias predicted; the error is the rounding of ℓ
     assert abs(float(n["md_pred"].replace("−", "-"))) < 0.05 and float(n["md_ell"].replace("−", "-")) > 0.1
 

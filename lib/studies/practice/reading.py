@@ -353,23 +353,17 @@ def monitor_view(res, layer: int, placement: str = "authors") -> dict:
     warnings `AttentionMonitor` would have raised on them with its default `Thresholds` — its own rule
     (`AttentionMonitor._warnings`, the method `collect` calls), fed event by event: "warnings" [(step, kind,
     message)], kind "conjunction", "rise" or "logit"; "first" {kind: first step or None}."""
-    from lib.monitor import AttentionMonitor, MonitorWarning
+    from lib.monitor import Thresholds
+    from lib.studies.practice.lead_time import KINDS, replay
     run = res.data["runs"][0]["label"]
     steps = np.asarray(res.arrays[f"{run}__census__step"])
     conj = np.nan_to_num(_census(res, placement, "conjunction")[:, layer])
     logit = _census(res, placement, "max_logit")[:, layer]
-    mon = AttentionMonitor(None, out=None, placement=placement)
-    found = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", MonitorWarning)
-        for i, s in enumerate(steps):
-            for m in mon._warnings(dict(step=int(s), layer=layer), dict(conjunction=conj[i], max_logit=logit[i])):
-                kind = "logit" if "logit" in m else "rise" if "rose to" in m else "conjunction"
-                found.append((int(s), kind, m))
-    first = {k: min((s for s, kk, _ in found if kk == k), default=None) for k in ("conjunction", "rise", "logit")}
+    found = [(s, kind, m) for s, _, kind, m in replay(steps, conj[:, None], logit[:, None], placement, layers=[layer])]
+    first = {k: min((s for s, kk, _ in found if kk == k), default=None) for k in KINDS}
     sigma = np.asarray(res.arrays[f"{run}__census__wq_sigma"], dtype=np.float64)[:, layer]
     return dict(step=steps, conjunction=conj, max_logit=logit, sigma=sigma, warnings=found, first=first,
-                thresholds=mon.thresholds, layer=layer, placement=placement)
+                thresholds=Thresholds(), layer=layer, placement=placement)
 
 
 def first_warnings(res) -> dict:
