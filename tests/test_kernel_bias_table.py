@@ -92,6 +92,7 @@ def test_ci_run_reads_the_capture(capture, monkeypatch):
     d = res.data
     assert d["skipped"] == {} and d["gpt2"]["step"] == 7 and d["gpt2"]["layer"] == 2
     assert d["gpt2"]["sha256"] == hashlib.sha256(capture.read_bytes()).hexdigest()
+    assert d["gpt2"]["max_logit"] == pytest.approx(14.0, abs=0.5)      # the planted gap over logits near 0
     for row in d["table"].values():
         g, w = row["gpt2"], row["gpt2_window"]
         assert g["n_problems"] == w["n_problems"] == 4                  # (window, head)

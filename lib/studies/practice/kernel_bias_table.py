@@ -137,8 +137,20 @@ def _gpt2_inputs(cfg: dict, dev, skipped: dict) -> tuple[dict, dict | None]:
     sign = cls["tied_sign"].reshape(B * H, T, D)
     ref = kt.fp64_attention(q, k, v, True)
     meta |= {f"n_pairs_{n}": int(m.sum()) for n, m in (("tied", tied), ("window", window))}
+    meta["max_logit"] = max_logit(q, k)
     return ({"gpt2": [(q, k, v, True, sign, tied.reshape(B * H, T, D), ref)],
              "gpt2_window": [(q, k, v, True, sign, window.reshape(B * H, T, D), ref)]}, meta)
+
+
+def max_logit(q, k) -> float:
+    """The largest causal score scale·q·kᵀ (FP32 products of the BF16 values), over the (batch, head)s of q, k."""
+    T = q.shape[-2]
+    allowed = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    out = float("-inf")
+    for b in range(q.shape[0]):
+        s = torch.matmul(q[b].float(), k[b].float().transpose(-2, -1)) / q.shape[-1] ** 0.5
+        out = max(out, float(s.masked_fill(~allowed, float("-inf")).amax()))
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ the run
