@@ -27,6 +27,7 @@ bounds the waiting (default 540 s from the phase's start), so a call ends inside
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -148,7 +149,7 @@ def extra_capture(name: str, cfgs, gpu: int) -> dict:
         return {}
     path = Path(src_cfg["workdir"]) / f"gpt2_capture_{windows}w.pt"
     if not path.exists():
-        with torch.cuda.device(gpu):
+        with torch.cuda.device(gpu) if torch.cuda.is_available() else contextlib.nullcontext():
             rec = capture_gpt2(src_cfg, src, path, rows=int(windows))
         print(f"captured layer {rec['layer']} of {rec['arm']} at step {rec['step']}, {windows} windows", flush=True)
     return {"BOOK_GPT2_CAPTURE": str(path)}
