@@ -65,6 +65,25 @@ def test_capture_from_a_checkpoint(toy, tmp_path):
     assert rec["arm"] == "sdpa_eager:s1"
 
 
+def test_an_extra_entry_gets_its_own_capture(toy, monkeypatch):
+    """An --extra entry that names gpt2_windows gets layer 2 of the source arm's checkpoint with that many windows,
+    once, when the checkpoint is past 3,000 steps; other entries get nothing."""
+    if not any(Path(toy["workdir"]).glob("*.pt")):
+        pytest.skip("needs the checkpoints of the test above")
+    cfgs = [dict(toy, _entry="toy")]
+    monkeypatch.setattr(campaign, "capture_source", lambda _: (toy, "sdpa_eager:s1"))
+    assert campaign.extra_capture("gradient_checks", cfgs, 0) == {}
+    assert campaign.extra_capture("kernel_bias_table", cfgs, 0) == {}          # the toy's step 4 < 3,000
+    monkeypatch.setattr(campaign, "_steps", lambda cfg, lab: (3000, True))
+    monkeypatch.setattr(campaign.registry, "resolve", lambda name, scale: {"gpt2_windows": 2})
+    env = campaign.extra_capture("kernel_bias_table", cfgs, 0)
+    back = torch.load(env["BOOK_GPT2_CAPTURE"], weights_only=False)
+    assert back["q"].shape == (2, 2, 64, 16) and back["layer"] == 2
+    stamp = Path(env["BOOK_GPT2_CAPTURE"]).stat().st_mtime_ns
+    assert campaign.extra_capture("kernel_bias_table", cfgs, 0) == env
+    assert Path(env["BOOK_GPT2_CAPTURE"]).stat().st_mtime_ns == stamp             # not captured again
+
+
 def test_campaign_places_arms_of_several_entries_one_per_gpu():
     """Two entries of two arms fill four GPUs in order (a seed's reference entry first: FP32 attention on GPU 0, not
     slowed by the GPU tests); the capture comes from the SDPA arm, else the paper arm."""

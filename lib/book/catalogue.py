@@ -58,7 +58,7 @@ TITLES = {
     "gpt2_regime_paper": "GPT-2 124M continued in the paper placement",
     "positive_control_levers": "the levers toward the preconditions",
     "bias_injection": "the bias injected at controlled rates",
-    "kernel_bias_table": "the bias of the kernels a user calls",
+    "kernel_bias_table": "the bias of the kernels a user calls, on planted ties and GPT-2's tied rows",
     "gradient_checks": "the gradient checks of every training variant against FP64",
     "kernel_fidelity": "our kernel against PyTorch's flash SDPA, training GPT-2 124M",
     "train_step_gpt2": "the GPT-2 124M training-step benchmark",

@@ -15,7 +15,9 @@ The arms of the named entries go one per GPU, in order (entry after entry), so t
 * phase 3: wait for the arms (their wall budget stops them in time) and save every entry; then each result named by
   `--extra` with every GPU visible (the arms have stopped, so a benchmark finds its GPUs idle).
 
-`--skip-checks` leaves out phase 2's capture and gradient checks (when the committed checks are fresh).
+`--skip-checks` leaves out phase 2's capture and gradient checks (when the committed checks are fresh). An `--extra`
+entry whose full configuration names `gpt2_windows` (`kernel_bias_table`) gets its own capture of layer 2 with that
+many windows, from the same arm's latest checkpoint once it is past 3,000 steps, in `$BOOK_GPT2_CAPTURE`.
 
 Every phase resumes what is on the machine's disk, writes the arms' progress into $OUT/arms.log and prints a
 progress table; results are written with provenance under $OUT/full/ (fetch them into results/full/). `--wait`
@@ -25,6 +27,7 @@ bounds the waiting (default 540 s from the phase's start), so a call ends inside
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -136,6 +139,22 @@ def capture_source(cfgs) -> tuple[dict, str]:
     return slots[0]
 
 
+def extra_capture(name: str, cfgs, gpu: int) -> dict:
+    """{"BOOK_GPT2_CAPTURE": path} for an entry whose full configuration names `gpt2_windows` (else {}): layer 2 of
+    `capture_source`'s latest checkpoint with that many windows, captured on `gpu` (once; the file stays in the
+    arm's workdir), when the checkpoint is past 3,000 steps."""
+    windows = registry.resolve(name, "full").get("gpt2_windows")
+    src_cfg, src = capture_source(cfgs)
+    if not windows or not _file(src_cfg, src, "pt").exists() or _steps(src_cfg, src)[0] < 3000:
+        return {}
+    path = Path(src_cfg["workdir"]) / f"gpt2_capture_{windows}w.pt"
+    if not path.exists():
+        with torch.cuda.device(gpu) if torch.cuda.is_available() else contextlib.nullcontext():
+            rec = capture_gpt2(src_cfg, src, path, rows=int(windows))
+        print(f"captured layer {rec['layer']} of {rec['arm']} at step {rec['step']}, {windows} windows", flush=True)
+    return {"BOOK_GPT2_CAPTURE": str(path)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("phase", type=int, choices=(1, 2, 3))
@@ -199,7 +218,7 @@ def main(argv=None) -> int:
             rc = save("gradient_checks", out, {"BOOK_GPT2_CAPTURE": str(cap), "CUDA_VISIBLE_DEVICES": str(min(1, n - 1))})
             print(f"gradient_checks exit status {rc} after {time.time() - t0:.0f} s", flush=True)
         for name in a.extra:
-            rc = save(name, out, {"CUDA_VISIBLE_DEVICES": str(min(2, n - 1))})
+            rc = save(name, out, {"CUDA_VISIBLE_DEVICES": str(min(2, n - 1)), **extra_capture(name, cfgs, min(2, n - 1))})
             print(f"{name} exit status {rc} after {time.time() - t0:.0f} s", flush=True)
     else:
         for name in a.entry:
@@ -207,7 +226,7 @@ def main(argv=None) -> int:
             rc = save(name, out)
             print(f"{name} exit status {rc} after {time.time() - t0:.0f} s", flush=True)
         for name in a.extra:
-            rc = save(name, out)
+            rc = save(name, out, extra_capture(name, cfgs, 0))
             print(f"{name} exit status {rc} after {time.time() - t0:.0f} s", flush=True)
     while a.phase != 3 and time.time() - t0 < a.wait:
         if all(_file(cfg, lab, "result").exists() for cfg, lab in slots):

@@ -17,9 +17,10 @@ import numpy as np
 
 from lib.book import plotting
 
-KINDS = {"concentrated": "concentrated ties", "diffuse": "diffuse ties", "trained": "trained-model rows",
+KINDS = {"concentrated": "concentrated ties", "diffuse": "diffuse ties", "gpt2": "GPT-2 layer 2, tied rows",
+         "gpt2_window": "GPT-2 layer 2, tied rows in the sticky-bit window",
          "random": "concentrated, other keys' V of random sign (CPU check)"}
-_MARKERS = {"concentrated": "o", "diffuse": "s", "trained": "D", "random": "^"}
+_MARKERS = {"concentrated": "o", "diffuse": "s", "gpt2": "D", "gpt2_window": "v", "random": "^"}
 
 
 def kernel_table_figure(res, check: dict | None = None):

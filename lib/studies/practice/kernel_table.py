@@ -1,28 +1,21 @@
-"""Which kernels carry which bias: the signed O error along sign(V) of the attention kernels a user calls, in BF16.
+"""The kernel bias table's parts: its planted inputs, the kernels a user calls, and the error along sign(V).
 
-`run(scale, cfg)` measures, for each kernel of `cfg["kernels"]` and each kind of input, the mean signed error of O
-along sign(V) — (O − O_ref)·sign(V_tied)/ulp(O_ref), O_ref the FP64 attention of the same BF16 q, k, v — over the
-(row, feature) pairs where the tie bias can live, with a 95 % interval over independent problems (each
-(batch, head) of the planted inputs is one problem: its rows share one tied sum, so rows are not independent).
+The run is `lib.studies.practice.kernel_bias_table` (registry entry ``kernel_bias_table``); chapter 8's check of the
+remainder's sign (`reading.remainder_sign_check`) calls these parts directly.
 
-Kinds of input (q, k, v in BF16, shape (B, H, T, D), non-causal for the planted ones):
-
-* ``concentrated`` — two keys (0 and 1) with equal BF16 vectors k₀ = k₁ = a·e₀, every query q_i = a·e₀ + ε_i with
-  ε_i ⊥ e₀, so S_i0 = S_i1 = scale·a² exactly: a tied maximum `gap` nats above the other keys (scale·ε_i·k_j), which
-  puts the remainder r = Σ_{j≥2} exp(S_ij − max) inside the sticky-bit band for gap ≈ 14 at T = 1024; V₀, V₁ of one
-  sign in every feature (independent magnitudes, so their sum needs a ninth mantissa bit half the time: the carry
-  tie); the other keys' V of the same sign (the remainder then adds to the tied sum's magnitude, as in the paper's
-  worked example). Every (row, feature) pair is in the conjunction by construction.
-* ``diffuse`` — the same with a small gap: tied, but the remainder decides the rounding by itself.
-* ``trained`` — q, k, v of a trained model: the captured steps of `delta_capture` (the proxy's healthy regime,
-  causal), the conjunction pairs chosen by the census (`lib.census.row_classes`, authors' placement); each
-  captured (step, layer, head) is one problem.
-
-Kernels (`KERNELS`): SDPA's flash, cuDNN, memory-efficient and math backends; `stable_attention` without and with
-the fix (β = 2); the research kernel's `fa2` and `paper` (512-key rounding blocks) placements, without and with the
-fix (paper: β = 7 as in the paper's figures, with the guard); the authors' code eager and under `torch.compile`,
-without and with their fix (β = 2, their current default). A kernel that cannot run here (no GPU, a backend
-missing) is recorded with the reason and skipped.
+* `planted(B, H, T, D, gap, seed, device, rest)`: q, k, v in BF16 with two keys (0 and 1) of equal BF16 vectors
+  k₀ = k₁ = a·e₀ and every query q_i = a·e₀ + ε_i with ε_i ⊥ e₀, so S_i0 = S_i1 = scale·a² exactly: a tied maximum
+  `gap` nats above the other keys (scale·ε_i·k_j); gap ≈ 14 puts the remainder r = Σ_{j≥2} exp(S_ij − max) inside the
+  sticky-bit band at T = 1024. V₀, V₁ of one sign in every feature (independent magnitudes, so their sum needs a
+  ninth mantissa bit half the time: the carry tie); the other keys' V of the same sign (`rest="tied"`: the remainder
+  adds to the tied sum's magnitude, as in the paper's worked example) or of random sign (`rest="random"`).
+* `fp64_attention(q, k, v, causal)`: the reference.
+* `kernel_fn(name)`: `KERNELS` as callables (q, k, v, causal) → O — SDPA's flash, cuDNN, memory-efficient and math
+  backends; `stable_attention` without and with the fix (β = 2); the research kernel's `fa2` and `paper` (512-key
+  rounding blocks) placements, without and with the fix (paper: β = 7 as in the paper's figures, with the guard);
+  the authors' code eager and under `torch.compile`, without and with their fix (β = 2, their current default).
+* `along_sign(o, o_ref, sign)`: (O − O_ref)·sign/ulp(O_ref); `problem_means`, `summarize`: the mean per problem and
+  over problems (normal approximation: the chapter widens it to Student's t).
 """
 from __future__ import annotations
 
@@ -167,62 +160,3 @@ def summarize(means: np.ndarray) -> dict:
     m = float(means.mean())
     half = 1.96 * float(means.std(ddof=1)) / math.sqrt(n) if n > 1 else float("nan")
     return dict(mean=m, lo=m - half, hi=m + half, n_problems=n)
-
-
-def trained_inputs(cfg: dict, device):
-    """Captured (q, k, v) of the healthy proxy (delta_capture), one tuple per (capture, layer); BF16 on `device`."""
-    from lib.book import results
-    from lib.training.capture import unpack
-    res = results.load(cfg["trained_from"], "full")
-    caps = unpack(res.data["keep_index"], res.arrays, prefix="keep")
-    out = []
-    for c in caps[: cfg.get("trained_captures", 10)]:
-        for l in c.layers:
-            t = [torch.from_numpy(c.get(l, n)).to(torch.bfloat16).to(device) for n in ("q", "k", "v")]
-            out.append(tuple(t))
-    return out
-
-
-def run(scale: str, cfg: dict) -> dict:
-    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    B, H, T, D = cfg["shape"]
-    table, skipped = {}, {}
-    kinds = {}
-    for kind, gap in cfg["gaps"].items():
-        kinds[kind] = [planted(B, H, T, D, gap, seed, dev) for seed in cfg["seeds"]]
-    trained = []
-    if cfg.get("trained_from"):
-        try:
-            trained = trained_inputs(cfg, dev)
-        except FileNotFoundError as e:
-            skipped["trained"] = str(e)
-    for name in cfg["kernels"]:
-        fn = kernel_fn(name)
-        row = {}
-        try:
-            for kind, problems in kinds.items():
-                means = []
-                for q, k, v, sign in problems:
-                    o = fn(q, k, v, False)
-                    o_ref = fp64_attention(q, k, v, False)
-                    e = along_sign(o, o_ref, sign[:, :, None, :])
-                    means.append(problem_means(e, torch.ones_like(e, dtype=torch.bool), 2))
-                row[kind] = summarize(np.concatenate(means))
-            if trained:
-                from lib.census import row_classes
-                means = []
-                for q, k, v in trained:
-                    cls = row_classes(q, k, v, causal=True, placement="authors")
-                    conj = cls["window"].unsqueeze(-1) & cls["one_signed"]
-                    o = fn(q, k, v, True)
-                    o_ref = fp64_attention(q, k, v, True)
-                    e = along_sign(o, o_ref, cls["tied_sign"])
-                    means.append(problem_means(e, conj, 2))
-                row["trained"] = summarize(np.concatenate(means)) if means else summarize(np.array([]))
-        except Exception as exc:  # noqa: BLE001  (a backend missing on this machine: record and go on)
-            skipped[name] = f"{type(exc).__name__}: {exc}"
-            continue
-        table[name] = row
-    return dict(data=dict(table=table, skipped=skipped, labels={k: LABELS[k] for k in table},
-                          shape=[B, H, T, D], gaps=cfg["gaps"], device=str(dev),
-                          n_trained=len(trained)), seeds=list(cfg["seeds"]))
