@@ -61,10 +61,13 @@ gpu-results:
 ## make gpu-tests: the tests marked gpu (not slow) as concurrent pytest processes, one or more per GPU
 ## (tests/gpu/run_sharded.py); GPUS=0 takes every visible GPU, JOBS=0 picks the process count from GPUs and CPUs.
 ## Log: $${OUT:-results}/full/gpu_tests.log (+ one per shard, + measured seconds per test).
+## The shards are dealt by the seconds each test took in the last full run on one H100 (GPU_COSTS), not by the
+## script's estimates, which missed the two longest tests by up to 6×.
 GPUS ?= 0
 JOBS ?= 0
+GPU_COSTS ?= tests/gpu/durations_h100.json
 gpu-tests:
-	$(PY) tests/gpu/run_sharded.py --gpus $(GPUS) --jobs $(JOBS) --log $${OUT:-results}/full/gpu_tests.log
+	$(PY) tests/gpu/run_sharded.py --gpus $(GPUS) --jobs $(JOBS) --costs $(GPU_COSTS) --log $${OUT:-results}/full/gpu_tests.log
 
 check-results: $(STAMP)
 	$(BIN)/python -m lib.book.results check

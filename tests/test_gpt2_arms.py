@@ -188,3 +188,18 @@ def test_campaign_phase_3_saves_entries_then_extras_and_phase_2_can_skip_the_che
                           "--extra", "census_cost"]) == 0
     assert calls == [("census_cost", None)]
     assert (tmp_path / "arms.log").exists()
+
+
+def test_phase_2_saves_an_entry_once_all_its_arms_have_finished(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(campaign, "save", lambda name, out, env=None: calls.append(name) or 0)
+    a = dict(_entry="a", workdir=str(tmp_path / "a"), seeds=[1], arms=[{"label": "sdpa"}, {"label": "ours_fa2"}])
+    b = dict(_entry="b", workdir=str(tmp_path / "b"), seeds=[2], arms=[{"label": "fp32"}])
+    for cfg in (a, b):
+        Path(cfg["workdir"]).mkdir()
+    saved = set()
+    campaign._file(a, "sdpa:s1", "result").write_text("{}")
+    assert campaign.save_finished([a, b], tmp_path, saved) == [] and calls == []
+    campaign._file(a, "ours_fa2:s1", "result").write_text("{}")
+    assert campaign.save_finished([a, b], tmp_path, saved) == ["a"] and calls == ["a"]
+    assert campaign.save_finished([a, b], tmp_path, saved) == [] and calls == ["a"]      # once

@@ -89,3 +89,16 @@ def test_the_plumbing_runs_on_the_cpu(tmp_path):
     refused = subprocess.run([sys.executable, "tests/gpu/run_sharded.py", "--gpus", "1"], cwd=ROOT,
                              capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "--allow-cpu" in refused.stderr
+
+
+def test_the_committed_durations_deal_four_even_shards_within_five_minutes():
+    """`make gpu-tests` deals by the seconds measured on one H100 (tests/gpu/durations_h100.json): four shards
+    within 5 % of each other, each well inside the 300 s target once its start-up is added."""
+    rec = json.loads((ROOT / "tests" / "gpu" / "durations_h100.json").read_text())
+    assert all("H100" in dev for dev in rec["device"]) and len(rec["git_commit"]) == 40
+    d = rec["durations"]
+    shards = rs.plan(list(d), 4, d)
+    secs = [s["seconds"] for s in shards]
+    assert len(shards) == 4 and max(secs) <= 1.05 * sum(secs) / 4
+    assert max(secs) + rs.STARTUP_S < 300
+    assert "--costs $(GPU_COSTS)" in (ROOT / "Makefile").read_text()

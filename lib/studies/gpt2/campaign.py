@@ -11,7 +11,8 @@ The arms of the named entries go one per GPU, in order (entry after entry), so t
   finite gradients, else stop the arms and exit 2 (the campaign ends early); then wait.
 * phase 2: wait; capture one GPT-2 layer (q, k, v, dO of layer 2, 1-based) from the latest checkpoint (≥ 3,000 steps)
   of the SDPA arm, or of the paper arm where no entry has SDPA, and run the registered `gradient_checks` with it on
-  GPU 1, then each result named by `--extra` on the last GPU, beside the arms; wait.
+  GPU 1, then each result named by `--extra` on the last GPU, beside the arms; wait, saving each entry as soon as
+  all its arms have finished (so a machine lost before phase 3 loses only the entries still training).
 * phase 3: wait for the arms (their wall budget stops them in time) and save every entry; then each result named by
   `--extra` with every GPU visible (the arms have stopped, so a benchmark finds its GPUs idle).
 
@@ -104,6 +105,19 @@ def save(name: str, out: Path, env=None) -> int:
                            cwd=ROOT, env=dict(os.environ, **(env or {})))
 
 
+def save_finished(cfgs, out: Path, saved: set) -> list[str]:
+    """Save every entry whose arms have all finished and that is not in `saved` yet (then add it), so that a call
+    that ends before phase 3 — or a machine lost between calls — already returns what is done. The entries saved."""
+    done = [cfg["_entry"] for cfg in cfgs if cfg["_entry"] not in saved
+            and all(_file(cfg, lab, "result").exists() for lab in _labels(cfg))]
+    for name in done:
+        os.environ["BOOK_WAIT_S"] = "0"
+        rc = save(name, out)
+        print(f"{name} saved as its arms finished: exit status {rc}", flush=True)
+        saved.add(name)
+    return done
+
+
 def capture_gpt2(cfg, label: str, path: Path, layer: int = 1, rows: int = 2) -> dict:
     """q, k, v, dO of `layer` (0-based) for `rows` training windows, from the latest checkpoint of the arm `label`
     (eager, BF16 autocast on CUDA), saved to `path` with the arm, step and 1-based layer."""
@@ -185,7 +199,7 @@ def main(argv=None) -> int:
         test_gpus = ",".join(str(i) for i in range(1, n)) or "0"
         # Compile-bound tests: several processes per GPU (the GPU image has no pytest-xdist).
         tests = subprocess.Popen([sys.executable, "tests/gpu/run_sharded.py", "--gpus", "0", "--jobs",
-                                  str(max(4, n - 1)), "--log", str(scratch / "gpu_tests.log"), "--", "-rP"], cwd=ROOT,
+                                  str(max(4, n - 1)), "--costs", "tests/gpu/durations_h100.json", "--log", str(scratch / "gpu_tests.log"), "--", "-rP"], cwd=ROOT,
                                  env=dict(os.environ, CUDA_VISIBLE_DEVICES=test_gpus))
         while min(_steps(cfg, lab)[0] for cfg, lab in slots) < 50:
             dead = [lab for cfg, lab in slots if not arms._alive(_file(cfg, lab, "pid"))]
@@ -228,7 +242,10 @@ def main(argv=None) -> int:
         for name in a.extra:
             rc = save(name, out, extra_capture(name, cfgs, 0))
             print(f"{name} exit status {rc} after {time.time() - t0:.0f} s", flush=True)
+    saved = set()
     while a.phase != 3 and time.time() - t0 < a.wait:
+        if a.phase == 2:
+            save_finished(cfgs, out, saved)
         if all(_file(cfg, lab, "result").exists() for cfg, lab in slots):
             break
         time.sleep(15)
