@@ -70,5 +70,5 @@ def test_the_cpu_rerun_reproduces_the_gpu_record(res, data):
     r = next(r for r in data["rows"] if r["variant"] == gc.DP_P and r["input"] == res["input"])
     assert r["err"]["dk_max"] > 2 * r["sdpa"]["dk_max"]                   # the recorded violation
     assert res["err"]["dp_p"]["dk_max"] == pytest.approx(r["err"]["dk_max"], abs=res["dk_grid"])  # to BF16's rounding
-    assert (n["gpu_dk"], n["gpu_sdpa_dk"], n["dk_dpp"]) == ("2.21e+05", "5.49e+04", "2.14e+05")
+    assert (n["gpu_dk"], n["gpu_sdpa_dk"], n["dk_dpp"], n["sum_p"]) == ("2.21·10⁵", "5.49·10⁴", "2.14·10⁵", "7.3·10⁻³")
     assert gc.dp_p_numbers(res, {"rows": []})["gpu_dk"] == "—"

@@ -239,8 +239,11 @@ KNOWN_OUTSIDE = {
                             "at large logits the row maximum's P̄ was not exactly 1; the kernel now subtracts the "
                             "maximum before the scale, as PyTorch's flash attention does"),
     "user kernel, fix β = 2": ("high", "as the user kernel"),
-    "FA2 placement, δ = rowsum(dP∘P)": ("high", "δ summed from T products dP·P in FP32 is less accurate than "
-                                                "rowsum(dO∘O) where the logits are large"),
+    "FA2 placement, δ = rowsum(dP∘P)": ("high", "the backward's probabilities exp(S − LSE) sum to 1 only within "
+                                                "half LSE's FP32 spacing, wide at large logits; δ from the saved O is "
+                                                "normalised by the forward's row sum, rowsum(dP∘P) is not, and on "
+                                                "tied rows with one-signed V and dO its error, (ΣP − 1)·δ, far "
+                                                "exceeds dP − δ"),
     "the authors' code, 512-key tiles, their fix": ("any", "their code floors each key tile's row sum, ours does not, "
                                                            "and the fix's shift takes row sums below that floor"),
 }
@@ -404,12 +407,23 @@ def _recorded(data: dict, variant: str, inp: str) -> dict | None:
     return next((r for r in data["rows"] if r["variant"] == variant and r["input"] == inp), None)
 
 
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
 def _power_of_ten(x: float) -> str:
     """10⁻¹⁰ for 1e-10 (`x` an integer power of ten), else x in %g."""
     e = round(math.log10(x)) if x > 0 else None
     if e is None or 10.0 ** e != x:
         return f"{x:g}"
-    return "10" + str(e).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
+    return "10" + str(e).translate(_SUPERSCRIPT)
+
+
+def _sci(x: float, figures: int = 3) -> str:
+    """`x` to `figures` significant figures, as 2.14·10⁵ outside [10⁻², 10³)."""
+    if x == 0 or not math.isfinite(x) or 1e-2 <= abs(x) < 1e3:
+        return f"{x:.{figures}g}"
+    mant, e = f"{x:.{figures - 1}e}".split("e")
+    return f"{mant}·10" + str(int(e)).translate(_SUPERSCRIPT)
 
 
 def floor_numbers(res: dict, data: dict, ties: dict | None = None) -> dict:
@@ -489,8 +503,8 @@ def dp_p_numbers(res: dict, data: dict) -> dict:
     input, seed, sum_p, delta, spread, dk_dpp, dk_norm_dpp, dk_saved, dk_rel, dk_grid, gpu_dk, gpu_sdpa_dk."""
     r = _recorded(data, DP_P, res["input"])
     e = res["err"]
-    return dict(input=res["input"], seed=str(res["seed"]), sum_p=f"{res['sum_p']:.1e}", delta=f"{res['delta']:.0f}",
-                spread=f"{res['spread']:.1f}", dk_dpp=f"{e['dp_p']['dk_max']:.3g}",
-                dk_norm_dpp=f"{e['dp_p_normalised']['dk_max']:.3g}", dk_saved=f"{e['saved_o']['dk_max']:.3g}",
-                dk_rel=f"{100 * e['dp_p']['dk_rel']:.1f} %", dk_grid=f"{res['dk_grid']:.3g}",
-                gpu_dk=f"{r['err']['dk_max']:.3g}" if r else "—", gpu_sdpa_dk=f"{r['sdpa']['dk_max']:.3g}" if r else "—")
+    return dict(input=res["input"], seed=str(res["seed"]), sum_p=_sci(res["sum_p"], 2), delta=f"{res['delta']:.0f}",
+                spread=f"{res['spread']:.1f}", dk_dpp=_sci(e["dp_p"]["dk_max"]),
+                dk_norm_dpp=_sci(e["dp_p_normalised"]["dk_max"]), dk_saved=_sci(e["saved_o"]["dk_max"]),
+                dk_rel=f"{100 * e['dp_p']['dk_rel']:.1f} %", dk_grid=_sci(res["dk_grid"]),
+                gpu_dk=_sci(r["err"]["dk_max"]) if r else "—", gpu_sdpa_dk=_sci(r["sdpa"]["dk_max"]) if r else "—")
