@@ -5,30 +5,22 @@ over a row, because LSE is FP32 on a grid 2⁻⁷ wide near 10⁵; rowsum(dP∘P
 Divide δ by the backward's own ΣP and the excess is gone: not BF16 rounding of P or dP, not the row sum's FP32
 accumulation, not the causal mask (those would survive the division), and not the reference (FP64 dK is large here,
 unlike dQ on tied rows)."""
-import json
-from pathlib import Path
-
 import pytest
 
-from lib.book import registry
+from lib.book import registry, results
 from lib.studies.kernel import gradient_checks as gc
 
-ROOT = Path(__file__).resolve().parents[1]
+FULL = registry.resolve("gradient_checks", "full")      # the recorded run's shape and seed
 
 
 @pytest.fixture(scope="module")
-def cfg():
-    return registry.resolve("gradient_checks", "full")
-
-
-@pytest.fixture(scope="module")
-def res(cfg):
-    return gc.dp_p_normalisation(cfg)          # tied rows, the largest logit (10⁵)
+def res():
+    return gc.dp_p_normalisation(FULL)          # tied rows, the largest logit (10⁵)
 
 
 @pytest.fixture(scope="module")
 def data():
-    return json.loads((ROOT / "results" / "full" / "gradient_checks.json").read_text())["data"]
+    return results.load("gradient_checks", "full").data
 
 
 def test_dividing_by_the_row_sum_of_p_removes_the_excess(res):
@@ -40,10 +32,10 @@ def test_dividing_by_the_row_sum_of_p_removes_the_excess(res):
         assert e["dp_p"][f"{t}_max"] == e["dp_p_normalised"][f"{t}_max"] == e["saved_o"][f"{t}_max"]
 
 
-def test_the_row_sums_miss_one_by_the_rounding_of_lse(res, cfg):
+def test_the_row_sums_miss_one_by_the_rounding_of_lse(res):
     assert 2 ** -9 < res["sum_p"] < 2 ** -6                 # ΣP − 1 near 10⁵: LSE's half spacing is 2⁻⁸ or 2⁻⁷
     assert 0.5 < res["lse_grid"] <= 1.001                   # |ln ΣP| within half LSE's FP32 spacing, and filling it
-    low = gc.dp_p_normalisation(dict(cfg, H=1), logit=min(cfg["logits"]))
+    low = gc.dp_p_normalisation(dict(FULL, H=1), logit=min(FULL["logits"]))
     assert low["sum_p"] < 1e-4                              # at logits 10² the grid is 2⁻¹⁷ ...
     assert low["err"]["dp_p"]["dk_max"] < 2 * low["err"]["dp_p_normalised"]["dk_max"]    # ... and δ's term vanishes
 
