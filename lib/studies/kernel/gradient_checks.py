@@ -239,8 +239,11 @@ KNOWN_OUTSIDE = {
                             "at large logits the row maximum's P̄ was not exactly 1; the kernel now subtracts the "
                             "maximum before the scale, as PyTorch's flash attention does"),
     "user kernel, fix β = 2": ("high", "as the user kernel"),
-    "FA2 placement, δ = rowsum(dP∘P)": ("high", "δ summed from T products dP·P in FP32 is less accurate than "
-                                                "rowsum(dO∘O) where the logits are large"),
+    "FA2 placement, δ = rowsum(dP∘P)": ("high", "the backward's probabilities exp(S − LSE) sum to 1 only within "
+                                                "half LSE's FP32 spacing, wide at large logits; δ from the saved O is "
+                                                "normalised by the forward's row sum, rowsum(dP∘P) is not, and on "
+                                                "tied rows with one-signed V and dO its error, (ΣP − 1)·δ, far "
+                                                "exceeds dP − δ"),
     "the authors' code, 512-key tiles, their fix": ("any", "their code floors each key tile's row sum, ours does not, "
                                                            "and the fix's shift takes row sums below that floor"),
 }
@@ -399,12 +402,28 @@ def reference_norms(cfg: dict, kind: str, logit: float) -> dict:
     return {t: float(x.norm()) for t, x in reference(q, k, v, do).items()}
 
 
+def _recorded(data: dict, variant: str, inp: str) -> dict | None:
+    """The row of a recorded run for (`variant`, `inp`), or None."""
+    return next((r for r in data["rows"] if r["variant"] == variant and r["input"] == inp), None)
+
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
 def _power_of_ten(x: float) -> str:
     """10⁻¹⁰ for 1e-10 (`x` an integer power of ten), else x in %g."""
     e = round(math.log10(x)) if x > 0 else None
     if e is None or 10.0 ** e != x:
         return f"{x:g}"
-    return "10" + str(e).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
+    return "10" + str(e).translate(_SUPERSCRIPT)
+
+
+def _sci(x: float, figures: int = 3) -> str:
+    """`x` to `figures` significant figures, as 2.14·10⁵ outside [10⁻², 10³)."""
+    if x == 0 or not math.isfinite(x) or 1e-2 <= abs(x) < 1e3:
+        return f"{x:.{figures}g}"
+    mant, e = f"{x:.{figures - 1}e}".split("e")
+    return f"{mant}·10" + str(int(e)).translate(_SUPERSCRIPT)
 
 
 def floor_numbers(res: dict, data: dict, ties: dict | None = None) -> dict:
@@ -413,7 +432,7 @@ def floor_numbers(res: dict, data: dict, ties: dict | None = None) -> dict:
     `reference_norms` on tied rows (optional). Keys: floor, level, input, seed, shifted, past, excess, tie_agree,
     o_fix, o_no_floor, o_ours, gpu_fix, gpu_ours (and ties_dq, ties_dk)."""
     def rec(variant):
-        r = next((r for r in data["rows"] if r["variant"] == variant and r["input"] == res["input"]), None)
+        r = _recorded(data, variant, res["input"])
         return f"{r['err']['o_rel']:.3g}" if r else "—"
     pct = lambda x: f"{100 * x:.1f} %"                                     # noqa: E731
     e = res["err"]
@@ -425,3 +444,67 @@ def floor_numbers(res: dict, data: dict, ties: dict | None = None) -> dict:
     if ties is not None:
         out.update(ties_dq=f"{ties['dq']:.1e}", ties_dk=f"{ties['dk']:.1e}")
     return out
+
+
+# Why δ = rowsum(dP∘P) falls outside FA2's rule on tied rows at logits 10⁵. The backward's P = exp(S − LSE) sums over a
+# row to e^(LSE₃₂(exact) − LSE), not 1: LSE is FP32, on a grid 2⁻⁷ wide near 10⁵, so ΣP − 1 reaches ≈ 2⁻⁸. δ from the
+# saved O is normalised by the forward's row sum and that factor only scales dS; rowsum(dP∘P) is ΣP·δ̂ (δ̂ the mean of
+# dP under P), which adds −(ΣP − 1)·δ̂·P to dS. On one-signed V and dO, δ̂ ≈ 2D is many times |dP − δ̂|, and dK =
+# scale·dSᵀQ carries the term with Q scaled to the logit. The FP32 row sum itself is accurate: δ/ΣP is δ₆₄ to 10⁻⁷.
+DP_P = "FA2 placement, δ = rowsum(dP∘P)"
+
+
+def dp_p_normalisation(cfg: dict, kind: str = "ties", logit: float | None = None) -> dict:
+    """δ = rowsum(dP∘P) as the kernel sums it, the same divided by the backward's own row sum ΣP, and δ from the saved
+    O, on the planted input (`kind`, `logit`: default the largest of `cfg["logits"]`) of `cfg`'s shape and seed, on
+    the CPU: the numpy oracle in FA2 placement, which the emulated path matches bit for bit. Returns {"input", "seed",
+    "err": {"saved_o", "dp_p", "dp_p_normalised"} (`errors`), "dk_norm" (‖dK₆₄‖_F), "sum_p" (largest |ΣP − 1| over
+    rows), "lse_grid" (largest |ln ΣP| in half spacings of the FP32 LSE: ≤ 1 when LSE's rounding is all of it),
+    "delta" (mean δ₆₄), "spread" (mean over rows of Σⱼ Pⱼ|dPⱼ − δ| in FP64), "dk_grid" (half the BF16 spacing at
+    the largest |dK₆₄|: the least largest error of a dK returned in BF16, as the GPU's are)}."""
+    from lib.fp.bf16 import ulp
+    from lib.fp.numerics import get_profile
+    from lib.fp.reference import emulate_backward, emulate_delta, emulate_forward
+
+    logit = float(max(cfg["logits"])) if logit is None else float(logit)
+    q, k, v, do = planted(kind, logit, cfg["B"], cfg["H"], cfg["N"], cfg["d"], cfg["seed"])
+    ref = reference(q, k, v, do)
+    nm = get_profile(dict(next(o for n, _, o, _ in VARIANTS if n == DP_P))["numerics"])
+    dpp = nm.replace(delta_source="dp_p")
+    fwd = emulate_forward(q, k, v, nm)
+    unit = torch.zeros_like(v, dtype=torch.float32)
+    unit[..., 0] = 1.0                                   # dO = V = e₁: dP = 1, so "δ" is the backward's ΣP
+    sum_p = emulate_delta(None, unit, dpp, q=q, k=k, v=unit, lse=fwd.lse)
+    outs = {"saved_o": emulate_backward(q, k, v, fwd.o, fwd.lse, do, nm),
+            "dp_p": emulate_backward(q, k, v, fwd.o, fwd.lse, do, dpp)}
+    outs["dp_p_normalised"] = emulate_backward(q, k, v, fwd.o, fwd.lse, do, dpp,
+                                               delta=(outs["dp_p"]["delta"] / sum_p).astype(np.float32))
+    err = {n: errors(dict({t: torch.from_numpy(np.asarray(b[t])) for t in ("dq", "dk", "dv")},
+                          o=torch.from_numpy(np.asarray(fwd.o))), ref) for n, b in outs.items()}
+    # δ₆₄ and the spread of dP around it, under the FP64 P
+    q64, k64, v64, do64 = (t.double() for t in (q, k, v, do))
+    s = (q64 @ k64.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    s = s.masked_fill(~torch.ones(s.shape[-1], s.shape[-1], dtype=torch.bool).tril(), float("-inf"))
+    p = torch.softmax(s, dim=-1)
+    dp = do64 @ v64.transpose(-1, -2)
+    delta = (p * dp).sum(-1, keepdim=True)
+    lse = np.abs(fwd.lse.astype(np.float64))
+    return dict(input=f"{kind}, logits {logit:g}", seed=cfg["seed"], err=err, dk_norm=float(ref["dk"].norm()),
+                dk_grid=float(ulp(float(ref["dk"].abs().max()))) / 2,
+                sum_p=float(np.abs(sum_p.astype(np.float64) - 1).max()),
+                lse_grid=float((np.abs(np.log(sum_p.astype(np.float64))) / (0.5 * np.spacing(lse.astype(np.float32))
+                                                                             )).max()),
+                delta=float(delta.mean()), spread=float((p * (dp - delta).abs()).sum(-1).mean()))
+
+
+def dp_p_numbers(res: dict, data: dict) -> dict:
+    """The words and numbers of δ = rowsum(dP∘P)'s explanation: `res` from `dp_p_normalisation`, `data` a recorded
+    run (the GPU's largest dK errors of the variant and of flash SDPA on the same input, "—" if it has none). Keys:
+    input, seed, sum_p, delta, spread, dk_dpp, dk_norm_dpp, dk_saved, dk_rel, dk_grid, gpu_dk, gpu_sdpa_dk."""
+    r = _recorded(data, DP_P, res["input"])
+    e = res["err"]
+    return dict(input=res["input"], seed=str(res["seed"]), sum_p=_sci(res["sum_p"], 2), delta=f"{res['delta']:.0f}",
+                spread=f"{res['spread']:.1f}", dk_dpp=_sci(e["dp_p"]["dk_max"]),
+                dk_norm_dpp=_sci(e["dp_p_normalised"]["dk_max"]), dk_saved=_sci(e["saved_o"]["dk_max"]),
+                dk_rel=f"{100 * e['dp_p']['dk_rel']:.1f} %", dk_grid=_sci(res["dk_grid"]),
+                gpu_dk=_sci(r["err"]["dk_max"]) if r else "—", gpu_sdpa_dk=_sci(r["sdpa"]["dk_max"]) if r else "—")
