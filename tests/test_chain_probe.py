@@ -63,3 +63,14 @@ def test_records_hold_counts_and_delta_sums():
     assert arr["step"].tolist() == [0] and arr["n_rows"][0, 0, 0] == 2 * 24
     assert (arr["dd_pos"] <= arr["n_rows"]).all() and np.isfinite(arr["push_sgd"]).all()
     assert np.isnan(arr["dg_cos_prev"]).all()          # no earlier event
+
+
+def test_split_numerics_names_the_placement_of_each_arm():
+    from lib.fp.numerics import FA2, FP32, PAPER
+    cfg = lambda a: LMConfig(**CFG, attn=a).layer_specs()[0]        # noqa: E731
+    assert cp.split_numerics(cfg("fp32_flash")) == FP32
+    assert cp.split_numerics(cfg("sdpa")) == FA2
+    assert cp.split_numerics(cfg("fa2")) == FA2
+    assert cp.split_numerics(cfg("paper/round_block=64")) == PAPER.replace(round_block=64)
+    for other in ("paper+fix", "paper/rounding=sr", "paper/mantissa_bits=6", "inject/r=0", "authors"):
+        assert cp.split_numerics(cfg(other)) is None, other

@@ -116,3 +116,43 @@ def test_explosion_verdict_counts_failures_that_never_recover():
     assert reading.explosion_verdict(reading.merge_seeds([s0b, s1]))["status"] == "reproduced"
     s0c = _Res([run(0, "fp32", 500), run(0, "paper", 1000)], 0, RULES)
     assert reading.explosion_verdict(reading.merge_seeds([s0c, s1]))["status"] == "partly"
+
+
+def _split_arrays(lab, n_conj, tie, ell, agree=None, nz=None) -> dict:
+    n_conj = np.asarray(n_conj, dtype=np.float64)
+    pre = f"{lab}__probe__"
+    out = {pre + "n_conj": n_conj, pre + "err_tie_sum": np.asarray(tie, dtype=np.float64),
+           pre + "err_ell_sum": np.asarray(ell, dtype=np.float64)}
+    for part in ("tie", "ell"):
+        out[pre + f"err_{part}_agree"] = np.asarray(agree if agree is not None else n_conj / 2)
+        out[pre + f"err_{part}_nz"] = np.asarray(nz if nz is not None else n_conj)
+    return out
+
+
+def test_probe_split_pools_an_arms_seeds_on_planted_records():
+    """Two seeds of one arm (events × 1 layer × 2 heads), sums by hand: 60 pairs, tie part 10 ULP, ℓ part 1 ULP;
+    entries with pairs: 5, tie sums along V in 4 (3, 4, 2, 2; against: −1), ℓ sums along V in 2, against in 1, two
+    zero (dropped)."""
+    from types import SimpleNamespace
+    arrays = _split_arrays("paper:s0", [[[10, 0]], [[20, 10]]], [[[3, 0]], [[4, -1]]], [[[1, 0]], [[-0.5, 0.5]]],
+                           agree=[[[6, 0]], [[12, 4]]], nz=[[[8, 0]], [[20, 10]]])
+    arrays |= _split_arrays("paper:s1", [[[10, 10]]], [[[2, 2]]], [[[0, 0]]], agree=[[[5, 5]]], nz=[[[10, 10]]])
+    arrays |= _split_arrays("fp32:s0", [[[10, 10]]], [[[np.nan, np.nan]]], [[[np.nan, np.nan]]])  # not modelled
+    sp = reading.probe_split(arrays, ["paper:s0", "paper:s1"])
+    assert sp["n"] == 60 and sp["n_entries"] == 5
+    assert sp["tie_mean"] == pytest.approx(10 / 60) and sp["ell_mean"] == pytest.approx(1 / 60)
+    assert (sp["tie_along"], sp["tie_against"], sp["ell_along"], sp["ell_against"]) == (4, 1, 2, 1)
+    assert sp["tie_p"] == pytest.approx(12 / 32) and sp["ell_p"] == pytest.approx(1.0)   # exact binomial, two-sided
+    assert sp["tie_pair_share"] == pytest.approx(32 / 58)
+    assert sp["total_mean"] == pytest.approx(11 / 60) and sp["tie_share"] == pytest.approx(10 / 11)
+    assert reading.probe_split(arrays, "paper:s1")["tie_mean"] == pytest.approx(0.2)
+    assert reading.probe_split(arrays, "fp32:s0") is None                    # NaN throughout
+    assert reading.probe_split(arrays, "sdpa:s0") is None                    # never recorded
+    runs = [dict(label=lab) for lab in ("paper:s0", "paper:s1", "fp32:s0", "sdpa:s0")]
+    by_arm = reading.arms_split(SimpleNamespace(data=dict(runs=runs), arrays=arrays))
+    assert set(by_arm) == {"paper"} and by_arm["paper"] == sp
+    assert reading.arms_split(SimpleNamespace(data=dict(runs=runs[2:]), arrays=arrays)) is None
+
+
+def test_probe_split_is_none_on_a_result_without_it(toy):
+    assert reading.arms_split(toy) is None

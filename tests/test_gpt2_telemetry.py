@@ -7,6 +7,7 @@ import torch
 from lib.book import registry
 from lib.studies.gpt2 import arms
 from lib.studies.gpt2.telemetry import SideProbe, telemetry_cost
+from lib.training.chain_probe import SPLIT_KEYS
 from lib.training.lm import LM
 from lib.training.loop import RunConfig, get_batch, load_data
 
@@ -90,3 +91,81 @@ def test_run_records_the_telemetry(toy):
     assert set(tel) == {"fp32:s0", "paper:s0"}
     assert res["arrays"]["paper:s0__probe__layers"].shape == (3, 1)
     assert res["arrays"]["paper:s0__probe__dg_norm"].shape == (3, 1, 2)
+
+
+def _same(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def test_split_flag_adds_its_keys_and_changes_nothing_else(toy):
+    """The probe with `split` off records what it recorded before (no split key); on, the same training, the same
+    records bit for bit, and the split's keys besides, whose two parts add up to the recorded total."""
+    cfg, rcs = toy
+    rc = rcs[0]                                                    # FP32 attention: fast on the CPU
+    off = arms.train_arm(rc, cfg["probe"], progress_every=1)
+    on = arms.train_arm(rc, dict(cfg["probe"], split=True), progress_every=1)
+    assert "split" not in cfg["probe"] and not any(k in r for r in off["probe"] for k in SPLIT_KEYS)
+    assert _same(off["loss"], on["loss"]) and _same(off["grad_norm"], on["grad_norm"])
+    H = rc.model.n_head
+    for a, b in zip(off["probe"], on["probe"]):
+        assert set(b) == set(a) | set(SPLIT_KEYS)
+        assert all(_same(a[k], b[k]) for k in a)
+        assert all(b[k].shape == (1, H) and np.isfinite(b[k]).all() for k in SPLIT_KEYS)
+        np.testing.assert_allclose(b["err_tie_sum"] + b["err_ell_sum"], b["err_v_sum"], rtol=1e-9, atol=1e-9)
+        assert (b["err_tie_nz"] <= b["n_conj"]).all() and (b["err_ell_agree"] <= b["err_ell_nz"]).all()
+
+
+def _tied_rows(B: int, H: int, T: int, D: int, seed: int = 0):
+    """q, k, v (B, H, T, D) whose every row from the third on ties keys 0 and 1 at S = 4 (exact in BF16, scale
+    D^−½ = ¼ for D = 16), every other key at S − max = −14: r/n_max = (t − 1)·e⁻¹⁴/2, inside the sticky-bit
+    window for t ≥ 2. V: BF16, |V| uniform in [½, 2), of one sign per (window, head, feature) over all keys — so
+    each tied pair's remainder is along sign(V), where chapter 1's tie bias is positive."""
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.zeros(B, H, T, D), torch.zeros(B, H, T, D)
+    q[..., 0] = 4.0
+    k[..., :2, 0], k[..., 2:, 0] = 4.0, -10.0
+    sign = torch.where(torch.rand(B, H, 1, D, generator=g) < 0.5, -1.0, 1.0)
+    v = (sign * (0.5 + 1.5 * torch.rand(B, H, T, D, generator=g))).to(torch.bfloat16).float()
+    return q, k, v
+
+
+def test_split_on_planted_tied_rows_in_a_paper_layer(toy):
+    """A ci-size model's paper-placement layer (the ci arm's spec) with planted tied rows captured: the probe's tie
+    part (O − O_∘, the rounding of P̄V) leans along sign(V) by a fifth of a ULP, as chapter 1's theory puts it
+    for two ties with a remainder along V (≈ ¼ ULP of the sum where the sum rounds); the ℓ part (O_∘ − O_ref) is
+    what BF16 ℓ = n_max, dropping r, does — r/n_max ≤ 2⁻¹⁵ of O here, under 0.01 ULP."""
+    from lib.training.chain_probe import _attention_fp64, default_classes
+    from lib.training.inject import ulp_bf16
+    from lib.training.lm import ours_op_attend
+    cfg, rcs = toy
+    rc = rcs[1]
+    assert rc.model.attn.startswith("paper")
+    model = LM(rc.model)
+    attn = model.attn_layers[0]
+    H, D = rc.model.n_head, rc.model.n_embd // rc.model.n_head
+    q, k, v = _tied_rows(8, H, 64, D)
+    o = ours_op_attend(attn.spec, q, k, v)              # the layer's own kernel
+    attn.captured = dict(q=q, k=k, v=v, o=o)
+    probe = SideProbe(rc, np.zeros(10_000, dtype=np.uint16), every=1, rows=8, top=1, split=True)
+    got = probe.measure_split(attn)
+    cls = default_classes(q, k, v)
+    conj = cls["window"].unsqueeze(-1) & cls["one_signed"]
+    n = int(conj.sum())
+    assert n == 8 * H * 62 * D                          # every feature of every row from the third
+    _, o_ref = _attention_fp64(q, k, v, D ** -0.5)
+    total = torch.where(conj, (o.double() - o_ref) * torch.sign(o_ref) / ulp_bf16(o_ref.float()).double(), 0.0)
+    np.testing.assert_allclose(got["err_tie_sum"] + got["err_ell_sum"], total.sum((0, 2, 3)).numpy(), rtol=1e-9)
+    tie, ell = got["err_tie_sum"].sum() / n, got["err_ell_sum"].sum() / n
+    assert 0.1 < tie < 0.3
+    assert 0.0 < ell < 0.01                             # along V (|O| grows by r/n_max) but two orders smaller
+    # every head's sum leans along V; pair by pair it is about as often against V (a sum that needs no rounding
+    # drops its tiny remainder), which is why the reading tests the signs of sums, not of pairs
+    assert (got["err_tie_sum"] > 0).all() and (got["err_ell_agree"] == got["err_ell_nz"]).all()
+    assert 0.3 < got["err_tie_agree"].sum() / got["err_tie_nz"].sum() < 0.7
+    # the same rows through the FA2 placement's numerics (FP32 S, one final rounding): no P̄V rounding to bias
+    from lib.fp.numerics import FA2
+    from lib.training.chain_probe import o_error_split
+    o2 = ours_op_attend(type(attn.spec).parse("fa2"), q, k, v)
+    fa2 = o_error_split(q, k, v, o2, FA2, default_classes)
+    assert abs(fa2["err_tie_sum"].sum() / n) < 0.05

@@ -166,6 +166,75 @@ class ChainProbe:
         return out
 
 
+SPLIT_KEYS = ("err_tie_sum", "err_tie_agree", "err_tie_nz", "err_ell_sum", "err_ell_agree", "err_ell_nz")
+
+
+def split_numerics(spec):
+    """The `Numerics` whose P̄ and ℓ model a layer's attention for `o_error_split`, or None where none does: our
+    kernel without a fix (its own numerics, BF16 round to nearest even), PyTorch's flash SDPA (production
+    FlashAttention-2: `fa2`), FP32 attention on PyTorch's memory-efficient kernel (`fp32`). Anything else (a fix,
+    a per-head override, the authors' code, an injection): None."""
+    from lib.fp.numerics import FA2, FP32, get_profile
+    backend = getattr(spec, "backend", None)
+    if backend == "fp32_flash":
+        return FP32
+    if getattr(spec, "heads", None) is not None or getattr(spec, "fix", None) is not None:
+        return None
+    if backend == "sdpa":
+        return FA2
+    if backend == "ours":
+        nm = get_profile(spec.numerics)
+        return nm if nm.mantissa_bits == 7 and nm.rounding == "rne" else None
+    return None
+
+
+@torch.no_grad()
+def o_error_split(q, k, v, o, numerics, classes, scale=None) -> dict:
+    """O's error along sign(V) on the conjunction, split into the rounding of P̄V and the rest (P̄ and ℓ).
+
+    q, k, v: (B, H, T, D) as the attention saw them; o: (B, H, T, D) the attention's output; `numerics`: the
+    placement that models its P̄ and ℓ (`split_numerics`); `classes(q, k, v)`: the census's row classes (as
+    `ChainProbe`). With O_ref the FP64 attention of q, k, v (causal; scale D^−½ by default) and, from the
+    placement's scores S (`lib.census.placement_scores`: BF16 S where the numerics round it), its rounding blocks,
+    its P̄ (rounded where it rounds P̄, as the P̄V operand), its α rescales and its row sum ℓ (rounded where it
+    rounds ℓ, as the division sees it) — `lib.census.forward_rows` with every rounding of the numerator off —
+
+        O_∘ = (Σ_j α_j P̄_j V_j) / ℓ      (B, H, T, D): the same P̄ and ℓ, P̄V never rounded,
+
+    O's error E = O − O_ref (what `ChainProbe` records as err_v_*) is the sum of
+
+    * the tie part E_tie = O − O_∘: the roundings of P̄V (per rounding block, the accumulator, the numerator before
+      the division) and of O itself — chapter 1's tie bias where several P̄ are 1 and V is one-signed over them;
+    * the ℓ part E_ℓ = O_∘ − O_ref: what the placement's P̄ (from its S) and ℓ do to the whole row.
+
+    The numerator of O_∘ is summed in FP32 (≈ 10⁻⁴ ULP of O off the FP64 value). Both parts are taken along
+    sign(O_ref) in ULP of O (BF16 spacing at O_ref), as err_v_*, over the conjunction pairs (window rows × features
+    whose V is one-signed over the tied keys). Returns per head (H,) float64: "err_tie_sum", "err_ell_sum" (ULP of O;
+    err_tie_sum + err_ell_sum = err_v_sum up to FP64 rounding), "err_tie_agree", "err_ell_agree" (pairs > 0, i.e.
+    along sign(V)) and "err_tie_nz", "err_ell_nz" (pairs ≠ 0)."""
+    from lib.census import forward_rows, placement_scores
+    B, H, T, D = q.shape
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    nm = numerics
+    _, o_ref = _attention_fp64(q, k, v, scale)
+    s = placement_scores(q.float(), k.float(), "authors" if nm.round_s else "fa2", scale, True)
+    o_free, ell_free = forward_rows(s, v.float(), nm.replace(round_pv=False, round_acc=False,
+                                                             normalize_then_round=True, round_o=False),
+                                    return_l=True)
+    del s
+    ell = ell_free if nm.normalize_then_round else ell_free.to(torch.bfloat16).float()   # ℓ as the division sees it
+    o_free = o_free.double() * (ell_free.double() / ell.double()).unsqueeze(-1)
+    cls = classes(q, k, v)
+    conj = cls["window"].unsqueeze(-1) & cls["one_signed"]
+    along = torch.sign(o_ref) / ulp_bf16(o_ref.float()).double().clamp_min(1e-300)
+    out = {}
+    for tag, part in (("tie", o.double() - o_free), ("ell", o_free - o_ref)):
+        e = part * along
+        for key, t in (("sum", e), ("agree", (e > 0).double()), ("nz", (e != 0).double())):
+            out[f"err_{tag}_{key}"] = torch.where(conj, t, torch.zeros_like(t)).sum(dim=(0, 2, 3)).cpu().numpy()
+    return out
+
+
 def records_arrays(records: list[dict]) -> dict:
     """`ChainProbe.records` -> {"step": (E,), key: (E, L, H)}."""
     out = {"step": np.asarray([r["step"] for r in records], dtype=np.int64)}

@@ -88,7 +88,7 @@ def _start(rc: RunConfig, gpu: int, workdir: Path, probe: dict | None = None) ->
 
 
 def train_arm(rc: RunConfig, probe: dict | None = None, progress_every: int = 50) -> dict:
-    """`train_lm` with the progress clock and, when `probe` ({every, rows, top}) is given, the side chain probe
+    """`train_lm` with the progress clock and, when `probe` ({every, rows, top[, split]}) is given, the side chain probe
     (`lib.studies.gpt2.telemetry`); the result gains "step_times" and, with the probe, "probe" and "probe_s"."""
     from lib.studies.gpt2.telemetry import Clock, Hooks, SideProbe
     from lib.training.loop import load_data
@@ -173,11 +173,12 @@ def run(scale: str, cfg: dict) -> dict:
     if cfg.get("probe"):
         # The side probe's records (its layers change from event to event) and what the telemetry cost.
         from lib.studies.gpt2.telemetry import probe_arrays
+        from lib.training.chain_probe import SPLIT_KEYS
         data["telemetry"] = {rc.label: dict(step_times=r.get("step_times", []), probe_s=r.get("probe_s", []))
                              for rc, r in zip(cfgs, results)}
         for rc, r in zip(cfgs, results):
             for k, v in probe_arrays(r.get("probe") or []).items():
-                if k in ("layers", "conj_all"):
+                if k in ("layers", "conj_all") + SPLIT_KEYS:
                     arrays[f"{rc.label}__probe__{k}"] = v
     return dict(data=data, arrays=arrays, seeds=list(cfg["seeds"]))
 

@@ -136,17 +136,26 @@ def cfg_of(res) -> dict:
     return res.meta.get("provenance", {}).get("cfg") or res.meta["config"]
 
 
+def recipe(cfg: dict) -> dict:
+    """What must agree for GPT-2 results to be one comparison: the configuration without its arms, seeds and
+    working directory, and without the probe's `split` (it adds measurements beside the step, changing none)."""
+    out = {k: v for k, v in cfg.items() if k not in ("arms", "seeds", "workdir", "_entry")}
+    if isinstance(out.get("probe"), dict):
+        out["probe"] = {k: v for k, v in out["probe"].items() if k != "split"}
+    return out
+
+
 def merge_seeds(results) -> "SimpleNamespace":
     """Several results of the GPT-2 comparison (one per seed, or a seed's two entries of two arms each) read as one:
     `data["runs"]` and `data["telemetry"]` joined, `arrays` joined (labels "<arm>:s<seed>" are unique across them),
     `cfg` the first's configuration with every arm and seed, `meta` the list of their metas (the provenance stamp
-    lists each). Refuses two runs with one label, and results whose recipe or rules differ."""
+    lists each). Refuses two runs with one label, and results whose recipe or rules differ (`recipe`)."""
     from types import SimpleNamespace
     runs, arrays, tel, arms, seeds = [], {}, {}, [], []
-    base = {k: v for k, v in cfg_of(results[0]).items() if k not in ("arms", "seeds", "workdir")}
+    base = recipe(cfg_of(results[0]))
     for r in results:
         cfg = cfg_of(r)
-        if {k: v for k, v in cfg.items() if k not in ("arms", "seeds", "workdir")} != base:
+        if recipe(cfg) != base:
             raise ValueError("results with different recipes or rules are not one comparison")
         labels = {run["label"] for run in runs}
         for run in r.data["runs"]:
@@ -337,6 +346,56 @@ def probe_signs(arrays: dict, label: str) -> dict:
     return dict(dd_share=pos / nz if nz else float("nan"), dd_n=int(nz), dd_p=p2(pos, nz),
                 push_share=float((push > 0).mean()) if push.size else float("nan"), push_n=int(push.size),
                 push_p=p2(float((push > 0).sum()), push.size), n_events=int(len(arrays[pre + "step"])))
+
+
+def probe_split(arrays: dict, labels) -> dict | None:
+    """The side probe's split of O's error along sign(V) on the conjunction (`lib.training.chain_probe.o_error_split`),
+    pooled over every event, probed layer and head of the runs `labels` (one label or several: an arm's seeds); None
+    when none of them recorded it (a run without the probe's `split`) or it is NaN throughout (no placement models
+    the arm's attention).
+
+    Returns "n" (conjunction pairs), "n_entries" ((event, layer, head) entries with pairs) and per part ("tie": the
+    rounding of P̄V; "ell": the placement's P̄ and ℓ): its mean along sign(V) in ULP of O ("<part>_mean"); the
+    entries whose sum lies along sign(V) and against it ("<part>_along", "<part>_against") and the exact two-sided
+    sign test of those counts ("<part>_p"; `lib.stats.sign_test`) — entries, not pairs: pair by pair the tie part
+    is about as often against V as along it (a tied sum that needs no rounding drops its tiny remainder), its bias
+    is in the sizes; and the share of pairs ≠ 0 along sign(V) ("<part>_pair_share"). Then the total mean
+    ("total_mean" = tie_mean + ell_mean) and the tie part's share of it ("tie_share" = tie_mean / total_mean: beyond
+    [0, 1] when the parts have opposite signs; NaN when the total is 0)."""
+    from lib.stats import sign_test
+    labels = [labels] if isinstance(labels, str) else list(labels)
+    # (prefix, the (event, layer, head) entries the split was measured on) of every run that recorded it
+    got = [(pre, np.isfinite(np.asarray(arrays[pre + "err_tie_sum"], dtype=np.float64)))
+           for pre in (f"{lab}__probe__" for lab in labels) if pre + "err_tie_sum" in arrays]
+    if not any(ok.any() for _, ok in got):
+        return None
+    cat = {key: np.concatenate([np.asarray(arrays[pre + key], dtype=np.float64)[ok] for pre, ok in got])
+           for key in ("n_conj", "err_tie_sum", "err_tie_agree", "err_tie_nz", "err_ell_sum", "err_ell_agree",
+                       "err_ell_nz")}
+    n = float(cat["n_conj"].sum())
+    out = {"n": int(n), "n_entries": int((cat["n_conj"] > 0).sum())}
+    for part in ("tie", "ell"):
+        sums, nz = cat[f"err_{part}_sum"], float(cat[f"err_{part}_nz"].sum())
+        st = sign_test(sums[cat["n_conj"] > 0])
+        out[f"{part}_mean"] = float(sums.sum()) / n if n else float("nan")
+        out[f"{part}_along"], out[f"{part}_against"] = st["n_pos"], st["n_neg"]
+        out[f"{part}_p"] = st["p_two"] if st["n"] else float("nan")
+        out[f"{part}_pair_share"] = float(cat[f"err_{part}_agree"].sum()) / nz if nz else float("nan")
+    out["total_mean"] = out["tie_mean"] + out["ell_mean"]
+    out["tie_share"] = out["tie_mean"] / out["total_mean"] if out["total_mean"] else float("nan")
+    return out
+
+
+def arms_split(res) -> dict | None:
+    """`probe_split` per arm of a (merged) GPT-2 comparison, pooled over the arm's seeds: {arm: dict}, arms without
+    the split left out; None when no arm has it."""
+    by_arm = {}
+    for r in res.data["runs"]:
+        if "error" not in r:
+            by_arm.setdefault(r["label"].split(":s")[0], []).append(r["label"])
+    out = {arm: probe_split(res.arrays, labs) for arm, labs in by_arm.items()}
+    out = {arm: v for arm, v in out.items() if v is not None}
+    return out or None
 
 
 def arms_numbers(res) -> dict:

@@ -14,7 +14,11 @@ the first `rows` windows of that step's batch (BF16 autocast on CUDA, as trainin
   chosen afresh at every event and recorded (`layers`, and every layer's count in `conj_all`);
 * on each chosen layer, `lib.training.chain_probe.ChainProbe.measure`: the O error along sign(V) on the
   conjunction, Δδ on all, tied and window rows, the dW_Q error's norm, stable rank, alignment with the same layer's
-  previous event (NaN when that layer was not measured at the previous event) and its push on ‖W_Q,h‖₂.
+  previous event (NaN when that layer was not measured at the previous event) and its push on ‖W_Q,h‖₂;
+* with `split` (registry: ``probe.split = true``; off by default, and then the records are those without it), on
+  each chosen layer also `lib.training.chain_probe.o_error_split`: that O error split into the rounding of P̄V
+  (the tie part) and the placement's P̄ and ℓ (the ℓ part), each as a sum in ULP of O and counts of pairs along
+  sign(V) and ≠ 0 (keys `SPLIT_KEYS`); NaN on layers no placement models (`split_numerics`).
 
 `Clock` prints one progress line every `every` steps (what the campaign reads) and keeps (step, seconds) pairs:
 with the loss flushed every 50 steps the windows are synchronised, so a window holding a census, a probe or an
@@ -28,23 +32,26 @@ import numpy as np
 import torch
 
 from lib.training import data as data_mod
-from lib.training.chain_probe import ChainProbe
+from lib.training.chain_probe import SPLIT_KEYS, ChainProbe, o_error_split, split_numerics
 
 TARGET_SHARE = 0.05      # what the census and the probe may cost, as a share of training time (the study's target)
 
 
 class SideProbe(ChainProbe):
     """The chain probe on its own forward and backward (module docstring). `rc`: the arm's RunConfig; `train`:
-    its training tokens (as `train_lm` loads them); `top`: layers measured per event. `records`: one dict per
-    event: "step", "layers" (top,), "conj_all" (L,), and (top, H) arrays of `ChainProbe`'s keys; `seconds`: the
-    wall time of each event (synchronised on CUDA)."""
+    its training tokens (as `train_lm` loads them); `top`: layers measured per event; `split`: record the O error's
+    split too (module docstring). `records`: one dict per event: "step", "layers" (top,), "conj_all" (L,), and
+    (top, H) arrays of `ChainProbe`'s keys (and of `SPLIT_KEYS` with `split`); `seconds`: the wall time of each
+    event (synchronised on CUDA)."""
 
-    def __init__(self, rc, train: np.ndarray, every: int = 200, rows: int = 4, top: int = 3, classes=None):
+    def __init__(self, rc, train: np.ndarray, every: int = 200, rows: int = 4, top: int = 3, classes=None,
+                 split: bool = False):
         super().__init__(every=every, layers=None, rows=rows, steps=(rc.steps - 1,), classes=classes)
         self.rc, self.train, self.top = rc, train, int(top)
         self.starts = data_mod.batch_starts(len(train), rc.seq_len - rc.n_bos, rc.batch_size, rc.steps,
                                             rc.data_seed)
         self.seconds: list[float] = []
+        self.split = bool(split)
 
     def before_forward(self, step: int, model) -> None:
         pass                                  # the training forward is never touched
@@ -82,6 +89,9 @@ class SideProbe(ChainProbe):
             for l in chosen:
                 for key, val in self.measure(l, layers[l], optimizer).items():
                     rec.setdefault(key, []).append(val)
+                if self.split:
+                    for key, val in self.measure_split(layers[l]).items():
+                        rec.setdefault(key, []).append(val)
         finally:
             for attn in layers:
                 attn.capture = False
@@ -93,12 +103,24 @@ class SideProbe(ChainProbe):
         self.seconds.append(time.perf_counter() - t0)
 
 
+    def measure_split(self, attn) -> dict:
+        """`o_error_split` on one layer's capture (its first `rows` windows), under the placement of its spec; NaN
+        per head where no placement models it."""
+        cap = attn.captured
+        q, k, v, o = (cap[n][:self.rows] for n in ("q", "k", "v", "o"))
+        nm = split_numerics(attn.spec)
+        if nm is None:
+            return {key: np.full(q.shape[1], np.nan) for key in SPLIT_KEYS}
+        return o_error_split(q, k, v, o, nm, self.classes)
+
+
 def probe_arrays(records: list[dict]) -> dict:
-    """`SideProbe.records` -> {"step": (E,), "layers": (E, top), "conj_all": (E, L), key: (E, top, H)}."""
+    """`SideProbe.records` -> {"step": (E,), "layers": (E, top), "conj_all": (E, L), key: (E, top, H)} (and the
+    split's keys, `SPLIT_KEYS`, when the probe recorded them)."""
     from lib.training.chain_probe import records_arrays
     out = records_arrays(records)
-    for key in ("layers", "conj_all"):
-        if records:
+    for key in ("layers", "conj_all") + SPLIT_KEYS:
+        if records and key in records[0]:
             out[key] = np.stack([r[key] for r in records])
     return out
 
