@@ -237,7 +237,8 @@ def run(scale: str, cfg: dict) -> dict:
 KNOWN_OUTSIDE = {
     "user kernel": ("high", "in the run recorded here its exp2 was fused with the scale (one FMA from the score), so "
                             "at large logits the row maximum's P̄ was not exactly 1; the kernel now subtracts the "
-                            "maximum before the scale, as PyTorch's flash attention does"),
+                            "maximum before the scale, so that P̄ is exactly 1 there, as in PyTorch's flash attention "
+                            "(built so that product is not fused)"),
     "user kernel, fix β = 2": ("high", "as the user kernel"),
     "FA2 placement, δ = rowsum(dP∘P)": ("high", "the backward's probabilities exp(S − LSE) sum to 1 only within "
                                                 "half LSE's FP32 spacing, wide at large logits; δ from the saved O is "
