@@ -284,8 +284,8 @@ def write(rep: dict, scale: str, overrides: dict, reason: str = "", repo: Path =
             meta["provenance"]["code"][entry] = f["new"]
             meta.setdefault("provenance_rekeys", []).append(dict(
                 kind="certificate", entry=entry, from_fingerprint=f["recorded"], to_fingerprint=f["new"],
-                old_entry=f["old_entry"], old_hashing=f["hashing"], commit=rep["commit"], new_commit=new_commit, scale=scale, overrides=overrides, compared=compared,
-                reason=reason))
+                old_entry=f["old_entry"], old_hashing=f["hashing"], commit=rep["commit"], new_commit=new_commit,
+                scale=scale, overrides=overrides, compared=compared, reason=reason))
     rewrite_meta(Path(rep["path"]), edit)
     env = results.environment()
     record = dict(result=Path(rep["path"]).stem, result_scale=Path(rep["path"]).parent.name, old_commit=rep["commit"],
