@@ -170,7 +170,8 @@ def test_moved_entry_found_by_its_earlier_name_and_old_hashing(tmp_path, capsys)
     meta = json.loads(path.read_text())["meta"]
     assert meta["provenance"]["code"] == {"lib.moved:run": provenance.Index(repo).fingerprint("lib.moved:run")}
     log = meta["provenance_rekeys"][-1]
-    assert log["old_entry"] == ENTRY and log["old_hashing"] == "with __main__ blocks" and log["from_fingerprint"] == old_fp
+    assert log["old_entry"] == ENTRY and log["old_hashing"] == "with __main__ blocks"
+    assert log["from_fingerprint"] == old_fp
 
     # the taken branch edited in the same way: the two runs differ, whatever name and hashing step 1 used
     rekey.rewrite_meta(path, lambda m: m["provenance"]["code"].update({"lib.moved:run": old_fp}))
