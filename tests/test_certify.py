@@ -139,3 +139,56 @@ def test_time_keys_excluded_other_scalars_caught():
     assert certify.compare_arrays({"a": nan}, {"a": nan.copy()})[1] == []
     assert certify.compare_arrays({"a": nan}, {"a": nan.astype(np.float64)})[1]
     assert certify.compare_arrays({"a": np.zeros(2)}, {"a": -np.zeros(2)})[1]
+
+
+def test_moved_entry_found_by_its_earlier_name_and_old_hashing(tmp_path, capsys):
+    """A result recorded before its module moved (`lib.book.rekey` logs the move) and before fingerprints dropped
+    `__main__` blocks (recorded under the older hashing): step 1 finds the code under its earlier name and hashing."""
+    from lib.book import rekey
+    repo, _ = _repo(tmp_path)
+    p = repo / "lib" / "tiny.py"
+    p.write_text(MODULE + '\n\nif __name__ == "__main__":\n    print(run("ci", {"n": 3, "mode": "a"}))\n')
+    path = repo / "results" / "full" / "tiny.json"
+    old_fp = provenance.Index(repo, skip_main=False).fingerprint(ENTRY)
+    assert old_fp != provenance.Index(repo).fingerprint(ENTRY)
+    rekey.rewrite_meta(path, lambda m: m["provenance"]["code"].update({ENTRY: old_fp}))
+    _git(repo, "commit", "-qam", "C: the result's fingerprint under the older hashing")
+    c = _git(repo, "rev-parse", "HEAD")
+    # the move: lib.tiny -> lib.moved, re-keyed as lib.book.rekey does (recorded fingerprint kept)
+    _git(repo, "mv", "lib/tiny.py", "lib/moved.py")
+    reg = repo / "lib" / "experiments" / "registry.toml"
+    reg.write_text(REGISTRY.replace('base = "lib.tiny"', 'base = "lib.moved"'))
+    rekey.rewrite(dict(file=str(path), **{"from": ENTRY, "to": "lib.moved:run"}, new="x", recorded=old_fp), c)
+    _git(repo, "commit", "-qam", "move")
+    assert certify.earlier_names(json.loads(path.read_text())["meta"], "lib.moved:run") == ["lib.moved:run", ENTRY]
+
+    (repo / "lib" / "moved.py").write_text((repo / "lib" / "moved.py").read_text().replace("x + 1.0", "x + 3.0"))
+    _git(repo, "commit", "-qam", "edit the untaken branch")
+    assert certify.main(["tiny", "--old-commit", c, "--write"], repo=repo) == 0
+    out = capsys.readouterr().out
+    assert f"(as {ENTRY}, with __main__ blocks hashing)" in out and "bit-identical" in out
+    meta = json.loads(path.read_text())["meta"]
+    assert meta["provenance"]["code"] == {"lib.moved:run": provenance.Index(repo).fingerprint("lib.moved:run")}
+    log = meta["provenance_rekeys"][-1]
+    assert log["old_entry"] == ENTRY and log["old_hashing"] == "with __main__ blocks"
+    assert log["from_fingerprint"] == old_fp
+
+    # the taken branch edited in the same way: the two runs differ, whatever name and hashing step 1 used
+    rekey.rewrite_meta(path, lambda m: m["provenance"]["code"].update({"lib.moved:run": old_fp}))
+    (repo / "lib" / "moved.py").write_text((repo / "lib" / "moved.py").read_text().replace("x * 2.0", "x * 2.5"))
+    rep = certify.certify("tiny", c, repo=repo)
+    assert not rep["ok"] and rep["entries"]["lib.moved:run"]["old_entry"] == ENTRY and rep["diffs"]
+
+
+def test_old_tree_without_the_entry_is_refused_in_step_1(tmp_path):
+    repo, c = _repo(tmp_path)
+    _git(repo, "rm", "-q", "lib/tiny.py")
+    _git(repo, "commit", "-qm", "gone")
+    gone = _git(repo, "rev-parse", "HEAD")
+    (repo / "lib" / "tiny.py").write_text(MODULE.replace("x + 1.0", "x + 3.0"))
+    _git(repo, "add", "lib/tiny.py")
+    _git(repo, "commit", "-qm", "back, edited")
+    rep = certify.certify("tiny", gone, repo=repo)
+    f = rep["entries"][ENTRY]
+    assert not rep["ok"] and "does not give the recorded fingerprint" in rep["why"][0] and not rep["counts"]
+    assert f["old"].startswith("missing: ") and "no module 'lib.tiny'" in f["old"] and f["old_entry"] is None

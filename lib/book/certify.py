@@ -7,7 +7,13 @@ that can be named; this tool handles the rest — new branches inside a function
 the experiment on both sides of the edit:
 
 1. the fingerprint of each code entry the result records, computed on the tree of ``--old-commit``, equals the
-   recorded one: the old tree is the code that produced the result;
+   recorded one: the old tree is the code that produced the result. A fingerprint recorded before its module moved
+   (`lib.book.rekey` kept it, logging the move's "from" and "to" in ``meta["provenance_rekeys"]``) is the one of the
+   entry's earlier name, so the old tree is asked for each name the log gives it, newest first; and one recorded
+   before fingerprints stopped covering ``if __name__ == "__main__":`` blocks (`lib.book.rekey_main` re-keyed only
+   the results that were fresh then) is matched under that hashing too (``provenance.Index(skip_main=False)``). Both
+   are the same test of the code: a fingerprint ignores names, and the older hashing covers all the newer one does
+   and the ``__main__`` blocks besides. The report names the entry and the hashing that matched;
 2. the registry entry's ``run(scale, cfg)`` runs twice, each in a subprocess with that tree as its working directory
    and ``PYTHONPATH``: once in the tree of ``--old-commit`` (extracted with ``git archive``), once in the working
    tree, each with the configuration its own registry resolves at ``--scale`` (default ci; the two must agree) and
@@ -175,6 +181,39 @@ def compare_arrays(old: dict, new: dict) -> tuple[dict, list]:
     return counts, diffs
 
 
+def earlier_names(meta: dict, entry: str) -> list[str]:
+    """`entry` and the names it had before, newest first: the "from" of each module move (`lib.book.rekey`) that
+    `meta["provenance_rekeys"]` logs, followed back from `entry`."""
+    moves = {r["to"]: r["from"] for r in meta.get("provenance_rekeys", ()) if "from" in r and "to" in r}
+    names = [entry]
+    while names[-1] in moves and moves[names[-1]] not in names:
+        names.append(moves[names[-1]])
+    return names
+
+
+HASHINGS = {"current": {}, "with __main__ blocks": dict(skip_main=False)}   # name -> provenance.Index options
+
+
+def old_fingerprint(tree: Path, names: list[str], recorded: str) -> dict:
+    """Step 1 for one entry: {"old", "old_entry", "hashing"} of the first of `names` that `tree` defines and whose
+    fingerprint under one of `HASHINGS` equals `recorded`; else the first name it defines under the current
+    hashing, or "missing: ..." where it defines none."""
+    indexes = {h: provenance.Index(tree, **opts) for h, opts in HASHINGS.items()}
+    first, missing = None, []
+    for name in names:
+        for hashing, ix in indexes.items():
+            try:
+                fp = ix.fingerprint(name)
+            except (KeyError, ValueError) as e:
+                missing.append(str(e))
+                break
+            got = dict(old=fp, old_entry=name, hashing=hashing)
+            if fp == recorded:
+                return got
+            first = first or got
+    return first or dict(old="missing: " + "; ".join(missing), old_entry=None, hashing=None)
+
+
 def certify(name: str, old_commit: str, scale: str = "ci", overrides: dict | None = None,
             result_scale: str = "full", repo: Path = ROOT) -> dict:
     """Checks 1-3 for result `name` (results/<result_scale>/<name>.json of `repo`); returns a report: {"ok",
@@ -183,17 +222,22 @@ def certify(name: str, old_commit: str, scale: str = "ci", overrides: dict | Non
     repo = Path(repo)
     overrides = dict(overrides or {})
     path = repo / "results" / result_scale / f"{name}.json"
-    prov = json.loads(path.read_text())["meta"]["provenance"]
+    meta = json.loads(path.read_text())["meta"]
+    prov = meta["provenance"]
     commit = _git(repo, "rev-parse", old_commit)
     rep = dict(ok=False, fresh_already=False, commit=commit, path=str(path), registry=prov.get("registry", name),
                entries={}, counts={}, diffs=[], wall_s={}, config_differs=[], why=[])
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         then_tree = old_tree(commit, tmp / "old", paths=(), repo=repo)
-        then_idx, now_idx = provenance.Index(then_tree), provenance.Index(repo)
+        now_idx = provenance.Index(repo)
         for entry, recorded in prov["code"].items():
-            rep["entries"][entry] = dict(recorded=recorded, old=then_idx.fingerprint(entry),
-                                         new=now_idx.fingerprint(entry))
+            try:
+                new = now_idx.fingerprint(entry)
+            except (KeyError, ValueError) as e:
+                raise CertificateError(f"the working tree has no {entry}: {e}") from e
+            rep["entries"][entry] = dict(recorded=recorded, new=new,
+                                         **old_fingerprint(then_tree, earlier_names(meta, entry), recorded))
         if all(f["new"] == f["recorded"] for f in rep["entries"].values()):
             rep["fresh_already"] = True
             rep["why"].append("the working tree gives the recorded fingerprints: nothing to certify")
@@ -240,8 +284,8 @@ def write(rep: dict, scale: str, overrides: dict, reason: str = "", repo: Path =
             meta["provenance"]["code"][entry] = f["new"]
             meta.setdefault("provenance_rekeys", []).append(dict(
                 kind="certificate", entry=entry, from_fingerprint=f["recorded"], to_fingerprint=f["new"],
-                commit=rep["commit"], new_commit=new_commit, scale=scale, overrides=overrides, compared=compared,
-                reason=reason))
+                old_entry=f["old_entry"], old_hashing=f["hashing"], commit=rep["commit"], new_commit=new_commit,
+                scale=scale, overrides=overrides, compared=compared, reason=reason))
     rewrite_meta(Path(rep["path"]), edit)
     env = results.environment()
     record = dict(result=Path(rep["path"]).stem, result_scale=Path(rep["path"]).parent.name, old_commit=rep["commit"],
@@ -281,7 +325,9 @@ def main(argv=None, repo: Path = ROOT) -> int:
         print(f"not certified: {e}")
         return 1
     for entry, f in rep["entries"].items():
-        print(f"{entry}: recorded {f['recorded'][:12]}, old tree {f['old'][:12]}, working tree {f['new'][:12]}")
+        how = "" if (f["old_entry"], f["hashing"]) == (entry, "current") else \
+            f" (as {f['old_entry']}, {f['hashing']} hashing)" if f["old_entry"] else ""
+        print(f"{entry}: recorded {f['recorded'][:12]}, old tree {f['old'][:12]}{how}, working tree {f['new'][:12]}")
     for side, w in rep["wall_s"].items():
         print(f"{side} run: {w['run']:.1f} s in run(), {w['subprocess']:.1f} s in all")
     if rep["counts"]:
