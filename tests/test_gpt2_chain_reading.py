@@ -156,3 +156,41 @@ def test_probe_split_pools_an_arms_seeds_on_planted_records():
 
 def test_probe_split_is_none_on_a_result_without_it(toy):
     assert reading.arms_split(toy) is None
+
+
+def test_seeds_words_groups_seeds_by_the_arms_they_ran():
+    """Two seeds with all three arms are grouped; a third with two of them is named with its arms; merging a seed's
+    two entries (as the book does) counts that seed as complete."""
+    full = lambda s: _Res([_planted(s, a, 20.0) for a in ("fp32", "paper", "sdpa")], s, RULES)  # noqa: E731
+    part = _Res([_planted(2, a, 20.0) for a in ("fp32", "paper")], 2, RULES)
+    words = reading.seeds_words(reading.merge_seeds([full(0), full(1), part]))
+    assert words == ("Seeds 0 and 1 ran all 3 arms; seed 2 FP32 attention and our kernel, paper placement "
+                     "(512-key blocks)"), words
+    half = _Res([_planted(1, "sdpa", 20.0)], 1, RULES)
+    other = _Res([_planted(1, a, 20.0) for a in ("fp32", "paper")], 1, RULES)
+    assert reading.seeds_words(reading.merge_seeds([full(0), other, half])) == "Seeds 0 and 1 ran all 3 arms"
+    assert reading.seeds_words(full(0)) == "Seed 0 ran all 3 arms"
+
+
+def test_split_glue_reads_the_sign_test():
+    """A part whose entries lean along sign(V) with p < 0.05 reads "along sign(V)"; an even part reads
+    "indistinguishable from zero"; no split gives dashes."""
+    sp = dict(n=12345, n_entries=40, tie_mean=0.0123, tie_along=35, tie_against=5, tie_p=1e-6,
+              ell_mean=-0.0004, ell_along=19, ell_against=21, ell_p=0.87)
+    g = reading.split_glue(sp)
+    assert (g["n"], g["tie_mean"], g["tie_reads"], g["ell_reads"]) == ("12,345", "+0.012", "along sign(V)",
+                                                                       "indistinguishable from zero")
+    assert reading.split_glue(dict(sp, tie_along=5, tie_against=35))["tie_reads"] == "against sign(V)"
+    assert set(reading.split_glue(None).values()) == {"—"}
+
+
+def test_focus_growth_words_names_growers_that_never_exploded():
+    v = {"paper": {2000: {"logit": [2, 3], "wq": [2]}}, "sdpa": {2000: {"logit": [2], "wq": []}},
+         "ours_fa2": {2000: {"logit": [6], "wq": []}}}
+    words = reading.focus_growth_words(v, {"paper": True, "sdpa": False, "ours_fa2": False})
+    assert words.startswith("our kernel, paper placement (512-key blocks) and PyTorch flash SDPA (BF16) grow layer 2")
+    assert "including PyTorch flash SDPA (BF16), whose loss never exploded" in words
+    v["ours_fa2"][2000]["logit"] = [2]
+    assert reading.focus_growth_words(v, {"paper": True}).startswith("All 3 arms judged grow layer 2")
+    assert "No arm grows" in reading.focus_growth_words(v, {}, layer=5)
+    assert "two seeds" in reading.focus_growth_words(None, {})

@@ -101,6 +101,9 @@ def test_ci_run_reads_the_capture(capture, monkeypatch):
     assert paper["lo"] > 0 and paper["away"] > 0.9                      # round, then normalise: away from zero
     n = rd.kernel_table_numbers(res)
     assert "GPT-2 layer 2, tied rows in the sticky-bit window" in n["kt_md"].split("\n")[0]
+    assert n["kt_gpt2"] and "layer 2 of 2 training windows from the planted run" in n["kt_gpt2_from"]
+    assert "at step 7" in n["kt_gpt2_from"]
+    assert "paper" in n["kt_gpt2_away"] and n["kt_gpt2_paper"].startswith("+") and n["kt_gpt2_fa2"] == "—"
 
 
 def test_ci_run_without_a_capture_says_why():
@@ -108,6 +111,7 @@ def test_ci_run_without_a_capture_says_why():
     d = res.data
     assert list(d["table"]) == ["sdpa_math", "ours_fa2", "ours_paper"] and list(d["skipped"]) == ["gpt2"]
     assert set(d["problem"]) == {"concentrated", "diffuse"} and d["gpt2"] is None
+    assert rd.kernel_table_numbers(res)["kt_gpt2"] is False
     for name, row in d["table"].items():
         c = row["concentrated"]
         assert c["n_problems"] == 8 and c["interval"] == "student-t" and c["n_rows"] == 8 * 64

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 __all__ = ["failure_step", "layer_series", "conjunction_peak", "gap", "fidelity", "numbers", "ARM_WORDS", "arms_numbers",
-           "arms_table", "growth_ratios", "fp32_spread", "growth_verdict", "growth_words", "growth_onset", "before_failure", "merge_seeds", "probe_signs", "CHAIN_ARMS"]
+           "arms_table", "growth_ratios", "fp32_spread", "growth_verdict", "growth_words", "growth_onset", "before_failure", "merge_seeds", "probe_signs", "seeds_words", "split_glue", "focus_growth_words", "CHAIN_ARMS"]
 
 BIG_LOGIT = 1000.0    # a layer whose largest logit ends above this is listed as an outlier layer (chapter 2b's scale)
 FOCUS_LAYER = 2       # 1-based: the layer where chapter 2b's census finds the preconditions most often
@@ -303,8 +303,30 @@ def growth_words(verdict: dict | None, spread: dict | None, ratios: dict) -> dic
                 fmt = lambda v: f"{v:,.1f}" if v < 10 else f"{v:,.0f}"     # noqa: E731
                 out[f"{arm}_grown_min_ratio"] = fmt(min(vals)) if vals else "—"
                 out[f"{arm}_grown_max_ratio"] = fmt(max(vals)) if vals else "—"
-        out["spread_max"] = f"{max(float(np.max(spread[st][k])) for st in steps for k in ('logit', 'wq')):.1f}"
+    judged = sorted({st for by_step in verdict.values() for st in by_step})
+    if judged:
+        out["spread_max"] = f"{max(float(np.max(spread[st][k])) for st in judged for k in ('logit', 'wq')):.1f}"
     return out
+
+
+def focus_growth_words(verdict: dict | None, failed: dict, layer: int = FOCUS_LAYER) -> str:
+    """One sentence on which arms grow layer `layer`'s largest logit beyond the reference at every growth step judged
+    (`growth_verdict`), and whether that includes arms that never exploded. `failed`: {arm: True when the arm
+    exploded (failed without recovering) in some seed} (`outcomes`)."""
+    if not verdict:
+        return "No arm can be judged yet: the rule needs two seeds of FP32 attention."
+    judged = [a for a, by in verdict.items() if by]
+    grow = [a for a in judged if all(layer in by["logit"] for by in verdict[a].values())]
+    name = lambda arms: " and ".join(CHAIN_ARMS.get(a, a) for a in arms)     # noqa: E731
+    if not grow:
+        return f"No arm grows layer {layer}'s logits beyond FP32 attention at every growth step judged."
+    who = f"All {len(judged)} arms judged" if len(grow) == len(judged) > 1 else name(grow)
+    calm = [a for a in grow if not failed.get(a)]
+    tail = (f", including {name(calm)}, whose loss never exploded: that growth is BF16 attention's, not only the "
+            f"exploding placement's" if calm and len(calm) < len(grow) else
+            ", and none of them exploded" if calm else "")
+    verb = "grows" if len(grow) == 1 else "grow"
+    return f"{who} {verb} layer {layer}'s logits beyond FP32 attention at every growth step judged, in every seed{tail}."
 
 
 def growth_verdict(arrays: dict, runs: list[dict], rules: dict):
@@ -398,6 +420,24 @@ def arms_split(res) -> dict | None:
     return out or None
 
 
+def split_glue(split: dict | None, level: float = 0.05) -> dict:
+    """Glue for one arm's `probe_split` (None: every key "—"): "n" pairs, "entries", and per part ("tie", "ell") its
+    mean in ULP of O ("<part>_mean", signed, 2 significant digits), the entries along and against sign(V), the sign
+    test's p and "<part>_reads": "indistinguishable from zero" when p ≥ `level`, else "along sign(V)" or "against
+    sign(V)" by the majority of entries."""
+    keys = ["n", "entries"] + [f"{p}_{k}" for p in ("tie", "ell") for k in ("mean", "along", "against", "p", "reads")]
+    if split is None:
+        return {k: "—" for k in keys}
+    out = {"n": f"{split['n']:,}", "entries": f"{split['n_entries']:,}"}
+    for p in ("tie", "ell"):
+        out[f"{p}_mean"] = f"{split[p + '_mean']:+.2g}"
+        out[f"{p}_along"], out[f"{p}_against"] = f"{split[p + '_along']:,}", f"{split[p + '_against']:,}"
+        out[f"{p}_p"] = f"{split[p + '_p']:.2g}"
+        out[f"{p}_reads"] = ("indistinguishable from zero" if not split[p + "_p"] < level
+                             else "along sign(V)" if split[p + "_along"] > split[p + "_against"] else "against sign(V)")
+    return out
+
+
 def arms_numbers(res) -> dict:
     """Glue for the GPT-2 chain chapter from a `gpt2_arms` result: per arm (keys "<arm>_..."): steps run and whether
     the wall limit cut it, throughput, failure step, last validation loss, the 500-step mean training loss at the
@@ -480,6 +520,31 @@ def arms_numbers(res) -> dict:
     for k in [k for k in out if k.endswith("_logit_common_value")]:
         del out[k]
     return out
+
+
+def seeds_words(res) -> str:
+    """Which arms each seed of a (merged) GPT-2 comparison ran, in words: "Seeds 0 and 1 ran all 4 arms; seed 2
+    FP32 attention and our kernel, paper placement (512-key blocks)". Seeds with the same arms are grouped; a seed
+    with every arm of the comparison reads "all N arms"."""
+    every = [a["label"] for a in cfg_of(res)["arms"]]
+    by_seed: dict[int, list[str]] = {}
+    for r in res.data["runs"]:
+        if "error" not in r:
+            arm, seed = r["label"].split(":s")
+            by_seed.setdefault(int(seed), []).append(arm)
+    groups: dict[tuple, list[int]] = {}
+    for seed, arms in sorted(by_seed.items()):
+        groups.setdefault(tuple(a for a in every if a in arms), []).append(seed)
+    parts = []
+    for arms, seeds in groups.items():
+        who = (f"seed {seeds[0]}" if len(seeds) == 1
+               else "seeds " + ", ".join(map(str, seeds[:-1])) + f" and {seeds[-1]}")
+        what = (f"all {len(every)} arms" if len(arms) == len(every)
+                else " and ".join([", ".join(CHAIN_ARMS.get(a, a) for a in arms[:-1]), CHAIN_ARMS.get(arms[-1], arms[-1])]
+                                  if len(arms) > 1 else [CHAIN_ARMS.get(arms[0], arms[0])]))
+        parts.append(f"{who} ran {what}" if not parts else f"{who} {what}")
+    out = "; ".join(parts)
+    return out[:1].upper() + out[1:]
 
 
 def arms_table(res) -> str:

@@ -184,7 +184,37 @@ def kernel_table_numbers(res) -> dict:
             "kt_skipped": "; ".join(f"{k}: {v}" for k, v in d["skipped"].items()) or "none",
             "kt_toward": named("toward zero"), "kt_away": named("away from zero"),
             "kt_unresolved": named("not resolved from zero"),
-            "kt_diffuse_max": f"{max(diffuse):.3f}" if diffuse else "—"}
+            "kt_diffuse_max": f"{max(diffuse):.3f}" if diffuse else "—", **_gpt2_numbers(d)}
+
+
+GPT2_ARMS = {"fp32": "FP32 attention", "sdpa": "flash SDPA", "ours_fa2": "our FA2 placement",
+             "paper": "paper placement"}   # chapter 2c's arms, as the GPT-2 capture names its source
+
+
+def _gpt2_numbers(d: dict) -> dict:
+    """The kernel bias table's GPT-2 column in words: where the rows come from ("kt_gpt2_from": the arm, checkpoint
+    step, layer and its largest logit), how many tied (row, feature) pairs and how many in the sticky-bit window, the
+    kernels whose 95 % interval puts the error away from zero / toward zero / neither on those rows, and the paper
+    placement's and the fixes' means there (ULP, "—" when the kernel is not in the table). "kt_gpt2" is False when
+    the table has no GPT-2 rows (the CPU run)."""
+    g = d.get("gpt2")
+    rows = {n: row["gpt2"] for n, row in d["table"].items() if "gpt2" in row}
+    if not g or not rows:
+        return {"kt_gpt2": False}
+    arm, seed = g["arm"].split(":s")
+    named = lambda w: "; ".join(kernel_label(n, d["labels"]) for n, c in rows.items()   # noqa: E731
+                                if _direction(c) == w) or "none"
+    mean = lambda n: f"{rows[n]['mean']:+,.1f}" if n in rows else "—"                  # noqa: E731
+    return {"kt_gpt2": True,
+            "kt_gpt2_from": (f"layer {g['layer']} of {g['shape'][0]} training windows from the {GPT2_ARMS.get(arm, arm)} "
+                             f"run of chapter 2c (seed {seed}) at step {g['step']:,}, whose largest logit there is "
+                             f"{g['max_logit']:,.0f}"),
+            "kt_gpt2_pairs": f"{g['n_pairs_tied']:,}", "kt_gpt2_window_pairs": f"{g['n_pairs_window']:,}",
+            "kt_gpt2_away": named("away from zero"), "kt_gpt2_toward": named("toward zero"),
+            "kt_gpt2_unresolved": named("not resolved from zero"),
+            "kt_gpt2_paper": mean("ours_paper"), "kt_gpt2_paper_fix": mean("ours_paper+fix"),
+            "kt_gpt2_authors": mean("authors"), "kt_gpt2_authors_fix": mean("authors+fix"),
+            "kt_gpt2_fa2": mean("ours_fa2")}
 
 
 def _direction(cell: dict) -> str:
