@@ -160,3 +160,10 @@ def test_gpt2_chain_with_one_seed_reads_its_arms(tmp_path):
 
 def test_gpt2_chain_without_a_result_says_untested(tmp_path):
     assert found.gpt2_chain(tmp_path).head == found.gpt2_untested(tmp_path).head
+
+
+def test_fates_say_what_each_seed_did():
+    """(seed, steps, failure step, steps to recover): a failure without recovery is an explosion."""
+    assert found._fates([(0, 9000, 8632, 80), (1, 10000, None, None)]) == ("spikes that recovered in seed 0; "
+                                                                           "no failure in seed 1")
+    assert found._fates([(0, 9000, 500, None), (1, 100, 50, None)]) == "exploded in seeds 0 and 1"

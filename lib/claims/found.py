@@ -194,6 +194,16 @@ def gpt2_untested(root=None) -> Finding:
                          "steps) has not run" + ("." if fix else "; it has no β-fix arm."), [], ())
 
 
+def _fates(outcomes: list) -> str:
+    """What an arm did in each seed, from `reading.outcomes` tuples (seed, steps, failure step, steps to recover):
+    "spikes that recovered in seed 0; no failure in seed 1 (10,000 steps)"; an explosion is a failure never
+    recovered."""
+    kinds = {"exploded": [], "spikes that recovered": [], "no failure": []}
+    for seed, steps, fs, rec in outcomes:
+        kinds["no failure" if fs is None else "exploded" if rec is None else "spikes that recovered"].append(seed)
+    return "; ".join(f"{k} in seed{'s' if len(v) > 1 else ''} {_list(v)}" for k, v in kinds.items() if v)
+
+
 def gpt2_chain(root=None) -> Finding:
     """The GPT-2 comparison when its results are committed (chapter 2c): with two or more seeds, FP32 attention's
     largest logit and failures, the layers the paper placement grows beyond FP32 attention's seed-to-seed spread (the
@@ -216,17 +226,17 @@ def gpt2_chain(root=None) -> Finding:
         fp32_failed = sum(o[2] is not None for o in oc["fp32"])
         head = (f"In GPT-2 the paper placement's loss exploded in {len(boom)} seed{'s' if len(boom) != 1 else ''} "
                 f"of {len(oc['paper'])}; FP32 attention {'never failed' if not fp32_failed else 'failed too'}.")
-        others = [a for a in ("sdpa", "ours_fa2") if a in oc]
-        spikes = [a for a in others if all(o[2] is None or o[3] is not None for o in oc[a])
-                  and any(o[2] is not None for o in oc[a])]
         words = {"sdpa": "flash SDPA", "ours_fa2": "our FA2 placement"}
+        # Per FA2-placement arm, what each seed did: exploded, spiked and recovered, or never failed.
+        fates = {a: _fates(oc[a]) for a in ("sdpa", "ours_fa2") if a in oc}
+        same = len({v for v in fates.values()}) == 1
+        groups = ([(_list([words[a] for a in fates]), next(iter(fates.values())))] if same and fates
+                  else [(words[a], v) for a, v in fates.items()])
         text = (f"FP32 attention's largest logit stays ≤ {fp32_max:,.0f}; the paper placement "
                 f"grows {g['paper_grown_logit']} beyond FP32's seed-to-seed spread"
                 + (f", and in seed {_list([o[0] for o in boom])} its loss fails at step "
                    f"{_list([f'{o[2]:,}' for o in boom])} and stays up" if boom else "") + "."
-                + (f" {_list([words[a] for a in spikes])[:1].upper()}{_list([words[a] for a in spikes])[1:]} (seed "
-                   f"{_list(sorted({o[0] for a in spikes for o in oc[a]}))}): spikes that recovered."
-                   if spikes else ""))
+                + "".join(f" {who[:1].upper()}{who[1:]}: {fate}." for who, fate in groups))
         return Finding(head, text, chain, ("chapters/02c-the-chain-in-gpt2",))
     res = _res(GPT2_ARMS, root)
     if res is None:

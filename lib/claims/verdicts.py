@@ -169,12 +169,15 @@ def n_explosion(root=None) -> str:
     chain = [r for r in (_load(n, root) for n in g2r.CHAIN_RESULTS) if r is not None]
     v = g2r.explosion_verdict(g2r.merge_seeds(chain)) if chain else None
     if v:
-        parts.append(f"GPT-2: the paper placement exploded in {v['n_boom']} of {v['n_paper']} seeds; proxy:")
+        parts.append(f"GPT-2: the paper placement exploded in {v['n_boom']} of {v['n_paper']} seeds")
+    proxy = []
     for group in ("healthy_headline", "width_768"):
         g = _group(group, root)
         if g:
             f, n, h = _healthy_paper(g)
-            parts.append(f"{f} of {n} seeds failed (width {g[0].meta.get('config', {}).get('n_embd')}, {h:,} steps)")
+            proxy.append(f"{f} of {n} seeds failed (width {g[0].meta.get('config', {}).get('n_embd')}, {h:,} steps)")
+    if proxy:
+        parts.append("proxy: " + "; ".join(proxy))
     return "; ".join(parts) or "—"
 
 
