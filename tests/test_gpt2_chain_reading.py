@@ -45,6 +45,11 @@ def test_probe_signs_count_what_the_probe_recorded(toy):
 def test_chain_figure_draws_every_arm(toy):
     fig = figures.chain_figure(toy)
     assert len(fig.axes[1].lines) == 2
+    # The legend names each arm once and each seed once, not every run.
+    labels = [r["label"].split(":s") for r in toy.data["runs"]]
+    texts = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert len(texts) == len({a for a, _ in labels}) + len({s for _, s in labels}), texts
+    assert all(f"seed {s}" in texts for _, s in labels)
 
 
 def _planted(seed: int, arm: str, logit_l2: float, steps=(0, 2000, 4000)) -> tuple[dict, dict]:
