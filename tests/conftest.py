@@ -19,3 +19,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def gpt2_arms_ci():
+    """The registered gpt2_arms experiment run live at ci scale (two arms × 4 steps of a toy GPT-2, ≈ 10 s on the
+    CPU), as chapter 2c shows it without a GPU result: the telemetry and the reading tests check the same run."""
+    from lib.book.runner import live_result
+    return live_result("gpt2_arms", "ci")
