@@ -22,16 +22,25 @@ book: $(STAMP)
 	@echo "book: $$(pwd)/_build/html/index.html"
 
 ## make test: pytest (CPU: Triton interpreter) + the strict book build at ci scale + the headless-browser check.
-## Without Chromium the browser tests and the HTML check are skipped (said so, with the install command), unless
-## HTML_CHECK=required (CI), where a missing Chromium is an error.
+## pytest and the book build run side by side: each is one busy process, so on the 2-core CI machine the pair takes
+## about the longer one's time instead of the sum. Each runs torch on one thread (OMP_NUM_THREADS=1): torch's default
+## two threads wait on each other whenever the other core is busy (a tiny forward and backward measured 60× slower
+## in such spells), and the tiny ci-scale operations gain nothing from a second thread. The book's log is printed once pytest is done; the
+## target fails if either failed. Without Chromium the browser tests and the HTML check are skipped (said so, with
+## the install command), unless HTML_CHECK=required (CI), where a missing Chromium is an error.
+CI_ENV := TRITON_INTERPRET=1 BOOK_SCALE=ci OMP_NUM_THREADS=1
+BOOK_CI := rm -rf _build/html _build/jupyter_execute && $(CI_ENV) $(BIN)/jupyter-book build . $(JB_FLAGS)
 test: $(STAMP)
-	TRITON_INTERPRET=1 BOOK_SCALE=ci $(BIN)/python -m pytest -q tests
-	$(MAKE) book-ci
+	@mkdir -p _build && rm -f _build/book-ci.log _build/book-ci.rc
+	@echo "book-ci: building beside pytest (its log, _build/book-ci.log, follows pytest's)"
+	@( $(BOOK_CI) > _build/book-ci.log 2>&1; echo $$? > _build/book-ci.rc ) & \
+	$(CI_ENV) $(BIN)/python -m pytest -q tests; t=$$?; wait; b=$$(cat _build/book-ci.rc); \
+	echo "======== book-ci (exit status $$b) ========"; cat _build/book-ci.log; \
+	echo "pytest: exit status $$t; book-ci: exit status $$b"; [ $$t -eq 0 ] && [ $$b -eq 0 ]
 	$(MAKE) html-check HTML_CHECK=$(or $(HTML_CHECK),optional)
 
 book-ci: $(STAMP)
-	rm -rf _build/html _build/jupyter_execute
-	TRITON_INTERPRET=1 BOOK_SCALE=ci $(BIN)/jupyter-book build . $(JB_FLAGS)
+	$(BOOK_CI)
 
 ## make html-check: headless Chromium at a 1280-px window over _build/html (pages, math, images, links, widths of
 ## tables and equations, collapsed tables expanded, figure text sizes, repeated images, raw pipe tables, all-bold

@@ -19,3 +19,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def gpt2_arms_ci():
+    """The registered gpt2_arms experiment run live at ci scale (two arms × 4 steps of a toy GPT-2, ≈ 10 s on the
+    CPU), as chapter 2c shows it without a GPU result: the telemetry and the reading tests check the same run."""
+    from lib.book.runner import live_result
+    return live_result("gpt2_arms", "ci")
+
+
+@pytest.fixture(scope="session")
+def kernel_bias_table_ci():
+    """The registered kernel_bias_table run live at ci scale (three kernels × two problems of 8 × 64 rows), as the
+    practice chapter shows it without a GPU result: its own checks and the chapter's reading use the same run."""
+    from lib.book.runner import live_result
+    return live_result("kernel_bias_table", "ci")

@@ -5,13 +5,12 @@ import re
 import numpy as np
 import pytest
 
-from lib.book.runner import live_result
 from lib.studies.gpt2 import figures, reading
 
 
 @pytest.fixture(scope="module")
-def toy():
-    return live_result("gpt2_arms", "ci")
+def toy(gpt2_arms_ci):
+    return gpt2_arms_ci
 
 
 def test_numbers_cover_every_arm(toy):

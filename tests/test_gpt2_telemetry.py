@@ -84,13 +84,12 @@ def test_telemetry_cost_on_planted_times():
     assert c2["share"] == pytest.approx(2.0 / (5.0 * 11))
 
 
-def test_run_records_the_telemetry(toy):
-    cfg, _ = toy
-    res = arms.run("ci", cfg)
-    tel = res["data"]["telemetry"]
+def test_run_records_the_telemetry(gpt2_arms_ci):
+    """The registered ci run (shared with the reading tests: tests/conftest.py)."""
+    tel = gpt2_arms_ci.data["telemetry"]
     assert set(tel) == {"fp32:s0", "paper:s0"}
-    assert res["arrays"]["paper:s0__probe__layers"].shape == (3, 1)
-    assert res["arrays"]["paper:s0__probe__dg_norm"].shape == (3, 1, 2)
+    assert gpt2_arms_ci.arrays["paper:s0__probe__layers"].shape == (3, 1)
+    assert gpt2_arms_ci.arrays["paper:s0__probe__dg_norm"].shape == (3, 1, 2)
 
 
 def _same(a, b) -> bool:

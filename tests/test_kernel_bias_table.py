@@ -106,8 +106,8 @@ def test_ci_run_reads_the_capture(capture, monkeypatch):
     assert "paper" in n["kt_gpt2_away"] and n["kt_gpt2_paper"].startswith("+") and n["kt_gpt2_fa2"] == "—"
 
 
-def test_ci_run_without_a_capture_says_why():
-    res = live_result("kernel_bias_table", "ci")
+def test_ci_run_without_a_capture_says_why(kernel_bias_table_ci):
+    res = kernel_bias_table_ci
     d = res.data
     assert list(d["table"]) == ["sdpa_math", "ours_fa2", "ours_paper"] and list(d["skipped"]) == ["gpt2"]
     assert set(d["problem"]) == {"concentrated", "diffuse"} and d["gpt2"] is None

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from lib.book import plotting, results
-from lib.book.runner import live_result
 from lib.monitor import AttentionMonitor
 from lib.studies.practice import figures, kernel_table as kt, lead_time, reading as rd
 
@@ -76,9 +75,9 @@ def test_dev_log_parser_reads_a_changed_log(tmp_path, log):
 
 
 # ------------------------------------------------------------------------------------------------ kernel table
-def test_ci_kernel_table_numbers():
+def test_ci_kernel_table_numbers(kernel_bias_table_ci):
     """The ci table as the chapter reads it (the run's own checks: tests/test_kernel_bias_table.py)."""
-    res = live_result("kernel_bias_table", "ci")
+    res = kernel_bias_table_ci
     n = rd.kernel_table_numbers(res)
     assert n["kt_md"].count("\n") == 4 and n["kt_n_missing"] == len(kt.KERNELS) - 3 and not n["kt_on_gpu"]
     # eight problems per cell: Student's t with 7 degrees of freedom, 1.2× the normal approximation; the cells carry
@@ -195,8 +194,8 @@ def test_fix_settings_come_from_the_code():
 
 
 # ------------------------------------------------------------------------------------------------ figures
-def test_figures_are_readable(gpt2, check):
-    res = live_result("kernel_bias_table", "ci")
+def test_figures_are_readable(gpt2, check, kernel_bias_table_ci):
+    res = kernel_bias_table_ci
     layer = rd.watched_layer(gpt2)
     views = {p: rd.monitor_view(gpt2, layer, p) for p in ("authors", "fa2")}
     for fig in (figures.kernel_table_figure(res, check), figures.gpt2_monitor_figure(views, gpt2.meta)):

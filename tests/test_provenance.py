@@ -146,7 +146,7 @@ def test_an_edited_kernel_line_stales_the_training_results_that_reach_it(tmp_pat
     result's code fingerprint changes, while a pure-numpy result's does not."""
     for d in ("lib", "kernels", "benchmarks"):
         shutil.copytree(ROOT / d, tmp_path / d, ignore=shutil.ignore_patterns("__pycache__"))
-    before = provenance.Index(tmp_path)
+    before = provenance.index()          # the tree the copy was made from (its index is built once per session)
     e_train, e_np = registry.get("headline").code_entry, registry.get("bias_montecarlo").code_entry
     fp_train, fp_np = before.fingerprint(e_train), before.fingerprint(e_np)
     assert "kernels.rounding:rne_mantissa" in before.reachable(e_train)
@@ -162,7 +162,7 @@ def test_a_docstring_edit_in_the_real_kernel_changes_nothing(tmp_path):
     for d in ("lib", "kernels", "benchmarks"):
         shutil.copytree(ROOT / d, tmp_path / d, ignore=shutil.ignore_patterns("__pycache__"))
     e = registry.get("headline").code_entry
-    fp = provenance.Index(tmp_path).fingerprint(e)
+    fp = provenance.index().fingerprint(e)               # the tree the copy was made from
     p = tmp_path / "kernels" / "flash_fwd.py"
     p.write_text(p.read_text().replace('"""', '"""Edited. ', 1) + "\n# a trailing comment\n")
     assert provenance.Index(tmp_path).fingerprint(e) == fp
@@ -305,7 +305,7 @@ def test_a_help_string_in_the_real_training_command_line_changes_nothing(tmp_pat
     for d in ("lib", "kernels", "benchmarks"):
         shutil.copytree(ROOT / d, tmp_path / d, ignore=shutil.ignore_patterns("__pycache__"))
     e = registry.get("headline").code_entry
-    fp = provenance.Index(tmp_path).fingerprint(e)
+    fp = provenance.index().fingerprint(e)               # the tree the copy was made from
     for rel, old in (("lib/training/data.py", 'help="standard-library directory'),
                      ("lib/training/train.py", "help=_HELP.get(f.name")):
         p = tmp_path / rel

@@ -96,10 +96,15 @@ def test_cli_help_describes_every_experiment():
                                       (("headline", "--scale", "CI"), "unknown scale"),
                                       (("headline", "--scale", "full"), "needs a CUDA GPU"),
                                       (("headline", "--set", "steps"), "key=value")])
-def test_cli_user_errors_are_one_line_and_exit_2(args, msg):
-    r = _cli(*args)
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    assert msg in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+def test_cli_user_errors_are_one_line_and_exit_2(args, msg, capsys, monkeypatch):
+    """The command line's `main` in this process, in the environment `_cli` gives it (`python -m lib.experiments` is
+    `sys.exit(main())`: the help and ci-run tests run that wiring as a subprocess); an exception here fails the test
+    as a traceback would, without starting a Python that imports torch per case."""
+    from lib.book import cli
+    monkeypatch.delenv("BOOK_SCALE", raising=False)
+    assert cli.main(list(args)) == 2
+    out = capsys.readouterr()
+    assert msg in out.err and "Traceback" not in out.err and len(out.err.strip().splitlines()) == 1, out
 
 
 def test_cli_runs_a_ci_experiment_with_provenance(tmp_path):

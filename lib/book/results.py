@@ -20,9 +20,11 @@ provenance existed carry only ``depends_on`` (sha256 of whole files) and are jud
 """
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import glob
 import hashlib
+import io
 import json
 import os
 import platform
@@ -267,13 +269,31 @@ def load(name: str, scale: str, root: Path | None = None) -> Result:
     js = root / scale / f"{name}.json"
     if not js.exists():
         raise FileNotFoundError(f"no result {js}; produce it with `python -m lib.experiments {name} --scale {scale}`")
-    blob = json.loads(js.read_text())
-    arrays = {}
+    blob, arrays = _read(js)
+    meta = copy.deepcopy(blob["meta"])
+    return Result(name, scale, meta, _restore_nonfinite(blob["data"]), {k: v.copy() for k, v in arrays.items()},
+                  staleness(meta))
+
+
+_READ: dict = {}   # str(json path) -> (its bytes, the .npz's bytes or None, parsed JSON, arrays)
+
+
+def _read(js: Path) -> tuple[dict, dict]:
+    """(parsed JSON, {name: array}) of a result's files, parsed once per process for the same bytes: the claims
+    table and the chapters load the same results again and again, and decompressing an .npz costs far more than
+    reading and comparing its bytes. The caller copies before handing anything out."""
+    raw = js.read_bytes()
     npz = js.with_suffix(".npz")
-    if npz.exists():
-        with np.load(npz) as z:
-            arrays = {k: z[k] for k in z.files}
-    return Result(name, scale, blob["meta"], _restore_nonfinite(blob["data"]), arrays, staleness(blob["meta"]))
+    zraw = npz.read_bytes() if npz.exists() else None
+    hit = _READ.get(str(js))
+    if hit is None or hit[0] != raw or hit[1] != zraw:
+        arrays = {}
+        if zraw is not None:
+            with np.load(io.BytesIO(zraw)) as z:
+                arrays = {k: z[k] for k in z.files}
+        hit = (raw, zraw, json.loads(raw), arrays)
+        _READ[str(js)] = hit
+    return hit[2], hit[3]
 
 
 def load_group(group: str, scale: str = "full", root: Path | None = None) -> list[Result]:
