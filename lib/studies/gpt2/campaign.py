@@ -71,7 +71,7 @@ from lib.studies.gpt2 import arms
 
 ROOT = Path(__file__).resolve().parents[3]
 ENTRY = "gpt2_arms"
-KEPT = ROOT / "results" / "arms"     # finished arms brought back from a machine: <entry>/<arm>_s<seed>.{result.gz,json,log}
+KEPT = ROOT / "results" / "arms"     # finished arms kept here: <entry>/<arm>_s<seed>.{result.gz,json,log}
 TAR = "arms_done.tar"
 TAR_LIMIT = 16 * 2 ** 20             # the largest file a call returns
 
