@@ -179,33 +179,3 @@ def test_recovery_after_a_spike_and_none_after_an_explosion():
     assert n is not None and 0 < n < 100                 # the 100-step mean falls back as the spike leaves it
     assert recovery_steps([3.0] * 200 + [4.01] * 300, 100, 0.3) is None
     assert recovery_steps([3.0] * 300, 100, 0.3) is None
-
-
-def test_campaign_phase_3_saves_entries_then_extras_and_phase_2_can_skip_the_checks(tmp_path, monkeypatch):
-    calls = []
-    monkeypatch.setattr(campaign.torch.cuda, "device_count", lambda: 4)
-    monkeypatch.setattr(campaign.torch.cuda, "get_device_name", lambda i=0: "test GPU")
-    monkeypatch.setattr(campaign, "save", lambda name, out, env=None: calls.append((name, (env or {}).get(
-        "BOOK_GPT2_CAPTURE"))) or 0)
-    assert campaign.main(["3", "--out", str(tmp_path), "--entry", "gpt2_arms_s2", "--extra", "train_step_gpt2"]) == 0
-    assert [c[0] for c in calls] == ["gpt2_arms_s2", "train_step_gpt2"]
-    calls.clear()
-    assert campaign.main(["2", "--out", str(tmp_path), "--entry", "gpt2_arms_s2", "--skip-checks", "--wait", "0",
-                          "--extra", "census_cost"]) == 0
-    assert calls == [("census_cost", None)]
-    assert (tmp_path / "arms.log").exists()
-
-
-def test_phase_2_saves_an_entry_once_all_its_arms_have_finished(tmp_path, monkeypatch):
-    calls = []
-    monkeypatch.setattr(campaign, "save", lambda name, out, env=None: calls.append(name) or 0)
-    a = dict(_entry="a", workdir=str(tmp_path / "a"), seeds=[1], arms=[{"label": "sdpa"}, {"label": "ours_fa2"}])
-    b = dict(_entry="b", workdir=str(tmp_path / "b"), seeds=[2], arms=[{"label": "fp32"}])
-    for cfg in (a, b):
-        Path(cfg["workdir"]).mkdir()
-    saved = set()
-    campaign._file(a, "sdpa:s1", "result").write_text("{}")
-    assert campaign.save_finished([a, b], tmp_path, saved) == [] and calls == []
-    campaign._file(a, "ours_fa2:s1", "result").write_text("{}")
-    assert campaign.save_finished([a, b], tmp_path, saved) == ["a"] and calls == ["a"]
-    assert campaign.save_finished([a, b], tmp_path, saved) == [] and calls == ["a"]      # once

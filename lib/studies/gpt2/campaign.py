@@ -1,14 +1,16 @@
 """One GPU campaign on a multi-GPU machine, as calls of ≤ 10 minutes issued one after another on the same machine.
 
     python -m lib.studies.gpt2.campaign PHASE --out $OUT [--entry gpt2_arms [more entries]] [--wait S]
+    python -m lib.studies.gpt2.campaign keep $OUT/arms_done.tar       (here, after a call)
 
 The arms of the named entries go one per GPU, in order (entry after entry), so two entries of two arms fill a
 4-GPU machine and one fills a 2-GPU machine.
 
-* phase 1: build the token corpus (if absent); start the arms (each in its own process session, so they outlive the
-  call); run the GPU tests beside them, sharded over the GPUs of every arm but the first (the first entry's first
-  arm — FP32 attention, the slowest — is not slowed), log in $OUT; the smoke check: every arm past step 50 with
-  finite gradients, else stop the arms and exit 2 (the campaign ends early); then wait.
+* phase 1: build the token corpus (if absent); put the kept arms that may be reused into their workdirs (below);
+  start the other arms (each in its own process session, so they outlive the call); run the GPU tests beside them,
+  sharded over the GPUs of every arm but the first (the first entry's first arm — FP32 attention, the slowest — is
+  not slowed), log in $OUT; the smoke check: every training arm past step 50 with finite gradients, else stop the
+  arms and exit 2 (the campaign ends early); then wait.
 * phase 2: wait; capture one GPT-2 layer (q, k, v, dO of layer 2, 1-based) from the latest checkpoint (≥ 3,000 steps)
   of the SDPA arm, or of the paper arm where no entry has SDPA, and run the registered `gradient_checks` with it on
   GPU 1, then each result named by `--extra` on the last GPU, beside the arms; wait, saving each entry as soon as
@@ -16,9 +18,27 @@ The arms of the named entries go one per GPU, in order (entry after entry), so t
 * phase 3: wait for the arms (their wall budget stops them in time) and save every entry; then each result named by
   `--extra` with every GPU visible (the arms have stopped, so a benchmark finds its GPUs idle).
 
+A lost machine. The machine and its disk go back soon after a call; if they are lost between calls, the next phase
+runs on a bare machine, where saving an entry would start its arms again from step 0 and wait for nothing. So
+phases 2 and 3 first check that every arm of every entry is on the disk (its result, or the cfg, log and pid files
+`arms._start` writes); an entry with an arm missing gets a line "MACHINE LOST: <entry> …; nothing restarted", is
+neither started nor saved, and the phase exits 3 — at once when no entry is left, else after the entries that are.
+
+Finished arms come back. An entry is saved only when all its arms have finished, so at the end of every phase (in
+phase 3 before the `--extra` results) each finished arm of an entry not saved in that call goes into one file,
+$OUT/arms_done.tar: the arm's result (gzip, ≈ 1.2 MB at 10,000 steps), its log and a record — entry, label, the
+entry's resolved full configuration, the code fingerprints its result would record, commit, device and steps (an arm
+that would take the file past the 16 MiB a call returns is left out with a note). `keep TAR` unpacks it into
+results/arms/<entry>/<arm>_s<seed>.{result.gz,json,log} (outside results/full/, so no result reads it; commit it,
+and delete it once the entry's result is committed). Phase 1 puts each kept arm whose configuration and code
+fingerprints equal the current ones into its workdir as finished, so that neither `start_arms` nor `arms.run` trains
+it again, and says from which commit and device; on any difference it says why, and the arm trains again. When an
+entry is saved with a reused arm, a line names it, and the arm's log (kept with it) says so in $OUT/arms.log.
+
 `--skip-checks` leaves out phase 2's capture and gradient checks (when the committed checks are fresh). An `--extra`
 entry whose full configuration names `gpt2_windows` (`kernel_bias_table`) gets its own capture of layer 2 with that
-many windows, from the same arm's latest checkpoint once it is past 3,000 steps, in `$BOOK_GPT2_CAPTURE`.
+many windows, from the same arm's latest checkpoint once it is past 3,000 steps, in `$BOOK_GPT2_CAPTURE` (never from
+a reused arm, which has no checkpoint, unless every arm is).
 
 Every phase resumes what is on the machine's disk, writes the arms' progress into $OUT/arms.log and prints a
 progress table; results are written with provenance under $OUT/full/ (fetch them into results/full/). `--wait`
@@ -29,22 +49,31 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
+import gzip
+import hashlib
+import io
+import json
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
 import torch
 
-from lib.book import registry
+from lib.book import provenance, registry, results, runner
 from lib.studies.gpt2 import arms
 
 ROOT = Path(__file__).resolve().parents[3]
 ENTRY = "gpt2_arms"
+KEPT = ROOT / "results" / "arms"     # finished arms kept here: <entry>/<arm>_s<seed>.{result.gz,json,log}
+TAR = "arms_done.tar"
+TAR_LIMIT = 16 * 2 ** 20             # the largest file a call returns
 
 
 def _labels(cfg) -> list[str]:
@@ -105,17 +134,186 @@ def save(name: str, out: Path, env=None) -> int:
                            cwd=ROOT, env=dict(os.environ, **(env or {})))
 
 
-def save_finished(cfgs, out: Path, saved: set) -> list[str]:
-    """Save every entry whose arms have all finished and that is not in `saved` yet (then add it), so that a call
-    that ends before phase 3 — or a machine lost between calls — already returns what is done. The entries saved."""
-    done = [cfg["_entry"] for cfg in cfgs if cfg["_entry"] not in saved
+def save_finished(cfgs, out: Path, saved: dict) -> list[str]:
+    """Save every entry whose arms have all finished and that is not in `saved` yet (then record its exit status
+    there), so that a call that ends before phase 3 — or a machine lost between calls — already returns what is
+    done. The entries saved."""
+    done = [cfg for cfg in cfgs if cfg["_entry"] not in saved
             and all(_file(cfg, lab, "result").exists() for lab in _labels(cfg))]
-    for name in done:
+    for cfg in done:
         os.environ["BOOK_WAIT_S"] = "0"
-        rc = save(name, out)
-        print(f"{name} saved as its arms finished: exit status {rc}", flush=True)
-        saved.add(name)
-    return done
+        saved[cfg["_entry"]] = rc = save(cfg["_entry"], out)
+        print(f"{cfg['_entry']} saved as its arms finished: exit status {rc}", flush=True)
+        if rc == 0:
+            say_reused(cfg)
+    return [cfg["_entry"] for cfg in done]
+
+
+def missing_arms(cfg) -> list[str]:
+    """The arms of an entry that have, in its workdir, neither a result nor the files `arms._start` writes when it
+    starts one (cfg, log, pid): every arm on a fresh machine, which a later phase must not restart."""
+    return [lab for lab in _labels(cfg) if not _file(cfg, lab, "result").exists()
+            and not all(_file(cfg, lab, ext).exists() for ext in ("cfg", "log", "pid"))]
+
+
+def intact(cfgs) -> list[dict]:
+    """The entries whose arms are all on this disk; each other entry is named in a MACHINE LOST line."""
+    keep = []
+    for cfg in cfgs:
+        miss = missing_arms(cfg)
+        if not miss:
+            keep.append(cfg)
+        elif len(miss) == len(_labels(cfg)):
+            print(f"MACHINE LOST: {cfg['_entry']} has no arms on this disk; nothing restarted", flush=True)
+        else:
+            print(f"MACHINE LOST: {cfg['_entry']} lacks arms {', '.join(miss)} on this disk; nothing restarted",
+                  flush=True)
+    return keep
+
+
+def record(name: str) -> dict:
+    """What a finished arm of entry `name` was trained under: the entry's resolved full configuration and the code
+    fingerprints its saved result would record (as `lib.book.runner.run_and_save` computes them)."""
+    e = registry.get(name)
+    cfg = registry.resolve(name, "full")
+    extra = list(getattr(runner.base_module(e), "code_entries", lambda c: [])(cfg))
+    return dict(config=cfg, code=provenance.code_fingerprint([e.code_entry, *extra]))
+
+
+def _stem(label: str) -> str:
+    return label.replace(":", "_")
+
+
+def _kept(cfg, label: str) -> dict | None:
+    """The record of an arm that phase 1 seeded from a kept arm (None for an arm trained on this machine)."""
+    f = _file(cfg, label, "kept.json")
+    return json.loads(f.read_text()) if f.exists() else None
+
+
+def say_reused(cfg) -> None:
+    """One line naming the reused arms of an entry just saved (its arms log names them too)."""
+    for lab in _labels(cfg):
+        side = _kept(cfg, lab)
+        if side:
+            print(f"{cfg['_entry']} saved with {lab} reused: {side['steps']} steps trained at commit "
+                  f"{side['git_commit'][:8]} on {side['device']}", flush=True)
+
+
+def pack_finished(cfgs, out: Path, saved=()) -> list[str]:
+    """Every finished arm of an entry not in `saved` (trained here, not reused) into one file $OUT/arms_done.tar:
+    `<entry>/<arm>_s<seed>.result.gz` (the arm's result, gzip: ≈ 11 MB raw, ≈ 1.2 MB packed at 10,000 steps), its
+    log and a `.json` record (entry, label, `record`, commit, device, steps, the result's sha256). An arm that would
+    take the file past 16 MiB is left out with a note. The labels packed."""
+    files, packed, size = {}, [], 1024
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    for cfg in cfgs:
+        name, rec = cfg["_entry"], None
+        if name in saved:
+            continue
+        for lab in _labels(cfg):
+            if not _file(cfg, lab, "result").exists() or _kept(cfg, lab):
+                continue
+            raw = _file(cfg, lab, "result").read_bytes()
+            res = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=False)
+            rec = rec or record(name)
+            side = dict(entry=name, label=lab, **rec, git_commit=results.git_commit(), device=device,
+                        steps=len(res["loss"]), truncated_at=res.get("truncated_at"),
+                        stopped_at=res.get("stopped_at"), sha256=hashlib.sha256(raw).hexdigest(),
+                        packed_utc=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+            arm = {f"{name}/{_stem(lab)}.result.gz": gzip.compress(raw, mtime=0),
+                   f"{name}/{_stem(lab)}.json": json.dumps(side, indent=1, sort_keys=True).encode()}
+            if _file(cfg, lab, "log").exists():
+                arm[f"{name}/{_stem(lab)}.log"] = _file(cfg, lab, "log").read_bytes()
+            more = sum(512 + -(-len(b) // 512) * 512 for b in arm.values())
+            if size + more > TAR_LIMIT:
+                print(f"note: {lab} of {name} not packed: {TAR} would pass {TAR_LIMIT >> 20} MiB", flush=True)
+                continue
+            files.update(arm)
+            size += more
+            packed.append(f"{name} {lab}")
+    if files:
+        with tarfile.open(Path(out) / TAR, "w") as tar:
+            for arc, blob in files.items():
+                info = tarfile.TarInfo(arc)
+                info.size, info.mtime = len(blob), int(time.time())
+                tar.addfile(info, io.BytesIO(blob))
+        print(f"packed into {TAR} ({size / 2 ** 20:.1f} MiB): {'; '.join(packed)}", flush=True)
+    return packed
+
+
+_MEMBER = re.compile(r"^([A-Za-z0-9_]+)/([A-Za-z0-9_]+)\.(result\.gz|json|log)$")
+
+
+def keep(tar_path: Path | str, kept: Path | str = KEPT) -> list[Path]:
+    """Unpack a returned arms_done.tar into `kept`/<entry>/ after checking each arm's result against its record.
+    The records written."""
+    arms_in: dict = {}
+    with tarfile.open(tar_path) as tar:
+        for m in tar.getmembers():
+            hit = _MEMBER.match(m.name)
+            if not (m.isfile() and hit):
+                raise ValueError(f"{tar_path}: unexpected member {m.name!r}")
+            arms_in.setdefault(hit.group(1, 2), {})[hit.group(3)] = tar.extractfile(m).read()
+    written = []
+    for (entry, stem), parts in sorted(arms_in.items()):
+        side = json.loads(parts["json"])
+        if hashlib.sha256(gzip.decompress(parts["result.gz"])).hexdigest() != side["sha256"]:
+            raise ValueError(f"{tar_path}: {entry} {side['label']}: the result does not match its record")
+        dst = Path(kept) / entry
+        dst.mkdir(parents=True, exist_ok=True)
+        for ext, blob in parts.items():
+            (dst / f"{stem}.{ext}").write_bytes(blob)
+        written.append(dst / f"{stem}.json")
+        print(f"kept {side['label']} of {entry}: {side['steps']} steps, commit {side['git_commit'][:8]}, "
+              f"{side['device']} -> {dst / stem}.*", flush=True)
+    return written
+
+
+def differences(side: dict, now: dict) -> list[str]:
+    """Why a kept arm's record does not stand for what the current code and registry would train (empty: it does)."""
+    why = []
+    a, b = side.get("config", {}), now["config"]
+    if registry.config_digest(a) != registry.config_digest(b):
+        why.append("configuration differs: " + ", ".join(sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))))
+    why += [f"code changed: {e}" for e in sorted(set(side.get("code", {})) | set(now["code"]))
+            if side.get("code", {}).get(e) != now["code"].get(e)]
+    return why
+
+
+def seed_kept(cfgs, kept: Path | str = KEPT) -> list[str]:
+    """Phase 1: put every kept arm whose record equals `record` now (configuration and code fingerprints) into its
+    entry's workdir as a finished arm — its result, its log with a line saying so, and its record as
+    `<arm>.kept.json` — so that neither `start_arms` nor `arms.run` trains it again; any other kept arm trains again,
+    and the line says why. The labels reused."""
+    reused = []
+    for cfg in cfgs:
+        name, now = cfg["_entry"], None
+        for lab in _labels(cfg):
+            src = {ext: Path(kept) / name / f"{_stem(lab)}.{ext}" for ext in ("json", "result.gz", "log")}
+            if not src["json"].exists() or _file(cfg, lab, "result").exists():
+                continue
+            side = json.loads(src["json"].read_text())
+            now = now or record(name)
+            why = differences(side, now)
+            raw = b"" if why else gzip.decompress(src["result.gz"].read_bytes())
+            if not why and hashlib.sha256(raw).hexdigest() != side["sha256"]:
+                why.append("its result does not match its record")
+            if why:
+                print(f"kept {lab} of {name} (commit {side['git_commit'][:8]}) not reused, it trains again: "
+                      f"{'; '.join(why)}", flush=True)
+                continue
+            Path(cfg["workdir"]).mkdir(parents=True, exist_ok=True)
+            line = (f"[{lab}] reused: {side['steps']} steps trained at commit {side['git_commit'][:8]} on "
+                    f"{side['device']} on an earlier machine; not trained again here\n")
+            old = src["log"].read_bytes() if src["log"].exists() else b""
+            _file(cfg, lab, "log").write_bytes(old + line.encode())
+            _file(cfg, lab, "kept.json").write_text(json.dumps(side))
+            tmp = _file(cfg, lab, "result.tmp")
+            tmp.write_bytes(raw)
+            tmp.replace(_file(cfg, lab, "result"))
+            print(line.strip(), flush=True)
+            reused.append(f"{name} {lab}")
+    return reused
 
 
 def capture_gpt2(cfg, label: str, path: Path, layer: int = 1, rows: int = 2) -> dict:
@@ -144,8 +342,8 @@ def capture_gpt2(cfg, label: str, path: Path, layer: int = 1, rows: int = 2) -> 
 
 def capture_source(cfgs) -> tuple[dict, str]:
     """The arm whose checkpoint gives the GPT-2 capture: the SDPA arm, else the paper arm (large layer-2 logits in
-    both), else the first arm."""
-    slots = _slots(cfgs)
+    both), else the first arm; an arm reused from an earlier machine (no checkpoint) only when all are."""
+    slots = [(cfg, lab) for cfg, lab in _slots(cfgs) if not _kept(cfg, lab)] or _slots(cfgs)
     for arm in ("sdpa", "paper"):
         for cfg, lab in slots:
             if lab.split(":")[0] == arm:
@@ -170,6 +368,15 @@ def extra_capture(name: str, cfgs, gpu: int) -> dict:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["keep"]:
+        kp = argparse.ArgumentParser(prog="python -m lib.studies.gpt2.campaign keep",
+                                     description="keep the finished arms a call returned, for phase 1 to reuse")
+        kp.add_argument("tar", help=f"the {TAR} a call returned")
+        kp.add_argument("--into", default=str(KEPT))
+        k = kp.parse_args(argv[1:])
+        keep(k.tar, k.into)
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("phase", type=int, choices=(1, 2, 3))
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
@@ -183,17 +390,29 @@ def main(argv=None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     cfgs = [dict(registry.resolve(name, "full"), _entry=name) for name in a.entry]
-    slots = _slots(cfgs)
     n = torch.cuda.device_count()
     print(f"phase {a.phase} of {', '.join(a.entry)}: {n} × {torch.cuda.get_device_name(0)}, torch {torch.__version__}",
           flush=True)
-    if len(slots) > n:
-        print(f"note: {len(slots)} arms on {n} GPUs (arms share GPUs)", flush=True)
+    if len(_slots(cfgs)) > n:
+        print(f"note: {len(_slots(cfgs))} arms on {n} GPUs (arms share GPUs)", flush=True)
+    status = 0
+    if a.phase != 1:
+        # A machine lost between calls comes back bare: its arms would start again from step 0. Go on with the
+        # entries whose arms are all here; exit 3 (at once when none is).
+        kept = intact(cfgs)
+        status = 3 if len(kept) < len(cfgs) else 0
+        if not kept:
+            return 3
+        cfgs = kept
+    slots = _slots(cfgs)
+    saved: dict = {}
     if a.phase == 1:
         arms.build_corpus(cfgs[0])
         print(f"corpus ready after {time.time() - t0:.0f} s", flush=True)
         os.environ["BOOK_WAIT_S"] = "0"
+        seed_kept(cfgs)
         start_arms(cfgs, n)
+        training = [(cfg, lab) for cfg, lab in slots if not _file(cfg, lab, "result").exists()]
         scratch = Path("/tmp/gpu_tests")
         scratch.mkdir(exist_ok=True)
         test_gpus = ",".join(str(i) for i in range(1, n)) or "0"
@@ -201,14 +420,15 @@ def main(argv=None) -> int:
         tests = subprocess.Popen([sys.executable, "tests/gpu/run_sharded.py", "--gpus", "0", "--jobs",
                                   str(max(4, n - 1)), "--costs", "tests/gpu/durations_h100.json", "--log", str(scratch / "gpu_tests.log"), "--", "-rP"], cwd=ROOT,
                                  env=dict(os.environ, CUDA_VISIBLE_DEVICES=test_gpus))
-        while min(_steps(cfg, lab)[0] for cfg, lab in slots) < 50:
-            dead = [lab for cfg, lab in slots if not arms._alive(_file(cfg, lab, "pid"))]
+        while training and min(_steps(cfg, lab)[0] for cfg, lab in training) < 50:
+            dead = [lab for cfg, lab in training if not arms._alive(_file(cfg, lab, "pid"))]
             if dead or time.time() - t0 > 420:
                 snapshot(out, cfgs)
                 print(f"SMOKE FAILED: arms {dead or 'too slow'} before step 50; stopping the arms", flush=True)
                 stop_arms(cfgs)
                 tests.wait()
                 shutil.copy(scratch / "gpu_tests.log", out / "gpu_tests.log")
+                pack_finished(cfgs, out)
                 return 2
             time.sleep(5)
         bad = [lab for cfg, lab in slots if not _steps(cfg, lab)[1]]
@@ -235,14 +455,17 @@ def main(argv=None) -> int:
             rc = save(name, out, {"CUDA_VISIBLE_DEVICES": str(min(2, n - 1)), **extra_capture(name, cfgs, min(2, n - 1))})
             print(f"{name} exit status {rc} after {time.time() - t0:.0f} s", flush=True)
     else:
-        for name in a.entry:
+        for cfg in cfgs:
             os.environ["BOOK_WAIT_S"] = str(max(0.0, a.wait - (time.time() - t0)))
-            rc = save(name, out)
-            print(f"{name} exit status {rc} after {time.time() - t0:.0f} s", flush=True)
+            saved[cfg["_entry"]] = rc = save(cfg["_entry"], out)
+            print(f"{cfg['_entry']} exit status {rc} after {time.time() - t0:.0f} s", flush=True)
+            if rc == 0:
+                say_reused(cfg)
+        # Before the benchmarks, which may run to the end of the call: the finished arms of unsaved entries.
+        pack_finished(cfgs, out, {name for name, rc in saved.items() if rc == 0})
         for name in a.extra:
             rc = save(name, out, extra_capture(name, cfgs, 0))
             print(f"{name} exit status {rc} after {time.time() - t0:.0f} s", flush=True)
-    saved = set()
     while a.phase != 3 and time.time() - t0 < a.wait:
         if a.phase == 2:
             save_finished(cfgs, out, saved)
@@ -250,7 +473,9 @@ def main(argv=None) -> int:
             break
         time.sleep(15)
     snapshot(out, cfgs)
-    return 0
+    if a.phase != 3:
+        pack_finished(cfgs, out, {name for name, rc in saved.items() if rc == 0})
+    return status
 
 
 if __name__ == "__main__":
