@@ -34,8 +34,18 @@ def fidelity_figure(res):
     axes[0].set(ylabel="training loss\n(nats, 100-step mean)")
     axes[1].set(ylabel="largest logit\n(any layer, head)", yscale="log")
     axes[2].set(ylabel="largest ‖W_Q,h‖₂\n(any layer, head)", xlabel="training step")
-    # One legend entry per arm (colour) and per seed (line style), not per run: with every arm in several seeds a
-    # run-by-run legend is wider than the column and shrinks the figure's text.
+    plotting.legend_above(axes[0], ncol=2)
+    plotting.label_provenance(fig, res.meta)
+    return fig
+
+
+_CHAIN_STYLE = {"fp32": "C2", "sdpa": "C0", "ours_fa2": "C3", "paper": "C1"}
+_SEED_LS = ("-", "--", ":")
+
+
+def _arm_seed_legend(ax, res):
+    """One legend entry per arm (colour) and per seed (line style), not per run: with every arm in several seeds a
+    run-by-run legend is wider than the column and shrinks the figure's text."""
     from matplotlib.lines import Line2D
     ok = [r["label"].split(":s") for r in res.data["runs"] if "error" not in r]
     arms = list(dict.fromkeys(a for a, _ in ok))
@@ -43,13 +53,7 @@ def fidelity_figure(res):
     handles = ([Line2D([], [], color=_CHAIN_STYLE.get(a, "C7"), lw=1.1, label=CHAIN_ARMS.get(a, a)) for a in arms]
                + [Line2D([], [], color="0.3", lw=1.1, ls=_SEED_LS[s % len(_SEED_LS)], label=f"seed {s}")
                   for s in seeds])
-    plotting.legend_above(axes[0], ncol=2, handles=handles)
-    plotting.label_provenance(fig, res.meta)
-    return fig
-
-
-_CHAIN_STYLE = {"fp32": "C2", "sdpa": "C0", "ours_fa2": "C3", "paper": "C1"}
-_SEED_LS = ("-", "--", ":")
+    plotting.legend_above(ax, ncol=2, handles=handles)
 
 
 def chain_figure(res):
@@ -75,15 +79,6 @@ def chain_figure(res):
     axes[0].set(ylabel="training loss\n(nats, 100-step mean)")
     axes[1].set(ylabel="largest logit\n(any layer, head)", yscale="log")
     axes[2].set(ylabel="largest ‖W_Q,h‖₂\n(any layer, head)", xlabel="training step", yscale="log")
-    # One legend entry per arm (colour) and per seed (line style), not per run: with every arm in several seeds a
-    # run-by-run legend is wider than the column and shrinks the figure's text.
-    from matplotlib.lines import Line2D
-    ok = [r["label"].split(":s") for r in res.data["runs"] if "error" not in r]
-    arms = list(dict.fromkeys(a for a, _ in ok))
-    seeds = sorted({int(s) for _, s in ok})
-    handles = ([Line2D([], [], color=_CHAIN_STYLE.get(a, "C7"), lw=1.1, label=CHAIN_ARMS.get(a, a)) for a in arms]
-               + [Line2D([], [], color="0.3", lw=1.1, ls=_SEED_LS[s % len(_SEED_LS)], label=f"seed {s}")
-                  for s in seeds])
-    plotting.legend_above(axes[0], ncol=2, handles=handles)
+    _arm_seed_legend(axes[0], res)
     plotting.label_provenance(fig, res.meta)
     return fig
