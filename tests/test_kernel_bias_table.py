@@ -104,6 +104,15 @@ def test_ci_run_reads_the_capture(capture, monkeypatch):
     assert n["kt_gpt2"] and "layer 2 of 2 training windows from the planted run" in n["kt_gpt2_from"]
     assert "at step 7" in n["kt_gpt2_from"]
     assert "paper" in n["kt_gpt2_away"] and n["kt_gpt2_paper"].startswith("+") and n["kt_gpt2_fa2"] == "—"
+    assert n["kt_gpt2_authors_fix_way"] == "—" and n["kt_gpt2_fix_label"] == "—"     # kernels not in this run
+    assert n["kt_gpt2_paper_size"] == ("more than one ULP" if abs(d["table"]["ours_paper"]["gpt2"]["mean"]) > 1
+                                       else "within one ULP")
+
+
+def test_moved_says_where_a_fix_moves_the_mean():
+    assert rd._moved({"mean": 36.0}, {"mean": -180.0}) == "to the other side of zero and further from zero"
+    assert rd._moved({"mean": 0.23}, {"mean": 0.05}) == "on the same side, closer to zero"
+    assert rd._moved(None, {"mean": 1.0}) == "—"
 
 
 def test_ci_run_without_a_capture_says_why(kernel_bias_table_ci):

@@ -196,8 +196,7 @@ def gpt2_untested(root=None) -> Finding:
 
 def _fates(outcomes: list) -> str:
     """What an arm did in each seed, from `reading.outcomes` tuples (seed, steps, failure step, steps to recover):
-    "spikes that recovered in seed 0; no failure in seed 1 (10,000 steps)"; an explosion is a failure never
-    recovered."""
+    "spikes that recovered in seed 0; no failure in seed 1"; an explosion is a failure never recovered."""
     kinds = {"exploded": [], "spikes that recovered": [], "no failure": []}
     for seed, steps, fs, rec in outcomes:
         kinds["no failure" if fs is None else "exploded" if rec is None else "spikes that recovered"].append(seed)

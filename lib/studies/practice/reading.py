@@ -214,7 +214,22 @@ def _gpt2_numbers(d: dict) -> dict:
             "kt_gpt2_unresolved": named("not resolved from zero"),
             "kt_gpt2_paper": mean("ours_paper"), "kt_gpt2_paper_fix": mean("ours_paper+fix"),
             "kt_gpt2_authors": mean("authors"), "kt_gpt2_authors_fix": mean("authors+fix"),
-            "kt_gpt2_fa2": mean("ours_fa2")}
+            "kt_gpt2_fa2": mean("ours_fa2"),
+            "kt_gpt2_fix_label": kernel_label("ours_paper+fix", d["labels"]) if "ours_paper+fix" in rows else "—",
+            # How the authors' fix moves their code's mean error on these rows, and whether the paper placement's
+            # error there exceeds one ULP (chapter 1's planted bias is a fraction of one).
+            "kt_gpt2_authors_fix_way": _moved(rows.get("authors"), rows.get("authors+fix")),
+            "kt_gpt2_paper_size": ("—" if "ours_paper" not in rows else "more than one ULP"
+                                   if abs(rows["ours_paper"]["mean"]) > 1 else "within one ULP")}
+
+
+def _moved(before: dict | None, after: dict | None) -> str:
+    """Where a fix moves a cell's mean error, in words: "to the other side of zero and further from it", "…and
+    closer to it", "on the same side, further from zero" or "…closer to zero" ("—" when either cell is missing)."""
+    if before is None or after is None:
+        return "—"
+    side = "to the other side of zero and" if before["mean"] * after["mean"] < 0 else "on the same side,"
+    return f"{side} {'further from' if abs(after['mean']) > abs(before['mean']) else 'closer to'} zero"
 
 
 def _direction(cell: dict) -> str:
