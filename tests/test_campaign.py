@@ -178,3 +178,204 @@ def test_phase_1_refuses_a_kept_arm_trained_under_other_code_or_configuration(ke
     assert not campaign._file(a, "paper:s2", "result").exists()
     out = capsys.readouterr().out
     assert "paper:s2 of gpt2_arms_s2 (commit c0ffee12) not reused, it trains again" in out and why in out
+
+
+# ------------------------------------------------------------------------------------------ results beside the arms
+@pytest.fixture
+def beside(disk, monkeypatch):
+    """The beside results' directory on the fake machine's disk; starting the scheduler is recorded, not done."""
+    d = disk / "machine" / "beside"
+    monkeypatch.setattr(campaign, "BESIDE_DIR", d)
+    detached = []
+    monkeypatch.setattr(campaign, "_detach", lambda argv, log, env=None: detached.append(argv) or 999_999_999)
+    return d, detached
+
+
+def done_beside(name: str, arrays: bool = True) -> None:
+    """A beside result that ended on the machine: what `save` wrote, its log and its exit status."""
+    d = campaign.BESIDE_DIR
+    (d / "full").mkdir(parents=True, exist_ok=True)
+    (d / "full" / f"{name}.json").write_text("{}")
+    if arrays:
+        (d / "full" / f"{name}.npz").write_bytes(b"npz")
+    (d / f"{name}_run.log").write_text(f"=== {name} @ full\n")
+    (d / f"{name}.pid").write_text("999999999")
+    (d / f"{name}.rc").write_text("0")
+
+
+def plan_beside(gpus, *names) -> None:
+    campaign.BESIDE_DIR.mkdir(parents=True, exist_ok=True)
+    (campaign.BESIDE_DIR / "plan.json").write_text(json.dumps(dict(gpus=gpus, results=[dict(name=n, gpus=1)
+                                                                                        for n in names], skipped={})))
+
+
+def test_phase_1_plans_beside_results_onto_the_gpus_no_arm_uses(disk, beside, capsys):
+    """Two arms train on GPUs 0 and 1 of four: the proxy results go to GPUs 2 and 3; a result that wants every GPU
+    of the machine is skipped with a line; a finished arm's GPU is free."""
+    d, detached = beside
+    b = entry(S2_FA2)
+    started(b, "sdpa:s2", "ours_fa2:s2")
+    assert campaign.free_gpus([b], 4) == [2, 3]
+    assert campaign.start_beside(["headline", "gpt2_ddp", "lr_sweep"], [b], 4) == ["headline", "lr_sweep"]
+    plan = json.loads((d / "plan.json").read_text())
+    assert plan["gpus"] == [2, 3] and [r["name"] for r in plan["results"]] == ["headline", "lr_sweep"]
+    assert "BESIDE SKIPPED: gpt2_ddp needs 4 GPUs, 2 free of arms" in capsys.readouterr().out
+    assert detached == [[campaign.sys.executable, "-m", "lib.studies.gpt2.campaign", "beside-run", str(d)]]
+    assert (d / "scheduler.pid").read_text() == "999999999"
+    finished(b, "sdpa:s2", steps=7)
+    assert campaign.free_gpus([b], 4) == [0, 2, 3]
+    assert campaign.gpus_needed("headline", 4) == 1 and campaign.gpus_needed("gpt2_ddp", 2) == 2
+
+
+def test_the_scheduler_runs_one_result_a_gpu_at_a_time(beside):
+    """Three one-GPU results and one of two GPUs on GPUs 2 and 3: the first two start at once, the third when a GPU
+    frees, the two-GPU one when both are idle; each ends with its exit status on the disk."""
+    d, _ = beside
+    d.mkdir(parents=True)
+    (d / "plan.json").write_text(json.dumps(dict(gpus=[2, 3], skipped={}, results=[
+        dict(name="a", gpus=1), dict(name="b", gpus=1), dict(name="wide", gpus=2), dict(name="c", gpus=1)])))
+    clock, log, procs = [0], [], {}
+    length = dict(a=3, b=1, c=2, wide=2)
+
+    class Proc:
+        def __init__(self, name):
+            self.name, self.end, self.pid = name, clock[0] + length[name], 1000 + len(procs)
+
+        def poll(self):
+            return (1 if self.name == "c" else 0) if clock[0] >= self.end else None
+
+    def launch(name, gpus):
+        procs[name] = Proc(name)
+        log.append((clock[0], name, gpus))
+        return procs[name]
+
+    def tick(_):
+        clock[0] += 1
+        running = [(n, json.loads((d / f"{n}.gpus").read_text())) for n in procs if procs[n].poll() is None]
+        gpus = [g for _, gs in running for g in gs]
+        assert len(gpus) == len(set(gpus)), f"two results on one GPU at t={clock[0]}: {running}"
+
+    campaign.run_beside(launch=launch, sleep=tick)
+    assert log == [(0, "a", [2]), (0, "b", [3]), (1, "c", [3]), (3, "wide", [2, 3])]
+    assert {n: (d / f"{n}.rc").read_text() for n in procs} == dict(a="0", b="0", c="1", wide="0")
+    # an exit status 0 without the result on the disk is a failure too
+    assert [campaign.beside_state(n) for n in ("a", "c")] == ["failed (exit 0)", "failed (exit 1)"]
+
+
+def test_later_phases_return_finished_beside_results_within_eight_files(disk, beside, monkeypatch, capsys):
+    """Phase 2 returns the finished beside results into $OUT/full (their logs in one file) while $OUT holds at most
+    8 files; of the two left over, phase 3 returns the one that fits beside the entry, the benchmark and the arms
+    log it will still write."""
+    d, detached = beside
+
+    def save(name, out, env=None):
+        (Path(out) / "full").mkdir(exist_ok=True)
+        for ext in ("json", "npz"):
+            (Path(out) / "full" / f"{name}.{ext}").write_text("{}")
+        return 0
+
+    monkeypatch.setattr(campaign, "save", save)
+    started(entry(S2_FA2), "sdpa:s2", "ours_fa2:s2")
+    names = ["headline", "headline_fix_sm32", "lr_sweep", "beta_sweep", "beta_sweep_seeds"]
+    plan_beside([2, 3], *names)
+    for n in names:
+        done_beside(n)
+    out2 = disk / "out" / "p2"
+    assert campaign.main(["2", "--out", str(out2), "--entry", S2_FA2, "--skip-checks", "--wait", "0",
+                          "--beside", *names]) == 0
+    back = sorted(p.name for p in (out2 / "full").iterdir())
+    assert back == sorted(f"{n}.{e}" for n in names[:3] for e in ("json", "npz"))
+    assert len([p for p in out2.rglob("*") if p.is_file()]) == 8          # arms.log, 3 × (json, npz), the logs
+    with campaign.tarfile.open(out2 / campaign.BESIDE_LOGS) as tar:
+        assert tar.getnames() == [f"{n}_run.log" for n in names[:3]]
+        assert tar.extractfile("lr_sweep_run.log").read() == b"=== lr_sweep @ full\n"
+    text = capsys.readouterr().out
+    assert "note: beside result beta_sweep is not returned by this call" in text and "beta_sweep_seeds is not" in text
+    assert "  beside headline" in text and " done" in text
+    out3 = disk / "out" / "p3"
+    assert campaign.main(["3", "--out", str(out3), "--entry", S2_FA2, "--beside", *names,
+                          "--extra", "train_step_gpt2"]) == 0
+    assert sorted(p.name for p in (out3 / "full").iterdir()) == sorted(
+        f"{n}.{e}" for n in ("beta_sweep", S2_FA2, "train_step_gpt2") for e in ("json", "npz"))
+    assert len([p for p in out3.rglob("*") if p.is_file()]) == 8
+    assert "beta_sweep_seeds is not" in capsys.readouterr().out
+    assert [campaign.beside_state(n) for n in names] == ["returned"] * 4 + ["done"] and detached == []
+
+
+def test_a_lost_machine_loses_unfinished_beside_results_and_restarts_nothing(disk, beside, monkeypatch, capsys):
+    d, detached = beside
+    monkeypatch.setattr(campaign, "save", lambda name, out, env=None: 0)
+    started(entry(S2_FA2), "sdpa:s2", "ours_fa2:s2")
+    out = str(disk / "out")
+    # a bare disk: the beside plan is gone with the machine
+    assert campaign.main(["3", "--out", out, "--entry", S2_FA2, "--beside", "headline", "lr_sweep"]) == 3
+    text = capsys.readouterr().out
+    assert "MACHINE LOST: beside results headline, lr_sweep are not on this disk" in text and detached == []
+    # on the same disk: a failed result says so with its log's tail; one whose process ended without an exit
+    # status is reported stopped; one phase 1 skipped is named; none is started again
+    plan_beside([2, 3], "headline", "lr_sweep")
+    plan = json.loads((d / "plan.json").read_text())
+    plan["skipped"] = {"gpt2_ddp": "needs 4 GPUs, 2 free of arms"}
+    (d / "plan.json").write_text(json.dumps(plan))
+    (d / "headline_run.log").write_text("Traceback\nRuntimeError: boom\n")
+    (d / "headline.rc").write_text("1")
+    (d / "lr_sweep.pid").write_text("999999999")
+    assert campaign.main(["2", "--out", out, "--entry", S2_FA2, "--skip-checks", "--wait", "0",
+                          "--beside", "headline", "lr_sweep", "gpt2_ddp"]) == 0
+    text = capsys.readouterr().out
+    assert "beside headline" in text and "failed (exit 1)" in text and "| RuntimeError: boom" in text
+    assert "beside lr_sweep" in text and "stopped" in text
+    assert "beside: gpt2_ddp is not run: needs 4 GPUs, 2 free of arms" in text
+    assert detached == [] and not (Path(out) / campaign.BESIDE_LOGS).exists()
+
+
+def test_phase_1_starts_beside_results_after_the_smoke_check_and_nothing_without_them(disk, beside, monkeypatch,
+                                                                                     capsys):
+    """Phase 1 on fake arms that pass step 50 at once and a GPU test run that ends at once: with `--beside` the
+    scheduler starts after the smoke line; without it nothing beside is planned, started or written."""
+    d, detached = beside
+    begun, gpu_tests = [], []
+
+    def start(rc, gpu, workdir, probe=None):
+        begun.append((rc.label, gpu))
+        for ext, text in (("cfg", "{}"), ("log", f"[{rc.label}] step 60 t 9 s grads finite\n"),
+                          ("pid", str(campaign.os.getpid()))):
+            arms._paths(Path(workdir), rc.label)[ext].write_text(text)
+
+    class Tests:
+        def __init__(self, argv, **kw):
+            gpu_tests.append(kw["env"]["CUDA_VISIBLE_DEVICES"])
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(arms, "build_corpus", lambda cfg: (str(disk / "corpus"), {}))
+    monkeypatch.setattr(arms, "_start", start)
+    monkeypatch.setattr(campaign.subprocess, "Popen", Tests)
+    out = disk / "out"
+    assert campaign.main(["1", "--out", str(out), "--entry", S2_FA2, "--wait", "0"]) == 0
+    assert begun == [("sdpa:s2", 0), ("ours_fa2:s2", 1)] and gpu_tests == ["1,2,3"]
+    assert detached == [] and not d.exists() and "beside" not in capsys.readouterr().out
+    for lab, _ in begun:      # a second phase 1 on the same disk starts no arm again
+        campaign._file(entry(S2_FA2), lab, "pid").write_text(str(campaign.os.getpid()))
+    monkeypatch.setattr(campaign, "_detach", lambda argv, log, env=None: detached.append(argv) or campaign.os.getpid())
+    assert campaign.main(["1", "--out", str(out), "--entry", S2_FA2, "--wait", "0",
+                          "--beside", "headline", "beta_sweep_seeds"]) == 0
+    text = capsys.readouterr().out
+    assert text.index("smoke: every arm past step 50") < text.index("beside: headline, beta_sweep_seeds on GPU 2, 3")
+    assert len(detached) == 1 and begun == [("sdpa:s2", 0), ("ours_fa2:s2", 1)] and gpu_tests == ["1,2,3"] * 2
+    assert "  beside headline" in text and "queued" in text
+
+
+def test_a_running_beside_result_shows_its_slowest_run(beside):
+    """The progress column: the last block `run_many` printed, its slowest run."""
+    from lib.training.train import progress_lines
+    d, _ = beside
+    d.mkdir(parents=True)
+    blocks = [progress_lines({"paper_s0": (100, 1200, 2.5, 20.0), "fp32_s0": (90, 1200, 2.4, 20.0)},
+                             ["paper_s0", "fp32_s0"]),
+              progress_lines({"paper_s0": (640, 1200, 1.9, 140.0), "fp32_s0": (600, 1200, 1.8, 140.0)},
+                             ["paper_s0", "fp32_s0", "sdpa_s0"])]
+    (d / "headline_run.log").write_text("=== headline @ full\n" + "".join(
+        f"[run_many] {60 * (i + 1)} s\n" + "\n".join(b) + "\n" for i, b in enumerate(blocks)))
+    assert campaign._progress("headline") == "slowest run at step 600 of 1200 (2 runs started)"

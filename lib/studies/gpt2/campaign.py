@@ -1,6 +1,7 @@
 """One GPU campaign on a multi-GPU machine, as calls of ≤ 10 minutes issued one after another on the same machine.
 
     python -m lib.studies.gpt2.campaign PHASE --out $OUT [--entry gpt2_arms [more entries]] [--wait S]
+                                        [--beside NAME …] [--extra NAME …] [--skip-checks]
     python -m lib.studies.gpt2.campaign keep $OUT/arms_done.tar       (here, after a call)
 
 The arms of the named entries go one per GPU, in order (entry after entry), so two entries of two arms fill a
@@ -35,6 +36,21 @@ fingerprints equal the current ones into its workdir as finished, so that neithe
 it again, and says from which commit and device; on any difference it says why, and the arm trains again. When an
 entry is saved with a reused arm, a line names it, and the arm's log (kept with it) says so in $OUT/arms.log.
 
+Results beside the arms. `--beside NAME …` (the same names in every phase) runs registered results on the GPUs no
+training arm uses, from phase 1 on. Right after the smoke check, phase 1 plans them — a result runs on one GPU
+unless its full configuration names `gpus` (0: every GPU of the machine); one that needs more GPUs than are free
+gets a line "BESIDE SKIPPED" and is not run — and starts a scheduler as a detached process (`run_beside`), which
+runs them in the order named, each on the first idle free GPUs, one result a GPU at a time, writing each with its
+provenance as `save` would, into /tmp/campaign_beside/full/ on the machine's disk (log: <name>_run.log there; it
+inherits the call's environment, such as $EXPLOSION_BUDGET_S, but no wait bound). Every phase waits for them as
+for the arms, prints their progress in the table and, last (phase 3: after waiting for them within `--wait`, before
+the `--extra` results), copies the finished ones not returned yet into $OUT/full/ (.json and .npz) with their
+run logs in one $OUT/beside_logs.tar (unpack it into results/full/), while $OUT holds at most 8 files — counting
+what is there and what the phase still writes; a result that does not fit waits for a later phase, with a note.
+On a lost machine the beside results not returned are named in a MACHINE LOST line, nothing is started, and the
+phase exits 3; a result that failed shows the tail of its log once. Note that phase 1's GPU tests share the free
+GPUs with them while they run, and that phase 2's `--extra` results run on GPU min(2, n−1), which may be theirs.
+
 `--skip-checks` leaves out phase 2's capture and gradient checks (when the committed checks are fresh). An `--extra`
 entry whose full configuration names `gpt2_windows` (`kernel_bias_table`) gets its own capture of layer 2 with that
 many windows, from the same arm's latest checkpoint once it is past 3,000 steps, in `$BOOK_GPT2_CAPTURE` (never from
@@ -43,7 +59,8 @@ a reused arm, which has no checkpoint, unless every arm is).
 Every phase resumes what is on the machine's disk, writes the arms' progress into $OUT/arms.log and prints a
 progress table; results are written with provenance under $OUT/full/ (fetch them into results/full/). `--wait`
 bounds the waiting (default 540 s from the phase's start), so a call ends inside its 10 minutes. $OUT keeps at most
-8 files a call: the GPU tests' per-shard logs stay on the machine (their output is in the combined log).
+8 files a call: the GPU tests' per-shard logs stay on the machine (their output is in the combined log). Without
+`--beside` no phase plans, starts, prints or returns anything beside the arms.
 """
 from __future__ import annotations
 
@@ -96,8 +113,9 @@ def _steps(cfg, label: str) -> tuple[int, bool]:
     return (int(hits[-1][0]), hits[-1][1] == "finite") if hits else (0, True)
 
 
-def snapshot(out: Path, cfgs) -> None:
-    """The arms' logs, one after another, into $OUT/arms.log and one progress line per arm on stdout."""
+def snapshot(out: Path, cfgs, beside=()) -> None:
+    """The arms' logs, one after another, into $OUT/arms.log and one progress line per arm (and per `beside`
+    result) on stdout."""
     with open(out / "arms.log", "w") as dst:
         for cfg, lab in _slots(cfgs):
             if _file(cfg, lab, "log").exists():
@@ -106,6 +124,7 @@ def snapshot(out: Path, cfgs) -> None:
         step, ok = _steps(cfg, lab)
         print(f"  {cfg['_entry']:18s} {lab:12s} step {step:6d} {'ok' if ok else 'NOT FINITE'} "
               f"{'done' if _file(cfg, lab, 'result').exists() else ''}", flush=True)
+    beside_table(beside)
 
 
 def start_arms(cfgs, n_gpus: int) -> None:
@@ -128,10 +147,13 @@ def stop_arms(cfgs) -> None:
             pass
 
 
+def _save_argv(name: str, out: Path) -> list[str]:
+    return [sys.executable, "-m", "lib.experiments", name, "--scale", "full", "--out", str(out)]
+
+
 def save(name: str, out: Path, env=None) -> int:
     """`python -m lib.experiments NAME --scale full --out OUT` as a subprocess; its exit status."""
-    return subprocess.call([sys.executable, "-m", "lib.experiments", name, "--scale", "full", "--out", str(out)],
-                           cwd=ROOT, env=dict(os.environ, **(env or {})))
+    return subprocess.call(_save_argv(name, out), cwd=ROOT, env=dict(os.environ, **(env or {})))
 
 
 def save_finished(cfgs, out: Path, saved: dict) -> list[str]:
@@ -199,6 +221,15 @@ def say_reused(cfg) -> None:
                   f"{side['git_commit'][:8]} on {side['device']}", flush=True)
 
 
+def _write_tar(path: Path, files: dict) -> None:
+    """{member name: bytes} into one tar file at `path`."""
+    with tarfile.open(path, "w") as tar:
+        for arc, blob in files.items():
+            info = tarfile.TarInfo(arc)
+            info.size, info.mtime = len(blob), int(time.time())
+            tar.addfile(info, io.BytesIO(blob))
+
+
 def pack_finished(cfgs, out: Path, saved=()) -> list[str]:
     """Every finished arm of an entry not in `saved` (trained here, not reused) into one file $OUT/arms_done.tar:
     `<entry>/<arm>_s<seed>.result.gz` (the arm's result, gzip: ≈ 11 MB raw, ≈ 1.2 MB packed at 10,000 steps), its
@@ -232,11 +263,7 @@ def pack_finished(cfgs, out: Path, saved=()) -> list[str]:
             size += more
             packed.append(f"{name} {lab}")
     if files:
-        with tarfile.open(Path(out) / TAR, "w") as tar:
-            for arc, blob in files.items():
-                info = tarfile.TarInfo(arc)
-                info.size, info.mtime = len(blob), int(time.time())
-                tar.addfile(info, io.BytesIO(blob))
+        _write_tar(Path(out) / TAR, files)
         print(f"packed into {TAR} ({size / 2 ** 20:.1f} MiB): {'; '.join(packed)}", flush=True)
     return packed
 
@@ -367,6 +394,205 @@ def extra_capture(name: str, cfgs, gpu: int) -> dict:
     return {"BOOK_GPT2_CAPTURE": str(path)}
 
 
+# ------------------------------------------------------------------------------------ results beside the arms
+BESIDE_DIR = Path("/tmp/campaign_beside")   # on the machine's disk: plan, scheduler, each result's files and log
+BESIDE_LOGS = "beside_logs.tar"             # the run logs of the beside results a call returns, in one file
+OUT_FILES = 8                               # the most files a call returns from $OUT
+
+
+def _bfile(name: str, ext: str) -> Path:
+    return BESIDE_DIR / f"{name}.{ext}"
+
+
+def _blog(name: str) -> Path:
+    return BESIDE_DIR / f"{name}_run.log"
+
+
+def _bresult(name: str) -> list[Path]:
+    """What `save(name, BESIDE_DIR)` wrote: <name>.json and, when the result has arrays, <name>.npz."""
+    js = BESIDE_DIR / "full" / f"{name}.json"
+    return [f for f in (js, js.with_suffix(".npz")) if f.exists()]
+
+
+def gpus_needed(name: str, n: int) -> int:
+    """GPUs a registered result runs on: its full configuration's `gpus` (0: every GPU of the machine), else one
+    (the proxy's concurrent runs all share the first visible GPU)."""
+    g = registry.resolve(name, "full").get("gpus")
+    return 1 if g is None else int(g) or n
+
+
+def free_gpus(cfgs, n: int) -> list[int]:
+    """The GPUs no training arm uses (arm i, over all entries, trains on GPU i mod n; a finished arm uses none)."""
+    used = {i % n for i, (cfg, lab) in enumerate(_slots(cfgs)) if not _file(cfg, lab, "result").exists()}
+    return [g for g in range(n) if g not in used]
+
+
+def _detach(argv: list[str], log: Path, env: dict | None = None) -> int:
+    """Start `argv` in its own process session (it outlives the call), output appended to `log`; its pid."""
+    with open(log, "a") as f:
+        return subprocess.Popen(argv, cwd=ROOT, env=dict(os.environ, **(env or {})), stdout=f,
+                                stderr=subprocess.STDOUT, start_new_session=True).pid
+
+
+def start_beside(names, cfgs, n: int) -> list[str]:
+    """Phase 1: plan the results named by `--beside` onto the GPUs no arm uses — a result that needs more GPUs
+    than are free is skipped, with a line saying so — and start the scheduler (`run_beside`) as a detached
+    process. The names planned."""
+    BESIDE_DIR.mkdir(parents=True, exist_ok=True)
+    if arms._alive(BESIDE_DIR / "scheduler.pid"):
+        print("beside: the scheduler of an earlier phase 1 still runs; nothing started", flush=True)
+        return [r["name"] for r in json.loads((BESIDE_DIR / "plan.json").read_text())["results"]]
+    free = free_gpus(cfgs, n)
+    plan, skipped = [], {}
+    for name in names:
+        k = gpus_needed(name, n)
+        if _bfile(name, "rc").exists():
+            plan.append(dict(name=name, gpus=k))          # ended on this machine before: not run again
+        elif k > len(free):
+            skipped[name] = f"needs {k} GPU{'s' if k > 1 else ''}, {len(free)} free of arms"
+            print(f"BESIDE SKIPPED: {name} {skipped[name]}", flush=True)
+        else:
+            plan.append(dict(name=name, gpus=k))
+    (BESIDE_DIR / "plan.json").write_text(json.dumps(dict(gpus=free, results=plan, skipped=skipped)))
+    if any(not _bfile(r["name"], "rc").exists() for r in plan):
+        pid = _detach([sys.executable, "-m", "lib.studies.gpt2.campaign", "beside-run", str(BESIDE_DIR)],
+                      BESIDE_DIR / "scheduler.log")
+        (BESIDE_DIR / "scheduler.pid").write_text(str(pid))
+        print(f"beside: {', '.join(r['name'] for r in plan)} on GPU {', '.join(map(str, free))}, one result a GPU "
+              f"at a time, in this order", flush=True)
+    return [r["name"] for r in plan]
+
+
+def _launch(name: str, gpus: list[int]):
+    """One beside result: `save(name, BESIDE_DIR)`'s command on `gpus`, output to <name>_run.log (no wait bound:
+    it runs to its end)."""
+    env = {k: v for k, v in os.environ.items() if k != "BOOK_WAIT_S"}
+    env.update(CUDA_VISIBLE_DEVICES=",".join(map(str, gpus)), PYTHONUNBUFFERED="1")
+    with open(_blog(name), "a") as log:
+        return subprocess.Popen(_save_argv(name, BESIDE_DIR), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def run_beside(launch=_launch, poll_s: float = 5.0, sleep=time.sleep) -> None:
+    """The scheduler (`python -m lib.studies.gpt2.campaign beside-run DIR`): the results of plan.json in order,
+    each on the first `gpus` idle GPUs of the plan (a later result fills a GPU an earlier one cannot use yet), one
+    result a GPU at a time; <name>.pid and <name>.gpus when it starts, <name>.rc when it ends."""
+    plan = json.loads((BESIDE_DIR / "plan.json").read_text())
+    queue = [(r["name"], r["gpus"]) for r in plan["results"] if not _bfile(r["name"], "rc").exists()]
+    running: dict = {}
+    while queue or running:
+        for name, (proc, _) in list(running.items()):
+            if proc.poll() is not None:
+                _bfile(name, "rc").write_text(str(proc.poll()))
+                print(f"{name} exit status {proc.poll()}", flush=True)
+                del running[name]
+        busy = {g for _, gs in running.values() for g in gs}
+        for name, k in list(queue):
+            idle = [g for g in plan["gpus"] if g not in busy]
+            if k <= len(idle):
+                proc = launch(name, idle[:k])
+                running[name] = (proc, idle[:k])
+                busy |= set(idle[:k])
+                queue.remove((name, k))
+                _bfile(name, "gpus").write_text(json.dumps(idle[:k]))
+                _bfile(name, "pid").write_text(str(proc.pid))
+                print(f"{name} started on GPU {','.join(map(str, idle[:k]))}", flush=True)
+        if queue or running:
+            sleep(poll_s)
+
+
+def beside_state(name: str) -> str:
+    """queued, running, done (its result is on the disk), returned (by an earlier call), failed (exit k), or
+    stopped (its process or the scheduler ended without an exit status)."""
+    if _bfile(name, "returned").exists():
+        return "returned"
+    if _bfile(name, "rc").exists():
+        rc = int(_bfile(name, "rc").read_text())
+        return "done" if rc == 0 and _bresult(name) else f"failed (exit {rc})"
+    alive = arms._alive(BESIDE_DIR / "scheduler.pid")
+    if _bfile(name, "pid").exists():
+        return "running" if alive or arms._alive(_bfile(name, "pid")) else "stopped"
+    return "queued" if alive else "stopped"
+
+
+def beside_pending(names) -> list[str]:
+    return [n for n in names if beside_state(n) in ("queued", "running")]
+
+
+def beside_lost(names) -> list[str]:
+    """Phases 2 and 3: the beside results that are not on this disk (a machine lost between calls: its plan is
+    gone), each in a MACHINE LOST line, and those phase 1 skipped; neither is started. The names lost."""
+    if not names:
+        return []
+    if not (BESIDE_DIR / "plan.json").exists():
+        print(f"MACHINE LOST: beside results {', '.join(names)} are not on this disk (any returned by an earlier call "
+              f"came back); nothing restarted", flush=True)
+        return list(names)
+    plan = json.loads((BESIDE_DIR / "plan.json").read_text())
+    planned = {r["name"] for r in plan["results"]}
+    for name in names:
+        if name not in planned:
+            why = plan["skipped"].get(name, "not named in phase 1")
+            print(f"beside: {name} is not run: {why}", flush=True)
+    return []
+
+
+_RUN_LINE = re.compile(r"^\s+\S+\s+(\d+)/(\d+)\s+loss", re.M)
+
+
+def _progress(name: str) -> str:
+    """The slowest run's step of the last progress block `run_many` printed, else the log's last line."""
+    text = _blog(name).read_text(errors="replace") if _blog(name).exists() else ""
+    block = text.rsplit("[run_many] ", 1)[-1]
+    steps = [(int(a), int(b)) for a, b in _RUN_LINE.findall(block)]
+    if steps:
+        return f"slowest run at step {min(steps)[0]} of {min(steps)[1]} ({len(steps)} runs started)"
+    lines = text.strip().splitlines()
+    return lines[-1][-80:] if lines else ""
+
+
+def beside_table(names) -> None:
+    """One progress line per beside result (the table `snapshot` prints)."""
+    for name in names:
+        state = beside_state(name)
+        gpus = json.loads(_bfile(name, "gpus").read_text()) if _bfile(name, "gpus").exists() else []
+        where = f"GPU {','.join(map(str, gpus))}" if gpus else ""
+        print(f"  beside {name:18s} {where:8s} {state} {_progress(name) if state == 'running' else ''}".rstrip(),
+              flush=True)
+        if state.startswith("failed") and not _bfile(name, "told").exists():
+            _bfile(name, "told").write_text("")
+            tail = _blog(name).read_text(errors="replace").splitlines()[-15:] if _blog(name).exists() else []
+            print("\n".join(f"    | {line}" for line in tail), flush=True)
+
+
+def return_beside(names, out: Path, reserve: int = 0) -> list[str]:
+    """Copy every finished beside result not returned yet into $OUT/full/ (its .json and .npz, as `save` writes
+    them), their run logs into one $OUT/beside_logs.tar, while $OUT holds at most `OUT_FILES` files — counting the
+    files already there and `reserve` more that this call will still write; a result that does not fit stays on the
+    machine for a later phase, with a note. The names returned."""
+    have = sum(1 for f in Path(out).rglob("*") if f.is_file()) + reserve
+    sent, logs = [], {}
+    for name in names:
+        if beside_state(name) != "done":
+            continue
+        files = _bresult(name)
+        if have + len(files) + (not logs) > OUT_FILES:
+            print(f"note: beside result {name} is not returned by this call ($OUT keeps {OUT_FILES} files); a later "
+                  f"phase returns it", flush=True)
+            continue
+        (Path(out) / "full").mkdir(parents=True, exist_ok=True)
+        for f in files:
+            shutil.copy(f, Path(out) / "full" / f.name)
+        have += len(files) + (not logs)
+        logs[f"{name}_run.log"] = _blog(name).read_bytes() if _blog(name).exists() else b""
+        sent.append(name)
+    if logs:
+        _write_tar(Path(out) / BESIDE_LOGS, logs)
+        for name in sent:
+            _bfile(name, "returned").write_text("")
+        print(f"beside results returned: {', '.join(sent)} (their run logs in {BESIDE_LOGS})", flush=True)
+    return sent
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["keep"]:
@@ -377,6 +603,11 @@ def main(argv=None) -> int:
         k = kp.parse_args(argv[1:])
         keep(k.tar, k.into)
         return 0
+    if argv[:1] == ["beside-run"]:        # the detached scheduler phase 1 starts: python -m ... beside-run DIR
+        global BESIDE_DIR
+        BESIDE_DIR = Path(argv[1])
+        run_beside()
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("phase", type=int, choices=(1, 2, 3))
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
@@ -385,7 +616,13 @@ def main(argv=None) -> int:
     ap.add_argument("--extra", nargs="*", default=[],
                     help="registered results to run in phase 2 on GPU 2 beside the arms, or in phase 3 after them")
     ap.add_argument("--skip-checks", action="store_true", help="phase 2 without the capture and gradient checks")
+    ap.add_argument("--beside", nargs="*", default=[], metavar="NAME",
+                    help="registered results to run from phase 1 on the GPUs no arm uses, one a GPU at a time; "
+                         "every phase returns the finished ones")
     a = ap.parse_args(argv)
+    unknown = [name for name in a.beside if name not in registry.entries()]
+    if unknown:
+        ap.error(f"--beside: unknown result(s) {', '.join(unknown)}")
     t0 = time.time()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -400,10 +637,12 @@ def main(argv=None) -> int:
         # A machine lost between calls comes back bare: its arms would start again from step 0. Go on with the
         # entries whose arms are all here; exit 3 (at once when none is).
         kept = intact(cfgs)
-        status = 3 if len(kept) < len(cfgs) else 0
+        lost = beside_lost(a.beside)
+        status = 3 if len(kept) < len(cfgs) or lost else 0
         if not kept:
             return 3
         cfgs = kept
+        a.beside = [name for name in a.beside if name not in lost]
     slots = _slots(cfgs)
     saved: dict = {}
     if a.phase == 1:
@@ -434,6 +673,8 @@ def main(argv=None) -> int:
         bad = [lab for cfg, lab in slots if not _steps(cfg, lab)[1]]
         print(f"smoke: every arm past step 50 after {time.time() - t0:.0f} s; non-finite: {bad or 'none'}",
               flush=True)
+        if a.beside:
+            a.beside = start_beside(a.beside, cfgs, n)
         rc = tests.wait()
         for f in ("gpu_tests.log", "gpu_tests_durations.json"):
             if (scratch / f).exists():
@@ -463,18 +704,27 @@ def main(argv=None) -> int:
                 say_reused(cfg)
         # Before the benchmarks, which may run to the end of the call: the finished arms of unsaved entries.
         pack_finished(cfgs, out, {name for name, rc in saved.items() if rc == 0})
+        if a.beside:
+            # Like the arms, the beside results end before the benchmarks (which find their GPUs idle then).
+            while beside_pending(a.beside) and time.time() - t0 < a.wait:
+                time.sleep(15)
+            if beside_pending(a.beside):
+                print(f"beside results still running: {', '.join(beside_pending(a.beside))}", flush=True)
+            # what the benchmarks and the arms log will still write: a .json and an .npz each, arms.log
+            return_beside(a.beside, out, 2 * len(a.extra) + (not (out / "arms.log").exists()))
         for name in a.extra:
             rc = save(name, out, extra_capture(name, cfgs, 0))
             print(f"{name} exit status {rc} after {time.time() - t0:.0f} s", flush=True)
     while a.phase != 3 and time.time() - t0 < a.wait:
         if a.phase == 2:
             save_finished(cfgs, out, saved)
-        if all(_file(cfg, lab, "result").exists() for cfg, lab in slots):
+        if all(_file(cfg, lab, "result").exists() for cfg, lab in slots) and not beside_pending(a.beside):
             break
         time.sleep(15)
-    snapshot(out, cfgs)
+    snapshot(out, cfgs, a.beside)
     if a.phase != 3:
         pack_finished(cfgs, out, {name for name, rc in saved.items() if rc == 0})
+        return_beside(a.beside, out)
     return status
 
 
