@@ -188,16 +188,18 @@ def attention_fwd(q, k, v, *, causal, scale, nm: Numerics, fix, beta, tie_tol, p
 
 
 def compute_delta(o, do, q, k, v, lse, *, causal, scale, nm: Numerics, path, seed=0, block=None):
-    """δ (B, H, N) FP32 per `nm.delta_source` ("saved_o"/"fp32_o": from the given `o`; "dp_p": rowsum(dP∘P))."""
+    """δ (B, H, N) FP32 per `nm.delta_source` ("saved_o"/"fp32_o": from the given `o`; "dp_p": rowsum(dP∘P);
+    "dp_p_norm": rowsum(dP∘P) / rowsum(P), `kernels/flash_bwd.py`)."""
     B, H, N, D = q.shape
     DP = max(16, triton.next_power_of_2(D))
     delta = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
     cfg = _blocks(path, D, "bwd", block)
-    if nm.delta_source == "dp_p":
+    if nm.delta_source in ("dp_p", "dp_p_norm"):
         attn_bwd_dq_kernel[(triton.cdiv(N, cfg["BLOCK_M"]), B * H)](
             q, k, v, do, lse, delta, delta, float(scale), N, seed, 0, D=D, DP=DP,
             N_TILES=_ntiles(N, cfg["BLOCK_N"]), ROUND_BLOCK=False, RB_TILES=1, CAUSAL=causal, NATIVE=path == "native",
-            STATIC_LOOPS=_interpreting(), DELTA_ONLY=True, **_bwd_flags(nm), **cfg)
+            STATIC_LOOPS=_interpreting(), DELTA_ONLY=True, NORM_DELTA=nm.delta_source == "dp_p_norm",
+            **_bwd_flags(nm), **cfg)
     else:
         bm = cfg["BLOCK_M"]
         attn_delta_kernel[(triton.cdiv(N, bm), B * H)](o, do, delta, N, seed, D=D, DP=DP, BLOCK_M=bm,

@@ -9,6 +9,14 @@ Layout as in `kernels/flash_fwd.py`: q, k, v, o, dO, dQ, dK, dV are contiguous (
   [round_delta] rnd(δ).
 * "dp_p": `attn_bwd_dq_kernel` with DELTA_ONLY=True, δ = Σ_tiles rowsum(dP ∘ P) with FP32 P = exp(S − LSE) and
   FP32 dP = dO Vᵀ, accumulated over key tiles left to right; [round_delta] rnd(δ).
+* "dp_p_norm": the same pass with NORM_DELTA=True also sums ΣP = Σ_tiles rowsum(P) (FP32, the same P, the same
+  tiles in the same order) and writes δ = Σ rowsum(dP ∘ P) / ΣP (a row with ΣP = 0, only padding, divides by 1);
+  [round_delta] rnd(δ). Why divide: δ is the mean of dP under the softmax the backward differentiates, and the
+  forward normalises O by its own row sum ℓ, so δ = rowsum(dO ∘ O) is that mean whatever ℓ is. The backward's
+  P = exp(S − LSE) sums to 1 only up to the rounding of LSE (FP32: its grid is 2⁻⁷ wide near 10⁵), so
+  rowsum(dP ∘ P) = ΣP · δ and dS = P ∘ (dP − δ) gains −(ΣP − 1)·δ·P, large wherever |δ| ≫ |dP − δ|. The δ consistent
+  with the P the backward uses is the ΣP-weighted mean, rowsum(dP ∘ P) / ΣP: then every row of dS sums to zero (up
+  to FP32 rounding), the softmax's shift invariance, whatever ΣP is.
 
 Per (query tile, key tile) both kernels recompute, bit-identically (the contract in `lib/fp/reference.py`):
     s = (q @ kᵀ)·scale [round_s], masked -inf ; x = s − lse [round_bwd_s_minus_lse] ; p = exp(x)
@@ -126,7 +134,7 @@ def grad_acc(acc, g, M_BITS: tl.constexpr, SR: tl.constexpr, seed, tile_id, offs
 
 
 @triton.jit
-def _dq_step(dq, dsum, q, do, lse, delta, K_base, V_base, start_n, offs_m, offs_d, scale, N, seed, tile_id,
+def _dq_step(dq, dsum, psum, q, do, lse, delta, K_base, V_base, start_n, offs_m, offs_d, scale, N, seed, tile_id,
              D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr,
              CHECK_D: tl.constexpr, NATIVE: tl.constexpr, M_BITS: tl.constexpr, SR: tl.constexpr,
              ROUND_S: tl.constexpr, ROUND_BWD_S_MINUS_LSE: tl.constexpr, ROUND_DS: tl.constexpr,
@@ -140,6 +148,7 @@ def _dq_step(dq, dsum, q, do, lse, delta, K_base, V_base, start_n, offs_m, offs_
                                  ROUND_DP, ROUND_DELTA, False, DELTA_ONLY)
     if DELTA_ONLY:
         dsum = dsum + tl.sum(pdp, 1)
+        psum = psum + tl.sum(p_op, 1)         # p_op is the FP32 P under DELTA_ONLY (never rounded)
     else:
         if NATIVE:
             g = tl.dot(ds_op, k)
@@ -147,7 +156,7 @@ def _dq_step(dq, dsum, q, do, lse, delta, K_base, V_base, start_n, offs_m, offs_
             g = tl.dot(ds_op, k, input_precision="ieee")
         dq = grad_acc(dq, g, M_BITS, SR, seed, tile_id, (offs_m % 4096)[:, None] * 128 + offs_d[None, :],
                       ROUND_GRAD_ACC)
-    return dq, dsum
+    return dq, dsum, psum
 
 
 @triton.jit
@@ -178,11 +187,12 @@ def attn_bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, scale, N, seed, rb_keys,
                        STATIC_LOOPS: tl.constexpr, M_BITS: tl.constexpr, SR: tl.constexpr,
                        ROUND_S: tl.constexpr, ROUND_BWD_S_MINUS_LSE: tl.constexpr, ROUND_DS: tl.constexpr,
                        ROUND_DP: tl.constexpr, ROUND_DELTA: tl.constexpr, ROUND_GRAD_ACC: tl.constexpr,
-                       DELTA_ONLY: tl.constexpr):
+                       DELTA_ONLY: tl.constexpr, NORM_DELTA: tl.constexpr = False):
     """dQ for one (query tile, batch·head), looping over key tiles; with DELTA_ONLY it instead writes
-    δ = Σ rowsum(dP ∘ P) into DELTA. Loop structure as in `attn_fwd_kernel`. ROUND_BLOCK (lp accumulator with a
-    logical rounding block, never with DELTA_ONLY): the key tiles of each block of rb_keys keys (RB_TILES tiles in
-    the interpreter's static loops) sum their products in FP32; the block's sum meets the lp accumulator once."""
+    δ = Σ rowsum(dP ∘ P) into DELTA, divided by Σ rowsum(P) with NORM_DELTA ("dp_p_norm", module docstring). Loop
+    structure as in `attn_fwd_kernel`. ROUND_BLOCK (lp accumulator with a logical rounding block, never with
+    DELTA_ONLY): the key tiles of each block of rb_keys keys (RB_TILES tiles in the interpreter's static loops) sum
+    their products in FP32; the block's sum meets the lp accumulator once."""
     start_m = tl.program_id(0)
     bh = tl.program_id(1)
     base = bh.to(tl.int64) * N * D
@@ -198,6 +208,7 @@ def attn_bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, scale, N, seed, rb_keys,
         delta = tl.load(DELTA + bh.to(tl.int64) * N + offs_m, mask=offs_m < N, other=0.0)
     dq = tl.zeros([BLOCK_M, DP], tl.float32)
     dsum = tl.zeros([BLOCK_M], tl.float32)
+    psum = tl.zeros([BLOCK_M], tl.float32)
     if CAUSAL:
         hi = tl.minimum(N, (start_m + 1) * BLOCK_M)
         lo = (start_m * BLOCK_M) // BLOCK_N * BLOCK_N
@@ -234,22 +245,24 @@ def attn_bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, scale, N, seed, rb_keys,
         if STATIC_LOOPS:
             for j in range(0, N_TILES):
                 if j * BLOCK_N < hi:
-                    dq, dsum = _dq_step(dq, dsum, q, do, lse, delta, K + base, V + base, j * BLOCK_N, offs_m, offs_d,
-                                        scale, N, seed, tile0 + j, D, BLOCK_N, CAUSAL, True, CHECK_D, NATIVE, M_BITS,
-                                        SR, ROUND_S, ROUND_BWD_S_MINUS_LSE, ROUND_DS, ROUND_DP, ROUND_DELTA,
-                                        ROUND_GRAD_ACC, DELTA_ONLY)
+                    dq, dsum, psum = _dq_step(dq, dsum, psum, q, do, lse, delta, K + base, V + base, j * BLOCK_N,
+                                              offs_m, offs_d, scale, N, seed, tile0 + j, D, BLOCK_N, CAUSAL, True,
+                                              CHECK_D, NATIVE, M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE, ROUND_DS,
+                                              ROUND_DP, ROUND_DELTA, ROUND_GRAD_ACC, DELTA_ONLY)
         else:
             for start_n in range(0, lo, BLOCK_N):
-                dq, dsum = _dq_step(dq, dsum, q, do, lse, delta, K + base, V + base, start_n, offs_m, offs_d, scale,
-                                    N, seed, tile0 + start_n // BLOCK_N, D, BLOCK_N, CAUSAL, False, CHECK_D, NATIVE,
-                                    M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE, ROUND_DS, ROUND_DP, ROUND_DELTA,
-                                    ROUND_GRAD_ACC, DELTA_ONLY)
+                dq, dsum, psum = _dq_step(dq, dsum, psum, q, do, lse, delta, K + base, V + base, start_n, offs_m,
+                                          offs_d, scale, N, seed, tile0 + start_n // BLOCK_N, D, BLOCK_N, CAUSAL,
+                                          False, CHECK_D, NATIVE, M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE,
+                                          ROUND_DS, ROUND_DP, ROUND_DELTA, ROUND_GRAD_ACC, DELTA_ONLY)
             for start_n in range(lo, hi, BLOCK_N):
-                dq, dsum = _dq_step(dq, dsum, q, do, lse, delta, K + base, V + base, start_n, offs_m, offs_d, scale,
-                                    N, seed, tile0 + start_n // BLOCK_N, D, BLOCK_N, CAUSAL, True, CHECK_D, NATIVE,
-                                    M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE, ROUND_DS, ROUND_DP, ROUND_DELTA,
-                                    ROUND_GRAD_ACC, DELTA_ONLY)
+                dq, dsum, psum = _dq_step(dq, dsum, psum, q, do, lse, delta, K + base, V + base, start_n, offs_m,
+                                          offs_d, scale, N, seed, tile0 + start_n // BLOCK_N, D, BLOCK_N, CAUSAL,
+                                          True, CHECK_D, NATIVE, M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE,
+                                          ROUND_DS, ROUND_DP, ROUND_DELTA, ROUND_GRAD_ACC, DELTA_ONLY)
     if DELTA_ONLY:
+        if NORM_DELTA:
+            dsum = dsum / tl.where(psum > 0, psum, 1.0)
         if ROUND_DELTA:
             dsum = round_point(dsum, M_BITS, SR, seed, SALT_DELTA, bh * 131 + start_m, tl.arange(0, BLOCK_M), NATIVE)
         tl.store(DELTA + bh.to(tl.int64) * N + offs_m, dsum, mask=offs_m < N)

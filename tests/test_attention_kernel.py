@@ -74,15 +74,19 @@ def test_bit_exact_against_oracle(profile, fix, seed, N, D, causal):
     _assert_bitwise(_kernel(q, k, v, do, nm, causal, fix), _oracle(q, k, v, do, nm, causal, fix))
 
 
-@pytest.mark.parametrize("variant", ["dp_p", "fp32_o", "m3", "sr", "tie_tol", "clamp", "paper_rule"])
+@pytest.mark.parametrize("variant", ["dp_p", "dp_p_norm", "dp_p_norm_lp", "fp32_o", "m3", "sr", "tie_tol", "clamp",
+                                     "paper_rule"])
 def test_bit_exact_variants(variant):
-    """δ sources, the precision dial (3 mantissa bits, RNE and stochastic rounding: the oracle replays the kernels'
-    Philox bits for seed 0), a tie tolerance, and large repeated maxima with the underflow guard (max_shift = 64:
+    """δ sources (rowsum(dP∘P); the same divided by ΣP, also with δ rounded after the division in the paper
+    placement at 3 mantissa bits; an FP32 O), the precision dial (3 mantissa bits, RNE and stochastic rounding: the
+    oracle replays the kernels' Philox bits for seed 0), a tie tolerance, and large repeated maxima with the underflow guard (max_shift = 64:
     the shift is capped) and without it (the paper's rule: rows underflow), on one small causal shape."""
     q, k, v, do = _inputs(10, 40, 16, ties=True)
     nm, fix, fx = get_profile("fa2"), "beta", {}
-    if variant in ("dp_p", "fp32_o"):
+    if variant in ("dp_p", "dp_p_norm", "fp32_o"):
         nm = nm.replace(delta_source=variant)
+    elif variant == "dp_p_norm_lp":
+        nm = get_profile("paper").replace(delta_source="dp_p_norm", round_delta=True, mantissa_bits=3)
     elif variant == "m3":
         nm = get_profile("paper").replace(mantissa_bits=3)
     elif variant == "sr":

@@ -43,6 +43,7 @@ CASES = [
     dict(numerics="fa2", fix="beta_split", beta=2.0, tie_tol=1e-3),
     dict(numerics=get_profile("paper").replace(delta_source="dp_p")),
     dict(numerics=get_profile("fa2").replace(delta_source="dp_p")),
+    dict(numerics=get_profile("fa2").replace(delta_source="dp_p_norm")),
 ]
 
 

@@ -26,8 +26,8 @@ the experiment on both sides of the edit:
    code: ``wall_s``, ``wall_s_all_runs``, ``tokens_per_s``, ``steps_per_s`` (a run's or a study's wall time and
    throughput), ``s_per_step``, ``replay_s``, ``capture_overhead``, ``capture_copy_s``, ``variant_s`` (a capture
    study's timings), ``probe_s``,
-   ``step_times`` (a probe's seconds, a progress clock's (step, seconds) pairs), ``seconds`` (a corpus
-   build's timings), ``versions`` and ``device`` (the machine). Nothing else is excluded.
+   ``step_times`` (a probe's seconds, a progress clock's (step, seconds) pairs), ``timing_s`` (the kernel bias
+   table's seconds per kernel), ``seconds`` (a corpus build's timings), ``versions`` and ``device`` (the machine). Nothing else is excluded.
 
 With ``--write`` and identical outputs the recorded fingerprint is replaced by the working tree's (through
 `lib.book.rekey.rewrite_meta`: the data and the content hash are untouched), ``meta["provenance_rekeys"]`` logs the
@@ -78,7 +78,7 @@ ROOT = results.ROOT
 CERTIFICATES = Path("results") / "certificates.json"     # relative to the repository root
 EXCLUDED = frozenset({"wall_s", "wall_s_all_runs", "tokens_per_s", "steps_per_s", "seconds", "versions", "device",
                       "s_per_step", "replay_s", "capture_overhead", "capture_copy_s", "variant_s", "probe_s",
-                      "step_times"})
+                      "step_times", "timing_s"})
 SCRATCH = "{scratch}"
 MAX_SHOWN = 10
 

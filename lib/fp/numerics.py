@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, fields, replace
 
 __all__ = ["Numerics", "PROFILES", "get_profile", "rounding_point_table", "tiles_per_round_block"]
 
-_DELTA_SOURCES = ("saved_o", "fp32_o", "dp_p")
+_DELTA_SOURCES = ("saved_o", "fp32_o", "dp_p", "dp_p_norm")
 _ROUNDINGS = ("rne", "sr")
 
 
@@ -51,7 +51,8 @@ class Numerics:
     round_o: bool = True           # O as returned and saved for backward, in lp
     round_block: int = 0           # keys per logical rounding block: 0 = the compute tile, k·tile width, -1 = row
     # --- backward -----------------------------------------------------------------------------------------------
-    delta_source: str = "saved_o"  # δ from the saved O ("saved_o"), an FP32 recompute ("fp32_o"), or rowsum(dP∘P)
+    delta_source: str = "saved_o"  # δ from the saved O ("saved_o"), an FP32 recompute ("fp32_o"), rowsum(dP∘P)
+                                   # ("dp_p"), or rowsum(dP∘P) / rowsum(P) ("dp_p_norm", `kernels/flash_bwd.py`)
     round_delta: bool = False      # δ itself stored in lp (paper code)
     round_delta_products: bool = False  # δ's elementwise products dO∘O rounded before the row sum
     round_bwd_s_minus_lse: bool = False  # backward exponent argument S − LSE rounded before exp

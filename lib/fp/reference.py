@@ -61,7 +61,8 @@ same. The backward uses the blocks only with round_grad_acc (below).
 
 δ: "saved_o"/"fp32_o": t = O∘dO on the (BM, DP) tile ; [round_delta_products] rnd ; δ = sum(t, 1) with O the saved
 O, or the O of an all-FP32 forward (same tiles and fix). "dp_p": δ = Σ_j sum(p∘dp, 1) over the key tiles of the
-dQ loop with FP32 p and FP32 dp. Then [round_delta] rnd.
+dQ loop with FP32 p and FP32 dp. "dp_p_norm": the same, and ΣP = Σ_j sum(p, 1) beside it (same p, same order);
+δ = δ / ΣP (ΣP = 0, a padding row: / 1). Then [round_delta] rnd.
 
 Backward, per (query tile, key tile), identical in the dQ loop (key tiles in order) and the dK/dV loop (query tiles
 in order); padding query rows have LSE = +inf and δ = 0::
@@ -511,7 +512,8 @@ def emulate_delta(o, do, numerics="fa2", *, q=None, k=None, v=None, lse=None, ca
                   block_m: int = 64, block_n: int = 64, fix=None, beta: float = 7.0, tie_tol: float = 0.0,
                   max_shift=64.0, seed: int = 0) -> np.ndarray:
     """δ (..., N) float32 per `numerics.delta_source` (module docstring). `o` is the saved O for "saved_o"; "fp32_o"
-    needs q, k, v (it reruns an all-FP32 forward with the same tiles and fix); "dp_p" needs q, k, v and lse."""
+    needs q, k, v (it reruns an all-FP32 forward with the same tiles and fix); "dp_p" and "dp_p_norm" need q, k, v
+    and lse."""
     nm = get_profile(numerics)
     rnd = _Rounder(nm, seed)
     do_a = _to_numpy(do, "do", _F32)
@@ -543,9 +545,9 @@ def emulate_delta(o, do, numerics="fa2", *, q=None, k=None, v=None, lse=None, ca
                 rows = slice(i * bm, min(N, (i + 1) * bm))
                 delta[bh, rows] = dl[:rows.stop - rows.start]
         return delta.reshape(*lead, N)
-    # dp_p: rowsum(dP ∘ P) over the key tiles of the dQ loop, FP32 P and dP
+    # dp_p: rowsum(dP ∘ P) over the key tiles of the dQ loop, FP32 P and dP; dp_p_norm: divided by rowsum(P)
     if q is None or k is None or v is None or lse is None:
-        raise ValueError("delta_source='dp_p' needs q, k, v and lse")
+        raise ValueError(f"delta_source={nm.delta_source!r} needs q, k, v and lse")
     _, _, _, _, bm, bn, q3, k3, v3, _, a = _prep(q, k, v, nm, causal, scale, block_m, block_n, fix, beta, tie_tol)
     lse2 = _to_numpy(lse, "lse", _F32).reshape(-1, N)
     delta = np.zeros((q3.shape[0], N), _F32)
@@ -555,6 +557,7 @@ def emulate_delta(o, do, numerics="fa2", *, q=None, k=None, v=None, lse=None, ca
             q_t, do_t = _tile(q3, bh, i * bm, bm, DP), _tile(do3, bh, i * bm, bm, DP)
             lse_t = _vec(lse2, bh, i * bm, bm, np.inf)
             dsum = np.zeros(bm, _F32)
+            psum = np.zeros(bm, _F32)
             hi = min(N, (i + 1) * bm) if causal else N
             for j in range(-(-N // bn)):
                 if not j * bn < hi:
@@ -564,6 +567,9 @@ def emulate_delta(o, do, numerics="fa2", *, q=None, k=None, v=None, lse=None, ca
                 p, _, _, dp32 = _bwd_tile(q_t, k_t, v_t, do_t, lse_t, np.zeros(bm, _F32), a, offs_m, offs_n, N,
                                           causal, nm, rnd, _tile_id(bh, i, j))
                 dsum = dsum + np.sum(p * dp32, axis=1)
+                psum = psum + np.sum(p, axis=1)
+            if nm.delta_source == "dp_p_norm":
+                dsum = dsum / np.where(psum > 0, psum, _F32(1.0))
             if nm.round_delta:
                 dsum = rnd(dsum, SALT_DELTA, bh * 131 + i, np.arange(bm))
             rows = slice(i * bm, min(N, (i + 1) * bm))

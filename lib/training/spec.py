@@ -152,7 +152,8 @@ class AttnSpec:
 # ------------------------------------------------------------------------------------------------------ labels
 _BACKEND_WORDS = {"sdpa": "PyTorch flash SDPA", "naive": "FP32 attention"}
 _PROFILE_WORDS = {"paper": "paper placement", "fa2": "FA2 placement", "fp32": "our kernel in FP32"}
-_DELTA_WORDS = {"dp_p": "δ = rowsum(dP∘P)", "fp32_o": "δ from an FP32 O", "saved_o": "δ from the saved O"}
+_DELTA_WORDS = {"dp_p": "δ = rowsum(dP∘P)", "dp_p_norm": "δ = rowsum(dP∘P) / ΣP", "fp32_o": "δ from an FP32 O",
+                "saved_o": "δ from the saved O"}
 
 
 def _field_words(name: str, value) -> str:
