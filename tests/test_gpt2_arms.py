@@ -179,3 +179,35 @@ def test_recovery_after_a_spike_and_none_after_an_explosion():
     assert n is not None and 0 < n < 100                 # the 100-step mean falls back as the spike leaves it
     assert recovery_steps([3.0] * 200 + [4.01] * 300, 100, 0.3) is None
     assert recovery_steps([3.0] * 300, 100, 0.3) is None
+
+
+def test_a_run_that_comes_back_and_fails_again_ends_failed():
+    """Two failures: the first ends (the loss back within the margin), the second does not. `failure_episodes`
+    lists both; `outcomes` calls the run unrecovered (it exploded), though `recovery_steps` reads the first."""
+    from lib.studies.gpt2.reading import episode_words, failure_episodes, recovery_steps
+    loss = [3.0] * 200 + [4.01] * 40 + [3.0] * 300 + [4.5] * 300
+    ep = failure_episodes(loss, 100, 0.3)
+    assert len(ep) == 2 and ep[0][1] is not None and ep[1][1] is None
+    assert ep[0][0] < ep[0][1] < ep[1][0]
+    assert recovery_steps(loss, 100, 0.3) == ep[0][1] - ep[0][0]
+    assert "failed again at step" in episode_words(ep) and episode_words(ep).endswith("not back by the end of the run")
+    assert failure_episodes([3.0] * 200 + [4.01] * 40 + [3.0] * 300, 100, 0.3)[-1][1] is not None
+    assert failure_episodes([3.0] * 300, 100, 0.3) == []
+    nan = failure_episodes([3.0] * 150 + [float("nan")], 100, 0.3)
+    assert nan == [(150, None)]
+
+
+def test_outcomes_count_a_second_failure_as_an_explosion():
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from lib.studies.gpt2 import reading
+    spike_then_up = np.array([3.0] * 200 + [4.01] * 40 + [3.0] * 300 + [4.5] * 300)
+    spike = np.array([3.0] * 200 + [4.01] * 40 + [3.0] * 600)
+    res = SimpleNamespace(cfg={"rules": {"failure_window": 100, "failure_rise": 0.3}},
+                          data={"runs": [{"label": "paper:s0", "steps": 840}, {"label": "fp32:s0", "steps": 840}]},
+                          arrays={"paper:s0__loss": spike_then_up, "fp32:s0__loss": spike})
+    oc = reading.outcomes(res)
+    assert oc["paper"][0][2] is not None and oc["paper"][0][3] is None
+    assert oc["fp32"][0][3] is not None

@@ -56,6 +56,53 @@ def recovery_steps(loss, window: int, rise: float):
     return int(back[0]) if back.size else None
 
 
+def failure_episodes(loss, window: int, rise: float) -> list[tuple[int, int | None]]:
+    """Every failure of a run and when it ended: [(failure step, step the loss was back, or None)], steps 0-based.
+    The first failure is `failure_step`'s; a failure is over at the first later step whose `window`-step mean is
+    back within `rise` of the running minimum it had at the failure (`recovery_steps`); the next one is the first
+    step after that where the rule fires again (against the running minimum of the whole run so far). A non-finite
+    loss ends the list with (its step, None). A run whose last failure has no end ends failed: it exploded, where
+    one that spiked and came back for good did not (a reading made after the runs, not a registered rule)."""
+    loss = np.asarray(loss, dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(loss))
+    n = len(loss) if not bad.size else int(bad[0])
+    out: list[tuple[int, int | None]] = []
+    if n >= window:
+        c = np.cumsum(np.concatenate([[0.0], loss[:n]]))
+        mean = (c[window:] - c[:-window]) / window                 # mean[i] ends at step i + window − 1
+        runmin = np.minimum.accumulate(mean)
+        over = mean - runmin >= rise
+        i = 0
+        while True:
+            hit = np.flatnonzero(over[i:])
+            if not hit.size:
+                break
+            j = i + int(hit[0])
+            back = np.flatnonzero(mean[j:] < runmin[j] + rise)
+            if not back.size:
+                out.append((j + window - 1, None))
+                return out
+            i = j + int(back[0])
+            out.append((j + window - 1, i + window - 1))
+    if bad.size:
+        out.append((int(bad[0]), None))
+    return out
+
+
+def episode_words(ep: list) -> str:
+    """How a run's failures (`failure_episodes`) ended, after the first one's step: "80 steps later", "not by the
+    end of the run", or "245 steps later, then failed again at step 7,381 and not back by the end of the run"."""
+    if not ep:
+        return "—"
+    first = "not by the end of the run" if ep[0][1] is None else f"{ep[0][1] - ep[0][0]:,} steps later"
+    if len(ep) == 1:
+        return first
+    last = ("not back by the end of the run" if ep[-1][1] is None
+            else f"back {ep[-1][1] - ep[-1][0]:,} steps after that")
+    again = ", ".join(f"{f:,}" for f, _ in ep[1:])
+    return f"{first}, then failed again at step{'s' if len(ep) > 2 else ''} {again} and {last}"
+
+
 def layer_series(arrays: dict, label: str) -> dict:
     """{"step": (E,), "logit": (E, L) largest |S| per layer (FA2 placement's S, FP32), "wq": (E, L) largest ‖W_Q,h‖₂
     per layer} from a packed run's census."""
@@ -472,9 +519,10 @@ def arms_numbers(res) -> dict:
         out[f"{arm}_tokens_per_s"] = f"{r['tokens_per_s'] / 1e6:.2f} M"
         fs = failure_step(loss, rules["failure_window"], rules["failure_rise"])
         out[f"{arm}_failed_at"] = "none" if fs is None else f"step {fs:,}"
-        rec = recovery_steps(loss, rules["failure_window"], rules["failure_rise"])
-        out[f"{arm}_recovered"] = ("—" if fs is None else "not by the end of the run" if rec is None
-                                   else f"{rec:,} steps later")
+        ep = failure_episodes(loss, rules["failure_window"], rules["failure_rise"])
+        out[f"{arm}_recovered"] = "—" if fs is None else episode_words(ep)
+        out[f"{arm}_n_failures"] = str(len(ep))
+        out[f"{arm}_ends"] = ("never failed" if not ep else "failed" if ep[-1][1] is None else "back within the margin")
         out[f"{arm}_val_loss"] = f"{r['val']['loss'][-1]:.3f}" if r.get("val", {}).get("loss") else "—"
         on = growth_onset(arrays, lab)
         out[f"{arm}_onset_step"] = "never" if on is None else f"step {on[0]:,}"
@@ -569,27 +617,31 @@ CHAIN_RESULTS = ("gpt2_arms", "gpt2_arms_s1", "gpt2_arms_s1_fa2", "gpt2_arms_s2"
 
 
 def outcomes(res) -> dict:
-    """Per arm of a (merged) GPT-2 comparison: {arm: [(seed, steps, failure step or None, steps to recover or
-    None)]}, seeds ascending. An explosion is a failure that does not recover by the end of the run."""
+    """Per arm of a (merged) GPT-2 comparison: {arm: [(seed, steps, first failure step or None, steps from it to
+    the loss being back or None)]}, seeds ascending. The last is None unless every failure of the run ended
+    (`failure_episodes`): an explosion is a run that ends failed, also after coming back once."""
     rules = cfg_of(res)["rules"]
     out = {}
     for r in sorted((r for r in res.data["runs"] if "error" not in r), key=lambda r: r["label"]):
         arm, seed = r["label"].split(":s")
         loss = res.arrays[f"{r['label']}__loss"]
-        fs = failure_step(loss, rules["failure_window"], rules["failure_rise"])
-        rec = recovery_steps(loss, rules["failure_window"], rules["failure_rise"])
-        out.setdefault(arm, []).append((int(seed), int(r["steps"]), fs, rec))
+        ep = failure_episodes(loss, rules["failure_window"], rules["failure_rise"])
+        # Recovered only when the last failure ended: a run that came back and failed again for good exploded.
+        rec = ep[0][1] - ep[0][0] if ep and ep[-1][1] is not None else None
+        out.setdefault(arm, []).append((int(seed), int(r["steps"]), ep[0][0] if ep else None, rec))
     return {a: sorted(v) for a, v in out.items()}
 
 
 def explosion_verdict(res) -> dict | None:
     """The paper's explosion claim in GPT-2 from a `merge_seeds` reading (None without the paper and FP32 arms):
-    "reproduced" when the paper placement explodes (fails and does not recover) in every seed and FP32 attention
+    "reproduced" when the paper placement explodes (its run ends failed: `outcomes`) in every seed and FP32 attention
     fails in none; "partly" when it explodes in some seeds; "not reproduced" when in none. Evidence in words, per
     arm and seed."""
     oc = outcomes(res)
     if "paper" not in oc or "fp32" not in oc:
         return None
+    rules = cfg_of(res)["rules"]
+    o_arm = {id(o): a for a, v in oc.items() for o in v}
     boom = lambda o: o[2] is not None and o[3] is None        # noqa: E731  failed, never back
     n_paper, n_boom = len(oc["paper"]), sum(boom(o) for o in oc["paper"])
     fp32_ok = all(o[2] is None for o in oc["fp32"])
@@ -599,11 +651,13 @@ def explosion_verdict(res) -> dict | None:
         seed, steps, fs, rec = o
         if fs is None:
             return f"seed {seed}: no failure in {steps:,} steps"
-        return (f"seed {seed}: failed at step {fs:,}, " + ("not recovered by the end of the run" if rec is None
-                                                          else f"recovered {rec:,} steps later"))
+        ep = failure_episodes(res.arrays[f"{o_arm[id(o)]}:s{seed}__loss"], rules["failure_window"],
+                              rules["failure_rise"])
+        return f"seed {seed}: failed at step {fs:,}, " + ("not recovered by the end of the run" if ep[0][1] is None
+                                                         else "back within the margin " + episode_words(ep))
     words = {a: f"{CHAIN_ARMS.get(a, a)} — " + "; ".join(one(o) for o in oc[a]) for a in oc}
     ev = (f"GPT-2 124M at the paper's recipe: the paper placement exploded (the registered failure rule fired and the "
-          f"loss did not come back — that second part read after the runs) in {n_boom} of {n_paper} seeds, "
+          f"run ended failed — that second part read after the runs) in {n_boom} of {n_paper} seeds, "
           f"FP32 attention failed in {sum(o[2] is not None for o in oc['fp32'])} of {len(oc['fp32'])} ("
           + "; ".join(words[a] for a in ("paper", "fp32", "sdpa", "ours_fa2") if a in words) + ")")
     return dict(status=status, evidence=ev, n_boom=n_boom, n_paper=n_paper)
