@@ -93,6 +93,21 @@ def test_growth_verdict_needs_growth_beyond_the_reference_spread_in_every_seed()
         reading.merge_seeds([s0, s0])
 
 
+def test_growth_verdict_judges_each_arm_over_the_seeds_it_ran():
+    """A third seed with FP32 attention and the paper placement only: the paper arm is judged over three seeds, flash
+    SDPA over its two (the reference's spread still over all three FP32 seeds); an arm run in one seed is not judged."""
+    s0 = _Res([_planted(0, "fp32", 20.0), _planted(0, "paper", 2000.0), _planted(0, "sdpa", 2000.0)], 0, RULES)
+    s1 = _Res([_planted(1, "fp32", 30.0), _planted(1, "paper", 3000.0), _planted(1, "sdpa", 3000.0),
+               _planted(1, "ours_fa2", 3000.0)], 1, RULES)
+    s2 = _Res([_planted(2, "fp32", 40.0), _planted(2, "paper", 30.0)], 2, RULES)
+    M = reading.merge_seeds([s0, s1, s2])
+    v = reading.growth_verdict(M.arrays, M.data["runs"], RULES)
+    assert set(v) == {"paper", "sdpa"}
+    assert v["sdpa"][2000]["logit"] == [2]                 # 100× in both of its seeds, beyond the 2× spread
+    assert v["paper"][2000]["logit"] == []                 # inside the spread in seed 2
+    assert reading.verdict_seeds(M.data["runs"], RULES) == {"paper": [0, 1, 2], "sdpa": [0, 1], "ours_fa2": [1]}
+
+
 def test_growth_onset_and_the_census_before_a_failure():
     _, arrays = _planted(1, "paper", 5000.0)
     assert reading.growth_onset(arrays, "paper:s1") == (2000, [2])

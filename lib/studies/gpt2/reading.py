@@ -373,28 +373,44 @@ def focus_growth_words(verdict: dict | None, failed: dict, layer: int = FOCUS_LA
             f"exploding placement's" if calm and len(calm) < len(grow) else
             ", and none of them exploded" if calm else "")
     verb = "grows" if len(grow) == 1 else "grow"
-    return f"{who} {verb} layer {layer}'s logits beyond FP32 attention at every growth step judged, in every seed{tail}."
+    return f"{who} {verb} layer {layer}'s logits beyond FP32 attention at every growth step judged, in every seed {'it' if len(grow) == 1 else 'each'} ran{tail}."
 
 
 def growth_verdict(arrays: dict, runs: list[dict], rules: dict):
-    """The registered growth rule: per arm run in every seed that has the reference arm, per growth step that all of
-    those runs reached, the layers (1-based) whose largest logit (and largest ‖W_Q,h‖₂) exceeds the reference's of the
-    same seed by more than the reference's own seed-to-seed spread (`fp32_spread`), in every seed:
-    {arm: {step: {"logit": [layers], "wq": [layers]}}}. None with fewer than two reference seeds."""
+    """The registered growth rule: per arm run in two or more of the seeds that have the reference arm, per growth
+    step that all of those runs reached, the layers (1-based) whose largest logit (and largest ‖W_Q,h‖₂) exceeds the
+    reference's of the same seed by more than the reference's own seed-to-seed spread over all its seeds
+    (`fp32_spread`), in every seed the arm ran (`verdict_seeds`): {arm: {step: {"logit": [layers], "wq": [layers]}}}.
+    None with fewer than two reference seeds."""
     spread = fp32_spread(arrays, runs, rules)
     if spread is None:
         return None
     ratios = growth_ratios(arrays, runs, rules)
-    seeds = sorted(ratios)
-    arms = sorted(set.intersection(*(set(ratios[s]) for s in seeds)))
+    # Each arm over the seeds it ran (two or more): an entry not yet run for one seed leaves that seed out of its
+    # arms' verdict rather than leaving the arms unjudged; `verdict_seeds` says which seeds each arm's reads.
+    by_arm = {arm: [s for s in sorted(ratios) if arm in ratios[s]] for s0 in ratios for arm in ratios[s0]}
     out = {}
-    for arm in arms:
+    for arm, seeds in sorted(by_arm.items()):
+        if len(seeds) < 2:
+            continue
         out[arm] = {}
         for step in rules["growth_steps"]:
             if step in spread and all(step in ratios[s][arm] for s in seeds):
                 out[arm][step] = {k: [int(i) + 1 for i in np.flatnonzero(np.all(
                     [ratios[s][arm][step][k] > spread[step][k] for s in seeds], axis=0))] for k in ("logit", "wq")}
     return out
+
+
+def verdict_seeds(runs: list[dict], rules: dict) -> dict:
+    """{arm: [seeds]}: the seeds `growth_verdict` reads for each arm (those it ran with the reference arm beside it)."""
+    labels = [r["label"] for r in runs if "error" not in r]
+    ref = {lab.split(":s")[1] for lab in labels if lab.split(":s")[0] == rules["reference"]}
+    out: dict = {}
+    for lab in labels:
+        arm, seed = lab.split(":s")
+        if arm != rules["reference"] and seed in ref:
+            out.setdefault(arm, []).append(int(seed))
+    return {a: sorted(v) for a, v in out.items()}
 
 
 def probe_signs(arrays: dict, label: str) -> dict:
