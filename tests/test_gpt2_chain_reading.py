@@ -1,6 +1,7 @@
 """Reading the GPT-2 chain arms (gpt2_arms) on the toy run: the numbers the chapter glues, its table, the growth
 ratios against FP32 attention, the probe's sign counts and the figure."""
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -213,3 +214,19 @@ def test_focus_growth_words_names_growers_that_never_exploded():
     assert reading.focus_growth_words(v, {"paper": True}).startswith("All 3 arms judged grow layer 2")
     assert "No arm grows" in reading.focus_growth_words(v, {}, layer=5)
     assert "two seeds" in reading.focus_growth_words(None, {})
+
+
+def test_lean_seeds_counts_the_seeds_whose_probe_leans_up():
+    """Seed 0: 600 of 1,000 tied rows with Δδ > 0 and 70 of 100 pushes up (both p < 0.05); seed 1: 500 and 50 (no
+    lean); an arm without the probe counts no seeds."""
+    arrays, runs = {}, []
+    for seed, (dd, push) in enumerate([(600, 70), (500, 50)]):
+        lab = f"paper:s{seed}"
+        runs.append({"label": lab})
+        arrays.update({f"{lab}__probe__step": np.arange(10), f"{lab}__probe__dd_pos_tied": np.full(10, dd / 10),
+                       f"{lab}__probe__dd_nz_tied": np.full(10, 100.0),
+                       f"{lab}__probe__push_adam": np.r_[np.ones(push), -np.ones(100 - push)]})
+    runs.append({"label": "fp32:s0"})
+    res = SimpleNamespace(data={"runs": runs}, arrays=arrays)
+    assert reading.lean_seeds(res, "paper") == {"dd": (1, 2), "push": (1, 2)}
+    assert reading.lean_seeds(res, "fp32") == {"dd": (0, 0), "push": (0, 0)}

@@ -433,6 +433,16 @@ def probe_signs(arrays: dict, label: str) -> dict:
                 push_p=p2(float((push > 0).sum()), push.size), n_events=int(len(arrays[pre + "step"])))
 
 
+def lean_seeds(res, arm: str, level: float = 0.05) -> dict:
+    """In how many seeds of a (merged) comparison an arm's chain probe leans upward (`probe_signs`): "dd" — Δδ > 0
+    on more than half of the tied rows — and "push" — the dW_Q error pushes ‖W_Q,h‖₂ up in more than half of the
+    cases — each with its sign test's p < `level`: {"dd": (k, n), "push": (k, n)}, n the seeds with the probe."""
+    labs = [r["label"] for r in res.data["runs"]
+            if "error" not in r and r["label"].split(":s")[0] == arm and f"{r['label']}__probe__step" in res.arrays]
+    signs = [probe_signs(res.arrays, lab) for lab in labs]
+    return {k: (sum(s[f"{k}_share"] > 0.5 and s[f"{k}_p"] < level for s in signs), len(signs)) for k in ("dd", "push")}
+
+
 def probe_split(arrays: dict, labels) -> dict | None:
     """The side probe's split of O's error along sign(V) on the conjunction (`lib.training.chain_probe.o_error_split`),
     pooled over every event, probed layer and head of the runs `labels` (one label or several: an arm's seeds); None
