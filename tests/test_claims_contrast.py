@@ -48,9 +48,17 @@ def test_the_committed_table_reads_the_healthy_capture():
     rows = _rows(None)
     want = results.load("delta_capture", "full").data["claims"]
     both = results.exists("healthy_headline", "full")        # Δδ's sign: the captures and the whole-batch telemetry
+    from lib.studies.gpt2 import reading as g2r
+    chain = [results.load(n, "full") for n in g2r.CHAIN_RESULTS if results.exists(n, "full")]
+    gpt2 = g2r.link_readings(g2r.merge_seeds(chain)) if chain else {}   # GPT-2's chain probe first, then the proxy
     for c in DELTA_CLAIMS:
+        res = rows[c]["results"]
+        if c in gpt2:
+            assert res[:len(chain)] == [r.name for r in chain], res
+            res = res[len(chain):]
+            assert rows[c]["evidence"].startswith(claims.readable(gpt2[c]["evidence"]))
         if c == "delta_bias" and both:
-            assert rows[c]["results"] == ["delta_capture", "healthy_headline"], rows[c]["results"]
+            assert res == ["delta_capture", "healthy_headline"], res
             continue
-        assert rows[c]["results"] == ["delta_capture"], rows[c]["results"]
-        assert rows[c]["evidence"] == claims.readable(want[c]["evidence"])   # its specs in words
+        assert res == ["delta_capture"], res
+        assert rows[c]["evidence"].endswith(claims.readable(want[c]["evidence"]))   # its specs in words

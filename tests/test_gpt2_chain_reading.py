@@ -230,3 +230,24 @@ def test_lean_seeds_counts_the_seeds_whose_probe_leans_up():
     res = SimpleNamespace(data={"runs": runs}, arrays=arrays)
     assert reading.lean_seeds(res, "paper") == {"dd": (1, 2), "push": (1, 2)}
     assert reading.lean_seeds(res, "fp32") == {"dd": (0, 0), "push": (0, 0)}
+
+
+def test_link_readings_call_a_lean_in_every_seed_partly_and_never_reproduced():
+    """The paper placement leans in both seeds, FP32 attention in neither: links 4 and 6 read "partly" (no threshold
+    was registered, so never "reproduced"); with one of the two seeds flat, "not reproduced"; without the split's
+    records, no link-3 reading."""
+    def probe(lab, dd, push):
+        return {f"{lab}__probe__step": np.arange(10), f"{lab}__probe__dd_pos_tied": np.full(10, dd / 10),
+                f"{lab}__probe__dd_nz_tied": np.full(10, 100.0),
+                f"{lab}__probe__push_adam": np.r_[np.ones(push), -np.ones(100 - push)]}
+
+    def res(paper_1):
+        arrays = {**probe("paper:s0", 600, 70), **probe("paper:s1", *paper_1),
+                  **probe("fp32:s0", 500, 50), **probe("fp32:s1", 500, 50)}
+        runs = [{"label": lab} for lab in ("paper:s0", "paper:s1", "fp32:s0", "fp32:s1")]
+        return SimpleNamespace(data={"runs": runs}, arrays=arrays)
+    lean = reading.link_readings(res((600, 70)))
+    assert set(lean) == {"delta_bias", "wq_norm_push"}
+    assert all(v["status"] == "partly" and "2 of 2 seeds" in v["words"] for v in lean.values())
+    flat = reading.link_readings(res((500, 50)))
+    assert all(v["status"] == "not reproduced" for v in flat.values())

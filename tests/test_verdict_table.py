@@ -185,10 +185,12 @@ def test_link_4_reads_both_tests(rows, table):
     from lib.studies.delta import two_tests
     v = two_tests.verdict(results.load("delta_capture", "full"), results.load("healthy_headline", "full"))
     row = next(r for r in rows if r["claims"] == ["delta_bias"])
-    assert row["verdict"] == v["status"] and row["number"].startswith(v["phrase"])
+    # GPT-2's chain probe comes first where committed (it reads "partly" at most, as the two tests do here)
+    assert row["verdict"] == v["status"] and v["phrase"] in row["number"]
+    assert row["number"].startswith("GPT-2") == bool(table["delta_bias"]["results"][:-2])
     for share in (v["batch"]["detectable"], v["row"]["detectable"]):
         assert f"{share:.0%}" in row["number"]
-    assert table["delta_bias"]["results"] == ["delta_capture", "healthy_headline"]
+    assert table["delta_bias"]["results"][-2:] == ["delta_capture", "healthy_headline"]
     assert f"{v['batch']['above']} of {v['batch']['cells']}" in table["delta_bias"]["evidence"]
 
 

@@ -233,8 +233,8 @@ def gpt2_chain(root=None) -> Finding:
                   else [(words[a], v) for a, v in fates.items()])
         text = (f"FP32 attention's largest logit stays ≤ {fp32_max:,.0f}; the paper placement "
                 f"grows {g['paper_grown_logit']} beyond FP32's seed-to-seed spread"
-                + (f", and in seed {_list([o[0] for o in boom])} its loss fails at step "
-                   f"{_list([f'{o[2]:,}' for o in boom])} and ends the run failed" if boom else "") + "."
+                + (f", and in seed{'s' if len(boom) > 1 else ''} {_list([o[0] for o in boom])} its loss fails at "
+                   f"step{'s' if len(boom) > 1 else ''} {_list([f'{o[2]:,}' for o in boom])} and ends the run failed" if boom else "") + "."
                 + "".join(f" {who[:1].upper()}{who[1:]}: {fate}." for who, fate in groups))
         return Finding(head, text, chain, ("chapters/02c-the-chain-in-gpt2",))
     res = _res(GPT2_ARMS, root)

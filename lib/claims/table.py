@@ -363,6 +363,14 @@ def status_table(root=None) -> list[dict]:
         ev = v["evidence"] + (f"; the proxy, where link 1's preconditions are absent: {old['evidence']}"
                               if old.get("evidence") else "")
         verdicts["explosion"] = (5, dict(status=v["status"], evidence=ev), chain + src)
+    if chain:                                   # links 3, 4 and 6 where their preconditions are present
+        for cid, lv in g2r.link_readings(g2r.merge_seeds(chain)).items():
+            rank, old, src = verdicts.get(cid, (0, {}, []))
+            ev = lv["evidence"] + (f"; the proxy, where link 1's preconditions are absent: {old['evidence']}"
+                                   if old.get("evidence") else "")
+            # The proxy's "partly" (link 4's two tests) stands beside GPT-2's; neither reading is called reproduced.
+            status = lv["status"] if lv["status"] == "partly" or not old.get("status") else old["status"]
+            verdicts[cid] = (5, dict(status=status, evidence=ev), chain + src)
     dose = [by_name[n] for n in registry.GROUPS["delta_dose"] if n in by_name]
     v = dose_reading.claim_delta_bias_dose(dose) if dose else None
     if v:                                       # stage 1 and stage 2 read together: the thresholds need both

@@ -115,9 +115,22 @@ def _capture(root):
     return delta.numbers_ch4(res), delta.numbers_ch5(res)
 
 
+def _gpt2_link(cid: str, root=None) -> str | None:
+    """The GPT-2 chain probe's words for one of links 3, 4 and 6 (`reading.link_readings`), or None."""
+    from lib.studies.gpt2 import reading as g2r
+    chain = [r for r in (_load(n, root) for n in g2r.CHAIN_RESULTS) if r is not None]
+    return g2r.link_readings(g2r.merge_seeds(chain)).get(cid, {}).get("words") if chain else None
+
+
+def _with_gpt2(cid: str, proxy: str, root=None) -> str:
+    g = _gpt2_link(cid, root)
+    return proxy if g is None else g + ("" if proxy == "—" else f"; proxy: {proxy}")
+
+
 def n_link_3(root=None) -> str:
     c = _capture(root)
-    return "—" if c is None else f"O's error along sign(V) {c[0]['os_ulp_med']:+.3f} ULP (median)"
+    return _with_gpt2("o_error_v_sign", "—" if c is None else
+                      f"O's error along sign(V) {c[0]['os_ulp_med']:+.3f} ULP (median)", root)
 
 
 def n_link_4(root=None) -> str:
@@ -125,23 +138,32 @@ def n_link_4(root=None) -> str:
     training telemetry, then the captured rows' test, after the phrase their status follows from."""
     cap, tel = _load("delta_capture", root), _load("healthy_headline", root)
     if cap is None or tel is None:
-        return "—"
+        return _with_gpt2("delta_bias", "—", root)
     from lib.studies.delta import two_tests
     v = two_tests.verdict(cap, tel)
     r, b = v["row"], v["batch"]
-    return (f"{v['phrase']} — whole batches: {b['above']} of {b['cells']} (head, seed) cells mostly Δδ > 0, p = "
+    return _with_gpt2("delta_bias", f"{v['phrase']} — whole batches: {b['above']} of {b['cells']} (head, seed) cells mostly Δδ > 0, p = "
             f"{two_tests.p_text(b['p_greater'])} ({b['power']:.0%} power at a share ≥ {b['detectable']:.0%}); captured "
             f"rows: {r['up']} of {r['cells']} pass ({r['power']:.0%} power only at ≥ {r['detectable']:.0%} positive "
-            f"steps a head; whole batches' median {b['share_med']:.0%})")
+            f"steps a head; whole batches' median {b['share_med']:.0%})", root)
 
 
-def n_links_5_6(root=None) -> str:
+def n_link_5(root=None) -> str:
     c = _capture(root)
     if c is None:
         return "—"
     n4, n5 = c
-    return (f"‖W_Q‖₂ pushed up beyond chance in {n5['push_sig']} of {n4['n_heads'] * n4['n_seeds']} (head, seed) "
-            f"cells")
+    return (f"the dW_Q error adds up across steps beyond chance in {n5['steps_sig']} of "
+            f"{n4['n_heads'] * n4['n_seeds']} (head, seed) cells")
+
+
+def n_link_6(root=None) -> str:
+    c = _capture(root)
+    if c is None:
+        return _with_gpt2("wq_norm_push", "—", root)
+    n4, n5 = c
+    return _with_gpt2("wq_norm_push", f"‖W_Q‖₂ pushed up beyond chance in {n5['push_sig']} of "
+                      f"{n4['n_heads'] * n4['n_seeds']} (head, seed) cells", root)
 
 
 def n_dose(root=None) -> str:
@@ -199,7 +221,7 @@ def n_prevent(root=None) -> str:
     if not g:
         return "—"
     f, n, _ = _healthy_paper(g)
-    return "no failure to prevent" if f == 0 else f"the paper placement failed in {f} of {n} seeds"
+    return "proxy: " + ("no failure to prevent" if f == 0 else f"the paper placement failed in {f} of {n} seeds")
 
 
 def n_untested(root=None) -> str:
@@ -240,20 +262,21 @@ ROWS = (
         "chapters/02b-where-can-the-chain-start"),
     Row("Golden et al.: flash attention deviates ≈ 10× more, adds 2–5× less weight drift",
         ("fa_deviation", "weight_drift_bounded"), n_golden, "their benchmark; proxy", "chapters/03-numeric-deviation"),
-    Row("Link 3: in training, O errs with the sign of V", ("o_error_v_sign",), n_link_3, "proxy",
+    Row("Link 3: in training, O errs with the sign of V", ("o_error_v_sign",), n_link_3, "{gpt2_where}",
         "chapters/04-biased-output"),
-    Row("Link 4: so Δδ > 0", ("delta_bias",), n_link_4, "proxy", "chapters/04-biased-output"),
-    Row("Links 5–6: the dW_Q error is low-rank and pushes ‖W_Q‖₂ up", ("low_rank", "wq_norm_push"), n_links_5_6,
-        "proxy{gpt2_pending}", "chapters/05-low-rank-accumulation"),
+    Row("Link 4: so Δδ > 0", ("delta_bias",), n_link_4, "{gpt2_where}", "chapters/04-biased-output"),
+    Row("Link 5: the dW_Q error is low-rank, alike across steps", ("low_rank",), n_link_5, "proxy",
+        "chapters/05-low-rank-accumulation"),
+    Row("Link 6: it pushes ‖W_Q‖₂ up", ("wq_norm_push",), n_link_6, "{gpt2_where}",
+        "chapters/05-low-rank-accumulation"),
     Row("The δ error's bias, not its size, sets the failure threshold", ("delta_bias_dose",), n_dose,
         "proxy, injected δ error", "chapters/05-low-rank-accumulation"),
     Row("Link 7: training with the paper's numerics explodes", ("explosion",), n_explosion,
         "GPT-2; proxy", "chapters/06-loss-explosion"),
-    Row("The β fix, or an FP32 O, prevents the explosion", ("fix_stabilises", "fp32_o_stabilises"), n_prevent,
-        "proxy", "chapters/07-the-fix"),
-    Row("δ is the only channel, and the rounding's bias (not its coarseness) breaks training",
-        ("delta_only_channel", "bias_not_coarseness"), n_untested, "GPT-2: not yet tested",
-        "chapters/06-loss-explosion"),
+    # Both untested rows in one until their GPT-2 arms run (the table keeps ≤ 12 rows, one status each).
+    Row("The β fix or an FP32 O prevents the explosion; δ is the only channel, and its bias (not its coarseness) "
+        "breaks training", ("fix_stabilises", "fp32_o_stabilises", "delta_only_channel", "bias_not_coarseness"),
+        n_prevent, "proxy; GPT-2: not yet tested", "chapters/07-the-fix"),
 )
 MAX_ROWS = 12
 
@@ -313,6 +336,7 @@ def context(root=None) -> dict:
     if gg is not None and gg.data.get("lr") is not None:
         c["control_lr"] = f"{gg.data['lr']:g}"
     c["gpt2_pending"] = "" if _results.exists("gpt2_arms", "full", root) else "; GPT-2: not yet run"
+    c["gpt2_where"] = "GPT-2; proxy" if not c["gpt2_pending"] else "proxy" + c["gpt2_pending"]
     return c
 
 
