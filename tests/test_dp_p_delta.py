@@ -64,3 +64,27 @@ def test_the_cpu_rerun_reproduces_the_gpu_record(res, data):
     assert res["err"]["dp_p"]["dk_max"] == pytest.approx(r["err"]["dk_max"], abs=res["dk_grid"])  # to BF16's rounding
     assert (n["gpu_dk"], n["gpu_sdpa_dk"], n["dk_dpp"], n["sum_p"]) == ("2.21·10⁵", "5.49·10⁴", "2.14·10⁵", "7.3·10⁻³")
     assert gc.dp_p_numbers(res, {"rows": []})["gpu_dk"] == "—"
+
+
+def test_the_kernels_normalised_source_against_the_fa2_limit(res, data):
+    """The words of the chapter's sentence on the kernel's δ = rowsum(dP∘P) / ΣP (its gradients are the normalised δ's
+    here, tests/test_dp_p_norm.py): FlashAttention's limit on dK, twice flash SDPA's recorded largest error; the
+    normalised CPU error inside it even after BF16's last rounding, the unnormalised one outside it even before."""
+    from lib.training.spec import describe
+    assert gc.DP_P_NORM == describe("fa2/delta_source=dp_p_norm")       # the label a recorded run would carry
+    n = gc.dp_p_numbers(res, data)
+    assert (n["dk_limit"], n["norm_side"], n["dpp_side"]) == ("1.10·10⁵", "inside", "outside")
+    recorded = any(r["variant"] == gc.DP_P_NORM for r in data["rows"])
+    assert (n["norm_gpu"] == "our kernel with this δ has not been measured yet") is not recorded
+    sdpa = next(r for r in data["rows"] if r["variant"] == gc.DP_P and r["input"] == res["input"])["sdpa"]
+    row = lambda x: dict(variant=gc.DP_P_NORM, input=res["input"], err=dict(dk_max=x), sdpa=sdpa)   # noqa: E731
+    assert gc.dp_p_numbers(res, {"rows": data["rows"] + [row(3.2e4)]})["norm_gpu"] == \
+        "our kernel with this δ has a largest error of 3.20·10⁴, inside its limit there"
+    assert gc.dp_p_numbers(res, {"rows": data["rows"] + [row(2.2e5)]})["norm_gpu"].endswith("outside its limit there")
+    assert gc.dp_p_numbers(res, {"rows": []})["norm_side"] == "—"
+
+
+def test_side_leaves_undecided_what_bf16_rounding_could_decide():
+    assert gc._side(1.0, 0.5, 1.5) == "inside"
+    assert gc._side(2.1, 0.5, 1.5) == "outside"
+    assert gc._side(1.2, 0.5, 1.5) == gc._side(1.8, 0.5, 1.5) == "within BF16's rounding of"

@@ -453,6 +453,9 @@ def floor_numbers(res: dict, data: dict, ties: dict | None = None) -> dict:
 # dP under P), which adds −(ΣP − 1)·δ̂·P to dS. On one-signed V and dO, δ̂ ≈ 2D is many times |dP − δ̂|, and dK =
 # scale·dSᵀQ carries the term with Q scaled to the logit. The FP32 row sum itself is accurate: δ/ΣP is δ₆₄ to 10⁻⁷.
 DP_P = "FA2 placement, δ = rowsum(dP∘P)"
+# The same δ divided by the backward's ΣP, a δ source of the kernel (`fa2/delta_source=dp_p_norm`); its label, as a
+# recorded run of it would name it. Not in `VARIANTS`: the recorded table has no row of it.
+DP_P_NORM = "FA2 placement, δ = rowsum(dP∘P) / ΣP"
 
 
 def dp_p_normalisation(cfg: dict, kind: str = "ties", logit: float | None = None) -> dict:
@@ -498,14 +501,34 @@ def dp_p_normalisation(cfg: dict, kind: str = "ties", logit: float | None = None
                 delta=float(delta.mean()), spread=float((p * (dp - delta).abs()).sum(-1).mean()))
 
 
+def _side(err: float, grid: float, limit: float) -> str:
+    """Where a CPU error (FP32 gradients) lies against a limit on BF16 gradients, whose last rounding moves the largest
+    error by at most `grid`: "inside", "outside", or "within BF16's rounding of" when the rounding could decide it."""
+    return "inside" if err + grid <= limit else "outside" if err - grid > limit else "within BF16's rounding of"
+
+
 def dp_p_numbers(res: dict, data: dict) -> dict:
     """The words and numbers of δ = rowsum(dP∘P)'s explanation: `res` from `dp_p_normalisation`, `data` a recorded
     run (the GPU's largest dK errors of the variant and of flash SDPA on the same input, "—" if it has none). Keys:
-    input, seed, sum_p, delta, spread, dk_dpp, dk_norm_dpp, dk_saved, dk_rel, dk_grid, gpu_dk, gpu_sdpa_dk."""
+    input, seed, sum_p, delta, spread, dk_dpp, dk_norm_dpp, dk_saved, dk_rel, dk_grid, gpu_dk, gpu_sdpa_dk; and, for
+    the kernel's normalised δ source (`DP_P_NORM`, whose gradients are the normalised δ's here): dk_limit
+    (FlashAttention's limit on dK's largest error, twice flash SDPA's), norm_side and dpp_side (`_side` of the
+    normalised and the unnormalised CPU dK errors against it), norm_gpu (its recorded GPU dK error against that
+    limit in words, or that none is recorded)."""
     r = _recorded(data, DP_P, res["input"])
+    n = _recorded(data, DP_P_NORM, res["input"])
     e = res["err"]
+    limit = 2 * r["sdpa"]["dk_max"] if r else None
+
+    def side(x):
+        return _side(x, res["dk_grid"], limit) if r else "—"
+    norm_gpu = ("our kernel with this δ has not been measured yet" if n is None else
+                f"our kernel with this δ has a largest error of {_sci(n['err']['dk_max'])}, "
+                f"{'inside' if n['err']['dk_max'] <= 2 * n['sdpa']['dk_max'] else 'outside'} its limit there")
     return dict(input=res["input"], seed=str(res["seed"]), sum_p=_sci(res["sum_p"], 2), delta=f"{res['delta']:.0f}",
                 spread=f"{res['spread']:.1f}", dk_dpp=_sci(e["dp_p"]["dk_max"]),
                 dk_norm_dpp=_sci(e["dp_p_normalised"]["dk_max"]), dk_saved=_sci(e["saved_o"]["dk_max"]),
                 dk_rel=f"{100 * e['dp_p']['dk_rel']:.1f} %", dk_grid=_sci(res["dk_grid"]),
-                gpu_dk=_sci(r["err"]["dk_max"]) if r else "—", gpu_sdpa_dk=_sci(r["sdpa"]["dk_max"]) if r else "—")
+                gpu_dk=_sci(r["err"]["dk_max"]) if r else "—", gpu_sdpa_dk=_sci(r["sdpa"]["dk_max"]) if r else "—",
+                dk_limit=_sci(limit) if r else "—", norm_side=side(e["dp_p_normalised"]["dk_max"]),
+                dpp_side=side(e["dp_p"]["dk_max"]), norm_gpu=norm_gpu)
