@@ -112,3 +112,27 @@ def test_cheapest_arms_train_two_steps(name, label):
     assert len(loss) == 2 and torch.isfinite(torch.as_tensor(loss)).all()
     if name == "gpt2_inject":     # the chain probe read the injected error of the injection layer
         assert f"{label}:s0__probe__layers" in out["arrays"]
+
+
+def test_the_dial_entries_follow_gpt2_arms_at_the_seeds_where_the_paper_arm_failed():
+    """The precision dial (S in FP32; P̄ and ℓ in FP32) at seeds 1 and 2 — the seeds whose paper arm failed in the
+    committed comparison, so the prevents rule can decide — with gpt2_arms's recipe and rules, the paper arm of the
+    same seed as each arm's baseline, and labels in reader words."""
+    from lib.studies.gpt2 import reading as g2r
+    ref = _cfg("gpt2_arms", "full")
+    assert registry.GROUPS["gpt2_dial"] == ("gpt2_dial_s1", "gpt2_dial_s2")
+    for name, seed in (("gpt2_dial_s1", 1), ("gpt2_dial_s2", 2)):
+        e = ES[name]
+        assert e.base == "lib.studies.gpt2.arms" and e.chapter == "02c" and name in catalogue.TITLES
+        cfg = _cfg(name, "full")
+        assert cfg["seeds"] == [seed] and cfg["workdir"] == f"/tmp/{name}"
+        assert {k: cfg[k] for k in RECIPE if k != "probe"} == {k: ref[k] for k in RECIPE if k != "probe"}
+        assert {k: cfg["rules"][k] for k in RULES} == {k: ref["rules"][k] for k in RULES}
+        assert set(cfg["rules"]["baseline"]) == {a["label"] for a in cfg["arms"]}
+        assert f"gpt2_arms_s{seed}" in cfg["rules"]["baseline_from"] and f"gpt2_arms_s{seed}" in cfg["rules"]["reference_from"]
+        for a in cfg["arms"]:
+            nm = LMConfig(**(cfg["model"] | {"attn": a["attn"]})).layer_specs()[0].numerics
+            assert nm.round_block == 512 and (not nm.round_s) != (not nm.round_p and not nm.round_l), a["label"]
+    if results.exists("gpt2_arms_s1", "full") and results.exists("gpt2_arms_s2", "full"):
+        oc = g2r.outcomes(g2r.merge_seeds([results.load(n, "full") for n in ("gpt2_arms_s1", "gpt2_arms_s2")]))
+        assert all(o[2] is not None for o in oc["paper"])            # the baseline failed in both seeds

@@ -83,6 +83,8 @@ TITLES = {
     "gpt2_inject_s1": "the tie bias injected into GPT-2 124M at 1× and 10× the measured rates, seed 1",
     "gpt2_inject_low": "the tie bias injected into GPT-2 124M at 0.1× and at zero rate, seed 0",
     "gpt2_inject_low_s1": "the tie bias injected into GPT-2 124M at 0.1× and at zero rate, seed 1",
+    "gpt2_dial_s1": "GPT-2 124M in the paper placement with S, or P̄ and ℓ, in FP32, seed 1",
+    "gpt2_dial_s2": "GPT-2 124M in the paper placement with S, or P̄ and ℓ, in FP32, seed 2",
     "gpt2_ddp": "GPT-2 124M at the authors' batch on several GPUs",
     "census_cost": "the census's cost beside a GPT-2 124M training step",
     "monitor_overhead": "the monitor's cost in a GPT-2 124M training step",
@@ -100,7 +102,8 @@ GROUP_TITLES = {"beta_sweep": "the β sweep ({n} results)",
                 "gpt2_authors_compiled": "the authors' code training GPT-2 124M compiled, seeds 0 and 1",
                 "gpt2_authors_eager": "the authors' code training GPT-2 124M eagerly, seeds 0 and 1",
                 "gpt2_inject": "the tie bias injected into GPT-2 124M at 1× and 10×, seeds 0 and 1",
-                "gpt2_inject_low": "the tie bias injected into GPT-2 124M at 0.1× and at zero rate, seeds 0 and 1"}
+                "gpt2_inject_low": "the tie bias injected into GPT-2 124M at 0.1× and at zero rate, seeds 0 and 1",
+                "gpt2_dial": "GPT-2 124M in the paper placement with S, or P̄ and ℓ, in FP32, seeds 1 and 2"}
 
 
 def title(name: str) -> str:

@@ -221,7 +221,10 @@ def test_native_round_block_error_at_most_twice_pytorch_bf16(shape, causal, rb, 
 # whole-row kernels at head dim 128 are held to FlashAttention's rule against FP64 above
 # (test_native_round_block_error_at_most_twice_pytorch_bf16, second case), and the native-vs-emulated comparison of
 # the block kernels is the 512-key case here.
+# The two precision-dial arms of the GPT-2 dial entries (S in FP32; P̄ and ℓ in FP32) are checked the same way.
 @pytest.mark.parametrize("nm,D", [(_PAPER.replace(round_block=512), 64),
+                                  (_PAPER.replace(round_block=512, round_s=False), 64),
+                                  (_PAPER.replace(round_block=512, round_p=False, round_l=False), 64),
                                   pytest.param(_PAPER.replace(round_block=-1), 128, marks=pytest.mark.slow)])
 def test_round_block_native_matches_emulated_on_random_inputs(nm, D):
     """The paper placement with logical rounding blocks, native vs emulated on random inputs with the same tiles,
