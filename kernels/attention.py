@@ -41,6 +41,7 @@ import math
 import torch
 import triton
 
+from lib.fp.fix import BETA, MAX_SHIFT, TIE_TOL
 from lib.fp.numerics import FP32, Numerics, get_profile, tiles_per_round_block
 from kernels.flash_bwd import attn_bwd_dkdv_kernel, attn_bwd_dq_kernel, attn_delta_kernel
 from kernels.flash_fwd import attn_fwd_kernel
@@ -165,7 +166,7 @@ def _blocks(path, d, kernel, block):
     return dict(BLOCK_M=bm, BLOCK_N=bn)
 
 
-def attention_fwd(q, k, v, *, causal, scale, nm: Numerics, fix, beta, tie_tol, path, max_shift=64.0, seed=0,
+def attention_fwd(q, k, v, *, causal, scale, nm: Numerics, fix, beta, tie_tol, path, max_shift=MAX_SHIFT, seed=0,
                   block=None, store_o32=False):
     """Launch the forward on contiguous (B, H, N, D) q, k, v (FP32 for emulated, BF16 for native).
     Returns (o, lse, o32): o (B, H, N, D) in the kernel's storage dtype (FP32 emulated / BF16 native), lse FP32
@@ -298,8 +299,8 @@ def _check_inputs(q, k, v):
         raise ValueError(f"batch, heads and seq must be positive, got {tuple(q.shape)}")
 
 
-def attention(q, k, v, *, causal=True, scale=None, numerics="fa2", fix=None, beta=7.0, tie_tol=0.0, max_shift=64.0,
-              path=None, block=None):
+def attention(q, k, v, *, causal=True, scale=None, numerics="fa2", fix=None, beta=BETA, tie_tol=TIE_TOL,
+              max_shift=MAX_SHIFT, path=None, block=None):
     """Flash attention O = softmax(scale·QKᵀ (+ causal mask)) V with the rounding placement `numerics`.
 
     q, k, v: (batch, heads, seq, head_dim), bfloat16 or float32, same device; head_dim in [16, 128].
@@ -307,7 +308,8 @@ def attention(q, k, v, *, causal=True, scale=None, numerics="fa2", fix=None, bet
     numerics: "fp32" | "fa2" | "paper" or a `lib.fp.numerics.Numerics` (its `round_block` sets the logical
     rounding block: module docstring). fix: None, "beta" (per-tile detection, the
     paper's Algorithm 1) or "beta_split" (also a max repeated across tiles). beta > 1: the β of the
-    fix. tie_tol >= 0: a row's tile max counts as repeated when another score is >= max − tie_tol (0: exact ties).
+    fix (default the paper's, `lib.fp.fix.BETA`). tie_tol >= 0: a row's tile max counts as repeated when another
+    score is >= max − tie_tol (0: exact ties).
     max_shift > 0 or None: underflow guard of the fix — a repeated max is never shifted by more than max_shift
     (None: the paper's exact rule, which underflows whole rows once (β−1)·max ≳ 88).
     path: None | "emulated" | "native" (module docstring). block: (BLOCK_M, BLOCK_N) override (powers of two ≥ 16;

@@ -47,6 +47,7 @@ import torch
 
 from kernels.attention import (_FIXES, _blocks, _check_inputs, attention_bwd, attention_fwd, bwd_kernel_key,
                                fwd_kernel_key, resolve_path)
+from lib.fp.fix import BETA, MAX_SHIFT, TIE_TOL
 from lib.fp.numerics import FP32, Numerics, get_profile, tiles_per_round_block
 
 __all__ = ["attention_op", "numerics_key", "fp32_o_numerics"]
@@ -192,8 +193,8 @@ def _settings(numerics, fix, beta, tie_tol, max_shift, scale, path, shape, dtype
             scale, path, nm.rounding == "sr")
 
 
-def attention_op(q, k, v, *, causal=True, scale=None, numerics="fa2", fix=None, beta=7.0, tie_tol=0.0,
-                 max_shift=64.0, path=None):
+def attention_op(q, k, v, *, causal=True, scale=None, numerics="fa2", fix=None, beta=BETA, tie_tol=TIE_TOL,
+                 max_shift=MAX_SHIFT, path=None):
     """`kernels.attention.attention`'s call (same arguments, checks and defaults; no `block` override) through the
     custom ops, so it compiles with the model; δ from an FP32 O as the module docstring defines it. Returns O,
     shape and dtype of q."""

@@ -1,5 +1,6 @@
-"""`stable_attention(q, k, v, is_causal=False, scale=None, fix=None, beta=2.0, max_shift=64.0)`: SDPA's call with
-production FlashAttention-2 numerics and the β fix of Qiu & Yao (arXiv 2510.04212, §4), forward and backward.
+"""`stable_attention(q, k, v, is_causal=False, scale=None, fix=None, beta=USER_BETA, max_shift=MAX_SHIFT)`: SDPA's
+call with production FlashAttention-2 numerics and the β fix of Qiu & Yao (arXiv 2510.04212, §4), forward and
+backward.
 
 q, k, v: (batch, heads, T, head_dim), one shape, dtype and device; head_dim 64 or 128. On CUDA, BF16 or FP16
 tensors run the fast path (`kernels/stable_fwd.py`, `kernels/stable_bwd.py`: TMA on Hopper, autotuned tiles);
@@ -11,7 +12,8 @@ backward: a δ = rowsum(dO∘O) pre-kernel, then one dK/dV + dQ kernel).
 fix=None: FA2. fix="beta": on each key tile, a row whose tile max occurs at least twice subtracts β·max (max > 0)
 or 0 (max < 0) instead, the shift capped at `max_shift` (None: no cap, the paper's rule, which underflows whole rows
 once (β−1)·max ≳ 88). Tie detection is per key tile: 64 keys in EMULATE and in the fallback config, the autotuned
-BLOCK_N on the fast path (`fwd_block_n(q.shape, is_causal, fix)` says which, after a first call). β > 1.
+BLOCK_N on the fast path (`fwd_block_n(q.shape, is_causal, fix)` says which, after a first call). β > 1; its
+default `lib.fp.fix.USER_BETA` (2) is not the paper's 7 on purpose (see there), the cap's `MAX_SHIFT` (64).
 
 Lower level: `forward(...)` and `backward(...)` launch the kernels with an explicit launch config or the autotuner
 and return the raw outputs (LSE in the kernel's units: natural in EMULATE, LSE/scale on the fast path). Their
@@ -28,6 +30,7 @@ import triton
 
 from kernels.stable_bwd import DELTA_BLOCK, attn_bwd_kernel, attn_bwd_tuned, attn_delta_kernel
 from kernels.stable_fwd import EMULATE_BLOCK, attn_fwd_kernel, attn_fwd_tuned
+from lib.fp.fix import MAX_SHIFT, USER_BETA
 
 __all__ = ["stable_attention", "forward", "backward", "fwd_block_n", "LOG2E", "EMULATE_BWD_WARPS"]
 
@@ -72,7 +75,7 @@ def _base2(emulate: bool, base2) -> bool:
     return base2
 
 
-def forward(q, k, v, *, causal: bool, scale: float, fix=None, beta: float = 2.0, max_shift=64.0,
+def forward(q, k, v, *, causal: bool, scale: float, fix=None, beta: float = USER_BETA, max_shift=MAX_SHIFT,
             emulate: bool = False, use_tma=None, config=None, base2=None):
     """Launch the forward on contiguous (B, H, T, D) q, k, v (FP32 for emulate, BF16/FP16 otherwise).
     Returns (o (B, H, T, D) like q, lse FP32 (B, H, T) in the kernel's units: natural log in EMULATE, in units of
@@ -225,8 +228,8 @@ def _check(q, k, v):
         raise TypeError(f"stable_attention needs BF16, FP16 or FP32 CUDA tensors, got {q.dtype} on {q.device}")
 
 
-def stable_attention(q, k, v, is_causal: bool = False, scale=None, fix=None, beta: float = 2.0,
-                     max_shift=64.0):
+def stable_attention(q, k, v, is_causal: bool = False, scale=None, fix=None, beta: float = USER_BETA,
+                     max_shift=MAX_SHIFT):
     """softmax(scale·q·kᵀ (+ causal mask))·v with FA2 numerics and, with fix="beta", the β-shifted max on tied rows.
 
     q, k, v: (batch, heads, T, head_dim) BF16/FP16 CUDA (FP32 or the interpreter: EMULATE mode), head_dim 64 or

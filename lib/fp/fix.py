@@ -6,22 +6,33 @@ rule also on a maximum repeated across tiles), "zero_rows" (no shift: the rows w
 underflow are zeroed — a control). `max_shift` caps the shift (None: the paper's exact rule, which can underflow a
 row); `tie_tol` counts scores within that distance of the maximum as tied.
 
-The defaults here — β = 7 (the paper), no tolerance, a cap of 64 — are the ones the kernel
-(`kernels.attention.attention`), the oracle (`lib.fp.reference.fixed_row_max`) and the training configuration
-(`lib.training.spec.AttnSpec`, `GPTConfig`, `TrainConfig`) also write as literals: changing those signatures would
-stale every committed training result, so until a kernel cleanup re-runs them, `tests/test_fix_value.py` checks
-that every copy equals `Fix()` (README, design).
+The defaults are declared here once, by meaning, and every signature default of the fix reads them:
+
+* `BETA` (7, the paper's β), `TIE_TOL` (exact ties) and `MAX_SHIFT` (our underflow guard, 64): the research kernel
+  (`kernels.attention.attention`, `kernels.attention_op.attention_op`), the oracle (`lib.fp.reference`), the fix's
+  error model (`lib.fp.fix_error`) and the training configuration (`lib.training.spec.AttnSpec`, `GPTConfig`,
+  `TrainConfig`) — the replication runs the paper's setting unless a run names another;
+* `USER_BETA` (2): the user kernel's β (`kernels.stable_attention`, the training layer on it
+  `lib.training.lm.StableSpec`), a recommendation rather than a replication, with the same guard `MAX_SHIFT`.
+
+A β written in a study's variant table, a sweep's list or a test is an experimental setting, not a default, and
+stays a number there. `tests/test_fix_value.py` checks that no signature default of the fix is written as a number
+outside this module (and the few that are the authors' code's own).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-__all__ = ["Fix", "KINDS", "BETA", "TIE_TOL", "MAX_SHIFT"]
+__all__ = ["Fix", "KINDS", "BETA", "TIE_TOL", "MAX_SHIFT", "USER_BETA"]
 
 BETA = 7.0          # the paper's β
 TIE_TOL = 0.0       # exact ties only
 MAX_SHIFT = 64.0    # our underflow guard: the largest weight stays ≥ e^−64, a normal number in FP32 and BF16
+# The user kernel's β differs from the paper's on purpose. A larger β shifts a tied row further and reaches the
+# underflow sooner: in chapter 6's healthy regime the exact rule at β = 7 zeroed rows and cost loss, at β = 2 it did
+# not (chapter 7). 2 is also the authors' current code's value; chapter 8 recommends it, with the guard on.
+USER_BETA = 2.0
 KINDS = (None, "beta", "beta_split", "zero_rows")
 
 

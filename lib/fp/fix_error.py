@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from lib.fp.bf16 import round_rne
+from lib.fp.fix import BETA, MAX_SHIFT
 from lib.fp.numerics import get_profile
 from lib.fp.reference import attention_fp64, emulate_forward
 
@@ -52,7 +53,7 @@ def tied_rows(r_m: float, heads: int, n: int = 64, gap: float = 1.5, seed: int =
     return s, v
 
 
-def shift_spacing(r_m, beta: float = 7.0, max_shift: float | None = 64.0):
+def shift_spacing(r_m, beta: float = BETA, max_shift: float | None = MAX_SHIFT):
     """BF16 spacing (ulp) at the fix's shift (β − 1)·r_m (capped at max_shift): the grid of the largest arguments."""
     d = np.asarray((beta - 1.0) * np.asarray(r_m, dtype=np.float64))
     if max_shift is not None:
@@ -61,7 +62,7 @@ def shift_spacing(r_m, beta: float = 7.0, max_shift: float | None = 64.0):
 
 
 def fix_error_profile(r_values=(1, 2, 4, 8, 16, 32, 64), heads: int = 16, n: int = 64, gap: float = 1.5,
-                      beta: float = 7.0, max_shift: float | None = 64.0, seed: int = 0, variants=None) -> dict:
+                      beta: float = BETA, max_shift: float | None = MAX_SHIFT, seed: int = 0, variants=None) -> dict:
     """See the module docstring. r_values: tied maxima in score units (BF16 values > 0). Returns
     {"r": [...], "config": {...}, "variants": {name: {"o_bias", "o_rms", "psum_err", "psum_bias": [...]}}}:
     o_bias = mean of (O − O_fp64)/|O_fp64|, o_rms = its root mean square, psum_err = mean over rows of

@@ -91,6 +91,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lib.fp.bf16 import philox_randint, round_rne, round_stochastic
+from lib.fp.fix import BETA, MAX_SHIFT, TIE_TOL
 from lib.fp.numerics import FP32, Numerics, get_profile, tiles_per_round_block
 
 __all__ = ["attention_fp64", "fixed_row_max", "check_fix_args", "check_max_shift", "online_softmax_rows", "emulate_forward", "emulate_delta",
@@ -213,7 +214,8 @@ def check_max_shift(max_shift):
     return float(max_shift)
 
 
-def fixed_row_max(s, m_t=None, *, beta: float = 7.0, tie_tol: float = 0.0, max_shift=64.0, m_prev=None) -> np.ndarray:
+def fixed_row_max(s, m_t=None, *, beta: float = BETA, tie_tol: float = TIE_TOL, max_shift=MAX_SHIFT,
+                  m_prev=None) -> np.ndarray:
     """The β fix of Qiu & Yao (§4, Alg. 1) for one tile: the adjusted row maxima.
 
     s: (..., BN) scores of the tile (masked entries −inf), float32 (or float64 for exact-arithmetic checks).
@@ -252,7 +254,8 @@ def fixed_row_max(s, m_t=None, *, beta: float = 7.0, tie_tol: float = 0.0, max_s
     return out.astype(s.dtype, copy=False)
 
 
-def online_softmax_rows(s, *, block_n: int, fix=None, beta: float = 7.0, tie_tol: float = 0.0, max_shift=64.0):
+def online_softmax_rows(s, *, block_n: int, fix=None, beta: float = BETA, tie_tol: float = TIE_TOL,
+                        max_shift=MAX_SHIFT):
     """Softmax weights of many independent rows by the FA2 online recurrence, vectorised over rows.
 
     s: (R, N) scores (masked entries −inf), float32 or float64; the arithmetic stays in that dtype (no rounding to
@@ -370,7 +373,7 @@ class ForwardResult:
     l: np.ndarray
 
 
-def _prep(q, k, v, numerics, causal, scale, block_m, block_n, fix, beta, tie_tol, max_shift=64.0):
+def _prep(q, k, v, numerics, causal, scale, block_m, block_n, fix, beta, tie_tol, max_shift=MAX_SHIFT):
     nm = get_profile(numerics)
     check_max_shift(max_shift)
     if not isinstance(causal, bool):
@@ -382,7 +385,7 @@ def _prep(q, k, v, numerics, causal, scale, block_m, block_n, fix, beta, tie_tol
 
 
 def emulate_forward(q, k, v, numerics="fa2", *, causal: bool = True, scale=None, block_m: int = 64,
-                    block_n: int = 64, fix=None, beta: float = 7.0, tie_tol: float = 0.0, max_shift=64.0,
+                    block_n: int = 64, fix=None, beta: float = BETA, tie_tol: float = TIE_TOL, max_shift=MAX_SHIFT,
                     seed: int = 0) -> ForwardResult:
     """FA2 forward under `numerics` on BLOCK_M × BLOCK_N tiles (module docstring: the exact order).
 
@@ -509,8 +512,8 @@ def _acc_add(acc, g, nm, rnd, tile_id, offs):
 
 
 def emulate_delta(o, do, numerics="fa2", *, q=None, k=None, v=None, lse=None, causal: bool = True, scale=None,
-                  block_m: int = 64, block_n: int = 64, fix=None, beta: float = 7.0, tie_tol: float = 0.0,
-                  max_shift=64.0, seed: int = 0) -> np.ndarray:
+                  block_m: int = 64, block_n: int = 64, fix=None, beta: float = BETA, tie_tol: float = TIE_TOL,
+                  max_shift=MAX_SHIFT, seed: int = 0) -> np.ndarray:
     """δ (..., N) float32 per `numerics.delta_source` (module docstring). `o` is the saved O for "saved_o"; "fp32_o"
     needs q, k, v (it reruns an all-FP32 forward with the same tiles and fix); "dp_p" and "dp_p_norm" need q, k, v
     and lse."""
@@ -578,7 +581,7 @@ def emulate_delta(o, do, numerics="fa2", *, q=None, k=None, v=None, lse=None, ca
 
 
 def emulate_backward(q, k, v, o, lse, do, numerics="fa2", *, causal: bool = True, scale=None, block_m: int = 64,
-                     block_n: int = 64, fix=None, beta: float = 7.0, tie_tol: float = 0.0, max_shift=64.0,
+                     block_n: int = 64, fix=None, beta: float = BETA, tie_tol: float = TIE_TOL, max_shift=MAX_SHIFT,
                      seed: int = 0, delta=None) -> dict:
     """FA2 backward under `numerics`: {"delta": (..., N), "dq", "dk", "dv": (..., N, d)} float32.
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from lib.fp.bf16 import ulp
+from lib.fp.fix import TIE_TOL
 from lib.fp.numerics import get_profile
 from lib.fp.reference import attention_fp64, emulate_forward
 from lib.fp.rounding_bias import cluster_ci, make_rows
@@ -78,7 +79,7 @@ def o_error_by_round_block(seed: int = 0, n_problems: int = 8, n_keys: int = 256
             "arms": rows}
 
 
-def tie_coverage(S, round_block: int, block_n: int = 64, tie_tol: float = 0.0) -> float:
+def tie_coverage(S, round_block: int, block_n: int = 64, tie_tol: float = TIE_TOL) -> float:
     """Of the rows of S (..., N) whose maximum occurs at least twice (within tie_tol), the fraction in which some
     rounding block (`round_block` keys, 0 = tiles of `block_n`, −1 = the row) holds two of those maxima, i.e. in
     which a per-block tie test fires on the row's global maximum. NaN when no row repeats its maximum."""

@@ -36,6 +36,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from lib.fp.fix import MAX_SHIFT, USER_BETA
 from lib.training import inject
 from lib.training.model import GPT, AttnSpec, CausalSelfAttention, GPTConfig, attend
 
@@ -48,8 +49,8 @@ ROPE_BASE = 10000.0
 class StableSpec:
     """A layer on `kernels.stable_attention` (FA2 numerics; `fix="beta"` the β-shifted max with the shift guard)."""
     fix: str | None = None
-    beta: float = 2.0
-    max_shift: float = 64.0
+    beta: float = USER_BETA
+    max_shift: float = MAX_SHIFT
     text: str = "stable"
 
     @property

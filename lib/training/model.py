@@ -52,6 +52,7 @@ import torch.nn.functional as F
 
 from lib.training.backends import AttnCall, attend
 from lib.training.backends import naive_attention, run_backend, sdpa_attention  # noqa: F401  (their old home)
+from lib.fp.fix import BETA, MAX_SHIFT, TIE_TOL
 from lib.training.spec import AttnSpec
 
 
@@ -64,9 +65,9 @@ class GPTConfig:
     block_size: int = 512
     vocab_size: int = 256
     attn: object = "sdpa"
-    beta: float = 7.0          # β of "+fix" string specs
-    tie_tol: float = 0.0       # tie tolerance of "+fix" string specs
-    max_shift: float | None = 64.0  # underflow guard of "+fix" string specs (None: the paper's exact rule)
+    beta: float = BETA         # β of "+fix" string specs
+    tie_tol: float = TIE_TOL   # tie tolerance of "+fix" string specs
+    max_shift: float | None = MAX_SHIFT  # underflow guard of "+fix" string specs (None: the paper's exact rule)
     zero_at: float | None = None  # level of "+zero_rows" string specs (None: each backend's default, see zero_rows)
     qk_norm: bool = False      # LayerNorm on each head's q and k (module docstring)
     ln_eps: float = 1e-5

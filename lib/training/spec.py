@@ -17,7 +17,7 @@ import math
 import re
 from dataclasses import dataclass, replace
 
-from lib.fp.fix import Fix
+from lib.fp.fix import BETA, MAX_SHIFT, TIE_TOL, Fix
 from lib.training import authors_backend, dose_backend
 from lib.training.backends import BACKENDS
 from lib.training.zero_rows import OURS_ZERO_AT
@@ -43,9 +43,9 @@ class AttnSpec:
     backend: str = "sdpa"
     numerics: object = "fa2"      # a profile name or a lib.fp.numerics.Numerics (only for backend "ours")
     fix: str | None = None        # None | "beta" | "beta_split" ("ours") | "zero_rows" ("ours", "authors")
-    beta: float = 7.0
-    tie_tol: float = 0.0
-    max_shift: float | None = 64.0  # the fix's underflow guard (kernels.attention); None = the paper's exact rule
+    beta: float = BETA
+    tie_tol: float = TIE_TOL
+    max_shift: float | None = MAX_SHIFT  # the fix's underflow guard (kernels.attention); None = the paper's exact rule
     path: str | None = None       # kernel path: None (auto) | "emulated" | "native"
     heads: tuple | None = None    # ((head indices), spec): those heads use another spec (string or AttnSpec)
     text: str | None = None       # the string this spec was parsed from (its label)

@@ -38,6 +38,7 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from lib.fp.fix import BETA, MAX_SHIFT, TIE_TOL  # noqa: E402
 from lib.training import data as data_mod  # noqa: E402
 from lib.training.metrics import bf16_row_ties, bf16_tile_ties, spectral_norm  # noqa: E402
 from lib.training.model import GPT, GPTConfig, naive_attention  # noqa: E402
@@ -58,9 +59,9 @@ class TrainConfig:
     n_embd: int = 384
     seq_len: int = 512
     attn: str = "sdpa"              # one spec for all layers, or comma-separated per layer (see lib.training.model)
-    beta: float = 7.0               # β of "+fix" specs
-    tie_tol: float = 0.0            # tie tolerance of "+fix" specs
-    max_shift: float | None = 64.0  # underflow guard of "+fix" specs (None: the paper's exact rule, may give NaN)
+    beta: float = BETA              # β of "+fix" specs
+    tie_tol: float = TIE_TOL        # tie tolerance of "+fix" specs
+    max_shift: float | None = MAX_SHIFT  # underflow guard of "+fix" specs (None: the paper's exact rule, may give NaN)
     zero_at: float | None = None    # level of "+zero_rows" specs (None: the backend's default; lib.training.zero_rows)
     qk_norm: bool = False           # LayerNorm on each head's q and k before attention (lib.training.model)
     # optimisation

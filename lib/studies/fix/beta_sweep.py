@@ -15,6 +15,7 @@ cfg: betas, seeds, lr, steps.
 from __future__ import annotations
 
 from lib.fp import beta_theory
+from lib.fp.fix import MAX_SHIFT
 from lib.training import outcome, proxy
 
 def plan(scale: str, cfg: dict) -> dict:
@@ -22,7 +23,7 @@ def plan(scale: str, cfg: dict) -> dict:
     runs = [dict(arm="paper+fix", seed=s, lr=lr, tag=f"beta{b:g}_exact", config=dict(beta=b, max_shift=None))
             for b in betas for s in seeds]
     runs += [dict(arm="paper+fix", seed=s, lr=lr, tag=f"beta{max(betas):g}_guarded",
-                  config=dict(beta=max(betas), max_shift=64.0)) for s in seeds]
+                  config=dict(beta=max(betas), max_shift=MAX_SHIFT)) for s in seeds]
     return dict(betas=list(betas), seeds=list(seeds), lr=lr, steps=steps, runs=runs)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from lib.fp.fix import BETA
 from lib.fp.reference import attention_fp64, emulate_forward, fixed_row_max, padded_head_dim  # noqa: F401
 
 
@@ -23,7 +24,7 @@ def tied_inputs(seed: int, B: int = 2, N: int = 96, d: int = 32, lo: int = -2, h
     return q, k, v
 
 
-def fix_effect(seed: int = 0, B: int = 2, N: int = 96, d: int = 32, block: int = 32, beta: float = 7.0) -> dict:
+def fix_effect(seed: int = 0, B: int = 2, N: int = 96, d: int = 32, block: int = 32, beta: float = BETA) -> dict:
     """See the module docstring. Scale = 1/sqrt(d); causal; tiles block × block."""
     q, k, v = tied_inputs(seed, B, N, d)
     scale = 1.0 / np.sqrt(d)

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lib.fp.fix import BETA, TIE_TOL
 from lib.fp.numerics import PROFILES, get_profile, rounding_point_table
 from lib.fp.reference import attention_fp64, emulate_attention
 
@@ -137,12 +138,12 @@ def kernel_vs_oracle(profiles=("fp32", "fa2", "paper"), cases=((45, 24, True), (
                     k[..., 3, :] = k[..., 0, :]
                     k[..., 7, :] = k[..., 0, :]
                 sc = d ** -0.5
-                o, lse, _ = attention_fwd(q, k, v, causal=causal, scale=sc, nm=nm, fix=fix, beta=7.0, tie_tol=0.0,
+                o, lse, _ = attention_fwd(q, k, v, causal=causal, scale=sc, nm=nm, fix=fix, beta=BETA, tie_tol=TIE_TOL,
                                           path="emulated", block=(block, block))
                 dq, dk, dv, delta = attention_bwd(do, q, k, v, o, lse, causal=causal, scale=sc, nm=nm,
                                                   path="emulated", block=(block, block))
                 emu = emulate_attention(q, k, v, do, nm, causal=causal, scale=sc, block_m=block, block_n=block,
-                                        fix=fix, beta=7.0)
+                                        fix=fix, beta=BETA)
                 got = {"o": o, "lse": lse, "delta": delta, "dq": dq, "dk": dk, "dv": dv}
                 for key, val in got.items():
                     a = val.detach().float().numpy() if isinstance(val, torch.Tensor) else np.asarray(val)

@@ -31,6 +31,7 @@ import time
 import numpy as np
 import torch
 
+from lib.fp.fix import BETA, TIE_TOL
 from lib.fp.inputs import attention_inputs
 
 __all__ = ["run", "planted", "reference", "errors", "VARIANTS", "check_rows"]
@@ -135,7 +136,7 @@ def kernel_call(backend: str, opts: dict, path=None):
     if backend == "authors":
         from lib.training import authors_backend
         from lib.training.spec import AttnSpec
-        spec = AttnSpec.parse(opts["spec"], beta=7.0, tie_tol=0.0)
+        spec = AttnSpec.parse(opts["spec"], beta=BETA, tie_tol=TIE_TOL)
 
         def f(q, k, v):
             with torch.autocast(device_type=q.device.type, dtype=torch.bfloat16, enabled=q.is_cuda):
@@ -368,8 +369,8 @@ def authors_floor(cfg: dict, kind: str = "random", logit: float | None = None) -
     q, k, v, do = planted(kind, logit, cfg["B"], cfg["H"], cfg["N"], cfg["d"], cfg["seed"])
     ref = reference(q, k, v, do)
     by_name = {name: (backend, opts) for name, backend, opts, _ in VARIANTS}
-    spec = AttnSpec.parse(by_name[FLOORED][1]["spec"], beta=7.0, tie_tol=0.0)       # as `kernel_call` parses it
-    plain = AttnSpec.parse(by_name["the authors' code, 512-key tiles"][1]["spec"], beta=7.0, tie_tol=0.0)
+    spec = AttnSpec.parse(by_name[FLOORED][1]["spec"], beta=BETA, tie_tol=TIE_TOL)       # as `kernel_call` parses it
+    plain = AttnSpec.parse(by_name["the authors' code, 512-key tiles"][1]["spec"], beta=BETA, tie_tol=TIE_TOL)
     no_floor = replace(spec, opts=replace(spec.opts, floor=0.0))
     outs = {n: _authors_outputs(s, q, k, v, do)
             for n, s in (("plain", plain), ("fix", spec), ("fix_no_floor", no_floor))}
