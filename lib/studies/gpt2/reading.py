@@ -433,7 +433,10 @@ def probe_signs(arrays: dict, label: str) -> dict:
                 push_p=p2(float((push > 0).sum()), push.size), n_events=int(len(arrays[pre + "step"])))
 
 
-def lean_seeds(res, arm: str, level: float = 0.05) -> dict:
+LEAN_LEVEL = 0.05      # a seed's chain probe "leans" when its sign test's p is below this (a reading after the runs)
+
+
+def lean_seeds(res, arm: str, level: float = LEAN_LEVEL) -> dict:
     """In how many seeds of a (merged) comparison an arm's chain probe leans upward (`probe_signs`): "dd" — Δδ > 0
     on more than half of the tied rows — and "push" — the dW_Q error pushes ‖W_Q,h‖₂ up in more than half of the
     cases — each with its sign test's p < `level`: {"dd": (k, n), "push": (k, n)}, n the seeds with the probe."""
@@ -692,7 +695,7 @@ def explosion_verdict(res) -> dict | None:
 # ---------------------------------------------------------------------------------------------------------------
 # Links 3, 4 and 6 in GPT-2: what the chain probe of the registered comparison says (read after the runs)
 # ---------------------------------------------------------------------------------------------------------------
-def link_readings(res, level: float = 0.05) -> dict:
+def link_readings(res, level: float = LEAN_LEVEL) -> dict:
     """The chain's links 3, 4 and 6 from a (merged) GPT-2 comparison's chain probe, in the paper placement against
     FP32 attention: {claim id: {"status", "evidence", "words"}} for "o_error_v_sign" (O's error along sign(V) on the
     conjunction, `arms_split`), "delta_bias" (Δδ > 0 on tied rows, `lean_seeds`) and "wq_norm_push" (the dW_Q error
