@@ -32,7 +32,7 @@ def test_no_positions_makes_repeated_prefix_tokens_identical():
     and in later layers up to the rounding of softmax(1/3, 1/3, 1/3)·V on this CPU path (a flash kernel computes
     (V + V + V)/3 = V exactly, so on the GPU they stay equal)."""
     torch.manual_seed(1)
-    m = build_lm(GPTConfig(**SMALL, pos="none"))
+    m = GPT(GPTConfig(**SMALL, pos="none"))
     assert "wpe" not in m.transformer
     x = torch.randint(1, 256, (2, 16))
     x[:, :3] = 0
@@ -48,7 +48,7 @@ def test_no_positions_makes_repeated_prefix_tokens_identical():
         assert same(k[:, :, 0], k[:, :, 1]) and same(k[:, :, 0], k[:, :, 2]) and same(v[:, :, 0], v[:, :, 2])
         assert not torch.allclose(k[:, :, 2], k[:, :, 3])
     # with learned positions the same prefix does not give equal keys
-    m2 = build_lm(GPTConfig(**SMALL))
+    m2 = GPT(GPTConfig(**SMALL))
     m2.set_capture(True)
     with torch.no_grad():
         m2(x)
@@ -74,7 +74,7 @@ def test_rope_scores_depend_on_offset_only():
 def test_bounded_qk_norm_bounds_every_logit(mode):
     g = 1.5
     torch.manual_seed(3)
-    m = build_lm(GPTConfig(**SMALL, qk_norm=mode, qk_gain=g))
+    m = GPT(GPTConfig(**SMALL, qk_norm=mode, qk_gain=g))
     with torch.no_grad():
         for p in m.parameters():
             p.mul_(50.0)   # huge weights: an unbounded model's logits would be enormous
@@ -94,7 +94,7 @@ def test_bounded_qk_norm_bounds_every_logit(mode):
 
 
 def test_capped_gain_is_learnable_and_below_cap():
-    m = build_lm(GPTConfig(**SMALL, qk_norm="capped", qk_gain=2.0))
+    m = GPT(GPTConfig(**SMALL, qk_norm="capped", qk_gain=2.0))
     a = m.attn_layers[0]
     # the gain at init, one FP32 evaluation: allclose's default 1e-5 relative is ≫ its rounding
     assert a.qk_theta.requires_grad and torch.allclose(a.gain().flatten(), torch.full((2,), 1.0))
