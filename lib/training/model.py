@@ -35,7 +35,8 @@ Attention backends (`AttnSpec.backend`; the functions and their dispatch table `
   row-zeroing control).
 * ``"dose"`` — FP32 attention whose backward gets λ·c(Δδ) of a low-precision placement added to δ
   (`lib.training.dose_backend`).
-* ``"stable[+fix][/beta=B][/max_shift=M]"`` — `kernels.stable_attention` (FA2 numerics, the user kernel; `StableSpec`).
+* ``"stable[+fix][/beta=B][/max_shift=M]"`` — `kernels.stable_attention` (FA2 numerics, the user kernel;
+  `StableSpec`).
 * ``"fp32_flash"`` — FP32 attention without the T × T matrix: PyTorch's memory-efficient SDPA kernel on FP32 q, k,
   v (autocast off; `Fp32FlashSpec`).
 * ``"inject/..."`` — FP32 attention whose backward receives an O error of the theory's size on chosen rows
@@ -57,8 +58,9 @@ puts the paper kernel in layer 1 only. Per-head overrides (Python only): ``AttnS
 "naive"))`` runs heads 1 and 7 of that layer with FP32 attention and the others with the paper kernel.
 
 Telemetry capture (`GPT.set_capture(True)`): each attention layer keeps, for the next forward, x (B, T, C, the input
-of `c_attn`), q, k, v, o (B, H, T, D; q and k as the backend saw them, i.e. after rope and QK-norm), dO (the gradient reaching
-o, by a tensor hook) and "stats" (counters a backend fills in: `authors_backend`, `dose_backend`), all detached.
+of `c_attn`), q, k, v, o (B, H, T, D; q and k as the backend saw them, i.e. after rope and QK-norm), dO (the
+gradient reaching o, by a tensor hook) and "stats" (counters a backend fills in: `authors_backend`, `dose_backend`),
+all detached.
 """
 from __future__ import annotations
 
