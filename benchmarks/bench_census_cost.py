@@ -112,7 +112,7 @@ def time_arm(arm: dict, cfg: dict, device) -> dict:
 
 
 def run(scale: str, cfg: dict) -> dict:
-    """cfg: model (LMConfig fields but attn), batch_size, arms [{label, attn, compile}], placements, every, rows
+    """cfg: model (GPTConfig fields but attn), batch_size, arms [{label, attn, compile}], placements, every, rows
     (list), inputs ("model", "peaked"), warmup_steps, rounds, rep_ms, event_reps, target. One process, one device."""
     t0 = time.perf_counter()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -84,7 +84,7 @@ def time_arm(arm: dict, cfg: dict, device, tmp: Path) -> dict:
 
 
 def run(scale: str, cfg: dict) -> dict:
-    """cfg: model (LMConfig fields but attn), batch_size, arms [{label, attn, compile}], every, placement,
+    """cfg: model (GPTConfig fields but attn), batch_size, arms [{label, attn, compile}], every, placement,
     batch_rows, inputs ("model", "peaked"), warmup_steps, rounds, rep_ms, event_reps, target. One process, one
     device."""
     t0 = time.perf_counter()

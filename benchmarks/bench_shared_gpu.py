@@ -13,12 +13,12 @@ import argparse
 import json
 import time
 
-from lib.training.lm import LMConfig
+from lib.training.model import GPTConfig
 from lib.training.loop import RunConfig, run_many
 
 
 def measure(n: int, steps: int, attn: str) -> dict:
-    cfgs = [RunConfig(model=LMConfig(n_layer=6, n_head=6, n_embd=384, block_size=512, attn=attn), steps=steps,
+    cfgs = [RunConfig(model=GPTConfig(n_layer=6, n_head=6, n_embd=384, block_size=512, attn=attn), steps=steps,
                       batch_size=32, lr=5e-4, warmup=50, census_every=100, eval_batches=1, seed=i, data_seed=i,
                       label=f"r{i}") for i in range(n)]
     t0 = time.perf_counter()

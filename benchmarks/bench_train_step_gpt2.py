@@ -34,11 +34,11 @@ def train_step(attn: str, compile_: bool, model_kw: dict, batch_size: int, devic
     """(step, model, x): `step(before=None, after=None)` runs one training step of GPT-2 (`model_kw`) with attention
     `attn` (compiled if `compile_`) on a fixed random batch x (batch_size windows), calling `before()` before the
     forward and `after()` after the backward; `model` is the eager module the step trains."""
-    from lib.training.lm import LM, LMConfig
+    from lib.training.model import GPTConfig, build_lm
     from lib.training.loop import RunConfig, make_optimizers
     torch.manual_seed(0)
-    cfg = LMConfig(**(dict(model_kw) | {"attn": attn}))
-    model = LM(cfg).to(device)
+    cfg = GPTConfig(**(dict(model_kw) | {"attn": attn}))
+    model = build_lm(cfg).to(device)
     opts = make_optimizers(model, RunConfig(model=cfg, lr=1e-4, warmup=0))
     fwd = torch.compile(model) if compile_ else model
     g = torch.Generator().manual_seed(1)
@@ -95,7 +95,7 @@ def time_group(group: list[dict], cfg: dict) -> list[dict]:
 
 
 def run(scale: str, cfg: dict) -> dict:
-    """cfg: model (LMConfig fields), batch_size, groups ([[{label, attn, compile}, ...], ...]; each group's first arm
+    """cfg: model (GPTConfig fields), batch_size, groups ([[{label, attn, compile}, ...], ...]; each group's first arm
     is its baseline), warmup_steps, rounds, rep_ms. Full scale: one subprocess per group, group i on GPU i mod the
     GPU count; ci: the groups in turn in this process."""
     t0 = time.perf_counter()

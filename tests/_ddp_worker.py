@@ -18,9 +18,9 @@ LM_RUN = dict(steps=5, batch_size=8, micro_batch=2, lr=3e-3, warmup=2, census_ev
 
 
 def lm_config(**change):
-    from lib.training.lm import LMConfig
+    from lib.training.model import GPTConfig
     from lib.training.loop import RunConfig
-    return RunConfig(model=LMConfig(**LM_MODEL), **(LM_RUN | change))
+    return RunConfig(model=GPTConfig(**LM_MODEL), **(LM_RUN | change))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ import numpy as np
 import torch
 
 from lib.training import chain_probe as cp
-from lib.training.lm import LM, LMConfig
+from lib.training.model import GPTConfig, build_lm
 from lib.training.metrics import bf16_row_ties
 
 CFG = dict(n_layer=2, n_head=2, n_embd=32, block_size=24)
@@ -19,7 +19,7 @@ def _classes(q, k, v):
 
 def _grads(attn_spec, x, seed=0, **kw):
     torch.manual_seed(seed)
-    m = LM(LMConfig(**CFG, attn=attn_spec, **kw))
+    m = build_lm(GPTConfig(**CFG, attn=attn_spec, **kw))
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
     probe = cp.ChainProbe(every=1, layers=[1], rows=x.shape[0], classes=_classes)
     m.set_step(3, 0)
@@ -67,7 +67,7 @@ def test_records_hold_counts_and_delta_sums():
 
 def test_split_numerics_names_the_placement_of_each_arm():
     from lib.fp.numerics import FA2, FP32, PAPER
-    cfg = lambda a: LMConfig(**CFG, attn=a).layer_specs()[0]        # noqa: E731
+    cfg = lambda a: GPTConfig(**CFG, attn=a).layer_specs()[0]        # noqa: E731
     assert cp.split_numerics(cfg("fp32_flash")) == FP32
     assert cp.split_numerics(cfg("sdpa")) == FA2
     assert cp.split_numerics(cfg("fa2")) == FA2

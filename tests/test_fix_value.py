@@ -12,8 +12,7 @@ import pytest
 
 from lib.fp.fix import BETA, MAX_SHIFT, TIE_TOL, USER_BETA, Fix
 from lib.fp.reference import fixed_row_max
-from lib.training.lm import StableSpec
-from lib.training.model import GPTConfig
+from lib.training.model import GPTConfig, StableSpec
 from lib.training.spec import AttnSpec
 from lib.training.train import TrainConfig
 

@@ -9,7 +9,7 @@ import torch
 from lib.book import catalogue, registry, results
 from lib.book.htmlcheck import name_problems
 from lib.studies.gpt2 import arms, channels
-from lib.training.lm import LM, LMConfig
+from lib.training.model import GPTConfig, build_lm
 
 # In the registry's order, which is the order to run them: the δ channel, O kept in FP32, the β fix, a logit bound,
 # the authors' code, the injection; each at seed 0, then its seed-1 twin.
@@ -43,7 +43,7 @@ def test_entry_resolves_parses_and_follows_gpt2_arms(name):
         cfg = _cfg(name, scale)
         assert 1 <= len(cfg["arms"]) <= 2 and len({a["label"] for a in cfg["arms"]}) == len(cfg["arms"])
         for a in cfg["arms"]:
-            specs = LMConfig(**(cfg["model"] | {"attn": a["attn"]})).layer_specs()
+            specs = GPTConfig(**(cfg["model"] | {"attn": a["attn"]})).layer_specs()
             assert len(specs) == cfg["model"]["n_layer"], a["label"]
         twin = _cfg(name.removesuffix("_s1"), scale)
         assert cfg["arms"] == twin["arms"] and cfg["rules"] == twin["rules"] and cfg["model"] == twin["model"]
@@ -86,9 +86,9 @@ def test_capped_qk_norm_starts_from_the_same_weights():
     """The QK-norm arms share gpt2_arms's initialisation: the capped gain adds a parameter but no random draw."""
     base = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, attn="sdpa")
     torch.manual_seed(3)
-    plain = LM(LMConfig(**base)).state_dict()
+    plain = build_lm(GPTConfig(**base)).state_dict()
     torch.manual_seed(3)
-    capped = LM(LMConfig(**base, qk_norm="capped", qk_gain=2.0)).state_dict()
+    capped = build_lm(GPTConfig(**base, qk_norm="capped", qk_gain=2.0)).state_dict()
     assert set(capped) - set(plain) == {f"transformer.h.{i}.attn.qk_theta" for i in range(2)}
     assert all(torch.equal(plain[k], capped[k]) for k in plain)
 
@@ -131,7 +131,7 @@ def test_the_dial_entries_follow_gpt2_arms_at_the_seeds_where_the_paper_arm_fail
         assert set(cfg["rules"]["baseline"]) == {a["label"] for a in cfg["arms"]}
         assert f"gpt2_arms_s{seed}" in cfg["rules"]["baseline_from"] and f"gpt2_arms_s{seed}" in cfg["rules"]["reference_from"]
         for a in cfg["arms"]:
-            nm = LMConfig(**(cfg["model"] | {"attn": a["attn"]})).layer_specs()[0].numerics
+            nm = GPTConfig(**(cfg["model"] | {"attn": a["attn"]})).layer_specs()[0].numerics
             assert nm.round_block == 512 and (not nm.round_s) != (not nm.round_p and not nm.round_l), a["label"]
     if results.exists("gpt2_arms_s1", "full") and results.exists("gpt2_arms_s2", "full"):
         oc = g2r.outcomes(g2r.merge_seeds([results.load(n, "full") for n in ("gpt2_arms_s1", "gpt2_arms_s2")]))

@@ -8,7 +8,7 @@ from lib.book import registry
 from lib.studies.gpt2 import arms
 from lib.studies.gpt2.telemetry import SideProbe, telemetry_cost
 from lib.training.chain_probe import SPLIT_KEYS
-from lib.training.lm import LM
+from lib.training.model import build_lm
 from lib.training.loop import RunConfig, get_batch, load_data
 
 
@@ -44,7 +44,7 @@ def test_probe_captures_the_training_losss_do(toy):
     cfg, rcs = toy
     rc = rcs[0]
     torch.manual_seed(rc.seed)
-    model = LM(rc.model)
+    model = build_lm(rc.model)
     train = load_data(rc)[0]
     probe = SideProbe(rc, train, every=1, rows=1, top=rc.model.n_layer)
     got = {}
@@ -136,11 +136,11 @@ def test_split_on_planted_tied_rows_in_a_paper_layer(toy):
     what BF16 ℓ = n_max, dropping r, does — r/n_max ≤ 2⁻¹⁵ of O here, under 0.01 ULP."""
     from lib.training.chain_probe import _attention_fp64, default_classes
     from lib.training.inject import ulp_bf16
-    from lib.training.lm import ours_op_attend
+    from lib.training.model import ours_op_attend
     cfg, rcs = toy
     rc = rcs[1]
     assert rc.model.attn.startswith("paper")
-    model = LM(rc.model)
+    model = build_lm(rc.model)
     attn = model.attn_layers[0]
     H, D = rc.model.n_head, rc.model.n_embd // rc.model.n_head
     q, k, v = _tied_rows(8, H, 64, D)

@@ -4,13 +4,13 @@ import pytest
 import torch
 
 from lib.training import loop
-from lib.training.lm import LMConfig
+from lib.training.model import GPTConfig
 
 TINY = dict(n_layer=2, n_head=2, n_embd=32, block_size=32)
 
 
 def _cfg(**kw):
-    base = dict(model=LMConfig(**TINY), steps=12, batch_size=4, warmup=2, census_every=0, eval_batches=1)
+    base = dict(model=GPTConfig(**TINY), steps=12, batch_size=4, warmup=2, census_every=0, eval_batches=1)
     return loop.RunConfig(**(base | kw))
 
 
@@ -33,7 +33,7 @@ def test_resume_from_checkpoint_is_exact(tmp_path):
 
 
 def test_bos_tokens_lead_every_window_and_their_targets_are_ignored():
-    cfg = _cfg(n_bos=3, bos_id=0, model=LMConfig(**TINY, pos="none"))
+    cfg = _cfg(n_bos=3, bos_id=0, model=GPTConfig(**TINY, pos="none"))
     data = np.arange(100, dtype=np.uint16) % 250 + 5
     x, y = loop.get_batch(data, np.array([0, 10]), cfg, "cpu")
     assert x.shape == y.shape == (2, 32)

@@ -16,7 +16,7 @@ new fingerprints, the commit, the outside code and the reason. The data (and the
 this one recorded) are untouched.
 
     python -m lib.book.rekey_unused gpt2_regime --commit 13ccf45 --outside kernels.stable_attention \\
-        kernels.stable_fwd kernels.stable_bwd lib.training.lm:stable_attend --reason "..." [--write]
+        kernels.stable_fwd kernels.stable_bwd lib.training.model:stable_attend --reason "..." [--write]
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ The defaults are declared here once, by meaning, and every signature default of 
   error model (`lib.fp.fix_error`) and the training configuration (`lib.training.spec.AttnSpec`, `GPTConfig`,
   `TrainConfig`) — the replication runs the paper's setting unless a run names another;
 * `USER_BETA` (2): the user kernel's β (`kernels.stable_attention`, the training layer on it
-  `lib.training.lm.StableSpec`), a recommendation rather than a replication, with the same guard `MAX_SHIFT`.
+  `lib.training.model.StableSpec`), a recommendation rather than a replication, with the same guard `MAX_SHIFT`.
 
 A β written in a study's variant table, a sweep's list or a test is an experimental setting, not a default, and
 stays a number there. `tests/test_fix_value.py` checks that no signature default of the fix is written as a number

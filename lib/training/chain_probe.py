@@ -1,7 +1,7 @@
 """Chapters 4–5's measurements on the live training step: the O error, Δδ, and the dW_Q error it makes.
 
 `ChainProbe` is a step hook of `lib.training.loop.train_lm` (`before_forward`, `after_backward`): every `every`
-steps it turns capture on in the chosen layers of an `lib.training.lm.LM`, and after the backward measures, on the
+steps it turns capture on in the chosen layers of a `lib.training.model.GPT`, and after the backward measures, on the
 first `rows` windows of the batch, for every head h (D = head dim, C = width, scale = 1/√D):
 
 * **the O error** E = O − O_ref with O_ref the FP64 attention of the same q, k, v (for the injection backend: the

@@ -2,7 +2,7 @@
 
 `run(scale, cfg)` (the experiment interface of `lib.book.runner`): for every regime of `cfg["regimes"]` (a label,
 its seeds and the fields it changes) and every seed, one `lib.training.loop.train_lm` run of `cfg["base"]`
-(`RunConfig` and `LMConfig` fields together, `lib.training.loop.configs_from_regimes`), as `cfg["workers"]`
+(`RunConfig` and `GPTConfig` fields together, `lib.training.loop.configs_from_regimes`), as `cfg["workers"]`
 concurrent processes. Each run carries the census of the bias's preconditions (`census_every`) and, where asked,
 the chain probe (`probe_every`). The result holds measurements only — per-step loss and grad norm, validation loss,
 tokens seen, the census and probe arrays (`lib.training.loop.pack_runs`); the studies' readings judge them.
@@ -11,7 +11,7 @@ paper's LR are entries whose `base` is this module.
 """
 from __future__ import annotations
 
-from lib.training.lm import STABLE_KERNEL
+from lib.training.model import STABLE_KERNEL
 from lib.training.loop import configs_from_regimes, pack_runs, run_many
 
 

@@ -28,7 +28,7 @@ keys; on an untied row, the one key at the maximum), along that sign, and 0 on t
 Spec string: ``inject/r=<rate>[/e=<ULP>][/lam=<λ>][/heads=<i>:<j>...][/select=tied|random][/dir=o|v]``, e.g.
 ``inject/r=0.01/heads=0:1/select=tied`` or ``inject/r=0.03/dir=v``. Defaults: e = `E_DEFAULT`, λ = 1, all heads,
 "tied", "o". r = 0 is FP32 attention bit for bit. One rate per layer: a model gives each layer its own spec
-(`lib.training.lm.LMConfig`: one comma-separated spec per layer).
+(`lib.training.model.GPTConfig`: one comma-separated spec per layer).
 
 At telemetry steps (the model passes a `stats` dict) it records "inj_n_rows", "inj_n_sel", "inj_n_tied",
 "inj_n_sel_tied", "inj_n_pairs" (the (row, feature) pairs whose error is not 0: with dir "v", fewer than

@@ -5,7 +5,7 @@ and the bias injection — read top to bottom: data, model, optimiser, then `for
 batch, forward and backward under BF16 autocast, clip, observers, update, evaluation, checkpoint. The older
 `lib.training.train.train` stays for the results committed with it (their fingerprints reach its code).
 
-* **Config**: `RunConfig` nests the model's `LMConfig` (`model=LMConfig(...)`), so the model's fields are declared
+* **Config**: `RunConfig` nests the model's `GPTConfig` (`model=GPTConfig(...)`), so the model's fields are declared
   once. `asdict(cfg)` is the record.
 * **Data**: "bytes" (the pinned byte corpus, `lib.training.data`) or "tokens" (a GPT-2 BPE corpus directory built by
   `lib.training.token_corpus`; documents are split whole into train/val). `n_bos` BOS tokens (id `bos_id`) are put
@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from lib.training import data as data_mod
-from lib.training.lm import LM, LMConfig
+from lib.training.model import GPTConfig, build_lm
 from lib.training.train import _agree, _autocast_dtype, _device, _dist_info, lr_at, versions
 
 OPTIMIZERS = ("adamw", "muon")
@@ -55,7 +55,7 @@ OPTIMIZERS = ("adamw", "muon")
 @dataclass
 class RunConfig:
     """Everything that defines a run of `train_lm`. Lengths in tokens; `batch_size` is global (split over ranks)."""
-    model: LMConfig = field(default_factory=LMConfig)
+    model: GPTConfig = field(default_factory=GPTConfig)
     data: str = "bytes"              # "bytes" | "tokens"
     corpus_dir: str = ""             # "tokens": a built token corpus directory (lib.training.token_corpus)
     n_bos: int = 0                   # BOS tokens at the start of every window
@@ -101,7 +101,7 @@ class RunConfig:
 
     def __post_init__(self):
         if isinstance(self.model, dict):
-            self.model = LMConfig(**self.model)
+            self.model = GPTConfig(**self.model)
         if self.data not in ("bytes", "tokens"):
             raise ValueError(f"data must be 'bytes' or 'tokens', got {self.data!r}")
         if self.data == "tokens" and not self.corpus_dir:
@@ -302,7 +302,7 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
     my_starts = data_mod.rank_slice(starts, rank, world)
 
     torch.manual_seed(cfg.seed)
-    model = LM(cfg.model).to(device)
+    model = build_lm(cfg.model).to(device)
     opts = make_optimizers(model, cfg)
     res = dict(loss=[], grad_norm=[], lr=[], val=dict(step=[], loss=[]), census=dict(step=[]), probe=[],
                stopped_at=None, truncated_at=None, resumed_from=None)
@@ -503,7 +503,7 @@ def save_json(res: dict, path: Path | str) -> Path:
 
 if __name__ == "__main__":   # a quick CPU smoke run: python -m lib.training.loop
     os.environ.setdefault("TRITON_INTERPRET", "1")
-    r = train_lm(RunConfig(model=LMConfig(n_layer=2, n_head=2, n_embd=32, block_size=32), steps=20, batch_size=4,
+    r = train_lm(RunConfig(model=GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=32), steps=20, batch_size=4,
                            census_every=10, eval_batches=1))
     print(len(r["loss"]), r["loss"][-1], sorted(r["census"]))
 
@@ -545,9 +545,9 @@ def unpack_run(arrays: dict, label: str) -> dict:
 
 
 def configs_from_regimes(base: dict, regimes: list[dict]) -> list[RunConfig]:
-    """One RunConfig per (regime, seed), labelled "<regime>:s<seed>". `base`: fields of RunConfig and LMConfig
+    """One RunConfig per (regime, seed), labelled "<regime>:s<seed>". `base`: fields of RunConfig and GPTConfig
     together; each regime: {"label", "seeds", and the fields it changes}."""
-    model_fields = {f.name for f in fields(LMConfig)}
+    model_fields = {f.name for f in fields(GPTConfig)}
     run_fields = {f.name for f in fields(RunConfig)} - {"model"}
     out = []
     for reg in regimes:
@@ -556,7 +556,7 @@ def configs_from_regimes(base: dict, regimes: list[dict]) -> list[RunConfig]:
         if unknown:
             raise ValueError(f"regime {reg['label']!r}: unknown fields {sorted(unknown)}")
         merged = dict(base) | change
-        model = LMConfig(**{k: v for k, v in merged.items() if k in model_fields})
+        model = GPTConfig(**{k: v for k, v in merged.items() if k in model_fields})
         run_kw = {k: v for k, v in merged.items() if k in run_fields}
         for s in reg["seeds"]:
             out.append(RunConfig(**(run_kw | dict(model=model, seed=s, data_seed=s, label=f"{reg['label']}:s{s}"))))

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from lib.training import token_corpus
-from lib.training.lm import LMConfig
+from lib.training.model import GPTConfig
 from lib.training.loop import RunConfig, pack_runs, run_many
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -38,7 +38,7 @@ def run_configs(cfg: dict, corpus_dir: str) -> list[RunConfig]:
     model = dict(cfg["model"])
     out = []
     for spec in cfg["runs"]:
-        m = LMConfig(**(model | {k: v for k, v in spec.items() if k in ("attn", "pos", "qk_norm", "qk_gain")}))
+        m = GPTConfig(**(model | {k: v for k, v in spec.items() if k in ("attn", "pos", "qk_norm", "qk_gain")}))
         out.append(RunConfig(
             model=m, data="tokens", corpus_dir=corpus_dir, steps=cfg["steps"], batch_size=cfg["batch_size"],
             lr=spec.get("lr", cfg["lr"]), warmup=cfg["warmup"], seed=spec["seed"], data_seed=spec["seed"],

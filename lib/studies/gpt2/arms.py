@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from lib.training import token_corpus
-from lib.training.lm import LMConfig
+from lib.training.model import GPTConfig
 from lib.training.loop import RunConfig, pack_runs, train_lm
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -53,7 +53,7 @@ def arm_configs(cfg: dict, corpus_dir: str) -> list[RunConfig]:
     for arm in cfg["arms"]:
         for seed in cfg["seeds"]:
             label = f"{arm['label']}:s{seed}"
-            model = LMConfig(**(dict(cfg["model"]) | {"attn": arm["attn"]}))
+            model = GPTConfig(**(dict(cfg["model"]) | {"attn": arm["attn"]}))
             ckpt = str(Path(cfg["workdir"]) / f"{label.replace(':', '_')}.pt") if cfg.get("workdir") else ""
             out.append(RunConfig(model=model, data="tokens", corpus_dir=corpus_dir, seed=seed, data_seed=seed,
                                  compile=bool(arm.get("compile", False)), ckpt_path=ckpt, label=label,
@@ -137,7 +137,7 @@ def _train_all_here(cfgs: list[RunConfig], probe: dict | None = None) -> list[di
 
 
 def run(scale: str, cfg: dict) -> dict:
-    """cfg: corpus_dir (+ roots, max_files at ci), model (LMConfig fields but attn), arms [{label, attn, compile}],
+    """cfg: corpus_dir (+ roots, max_files at ci), model (GPTConfig fields but attn), arms [{label, attn, compile}],
     seeds, the RunConfig knobs of `RUN_KEYS`, and at full scale workdir and gpus (0: all visible)."""
     corpus_dir, manifest = build_corpus(cfg)
     cfgs = arm_configs(cfg, corpus_dir)

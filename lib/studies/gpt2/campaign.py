@@ -346,13 +346,13 @@ def seed_kept(cfgs, kept: Path | str = KEPT) -> list[str]:
 def capture_gpt2(cfg, label: str, path: Path, layer: int = 1, rows: int = 2) -> dict:
     """q, k, v, dO of `layer` (0-based) for `rows` training windows, from the latest checkpoint of the arm `label`
     (eager, BF16 autocast on CUDA), saved to `path` with the arm, step and 1-based layer."""
-    from lib.training.lm import LM
+    from lib.training.model import build_lm
     from lib.training.loop import RunConfig, get_batch, load_data
     import numpy as np
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     ck = torch.load(_file(cfg, label, "pt"), map_location=dev, weights_only=False)
     rc = RunConfig(**ck["config"])
-    model = LM(rc.model).to(dev)
+    model = build_lm(rc.model).to(dev)
     model.load_state_dict(ck["model"])
     train, _, _ = load_data(rc)
     x, y = get_batch(train, np.arange(rows) * rc.seq_len, rc, dev)

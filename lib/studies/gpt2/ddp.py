@@ -204,7 +204,7 @@ def _on_machine(plan_path: Path, cfg: dict) -> list[dict]:
 
 
 def run(scale: str, cfg: dict) -> dict:
-    """cfg: corpus_dir (+ roots at ci), workdir, gpus (0: all), model (LMConfig fields but attn), arms [{label, attn,
+    """cfg: corpus_dir (+ roots at ci), workdir, gpus (0: all), model (GPTConfig fields but attn), arms [{label, attn,
     compile}], seed, batch_size, micro_batch, the RunConfig knobs of `arms.RUN_KEYS`, scaling {attn, compile,
     wall_s_one, wall_s_all, clock_every}, rules {scaling_min}."""
     corpus_dir, manifest = arms.build_corpus(cfg)

@@ -10,7 +10,7 @@ Figure under "fig-…"), that the chapter glues in a loop. One function per sect
   approximation (which is too narrow for a handful of problems);
 * `ntr_numbers(res)`: chapter 1's measurement of the FA2 order (normalise, then round O once) on planted tied rows,
   per path, without and with the β shift;
-* `planted_demo`, `run_monitor_demo(path)`, `monitor_demo_numbers(path)`: `AttentionMonitor` on a tiny `LM` with a
+* `planted_demo`, `run_monitor_demo(path)`, `monitor_demo_numbers(path)`: `AttentionMonitor` on a tiny GPT with a
   planted tied head, for a few CPU steps, and what its JSON lines and warnings say;
 * `monitor_view(res, ...)`, `gpt2_monitor_numbers(res)`: the census of the committed GPT-2 124M run read as the
   monitor reads its own records (per event, per head), with the warnings the monitor's thresholds would have raised;
@@ -309,16 +309,16 @@ def ntr_numbers(res) -> dict:
 
 # ------------------------------------------------------------------------------------------------ the monitor demo
 def planted_demo(seed: int = 0, steps: int = 6, gain: float = PLANT_GAIN):
-    """(model, optimizer, batches) of the monitor demo: an `LM` of 2 layers × 2 heads (C = 32, T = 32, vocabulary
+    """(model, optimizer, batches) of the monitor demo: a GPT of 2 layers × 2 heads (C = 32, T = 32, vocabulary
     64) without positional embeddings, so a token repeated in a row gives the first layer identical keys (ties, in both
     heads); head `PLANT_HEAD` of layer `PLANT_LAYER` has its q and k weights scaled by `gain`, so its attention
     concentrates on those keys and some tied rows have a remainder in the sticky-bit window. `steps` batches of 4 rows
     of tokens from `ALPHABET` symbols; AdamW at LR 1e-3."""
     import torch
-    from lib.training.lm import LM, LMConfig
+    from lib.training.model import GPTConfig, build_lm
     torch.manual_seed(seed)
-    cfg = LMConfig(n_layer=2, n_head=2, n_embd=32, block_size=32, vocab_size=64, attn="sdpa", pos="none")
-    model = LM(cfg)
+    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=32, vocab_size=64, attn="sdpa", pos="none")
+    model = build_lm(cfg)
     C, D = cfg.n_embd, cfg.head_dim
     with torch.no_grad():
         w = model.transformer.h[PLANT_LAYER].attn.c_attn.weight   # (3C, C): rows [0, C) give q, [C, 2C) give k

@@ -1,10 +1,9 @@
-"""The model of the new studies on our kernel's custom ops (`lib.training.lm`): GPT's path bit for bit, the FP32
-flash backend, and `torch.compile` over the whole model with no graph break."""
+"""The model on our kernel's custom ops (`GPT.set_ops`, as `lib.training.model.build_lm` builds it): the direct
+path bit for bit, the FP32 flash backend, and `torch.compile` over the whole model with no graph break."""
 import pytest
 import torch
 
-from lib.training.lm import LM, Fp32FlashSpec, LMConfig, parse_spec
-from lib.training.model import GPT, GPTConfig
+from lib.training.model import GPT, Fp32FlashSpec, GPTConfig, build_lm, parse_spec
 
 SMALL = dict(n_layer=2, n_head=2, n_embd=32, block_size=64)
 
@@ -17,12 +16,13 @@ def _loss_and_grads(model, x):
 
 @pytest.mark.parametrize("attn", ["fa2", "paper/round_block=64", "paper/beta=2+fix", "paper/delta_source=dp_p"])
 def test_op_path_is_gpt_path_bit_for_bit(attn):
-    """LM routes our kernel through the custom ops, GPT through the autograd Function: the same launches, so the
+    """build_lm routes our kernel through the custom ops, GPT through the autograd Function: the same launches, so the
     loss and every gradient are equal."""
     torch.manual_seed(0)
     g = GPT(GPTConfig(**SMALL, attn=attn))
     torch.manual_seed(0)
-    m = LM(LMConfig(**SMALL, attn=attn))
+    m = build_lm(GPTConfig(**SMALL, attn=attn))
+    assert all(a.ops for a in m.attn_layers) and not any(a.ops for a in g.attn_layers)
     x = torch.randint(0, 256, (2, 64), generator=torch.Generator().manual_seed(1))
     (lg, gg), (lm, gm) = _loss_and_grads(g, x), _loss_and_grads(m, x)
     assert torch.equal(lg, lm)
@@ -35,13 +35,13 @@ def test_fp32_flash_spec_is_fp32_attention():
     ("naive") to FP32 rounding (two orders of the same sums: a few 2^-24 relative, loss ~5.5 nats)."""
     assert parse_spec("fp32_flash") == Fp32FlashSpec() and parse_spec(" fp32_flash ").label == "fp32_flash"
     torch.manual_seed(0)
-    a = LM(LMConfig(**SMALL, attn="naive"))
+    a = build_lm(GPTConfig(**SMALL, attn="naive"))
     torch.manual_seed(0)
-    b = LM(LMConfig(**SMALL, attn="fp32_flash"))
+    b = build_lm(GPTConfig(**SMALL, attn="fp32_flash"))
     x = torch.randint(0, 256, (2, 64), generator=torch.Generator().manual_seed(2))
     la, lb = a(x, x)[1], b(x, x)[1]
     assert abs(la.item() - lb.item()) <= 64 * 2 ** -24 * la.item()
-    assert LMConfig(**SMALL, attn="fp32_flash").to_dict()["attn"] == [{"text": "fp32_flash"}] * 2
+    assert GPTConfig(**SMALL, attn="fp32_flash").to_dict()["attn"] == [{"text": "fp32_flash"}] * 2
 
 
 def test_whole_model_compiles_with_our_kernel():
@@ -49,7 +49,7 @@ def test_whole_model_compiles_with_our_kernel():
     same loss and gradients bit for bit on the CPU (aot_eager: the same ops, the kernels opaque)."""
     torch._dynamo.reset()
     torch.manual_seed(0)
-    m = LM(LMConfig(**SMALL, attn="paper/round_block=64"))
+    m = build_lm(GPTConfig(**SMALL, attn="paper/round_block=64"))
     x = torch.randint(0, 256, (2, 64), generator=torch.Generator().manual_seed(3))
     le, ge = _loss_and_grads(m, x)
     m.zero_grad(set_to_none=True)

@@ -1,20 +1,23 @@
-"""The new studies' model (`lib.training.lm`): GPT by default, and each knob doing what it says."""
+"""The model's options (`lib.training.model`): off by default, and each doing what it says."""
 import math
 
 import pytest
 import torch
 
-from lib.training.lm import LM, LMConfig, parse_spec, rope, StableSpec
-from lib.training.model import GPT, GPTConfig
+from lib.training.model import GPT, GPTConfig, build_lm, parse_spec, rope, StableSpec
 
 SMALL = dict(n_layer=2, n_head=2, n_embd=32, block_size=16)
 
 
-def test_default_lm_is_gpt_bit_for_bit():
+def test_build_lm_is_gpt_bit_for_bit_and_draws_after_it():
+    """The loop's build (`build_lm`) has GPT's parameters and forward; its extra draws come after the init, so the
+    generator ends elsewhere."""
     torch.manual_seed(0)
     g = GPT(GPTConfig(**SMALL))
+    after_gpt = torch.get_rng_state()
     torch.manual_seed(0)
-    m = LM(LMConfig(**SMALL))
+    m = build_lm(GPTConfig(**SMALL))
+    assert not torch.equal(torch.get_rng_state(), after_gpt)
     x = torch.randint(0, 256, (2, 16))
     lg, lm = g(x, x)[1], m(x, x)[1]
     assert torch.equal(lg, lm)
@@ -29,7 +32,7 @@ def test_no_positions_makes_repeated_prefix_tokens_identical():
     and in later layers up to the rounding of softmax(1/3, 1/3, 1/3)·V on this CPU path (a flash kernel computes
     (V + V + V)/3 = V exactly, so on the GPU they stay equal)."""
     torch.manual_seed(1)
-    m = LM(LMConfig(**SMALL, pos="none"))
+    m = GPT(GPTConfig(**SMALL, pos="none"))
     assert "wpe" not in m.transformer
     x = torch.randint(1, 256, (2, 16))
     x[:, :3] = 0
@@ -45,7 +48,7 @@ def test_no_positions_makes_repeated_prefix_tokens_identical():
         assert same(k[:, :, 0], k[:, :, 1]) and same(k[:, :, 0], k[:, :, 2]) and same(v[:, :, 0], v[:, :, 2])
         assert not torch.allclose(k[:, :, 2], k[:, :, 3])
     # with learned positions the same prefix does not give equal keys
-    m2 = LM(LMConfig(**SMALL))
+    m2 = GPT(GPTConfig(**SMALL))
     m2.set_capture(True)
     with torch.no_grad():
         m2(x)
@@ -71,7 +74,7 @@ def test_rope_scores_depend_on_offset_only():
 def test_bounded_qk_norm_bounds_every_logit(mode):
     g = 1.5
     torch.manual_seed(3)
-    m = LM(LMConfig(**SMALL, qk_norm=mode, qk_gain=g))
+    m = GPT(GPTConfig(**SMALL, qk_norm=mode, qk_gain=g))
     with torch.no_grad():
         for p in m.parameters():
             p.mul_(50.0)   # huge weights: an unbounded model's logits would be enormous
@@ -91,7 +94,7 @@ def test_bounded_qk_norm_bounds_every_logit(mode):
 
 
 def test_capped_gain_is_learnable_and_below_cap():
-    m = LM(LMConfig(**SMALL, qk_norm="capped", qk_gain=2.0))
+    m = GPT(GPTConfig(**SMALL, qk_norm="capped", qk_gain=2.0))
     a = m.attn_layers[0]
     # the gain at init, one FP32 evaluation: allclose's default 1e-5 relative is ≫ its rounding
     assert a.qk_theta.requires_grad and torch.allclose(a.gain().flatten(), torch.full((2,), 1.0))
@@ -102,14 +105,14 @@ def test_capped_gain_is_learnable_and_below_cap():
 
 def test_config_validation_and_specs():
     with pytest.raises(ValueError):
-        LMConfig(**SMALL, pos="alibi")
+        GPTConfig(**SMALL, pos="alibi")
     with pytest.raises(ValueError):
-        LMConfig(**SMALL, qk_norm="cosine")
+        GPTConfig(**SMALL, qk_norm="cosine")
     with pytest.raises(ValueError):
-        LMConfig(**SMALL, qk_gain=0.0)
+        GPTConfig(**SMALL, qk_gain=0.0)
     assert parse_spec("stable+fix") == StableSpec(fix="beta", text="stable+fix")
     assert parse_spec("stable/beta=7+fix").beta == 7.0
     with pytest.raises(ValueError):
         parse_spec("stable/gamma=1")
-    specs = LMConfig(**SMALL, attn="sdpa,inject/r=0.1").layer_specs()
+    specs = GPTConfig(**SMALL, attn="sdpa,inject/r=0.1").layer_specs()
     assert specs[0].backend == "sdpa" and specs[1].rate == 0.1
