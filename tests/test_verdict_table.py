@@ -201,3 +201,15 @@ def test_the_gpt2_explosion_clause_reads_the_chain_runs(tmp_path):
     v = g2r.explosion_verdict(g2r.merge_seeds(chain))
     assert verdicts.gpt2_explosion_clause().startswith(
         f"the paper placement's loss exploded in {v['n_boom']} of {v['n_paper']} seeds while FP32 attention failed in")
+
+
+def test_gpt2_link_words_read_the_chain_runs_or_say_none(tmp_path):
+    """Chapter 5's GPT-2 sentence: the chain reading's words and status when the runs are committed, a plain
+    sentence when none is (an empty results root)."""
+    assert verdicts.gpt2_link_words("wq_norm_push", tmp_path) == "GPT-2 has not been read this way yet"
+    from lib.studies.gpt2 import reading as g2r
+    chain = [results.load(n, "full") for n in g2r.CHAIN_RESULTS if results.exists(n, "full")]
+    if len(chain) > 1:
+        link = g2r.link_readings(g2r.merge_seeds(chain))["wq_norm_push"]
+        got = verdicts.gpt2_link_words("wq_norm_push")
+        assert got.startswith(link["words"]) and got.endswith(f"reads {link['status']})")

@@ -122,6 +122,18 @@ def _gpt2_link(cid: str, root=None) -> str | None:
     return g2r.link_readings(g2r.merge_seeds(chain)).get(cid, {}).get("words") if chain else None
 
 
+def gpt2_link_words(cid: str, root=None) -> str:
+    """One of links 3, 4 and 6 as GPT-2's chain measurements read it, with its status and why it is not
+    "reproduced" (chapter 5 puts it beside the proxy's verdict); a plain sentence when nothing is committed."""
+    from lib.studies.gpt2 import reading as g2r
+    chain = [r for r in (_load(n, root) for n in g2r.CHAIN_RESULTS) if r is not None]
+    link = g2r.link_readings(g2r.merge_seeds(chain)).get(cid) if len(chain) > 1 else None
+    if link is None:
+        return "GPT-2 has not been read this way yet"
+    return (f"{link['words']} (chapter 2c; that comparison registered no threshold for this reading, so it reads "
+            f"{link['status']})")
+
+
 def _with_gpt2(cid: str, proxy: str, root=None) -> str:
     g = _gpt2_link(cid, root)
     return proxy if g is None else g + ("" if proxy == "—" else f"; proxy: {proxy}")
