@@ -26,34 +26,17 @@ ARM_WORDS = {"sdpa_eager": "PyTorch flash SDPA, eager", "sdpa_compiled": "PyTorc
 
 def failure_step(loss, window: int, rise: float):
     """The first step (0-based, the window's last) where the `window`-step mean loss exceeds its running minimum by
-    `rise`, or the first non-finite loss; None if neither happens."""
-    loss = np.asarray(loss, dtype=np.float64)
-    bad = np.flatnonzero(~np.isfinite(loss))
-    first_bad = int(bad[0]) if bad.size else None
-    n = len(loss) if first_bad is None else first_bad
-    if n >= window:
-        c = np.cumsum(np.concatenate([[0.0], loss[:n]]))
-        mean = (c[window:] - c[:-window]) / window                 # mean[i] ends at step i + window − 1
-        over = np.flatnonzero(mean - np.minimum.accumulate(mean) >= rise)
-        if over.size:
-            return int(over[0]) + window - 1
-    return first_bad
+    `rise`, or the first non-finite loss; None if neither happens (`failure_episodes`' first failure)."""
+    ep = failure_episodes(loss, window, rise)
+    return ep[0][0] if ep else None
 
 
 def recovery_steps(loss, window: int, rise: float):
     """After the failure step (`failure_step`), how many steps until the `window`-step mean loss is back within
     `rise` of the running minimum it had at the failure: a transient spike recovers, an explosion does not (None:
-    no failure, or no recovery by the end)."""
-    fs = failure_step(loss, window, rise)
-    loss = np.asarray(loss, dtype=np.float64)
-    if fs is None or not np.isfinite(loss[:fs + 1]).all():
-        return None
-    c = np.cumsum(np.concatenate([[0.0], loss]))
-    mean = (c[window:] - c[:-window]) / window                   # mean[i] ends at step i + window − 1
-    i = fs - window + 1
-    floor = np.minimum.accumulate(mean)[i]
-    back = np.flatnonzero(mean[i:] < floor + rise)
-    return int(back[0]) if back.size else None
+    no failure, or no recovery by the end). Only the first failure: `failure_episodes` has the later ones."""
+    ep = failure_episodes(loss, window, rise)
+    return ep[0][1] - ep[0][0] if ep and ep[0][1] is not None else None
 
 
 def failure_episodes(loss, window: int, rise: float) -> list[tuple[int, int | None]]:
