@@ -209,22 +209,29 @@ def plan_beside(gpus, *names) -> None:
                                                                                         for n in names], skipped={})))
 
 
-def test_phase_1_plans_beside_results_onto_the_gpus_no_arm_uses(disk, beside, capsys):
-    """Two arms train on GPUs 0 and 1 of four: the proxy results go to GPUs 2 and 3; a result that wants every GPU
-    of the machine is skipped with a line; a finished arm's GPU is free."""
+def test_phase_1_plans_beside_results_onto_the_gpus_no_arm_uses(disk, beside, capsys, monkeypatch):
+    """Two arms train on GPUs 0 and 1 of four: the proxy results go to GPUs 2 and 3 now and to 0 and 1 once their
+    arms finish; a result that wants more GPUs than the machine has is skipped with a line; a finished arm's GPU is
+    free."""
     d, detached = beside
     b = entry(S2_FA2)
     started(b, "sdpa:s2", "ours_fa2:s2")
     assert campaign.free_gpus([b], 4) == [2, 3]
+    wide = campaign.gpus_needed
+    monkeypatch.setattr(campaign, "gpus_needed", lambda name, n: 8 if name == "gpt2_ddp" else wide(name, n))
     assert campaign.start_beside(["headline", "gpt2_ddp", "lr_sweep"], [b], 4) == ["headline", "lr_sweep"]
     plan = json.loads((d / "plan.json").read_text())
-    assert plan["gpus"] == [2, 3] and [r["name"] for r in plan["results"]] == ["headline", "lr_sweep"]
-    assert "BESIDE SKIPPED: gpt2_ddp needs 4 GPUs, 2 free of arms" in capsys.readouterr().out
+    assert plan["gpus"] == [2, 3, 0, 1] and [r["name"] for r in plan["results"]] == ["headline", "lr_sweep"]
+    assert plan["after"] == {str(g): [[str(campaign._file(b, lab, "result")), str(campaign._file(b, lab, "pid"))]]
+                             for g, lab in ((0, "sdpa:s2"), (1, "ours_fa2:s2"))}
+    text = capsys.readouterr().out
+    assert "BESIDE SKIPPED: gpt2_ddp needs 8 GPUs, the machine has 4" in text
+    assert "beside: headline, lr_sweep on GPU 2, 3 and GPU 0, 1 once their arms finish" in text
     assert detached == [[campaign.sys.executable, "-m", "lib.studies.gpt2.campaign", "beside-run", str(d)]]
     assert (d / "scheduler.pid").read_text() == "999999999"
     finished(b, "sdpa:s2", steps=7)
     assert campaign.free_gpus([b], 4) == [0, 2, 3]
-    assert campaign.gpus_needed("headline", 4) == 1 and campaign.gpus_needed("gpt2_ddp", 2) == 2
+    assert wide("headline", 4) == 1 and wide("gpt2_ddp", 2) == 2
 
 
 def test_the_scheduler_runs_one_result_a_gpu_at_a_time(beside):
@@ -260,6 +267,41 @@ def test_the_scheduler_runs_one_result_a_gpu_at_a_time(beside):
     assert {n: (d / f"{n}.rc").read_text() for n in procs} == dict(a="0", b="0", c="1", wide="0")
     # an exit status 0 without the result on the disk is a failure too
     assert [campaign.beside_state(n) for n in ("a", "c")] == ["failed (exit 0)", "failed (exit 1)"]
+
+
+def test_the_scheduler_takes_an_arms_gpu_once_its_arm_has_finished(beside, tmp_path):
+    """GPU 2 is free of arms, GPU 0 has one: the second result waits for GPU 0 until the arm's result is written
+    and its process has gone (written at t=1 while the process still runs, gone at t=3), not for GPU 2."""
+    d, _ = beside
+    d.mkdir(parents=True)
+    res, pid = tmp_path / "arm.result", tmp_path / "arm.pid"
+    pid.write_text(str(campaign.os.getpid()))        # a live process: this test's own
+    (d / "plan.json").write_text(json.dumps(dict(gpus=[2, 0], after={"0": [[str(res), str(pid)]]}, skipped={},
+                                                 results=[dict(name="a", gpus=1), dict(name="b", gpus=1)])))
+    clock, log = [0], []
+
+    class Proc:
+        pid = 1234
+
+        def __init__(self, end):
+            self.end = end
+
+        def poll(self):
+            return 0 if clock[0] >= self.end else None
+
+    def launch(name, gpus):
+        log.append((clock[0], name, gpus))
+        return Proc(clock[0] + 9)
+
+    def tick(_):
+        clock[0] += 1
+        if clock[0] == 1:
+            res.write_text("done")
+        if clock[0] == 3:
+            pid.write_text("999999999")             # no such process
+
+    campaign.run_beside(launch=launch, sleep=tick)
+    assert log == [(0, "a", [2]), (3, "b", [0])]
 
 
 def test_later_phases_return_finished_beside_results_within_eight_files(disk, beside, monkeypatch, capsys):

@@ -37,10 +37,11 @@ it again, and says from which commit and device; on any difference it says why, 
 entry is saved with a reused arm, a line names it, and the arm's log (kept with it) says so in $OUT/arms.log.
 
 Results beside the arms. `--beside NAME …` (the same names in every phase) runs registered results on the GPUs no
-training arm uses, from phase 1 on. Right after the smoke check, phase 1 plans them — a result runs on one GPU
-unless its full configuration names `gpus` (0: every GPU of the machine); one that needs more GPUs than are free
-gets a line "BESIDE SKIPPED" and is not run — and starts a scheduler as a detached process (`run_beside`), which
-runs them in the order named, each on the first idle free GPUs, one result a GPU at a time, writing each with its
+training arm uses, from phase 1 on, and on an arm's GPU once every arm on it has finished (its result written, its
+process gone). Right after the smoke check, phase 1 plans them — a result runs on one GPU unless its full
+configuration names `gpus` (0: every GPU of the machine); one that needs more GPUs than the machine has gets a line
+"BESIDE SKIPPED" and is not run — and starts a scheduler as a detached process (`run_beside`), which runs them in
+the order named, each on the first idle GPUs, one result a GPU at a time, writing each with its
 provenance as `save` would, into /tmp/campaign_beside/full/ on the machine's disk (log: <name>_run.log there; it
 inherits the call's environment, such as $EXPLOSION_BUDGET_S, but no wait bound). Every phase waits for them as
 for the arms, prints their progress in the table and, last (phase 3: after waiting for them within `--wait`, before
@@ -427,6 +428,22 @@ def free_gpus(cfgs, n: int) -> list[int]:
     return [g for g in range(n) if g not in used]
 
 
+def arms_on_gpus(cfgs, n: int) -> dict[int, list[list[str]]]:
+    """{GPU: [[result file, pid file] of each unfinished arm on it]} (arm i, over all entries, trains on GPU i mod n)
+    — what the scheduler waits for before it puts a beside result on that GPU."""
+    on: dict = {}
+    for i, (cfg, lab) in enumerate(_slots(cfgs)):
+        if not _file(cfg, lab, "result").exists():
+            on.setdefault(i % n, []).append([str(_file(cfg, lab, "result")), str(_file(cfg, lab, "pid"))])
+    return on
+
+
+def _gpu_freed(plan: dict, g: int) -> bool:
+    """Whether every arm planned on GPU g has finished: its result written and its process gone (an arm still
+    writing its result would share the GPU with the next run)."""
+    return all(Path(res).exists() and not arms._alive(Path(pid)) for res, pid in plan.get("after", {}).get(str(g), []))
+
+
 def _detach(argv: list[str], log: Path, env: dict | None = None) -> int:
     """Start `argv` in its own process session (it outlives the call), output appended to `log`; its pid."""
     with open(log, "a") as f:
@@ -435,31 +452,36 @@ def _detach(argv: list[str], log: Path, env: dict | None = None) -> int:
 
 
 def start_beside(names, cfgs, n: int) -> list[str]:
-    """Phase 1: plan the results named by `--beside` onto the GPUs no arm uses — a result that needs more GPUs
-    than are free is skipped, with a line saying so — and start the scheduler (`run_beside`) as a detached
-    process. The names planned."""
+    """Phase 1: plan the results named by `--beside` onto the GPUs no arm uses and, once their arms finish, the
+    GPUs of the arms — a result that needs more GPUs than the machine has is skipped, with a line saying so — and
+    start the scheduler (`run_beside`) as a detached process. The names planned."""
     BESIDE_DIR.mkdir(parents=True, exist_ok=True)
     if arms._alive(BESIDE_DIR / "scheduler.pid"):
         print("beside: the scheduler of an earlier phase 1 still runs; nothing started", flush=True)
         return [r["name"] for r in json.loads((BESIDE_DIR / "plan.json").read_text())["results"]]
-    free = free_gpus(cfgs, n)
+    free, after = free_gpus(cfgs, n), arms_on_gpus(cfgs, n)
     plan, skipped = [], {}
     for name in names:
         k = gpus_needed(name, n)
         if _bfile(name, "rc").exists():
             plan.append(dict(name=name, gpus=k))          # ended on this machine before: not run again
-        elif k > len(free):
-            skipped[name] = f"needs {k} GPU{'s' if k > 1 else ''}, {len(free)} free of arms"
+        elif k > n:
+            skipped[name] = f"needs {k} GPUs, the machine has {n}"
             print(f"BESIDE SKIPPED: {name} {skipped[name]}", flush=True)
         else:
             plan.append(dict(name=name, gpus=k))
-    (BESIDE_DIR / "plan.json").write_text(json.dumps(dict(gpus=free, results=plan, skipped=skipped)))
+    gpus = free + sorted(after)
+    (BESIDE_DIR / "plan.json").write_text(json.dumps(dict(gpus=gpus, after={str(g): w for g, w in after.items()},
+                                                          results=plan, skipped=skipped)))
     if any(not _bfile(r["name"], "rc").exists() for r in plan):
         pid = _detach([sys.executable, "-m", "lib.studies.gpt2.campaign", "beside-run", str(BESIDE_DIR)],
                       BESIDE_DIR / "scheduler.log")
         (BESIDE_DIR / "scheduler.pid").write_text(str(pid))
-        print(f"beside: {', '.join(r['name'] for r in plan)} on GPU {', '.join(map(str, free))}, one result a GPU "
-              f"at a time, in this order", flush=True)
+        where = [f"GPU {', '.join(map(str, free))}"] if free else []
+        if after:
+            where.append(f"GPU {', '.join(map(str, sorted(after)))} once their arms finish")
+        print(f"beside: {', '.join(r['name'] for r in plan)} on {' and '.join(where)}, one result a GPU at a time, "
+              f"in this order", flush=True)
     return [r["name"] for r in plan]
 
 
@@ -475,7 +497,8 @@ def _launch(name: str, gpus: list[int]):
 def run_beside(launch=_launch, poll_s: float = 5.0, sleep=time.sleep) -> None:
     """The scheduler (`python -m lib.studies.gpt2.campaign beside-run DIR`): the results of plan.json in order,
     each on the first `gpus` idle GPUs of the plan (a later result fills a GPU an earlier one cannot use yet), one
-    result a GPU at a time; <name>.pid and <name>.gpus when it starts, <name>.rc when it ends."""
+    result a GPU at a time; a GPU that had arms is idle once they have all finished (`_gpu_freed`); <name>.pid and
+    <name>.gpus when it starts, <name>.rc when it ends."""
     plan = json.loads((BESIDE_DIR / "plan.json").read_text())
     queue = [(r["name"], r["gpus"]) for r in plan["results"] if not _bfile(r["name"], "rc").exists()]
     running: dict = {}
@@ -487,7 +510,7 @@ def run_beside(launch=_launch, poll_s: float = 5.0, sleep=time.sleep) -> None:
                 del running[name]
         busy = {g for _, gs in running.values() for g in gs}
         for name, k in list(queue):
-            idle = [g for g in plan["gpus"] if g not in busy]
+            idle = [g for g in plan["gpus"] if g not in busy and _gpu_freed(plan, g)]
             if k <= len(idle):
                 proc = launch(name, idle[:k])
                 running[name] = (proc, idle[:k])
