@@ -421,3 +421,15 @@ def test_a_running_beside_result_shows_its_slowest_run(beside):
     (d / "headline_run.log").write_text("=== headline @ full\n" + "".join(
         f"[run_many] {60 * (i + 1)} s\n" + "\n".join(b) + "\n" for i, b in enumerate(blocks)))
     assert campaign._progress("headline") == "slowest run at step 600 of 1200 (2 runs started)"
+
+
+def test_phase_1_refuses_arms_our_kernel_runs_only_emulated(disk, capsys):
+    """The P̄-and-ℓ-in-FP32 dial arm has no native path (P̄ must be a BF16 operand there): phase 1 names it, starts
+    no arm and ends the campaign (exit 2); every other registered GPT-2 arm is native."""
+    assert campaign.main(["1", "--out", str(disk / "out"), "--entry", S2_FA2, "gpt2_dial_s1"]) == 2
+    text = capsys.readouterr().out
+    assert "NOT NATIVE" in text and "gpt2_dial_s1 paper_pl32" in text and "paper_s32" not in text
+    assert not any(Path(entry(n)["workdir"]).exists() for n in (S2_FA2, "gpt2_dial_s1"))
+    names = [n for n in registry.entries() if n.startswith("gpt2_") and "arms" in registry.resolve(n, "full")]
+    assert [x.split(":")[0] for x in campaign.emulated_arms([entry(n) for n in names])] == [
+        "gpt2_dial_s1 paper_pl32", "gpt2_dial_s2 paper_pl32"]

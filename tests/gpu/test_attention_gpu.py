@@ -222,9 +222,13 @@ def test_native_round_block_error_at_most_twice_pytorch_bf16(shape, causal, rb, 
 # (test_native_round_block_error_at_most_twice_pytorch_bf16, second case), and the native-vs-emulated comparison of
 # the block kernels is the 512-key case here.
 # The two precision-dial arms of the GPT-2 dial entries (S in FP32; P̄ and ℓ in FP32) are checked the same way.
+# The second has no native path yet: the native kernels take P̄ as a BF16 matmul operand (`native_allowed`), so the
+# case fails until a native FP32-P̄ path exists (strict: it reports when one does).
 @pytest.mark.parametrize("nm,D", [(_PAPER.replace(round_block=512), 64),
                                   (_PAPER.replace(round_block=512, round_s=False), 64),
-                                  (_PAPER.replace(round_block=512, round_p=False, round_l=False), 64),
+                                  pytest.param(_PAPER.replace(round_block=512, round_p=False, round_l=False), 64,
+                                               marks=pytest.mark.xfail(raises=ValueError, strict=True,
+                                                                       reason="no native path keeps P̄ in FP32")),
                                   pytest.param(_PAPER.replace(round_block=-1), 128, marks=pytest.mark.slow)])
 def test_round_block_native_matches_emulated_on_random_inputs(nm, D):
     """The paper placement with logical rounding blocks, native vs emulated on random inputs with the same tiles,

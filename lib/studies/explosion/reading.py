@@ -62,7 +62,10 @@ def numbers(scale: str) -> dict:
     out |= generic_numbers(full("generic_growth_controls"))
     out |= headline_numbers(headline, sm)
     out |= sweep_numbers(full("lr_sweep"))
-    out["stale_line"] = stale_line([r for r in (headline, sm, full("lr_sweep")) if r is not None])
+    hi_lr = [r for r in (headline, sm, full("lr_sweep")) if r is not None]
+    out["stale_line"] = stale_line(hi_lr)
+    out["h_stale_note"] = ("These results are stale (above)." if any(r.stale for r in hi_lr)
+                           else "These results are up to date with the code.")
     return out | live_numbers(run_live("headline", scale), scale)
 
 
@@ -385,6 +388,9 @@ def headline_numbers(res, sm=None) -> dict:
         outcome.failed(judged[x["id"]]["outcome"]) for x in rs if x["arm"] == a)]).replace("none", "no other arm")
     out["h_stable_arms"] = _arms_words(res, hz.stable_arms(rs, judged))
     out["h_stable_seeds"] = _stable_with_seeds(res, rs, hz.stable_arms(rs, judged))
+    out["h_device"] = res.meta.get("device", "GPU").replace("NVIDIA ", "").replace(" 80GB HBM3", "")
+    out["h_contrast_words"] = contrast_words(res, rs, judged)
+    out["h_fp32_outcome"] = "; ".join(judged[r["id"]]["outcome"] for r in rs if r["arm"] == "fp32") or "not run"
     rep = d["repeat"] or {}
     (rn, rl), (_, rg) = ((_repeat_prefix(res, rep, "loss"), _repeat_prefix(res, rep, "grad_norm"))
                          if rep.get("repeat") else ((0, False), (0, False)))
@@ -461,6 +467,66 @@ def _what_happened(res, sm, rs, judged, h, h_sm, judged_sm, rn, identical) -> st
             "of several possible outcomes.")
 
 
+CONTRASTS = ("fa2", "sdpa", "fp32")      # the arms without the paper's rounding placement
+
+
+def contrast_words(res, rs, judged) -> str:
+    """What the contrast arms did at the common horizon, in words with their seeds: "FA2 placement degraded (seed 0);
+    …" ("not run" when none ran)."""
+    parts = []
+    for a in CONTRASTS:
+        mine = sorted((r for r in rs if r["arm"] == a), key=lambda r: r["seed"])
+        if mine:
+            oc = [judged[r["id"]]["outcome"] for r in mine]
+            what = oc[0] if len(set(oc)) == 1 else ", ".join(oc)
+            seeds = ", ".join(str(r["seed"]) for r in mine)
+            parts.append(f"{runs.arm_label(res, a)} {what} (seed{'s' * (len(mine) > 1)} {seeds})")
+    return "; ".join(parts) or "not run"
+
+
+def window_lrs(sw, judged) -> list:
+    """The swept LRs where the sweep finds a window: every paper-placement run failed (`outcome.failed`) and every
+    run of every contrast arm (FA2 placement, SDPA, FP32 attention) stayed stable, at the common horizon."""
+    out = []
+    for lr in sorted(sw.data["lrs"]):
+        at = [r for r in sw.data["runs"] if r["lr"] == lr and not r.get("tag")]
+        paper = [judged[r["id"]]["outcome"] for r in at if r["arm"] == "paper"]
+        contrast = [judged[r["id"]]["outcome"] for r in at if r["arm"] in CONTRASTS]
+        if paper and contrast and all(outcome.failed(o) for o in paper) and all(o == "stable" for o in contrast):
+            out.append(lr)
+    return out
+
+
+def sweep_shape(sw, judged, hi) -> tuple[str, str]:
+    """(the sentence after the sweep's table, the takeaway's clause): a window (`window_lrs`) or a cliff, in words,
+    with the seeds it rests on."""
+    win = window_lrs(sw, judged)
+    seeds = sorted({r["seed"] for r in sw.data["runs"]})
+    one = len(seeds) == 1
+    seed_words = f"seed {seeds[0]}" if one else f"seeds {', '.join(map(str, seeds))}"
+    if win:
+        lrs = " and ".join(f"{x:g}" for x in win)
+        return ((f"So in {seed_words} the sweep finds a window: at LR {lrs} the paper placement failed while FA2 "
+                 "numerics, PyTorch's SDPA and FP32 attention all trained. "
+                 + ("It rests on one seed, " if one else "")
+                 + "in a proxy where link 1's preconditions are absent as far as measured: were it to hold, the "
+                   "paper placement would fail here by another route than tied maxima (in GPT-2, chapter 2c finds "
+                   "most of O's error along sign(V) in the rounding of S, P̄ and ℓ, not of P̄V). An earlier run of the same sweep, on an H100 with earlier code, found "
+                   "a cliff instead (FP32 attention and FA2 numerics failing beside the paper placement at the higher "
+                   "LR), so at this edge one seed's outcome turns on the order of floating-point operations. The same "
+                   "sweep at two more seeds, registered with the same rule, tests whether the window holds."),
+                f"The LR sweep finds a window in {seed_words} (LR {lrs}: the paper placement failed, every contrast "
+                f"arm trained), in a proxy without the preconditions; an earlier run of the sweep on another GPU "
+                f"found a cliff.")
+    nots = [r["arm"] for r in sw.data["runs"] if r["lr"] == hi and not r.get("tag")
+            and judged[r["id"]]["outcome"] != "stable"]
+    return ((f"So at our scale ({seed_words}) there is a cliff, not a window: no swept LR fails the paper placement "
+             "while every contrast arm trains, and which arm survives at the cliff (compare the surviving arms here "
+             "and in the headline above) looks like chance, not numerics."),
+            f"The LR sweep finds a cliff rather than a window: at the highest LR "
+            f"{_arms_words(sw, list(dict.fromkeys(nots))).replace('none', 'no arm')} exploded or degraded.")
+
+
 def sweep_numbers(sw) -> dict:
     """The LR sweep (`lr_sweep`): outcomes at its common horizon at the lowest and highest LR, the rule's choice,
     the logits of the stable runs, the table ("sw_table_md") and the figure."""
@@ -492,7 +558,8 @@ def sweep_numbers(sw) -> dict:
             "sw_steps": f"{min(r['steps'] for r in sd['runs'])}–{max(r['steps'] for r in sd['runs'])}",
             "fig-sweep": ep.lr_sweep_figure(sw),
             "sw_table_md": (f"Committed GPU result: {runs.labelled([sw], False)}, seed 0, data seed 0.\n\n"
-                            + runs.outcome_table(sw, judged))}
+                            + runs.outcome_table(sw, judged)),
+            "sw_shape": sweep_shape(sw, judged, hi)[0], "sw_takeaway": sweep_shape(sw, judged, hi)[1]}
 
 
 def live_numbers(live: dict, scale: str) -> dict:

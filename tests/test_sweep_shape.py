@@ -1,0 +1,37 @@
+"""The LR sweep's window-or-cliff reading (`lib.studies.explosion.reading.window_lrs`, `sweep_shape`) on the
+committed sweep with planted outcomes: a window needs every paper run failed and every contrast run stable."""
+import pytest
+
+from lib.book import results
+from lib.studies.explosion import reading
+from lib.training import horizon as hz
+
+pytestmark = pytest.mark.skipif(not results.exists("lr_sweep", "full"), reason="no committed LR sweep")
+
+
+def _planted(**outcomes):
+    """The committed sweep judged at its horizon, with outcomes replaced: {"<arm>@<lr>": outcome}."""
+    sw = results.load("lr_sweep", "full")
+    _, judged = hz.judge_result(sw)
+    judged = {k: dict(v) for k, v in judged.items()}
+    for r in sw.data["runs"]:
+        key = f"{r['arm']}@{r['lr']:g}"
+        if key in outcomes:
+            judged[r["id"]]["outcome"] = outcomes[key]
+    return sw, judged
+
+
+def test_a_window_needs_the_paper_failed_and_every_contrast_stable():
+    lo, hi = sorted(results.load("lr_sweep", "full").data["lrs"])
+    calm = {f"{a}@{x:g}": "stable" for a in ("fa2", "sdpa", "fp32", "paper+fix", "paper+fix_split") for x in (lo, hi)}
+    sw, judged = _planted(**(calm | {f"paper@{lo:g}": "exploded", f"paper@{hi:g}": "exploded"}))
+    assert reading.window_lrs(sw, judged) == [lo, hi]
+    sw, judged = _planted(**(calm | {f"paper@{lo:g}": "stable", f"paper@{hi:g}": "exploded",
+                                     f"fp32@{hi:g}": "degraded"}))
+    assert reading.window_lrs(sw, judged) == []          # a degraded contrast arm is no window
+    text, take = reading.sweep_shape(sw, judged, hi)
+    assert "cliff, not a window" in text and "cliff rather than a window" in take and "FP32 attention" in take
+    sw, judged = _planted(**(calm | {f"paper@{lo:g}": "degraded", f"paper@{hi:g}": "exploded"}))
+    assert reading.window_lrs(sw, judged) == [hi]        # "degraded" is not a failure of the paper placement
+    text, take = reading.sweep_shape(sw, judged, hi)
+    assert f"at LR {hi:g} the paper placement failed" in text and "window in seed 0" in take
