@@ -79,3 +79,16 @@ def test_known_outside_rows_are_set_aside_and_no_others():
     assert gc.unexpected_violations([row("user kernel", 1e5), row("user kernel", 1e6, "gpt2")]) == []
     assert len(gc.unexpected_violations([row("user kernel", 1e2)])) == 4
     assert len(gc.unexpected_violations([row("FA2 placement", 1e5)])) == 4
+
+
+def test_gpu_cases_cover_every_variant_once():
+    """The GPU test's cases (tests/gpu/test_gradients_gpu.py: one `gc.run` per case, dealt to separate processes)
+    are a partition of `gc.VARIANTS`, each variant in one case, and each authors' variant shares its case with its
+    comparator (`gc.run` reads the comparator's errors from the same run)."""
+    from tests.gpu.test_gradients_gpu import CASES, USER
+    listed = [name for names in CASES.values() for name in names]
+    assert sorted(listed) == sorted(name for name, *_ in gc.VARIANTS) and len(set(listed)) == len(listed)
+    case_of = {name: case for case, names in CASES.items() for name in names}
+    for authors, comparator in gc.AUTHORS_COMPARATOR.items():
+        assert case_of[authors] == case_of[comparator], authors
+    assert set(USER) <= set(listed)

@@ -1,8 +1,10 @@
 """tests/gpu/run_sharded.py on the CPU: how it deals tests to shards and GPUs, and that the whole plumbing runs."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,8 +18,14 @@ def _ids(files: dict) -> list[str]:
     return [f"tests/gpu/{name}::test_{i}" for name, n in files.items() for i in range(n)]
 
 
-def test_every_test_once_and_groups_kept_together():
-    ids = rs._collect("gpu", ["tests/gpu"])
+@pytest.fixture(scope="module")
+def collected() -> list[str]:
+    """The node ids `make gpu-tests` runs (collected once for the tests below)."""
+    return rs._collect("gpu and not slow", ["tests/gpu"])
+
+
+def test_every_test_once_and_groups_kept_together(collected):
+    ids = collected
     assert any("test_census_gpu.py" in i for i in ids) and len(ids) > 50
     for n in (1, 2, 4, 8):
         shards = rs.plan(ids, n)
@@ -63,6 +71,51 @@ def test_measured_durations_replace_the_table_and_the_table_groups():
     assert rs.needs_gpus("tests/gpu/test_train_gpu.py::test_ddp_nccl_two_gpus") == 2
 
 
+def test_a_split_test_shares_out_its_measured_seconds():
+    """A test measured whole and since parametrized: its cases get the measured seconds divided evenly (the others
+    keep their own measurement or the table's); one "param" group per case, across the file's functions."""
+    f = "tests/gpu/test_x_gpu.py"
+    ids = [f"{f}::test_big[{c}]" for c in ("a", "b", "c", "d")] + [f"{f}::test_big_too[a]", f"{f}::test_old[x]",
+                                                                   f"{f}::test_old[new]"]
+    measured = {f"{f}::test_big": 100.0, f"{f}::test_old[x]": 7.0, f"{f}::test_big_too": 0.0}
+    split = rs.split_costs(ids, measured)
+    assert split == {**{i: 25.0 for i in ids[:4]}, f"{f}::test_big_too[a]": 0.0}
+    assert rs.split_costs(ids, None) == {}
+    assert rs.plan(ids, 1, measured)[0]["seconds"] == 100.0 + 7.0 + rs.DEFAULT_COST    # test_old[new]: the table
+    # the two split tests of the suite: the gradient cases and the capture test's layer cases, each case one group
+    # holding that case of every function of its file
+    grad = "tests/gpu/test_gradients_gpu.py::test_{}[rb512]"
+    assert rs.estimate(grad.format("every_variant_within_its_rule"))[1] == \
+        rs.estimate(grad.format("every_variant_ran_on_every_input"))[1] == "tests/gpu/test_gradients_gpu.py[rb512]"
+    cap = "tests/gpu/test_delta_capture_gpu.py::test_capture_leaves_training_unchanged_and_replays[layers{}]"
+    assert rs.estimate(cap.format("01"))[1] != rs.estimate(cap.format("23"))[1]
+
+
+def test_the_committed_durations_estimate_the_split_tests(collected):
+    """The measured run knew the gradient checks' table test and the capture test whole: their cases in the current
+    suite share out its seconds, so the estimate of the suite keeps their total."""
+    d = json.loads((ROOT / "tests" / "gpu" / "durations_h100.json").read_text())["durations"]
+    split = rs.split_costs(collected, d)
+    for whole in ("tests/gpu/test_gradients_gpu.py::test_every_variant_within_its_rule",
+                  "tests/gpu/test_delta_capture_gpu.py::test_capture_leaves_training_unchanged_and_replays"):
+        if whole in collected:          # not split (any more): its own measurement
+            continue
+        cases = [i for i in collected if i.startswith(whole + "[")]
+        assert len(cases) >= 3 and all(c in split for c in cases), whole
+        assert sum(split[c] for c in cases) == pytest.approx(d[whole])
+        assert max(split[c] for c in cases) <= 60.0          # no case planned longer than a minute
+
+
+def test_shard_threads_share_the_cores(tmp_path):
+    assert [rs.shard_threads(j, cores=16) for j in (1, 4, 5, 32)] == [16, 4, 3, 1]
+    args = SimpleNamespace(timeout=None, pytest_args=[])
+    spec = {"nodeids": ["tests/gpu/test_x_gpu.py::test_a"], "seconds": 1.0, "groups": [], "gpus": 1}
+    env = rs._Shard(0, spec, None, args, "gpu", tmp_path / "log", threads=3).env
+    assert all(env[v] == "3" or v in os.environ for v in rs.THREAD_VARS)
+    assert rs._Shard(0, spec, None, args, "gpu", tmp_path / "log").env.get("OMP_NUM_THREADS") == \
+        os.environ.get("OMP_NUM_THREADS")                      # threads=0: left as it is
+
+
 def test_gpus_per_shard():
     shards = [{"gpus": 1}, {"gpus": 2}, {"gpus": 1}, {"gpus": 1}, {"gpus": 1}]
     assert rs.assign_gpus(shards, ["0", "1", "2", "3"]) == [["0"], ["1", "2"], ["2"], ["3"], ["0"]]
@@ -91,13 +144,14 @@ def test_the_plumbing_runs_on_the_cpu(tmp_path):
     assert refused.returncode == 2 and "--allow-cpu" in refused.stderr
 
 
-def test_the_committed_durations_deal_four_even_shards_within_five_minutes():
-    """`make gpu-tests` deals by the seconds measured on one H100 (tests/gpu/durations_h100.json): four shards
-    within 5 % of each other, each well inside the 300 s target once its start-up is added."""
+def test_the_committed_durations_deal_four_even_shards_within_five_minutes(collected):
+    """`make gpu-tests` deals the current suite by the seconds measured on one H100 (tests/gpu/durations_h100.json,
+    split tests shared out, new ones from the table): four shards within 5 % of each other, each well inside the
+    300 s target once its start-up is added."""
     rec = json.loads((ROOT / "tests" / "gpu" / "durations_h100.json").read_text())
     assert all("H100" in dev for dev in rec["device"]) and len(rec["git_commit"]) == 40
     d = rec["durations"]
-    shards = rs.plan(list(d), 4, d)
+    shards = rs.plan(collected, 4, d)
     secs = [s["seconds"] for s in shards]
     assert len(shards) == 4 and max(secs) <= 1.05 * sum(secs) / 4
     assert max(secs) + rs.STARTUP_S < 300

@@ -7,10 +7,12 @@
 Plain Python and pytest only (the GPU image has no pytest-xdist). What it does:
 
 1. collects the tests marked `gpu` (and not `slow`, unless --all) under `tests` with `pytest --collect-only`;
-2. puts them into groups that must share a process, because their tests compile the same Triton kernels (a group
-   is a file, or for the big files a test function or a set of parameter cases: `COSTS` below), estimates each
-   group's seconds from `COSTS` (or from the durations a previous run measured, --costs), and deals the groups to
-   the shards longest first, each to the least loaded shard (`plan`);
+2. puts them into groups that must share a process, because their tests compile the same Triton kernels or share
+   a cached computation (a group is a file, or for the big files a test function, a set of parameter cases, or one
+   parameter case of every test function of a file: `COSTS` below), estimates each group's seconds from `COSTS`
+   (or from the durations a previous run measured, --costs: a test measured whole and since split into parameter
+   cases gets its measured seconds shared out over them, `split_costs`), and deals the groups to the shards longest
+   first, each to the least loaded shard (`plan`);
 3. starts one `python -m pytest` per shard with CUDA_VISIBLE_DEVICES set to its GPU (shard i on GPU i mod n; a shard
    holding a test that needs two GPUs also sees the next one), streams their output prefixed with the shard, and
    stops a shard that outlives --timeout (default: 240 s or twice the shard's estimate, the longer; its process group
@@ -23,7 +25,10 @@ Plain Python and pytest only (the GPU image has no pytest-xdist). What it does:
 
 Shards are processes, not GPUs: --jobs may exceed --gpus (several shards share a GPU; the tests are compile-bound,
 so a 16-core host with one H100 runs 4 shards in about a quarter of the time). --jobs 0 picks
-max(#GPUs, min(8, #CPUs // 4)). Without CUDA it refuses unless --allow-cpu, which runs the same plumbing on the CPU
+max(#GPUs, min(8, #CPUs // 4)). Each shard's libraries get its share of the cores for their CPU threads
+(`shard_threads`: OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS, unless already set): each library's
+default is every core, and several shards with a thread per core, beside the Triton compiles, stall in their
+parallel regions. Without CUDA it refuses unless --allow-cpu, which runs the same plumbing on the CPU
 (the gpu tests skip there), to check the script.
 """
 from __future__ import annotations
@@ -46,11 +51,13 @@ DEFAULT_COST = 10.0          # seconds per test of a file the table does not kno
 STARTUP_S = 15.0             # per shard: Python, torch, Triton, collection, CUDA context (for the printed estimate)
 
 # Estimated seconds per test on the H100 host (compile-bound: a case that compiles its own kernels costs their
-# compile), and the group each test joins: "file", "function", or a label (tests with one label share a process).
+# compile), and the group each test joins: "file", "function", "param" (the tests of one parameter case, across the
+# file's functions: they share that case's cached computation), or a label (tests with one label share a process).
 # First match wins (a regular expression searched in the node id). Sums per file, roughly: attention ≈ 150 s,
-# stable attention ≈ 225 s (the fast path ≈ 50 s, two emulated groups ≈ 110 and ≈ 65 s), deviation ≈ 65 s, census ≈ 40 s, backends ≈ 35 s,
-# delta capture ≈ 25 s, train ≈ 15 s (+ 20 s DDP on two GPUs), row_pv ≈ 8 s, rounding ≈ 3 s. Measured durations
-# (--costs) replace these.
+# stable attention ≈ 225 s (the fast path ≈ 50 s, two emulated groups ≈ 110 and ≈ 65 s), gradients ≈ 200 s
+# (seven cases of ≈ 10-60 s), deviation ≈ 65 s, census ≈ 40 s, backends ≈ 35 s, delta capture ≈ 45 s (three
+# cases, each training the proxy twice), train ≈ 15 s (+ 20 s DDP on two GPUs), row_pv ≈ 8 s, rounding ≈ 3 s.
+# Measured durations (--costs) replace these.
 COSTS = [
     # test_attention_gpu.py: native kernels ≈ 1-3 s per compile, emulated ones (16 warps) ≈ 6-16 s per constexpr set
     (r"test_attention_gpu\.py::test_native_error_at_most_twice_pytorch_bf16", 3.5, "function"),
@@ -75,7 +82,10 @@ COSTS = [
     (r"test_census_gpu\.py::test_census_at_the_monitors_shape", 5.0, "file"),
     (r"test_census_gpu\.py::", 4.0, "file"),
     (r"test_backends_gpu\.py::", 4.5, "file"),
-    (r"test_delta_capture_gpu\.py::", 25.0, "file"),
+    (r"test_delta_capture_gpu\.py::", 15.0, "param"),
+    (r"test_gradients_gpu\.py::test_every_variant_within_its_rule", 28.0, "param"),   # the case's gc.run
+    (r"test_gradients_gpu\.py::test_normalised_dp_p", 8.0, "function"),
+    (r"test_gradients_gpu\.py::", 0.5, "param"),                                     # read the case's run
     (r"test_deviation_gpu\.py::test_fa_deviation_small_grid", 40.0, "function"),
     (r"test_deviation_gpu\.py::", 12.0, "file"),
     (r"test_train_gpu\.py::test_ddp", 20.0, "file"),
@@ -96,6 +106,15 @@ def _function(nodeid: str) -> str:
     return nodeid.split("[", 1)[0]
 
 
+def _param(nodeid: str) -> str:
+    """The file and the parameter case of a node id ("tests/gpu/f.py[case]"); the node id itself without one."""
+    _, sep, case = nodeid.partition("[")
+    return f"{_file(nodeid)}[{case}" if sep else nodeid
+
+
+_GROUP = {"file": _file, "function": _function, "param": _param}
+
+
 def estimate(nodeid: str, measured: dict | None = None) -> tuple[float, str]:
     """(seconds, group) of one test: `measured` seconds when given for it, else the `COSTS` table's (unknown
     files: DEFAULT_COST, grouped by file). The group comes from the table either way."""
@@ -103,11 +122,26 @@ def estimate(nodeid: str, measured: dict | None = None) -> tuple[float, str]:
     for pattern, seconds, how in COSTS:
         if re.search(pattern, nodeid):
             cost = seconds
-            group = _file(nodeid) if how == "file" else _function(nodeid) if how == "function" else how
+            group = _GROUP[how](nodeid) if how in _GROUP else how
             break
     if measured and nodeid in measured:
         cost = float(measured[nodeid])
     return cost, group
+
+
+def split_costs(nodeids: list[str], measured: dict | None) -> dict:
+    """Seconds of the parameter cases of tests that `measured` knows only whole: a test function measured without
+    parameters and since split into cases (a node id "f::test[case]" absent from `measured`, while "f::test" is in
+    it) gets its measured seconds divided evenly over its collected cases. The others get nothing here (their own
+    measurement, or the table). Takes the collected node ids; returns {node id: seconds}."""
+    if not measured:
+        return {}
+    cases: dict[str, list[str]] = {}
+    for nid in nodeids:
+        whole = _function(nid)
+        if nid not in measured and whole != nid and whole in measured:
+            cases.setdefault(whole, []).append(nid)
+    return {nid: float(measured[whole]) / len(ids) for whole, ids in cases.items() for nid in ids}
 
 
 def needs_gpus(nodeid: str) -> int:
@@ -124,12 +158,15 @@ def assign_gpus(shards: list[dict], devices: list[str]) -> list[list[str]]:
 
 
 def plan(nodeids: list[str], n_shards: int, measured: dict | None = None) -> list[dict]:
-    """Deal the tests to at most `n_shards` shards: group them (`estimate`), then give the groups, longest first
-    (ties: collection order), each to the shard with the least estimated seconds so far (the lowest index among
-    equals). Returns the non-empty shards as {"nodeids" (collection order), "seconds", "groups", "gpus"} dicts,
-    longest first. Equal costs deal whole files round-robin."""
+    """Deal the tests to at most `n_shards` shards: group them (`estimate`; `split_costs` for the tests `measured`
+    knows only whole), then give the groups, longest first (ties: collection order), each to the shard with the
+    least estimated seconds so far (the lowest index among equals). Returns the non-empty shards as {"nodeids"
+    (collection order), "seconds", "groups", "gpus"} dicts, longest first. Equal costs deal whole files
+    round-robin."""
     if n_shards < 1:
         raise ValueError(f"n_shards must be >= 1, got {n_shards}")
+    if measured:
+        measured = {**split_costs(nodeids, measured), **measured}
     groups: dict[str, dict] = {}
     for i, nid in enumerate(nodeids):
         cost, name = estimate(nid, measured)
@@ -221,7 +258,8 @@ def _versions() -> str:
 
 
 class _Shard:
-    def __init__(self, index: int, spec: dict, gpus: list[str] | None, args, marker: str, log_base: Path):
+    def __init__(self, index: int, spec: dict, gpus: list[str] | None, args, marker: str, log_base: Path,
+                 threads: int = 0):
         self.index, self.spec, self.gpus = index, spec, gpus
         self.log = log_base.with_name(f"{log_base.stem}.shard{index}.log")
         self.out = log_base.with_name(f"{log_base.stem}.shard{index}.json")
@@ -235,6 +273,9 @@ class _Shard:
                                              *filter(None, [os.environ.get("PYTHONPATH")])])
         if gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        if threads > 0:                 # the shard's share of the cores (`shard_threads`), unless the caller set them
+            for var in THREAD_VARS:
+                env.setdefault(var, str(threads))
         self.env = env
         self.lines: list[str] = []
         self.rc, self.wall, self.timed_out = None, 0.0, False
@@ -298,6 +339,20 @@ def _auto_jobs(n_gpus: int) -> int:
     return max(n_gpus, min(8, (os.cpu_count() or 1) // 4))
 
 
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def shard_threads(jobs: int, cores: int | None = None) -> int:
+    """CPU threads each of `jobs` concurrent shards may use: the cores this process may run on (`cores`, default its
+    affinity), shared out, at least 1."""
+    if cores is None:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:          # no affinity on this platform
+            cores = os.cpu_count() or 1
+    return max(1, int(cores) // max(1, int(jobs)))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--gpus", type=int, default=0, help="GPUs to use (0: every visible one)")
@@ -345,10 +400,12 @@ def main(argv=None) -> int:
     shards = plan(nodeids, jobs, measured)
     log = Path(args.log or "gpu_tests.log").resolve()
     log.parent.mkdir(parents=True, exist_ok=True)
-    runs = [_Shard(i, spec, gpus or None, args, marker, log)
+    threads = shard_threads(len(shards))
+    runs = [_Shard(i, spec, gpus or None, args, marker, log, threads)
             for i, (spec, gpus) in enumerate(zip(shards, assign_gpus(shards, devices)))]
     plan_lines = [f"{len(nodeids)} tests (-m '{marker}'), {len(runs)} shard(s) on "
-                  f"{', '.join(devices) if devices else 'the CPU'} (--jobs {jobs})"]
+                  f"{', '.join(devices) if devices else 'the CPU'} (--jobs {jobs}), "
+                  f"{runs[0].env.get('OMP_NUM_THREADS', 'default')} CPU threads each"]
     for r in runs:
         plan_lines.append(f"shard {r.index}: {len(r.spec['nodeids'])} tests, ≈ {r.spec['seconds'] + STARTUP_S:.0f} s "
                           f"estimated, timeout {r.timeout:.0f} s, CUDA_VISIBLE_DEVICES="
