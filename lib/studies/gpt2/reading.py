@@ -685,7 +685,8 @@ def link_readings(res, level: float = LEAN_LEVEL) -> dict:
     FP32 attention: {claim id: {"status", "evidence", "words"}} for "o_error_v_sign" (O's error along sign(V) on the
     conjunction, `arms_split`), "delta_bias" (Δδ > 0 on tied rows, `lean_seeds`), "low_rank" (the dW_Q error is
     nearly rank one and alike across steps: `low_rank_seeds`, its rule in `low_rank_verdict`) and "wq_norm_push"
-    (the dW_Q error pushes ‖W_Q,h‖₂ up); a claim is left out when the paper arm has no such record. No threshold was registered for
+    (the dW_Q error pushes ‖W_Q,h‖₂ up); a claim is left out when the paper arm has no such
+    record. No threshold was registered for
     these readings before the runs, so none is called "reproduced": "partly" when the paper placement shows the
     link (link 3: both parts of the split along sign(V), sign test p < `level`; links 4 and 6: a lean with p <
     `level` in every seed with the probe, two or more) and FP32 attention does not; else "not reproduced". "words"
@@ -738,8 +739,8 @@ def low_rank_seeds(res, level: float = LEAN_LEVEL) -> dict | None:
     Returns "d", "c" (the head's G is D × C: head dimension × width), "max_rank" (min(D, C): the largest stable rank
     G can have), "random_cos" (1/√(D·C): the typical size of the cosine between two independent random D × C
     matrices), "every" (steps between two measurements) and "arms": {arm: {seed: entry}}, each entry over the
-    (event, layer, head) cases of that run where G is not zero (a head whose attention puts each row on one key has
-    no O error, so no G: its stable rank and cosines are undefined and left out): "n" cases; "srank_med", the median
+    (event, layer, head) cases of that run where G is not zero (a zero G — no error of O reached δ in that head, as
+    when each row attends a single key — has no stable rank and no cosine: left out): "n" cases; "srank_med", the median
     stable rank ‖G‖_F² / ‖G‖₂² (1 = rank one); "cos_med", the median cosine of G with the same layer and head's G at
     the previous measurement (cases whose layer was not measured then, or whose G was zero then, have none; a
     cosine of exactly 0 is taken as such), "cos_abs_med" its median size whatever its sign, "n_cos", "cos_pos"
@@ -778,15 +779,17 @@ def low_rank_seeds(res, level: float = LEAN_LEVEL) -> dict | None:
 def low_rank_verdict(lr: dict, level: float = LEAN_LEVEL) -> dict | None:
     """Link 5 from `low_rank_seeds`, the paper placement against FP32 attention: {"status", "words", "reasons",
     "evidence"} ("reasons": why the status is what it is, and what is generic; "evidence": the words, then the
-    reasons), None without the paper arm. What "rank one and alike across steps" looks like: a median stable rank near 1 — below
-    `SRANK_NEAR_ONE`, against a largest possible min(D, C) — and successive errors pointing the same way, a median
-    cosine with the previous measurement above the random-matrix size 1/√(D·C) with more positive cosines than
-    chance ("alike"). No threshold was registered before the runs, so the link is never "reproduced": "partly" when
-    the paper placement's error is nearly rank one and alike across steps in every seed with the probe (two or
-    more) and FP32 attention's is alike across steps in none of its seeds; "not reproduced" otherwise — when the
-    paper placement does not show the link in every seed, or FP32 attention shows it too (then the structure is
-    generic, not caused by the bias). Where FP32 attention's error is nearly rank one as well, the evidence says
-    that that part is generic."""
+    reasons), None without the paper arm.
+
+    What "rank one and alike across steps" looks like: a median stable rank near 1 — below `SRANK_NEAR_ONE` (the top
+    singular direction holds more than half of ‖G‖_F²), against a largest possible min(D, C) — and successive errors
+    pointing the same way: a median cosine with the previous measurement above the random-matrix size 1/√(D·C), with
+    more positive cosines than chance ("alike"). No threshold was registered before the runs, so the link is never
+    "reproduced": "partly" when the paper placement's error is nearly rank one and alike across steps in every seed
+    with the probe (two or more) and FP32 attention's is alike across steps in none of its seeds; "not reproduced"
+    otherwise — when the paper placement does not show the link in every seed, or FP32 attention shows it too (then
+    the structure is generic, not caused by the bias). Where FP32 attention's error is nearly rank one as well, the
+    reasons say that that part is generic."""
     from lib.training.runs import span
     paper, fp32 = lr["arms"].get("paper"), lr["arms"].get("fp32")
     if not paper:
@@ -825,7 +828,8 @@ def low_rank_table(lr: dict | None) -> str:
     if not lr:
         return "The chain measurements recorded no dW_Q error."
     rows = ["| arm | seed | cases | median stable rank | median cosine with the previous measurement | median "
-            "\\|cosine\\| | cosines > 0 | p (sign test) | alike across steps |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+            "\\|cosine\\| | cosines > 0 | p (sign test) | alike across steps |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     order = [a for a in CHAIN_ARMS if a in lr["arms"]] + [a for a in lr["arms"] if a not in CHAIN_ARMS]
     for arm in order:
         for seed, e in lr["arms"][arm].items():
