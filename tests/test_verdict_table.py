@@ -213,3 +213,21 @@ def test_gpt2_link_words_read_the_chain_runs_or_say_none(tmp_path):
         link = g2r.link_readings(g2r.merge_seeds(chain))["wq_norm_push"]
         got = verdicts.gpt2_link_words("wq_norm_push")
         assert got.startswith(link["words"]) and got.endswith(f"reads {link['status']})")
+
+
+def test_link_5_reads_gpt2_first_where_committed(rows, table):
+    """Link 5's row: GPT-2's reading of the dW_Q error's shape first (the chain runs committed), then the proxy's;
+    chapter 5's sentence gives its status with the reasons when it is not "partly"."""
+    from lib.studies.gpt2 import reading as g2r
+    chain = [results.load(n, "full") for n in g2r.CHAIN_RESULTS if results.exists(n, "full")]
+    row = next(r for r in rows if r["claims"] == ["low_rank"])
+    if not chain:
+        assert not row["number"].startswith("GPT-2")
+        return
+    link = g2r.link_readings(g2r.merge_seeds(chain))["low_rank"]
+    assert row["number"].startswith(link["words"]) and row["where"].startswith("GPT-2")
+    assert table["low_rank"]["results"][:len(chain)] == [r.name for r in chain]
+    words = verdicts.gpt2_link_words("low_rank")
+    assert words.startswith(link["words"]) and f"it reads {link['status']}" in words
+    if link["status"] != "partly" and link["reasons"]:
+        assert words.endswith("; ".join(link["reasons"]) + ")")

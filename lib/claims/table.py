@@ -363,7 +363,7 @@ def status_table(root=None) -> list[dict]:
         ev = v["evidence"] + (f"; the proxy, where link 1's preconditions are absent: {old['evidence']}"
                               if old.get("evidence") else "")
         verdicts["explosion"] = (5, dict(status=v["status"], evidence=ev), chain + src)
-    if chain:                                   # links 3, 4 and 6 where their preconditions are present
+    if chain:                                   # links 3 to 6 where their preconditions are present
         for cid, lv in g2r.link_readings(g2r.merge_seeds(chain)).items():
             rank, old, src = verdicts.get(cid, (0, {}, []))
             ev = lv["evidence"] + (f"; the proxy, where link 1's preconditions are absent: {old['evidence']}"

@@ -116,22 +116,26 @@ def _capture(root):
 
 
 def _gpt2_link(cid: str, root=None) -> str | None:
-    """The GPT-2 chain probe's words for one of links 3, 4 and 6 (`reading.link_readings`), or None."""
+    """The GPT-2 chain probe's words for one of links 3 to 6 (`reading.link_readings`), or None."""
     from lib.studies.gpt2 import reading as g2r
     chain = [r for r in (_load(n, root) for n in g2r.CHAIN_RESULTS) if r is not None]
     return g2r.link_readings(g2r.merge_seeds(chain)).get(cid, {}).get("words") if chain else None
 
 
 def gpt2_link_words(cid: str, root=None) -> str:
-    """One of links 3, 4 and 6 as GPT-2's chain measurements read it, with its status and why it is not
-    "reproduced" (chapter 5 puts it beside the proxy's verdict); a plain sentence when nothing is committed."""
+    """One of links 3 to 6 as GPT-2's chain measurements read it, with its status and why it is not
+    "reproduced" (the reading's reasons where it gives them and is not "partly"; chapter 5 puts it beside the proxy's
+    verdict); a plain sentence when nothing is committed."""
     from lib.studies.gpt2 import reading as g2r
     chain = [r for r in (_load(n, root) for n in g2r.CHAIN_RESULTS) if r is not None]
     link = g2r.link_readings(g2r.merge_seeds(chain)).get(cid) if len(chain) > 1 else None
     if link is None:
         return "GPT-2 has not been read this way yet"
-    return (f"{link['words']} (chapter 2c; that comparison registered no threshold for this reading, so it reads "
-            f"{link['status']})")
+    if link["status"] == "partly" or not link.get("reasons"):
+        return (f"{link['words']} (chapter 2c; that comparison registered no threshold for this reading, so it reads "
+                f"{link['status']})")
+    return (f"{link['words']} (chapter 2c; read after the runs, with no threshold registered before them, it reads "
+            f"{link['status']}: {'; '.join(link['reasons'])})")
 
 
 def _with_gpt2(cid: str, proxy: str, root=None) -> str:
@@ -163,10 +167,10 @@ def n_link_4(root=None) -> str:
 def n_link_5(root=None) -> str:
     c = _capture(root)
     if c is None:
-        return "—"
+        return _with_gpt2("low_rank", "—", root)
     n4, n5 = c
-    return (f"the dW_Q error adds up across steps beyond chance in {n5['steps_sig']} of "
-            f"{n4['n_heads'] * n4['n_seeds']} (head, seed) cells")
+    return _with_gpt2("low_rank", f"the dW_Q error adds up across steps beyond chance in {n5['steps_sig']} of "
+                      f"{n4['n_heads'] * n4['n_seeds']} (head, seed) cells", root)
 
 
 def n_link_6(root=None) -> str:
@@ -277,7 +281,7 @@ ROWS = (
     Row("Link 3: in training, O errs with the sign of V", ("o_error_v_sign",), n_link_3, "{gpt2_where}",
         "chapters/04-biased-output"),
     Row("Link 4: so Δδ > 0", ("delta_bias",), n_link_4, "{gpt2_where}", "chapters/04-biased-output"),
-    Row("Link 5: the dW_Q error is low-rank, alike across steps", ("low_rank",), n_link_5, "proxy",
+    Row("Link 5: the dW_Q error is low-rank, alike across steps", ("low_rank",), n_link_5, "{gpt2_where}",
         "chapters/05-low-rank-accumulation"),
     Row("Link 6: it pushes ‖W_Q‖₂ up", ("wq_norm_push",), n_link_6, "{gpt2_where}",
         "chapters/05-low-rank-accumulation"),

@@ -16,7 +16,9 @@ import math
 import numpy as np
 
 __all__ = ["failure_step", "layer_series", "conjunction_peak", "gap", "fidelity", "numbers", "ARM_WORDS", "arms_numbers",
-           "arms_table", "growth_ratios", "fp32_spread", "growth_verdict", "growth_words", "growth_onset", "before_failure", "merge_seeds", "probe_signs", "seeds_words", "split_glue", "focus_growth_words", "CHAIN_ARMS"]
+           "arms_table", "growth_ratios", "fp32_spread", "growth_verdict", "growth_words", "growth_onset", "before_failure", "merge_seeds", "probe_signs", "seeds_words", "split_glue", "focus_growth_words", "CHAIN_ARMS",
+           "link_readings", "low_rank_seeds", "low_rank_verdict", "low_rank_table", "low_rank_glue",
+           "low_rank_headline"]
 
 BIG_LOGIT = 1000.0    # a layer whose largest logit ends above this is listed as an outlier layer (chapter 2b's scale)
 FOCUS_LAYER = 2       # 1-based: the layer where chapter 2b's census finds the preconditions most often
@@ -676,13 +678,15 @@ def explosion_verdict(res) -> dict | None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Links 3, 4 and 6 in GPT-2: what the chain probe of the registered comparison says (read after the runs)
+# Links 3 to 6 in GPT-2: what the chain probe of the registered comparison says (read after the runs)
 # ---------------------------------------------------------------------------------------------------------------
 def link_readings(res, level: float = LEAN_LEVEL) -> dict:
-    """The chain's links 3, 4 and 6 from a (merged) GPT-2 comparison's chain probe, in the paper placement against
+    """The chain's links 3 to 6 from a (merged) GPT-2 comparison's chain probe, in the paper placement against
     FP32 attention: {claim id: {"status", "evidence", "words"}} for "o_error_v_sign" (O's error along sign(V) on the
-    conjunction, `arms_split`), "delta_bias" (Δδ > 0 on tied rows, `lean_seeds`) and "wq_norm_push" (the dW_Q error
-    pushes ‖W_Q,h‖₂ up); a claim is left out when the paper arm has no such record. No threshold was registered for
+    conjunction, `arms_split`), "delta_bias" (Δδ > 0 on tied rows, `lean_seeds`), "low_rank" (the dW_Q error is
+    nearly rank one and alike across steps: `low_rank_seeds`, its rule in `low_rank_verdict`) and "wq_norm_push"
+    (the dW_Q error pushes ‖W_Q,h‖₂ up); a claim is left out when the paper arm has no such
+    record. No threshold was registered for
     these readings before the runs, so none is called "reproduced": "partly" when the paper placement shows the
     link (link 3: both parts of the split along sign(V), sign test p < `level`; links 4 and 6: a lean with p <
     `level` in every seed with the probe, two or more) and FP32 attention does not; else "not reproduced". "words"
@@ -715,4 +719,168 @@ def link_readings(res, level: float = LEAN_LEVEL) -> dict:
         ok = up == n >= 2 and lean32[k][0] == 0
         out[cid] = dict(status="partly" if ok else "not reproduced", words=words,
                         evidence=words + " (read after the runs)")
+    lr = low_rank_seeds(res, level)
+    v = low_rank_verdict(lr, level) if lr else None
+    if v:
+        out["low_rank"] = v
     return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Link 5 in GPT-2: is the δ-caused dW_Q error rank one and alike across steps? (read after the runs)
+# ---------------------------------------------------------------------------------------------------------------
+SRANK_NEAR_ONE = 2.0   # G is "nearly rank one" when its top singular direction holds more than half of ‖G‖_F²
+
+
+def low_rank_seeds(res, level: float = LEAN_LEVEL) -> dict | None:
+    """The chain probe's record of the δ-caused dW_Q error G (D × C per head; `lib.training.chain_probe`) per arm and
+    seed of a (merged) GPT-2 comparison; None when no run recorded it.
+
+    Returns "d", "c" (the head's G is D × C: head dimension × width), "max_rank" (min(D, C): the largest stable rank
+    G can have), "random_cos" (1/√(D·C): the typical size of the cosine between two independent random D × C
+    matrices), "every" (steps between two measurements) and "arms": {arm: {seed: entry}}, each entry over the
+    (event, layer, head) cases of that run where G is not zero (a zero G — no error of O reached δ in that head, as
+    when each row attends a single key — has no stable rank and no cosine: left out): "n" cases; "srank_med", the median
+    stable rank ‖G‖_F² / ‖G‖₂² (1 = rank one); "cos_med", the median cosine of G with the same layer and head's G at
+    the previous measurement (cases whose layer was not measured then, or whose G was zero then, have none; a
+    cosine of exactly 0 is taken as such), "cos_abs_med" its median size whatever its sign, "n_cos", "cos_pos"
+    (share of cosines > 0) and "cos_p" (two-sided exact sign test of the cosines' signs, cases counted as
+    independent, which they are not: heads of one layer and event share their inputs); "rank_one" (srank_med <
+    `SRANK_NEAR_ONE`) and "alike" (cos_med > random_cos and cos_pos > ½ with cos_p < `level`: successive errors
+    point the same way more often than not, so they add up instead of cancelling)."""
+    from lib.stats import sign_test
+    labs = [r["label"] for r in res.data["runs"]
+            if "error" not in r and f"{r['label']}__probe__dg_srank" in res.arrays]
+    if not labs:
+        return None
+    cfg = cfg_of(res)
+    c = int(cfg["model"]["n_embd"])
+    d = c // int(cfg["model"]["n_head"])
+    out = dict(d=d, c=c, max_rank=min(d, c), random_cos=1.0 / math.sqrt(d * c), every=int(cfg["probe"]["every"]),
+               arms={})
+    for lab in labs:
+        arm, seed = lab.split(":s")
+        sr = np.asarray(res.arrays[f"{lab}__probe__dg_srank"], dtype=np.float64).ravel()
+        nm = np.asarray(res.arrays[f"{lab}__probe__dg_norm"], dtype=np.float64).ravel()
+        cs = np.asarray(res.arrays[f"{lab}__probe__dg_cos_prev"], dtype=np.float64).ravel()
+        sr, cs = sr[np.isfinite(sr) & (nm > 0)], cs[np.isfinite(cs) & (cs != 0)]
+        st = sign_test(cs)
+        e = dict(n=int(sr.size), srank_med=float(np.median(sr)) if sr.size else float("nan"), n_cos=int(cs.size),
+                 cos_med=float(np.median(cs)) if cs.size else float("nan"),
+                 cos_abs_med=float(np.median(np.abs(cs))) if cs.size else float("nan"),
+                 cos_pos=st["frac_pos"], cos_p=st["p_two"] if st["n"] else float("nan"))
+        e["rank_one"] = bool(e["srank_med"] < SRANK_NEAR_ONE)
+        e["alike"] = bool(e["cos_med"] > out["random_cos"] and e["cos_pos"] > 0.5 and e["cos_p"] < level)
+        out["arms"].setdefault(arm, {})[int(seed)] = e
+    out["arms"] = {a: dict(sorted(v.items())) for a, v in out["arms"].items()}
+    return out
+
+
+def low_rank_verdict(lr: dict, level: float = LEAN_LEVEL) -> dict | None:
+    """Link 5 from `low_rank_seeds`, the paper placement against FP32 attention: {"status", "words", "reasons",
+    "evidence"} ("reasons": why the status is what it is, and what is generic; "evidence": the words, then the
+    reasons), None without the paper arm.
+
+    What "rank one and alike across steps" looks like: a median stable rank near 1 — below `SRANK_NEAR_ONE` (the top
+    singular direction holds more than half of ‖G‖_F²), against a largest possible min(D, C) — and successive errors
+    pointing the same way: a median cosine with the previous measurement above the random-matrix size 1/√(D·C), with
+    more positive cosines than chance ("alike"). No threshold was registered before the runs, so the link is never
+    "reproduced": "partly" when the paper placement's error is nearly rank one and alike across steps in every seed
+    with the probe (two or more) and FP32 attention's is alike across steps in none of its seeds; "not reproduced"
+    otherwise — when the paper placement does not show the link in every seed, or FP32 attention shows it too (then
+    the structure is generic, not caused by the bias). Where FP32 attention's error is nearly rank one as well, the
+    reasons say that that part is generic."""
+    from lib.training.runs import span
+    paper, fp32 = lr["arms"].get("paper"), lr["arms"].get("fp32")
+    if not paper:
+        return None
+    sr = lambda seeds: span([e["srank_med"] for e in seeds.values()], "{:.3f}")           # noqa: E731
+    cs = lambda seeds: span([e["cos_med"] for e in seeds.values()], "{:+.3f}", " to ")     # noqa: E731
+    alike = lambda seeds: sum(e["alike"] for e in seeds.values())                           # noqa: E731
+    words = (f"GPT-2, paper placement: the δ-caused dW_Q error's median stable rank {sr(paper)} per seed (1 = rank "
+             f"one, at most {lr['max_rank']}), its median cosine with the error {lr['every']:,} steps earlier "
+             f"{cs(paper)} (random matrices ≈ {lr['random_cos']:.2g}), more often positive than chance (p < "
+             f"{level:g}) in {alike(paper)} of {len(paper)} seeds"
+             + (f"; FP32 attention {sr(fp32)}, {cs(fp32)}, in {alike(fp32)} of {len(fp32)}" if fp32 else ""))
+    rank_one = all(e["rank_one"] for e in paper.values())
+    shows = rank_one and alike(paper) == len(paper) >= 2
+    generic = fp32 is not None and alike(fp32) > 0
+    why = []
+    if not rank_one:
+        why.append("the paper placement's error is not nearly rank one in every seed")
+    if alike(paper) < len(paper):
+        why.append("the paper placement's errors are not alike across steps in every seed")
+    elif len(paper) < 2:
+        why.append("one seed only")
+    if fp32 is not None and all(e["rank_one"] for e in fp32.values()):
+        why.append("FP32 attention's error is nearly rank one too: that part is generic, not caused by the bias")
+    if generic:
+        why.append("FP32 attention's errors are alike across steps as well: the structure is generic, not caused by "
+                   "the bias")
+    status = "partly" if shows and not generic else "not reproduced"
+    return dict(status=status, words=words, reasons=why,
+                evidence=words + "".join(f"; {w}" for w in why) + " (read after the runs)")
+
+
+def low_rank_table(lr: dict | None) -> str:
+    """A Markdown table of `low_rank_seeds`: one row per arm and seed (readable names), the arms in `CHAIN_ARMS`'s
+    order; a sentence when nothing was recorded."""
+    if not lr:
+        return "The chain measurements recorded no dW_Q error."
+    rows = ["| arm | seed | cases | median stable rank | median cosine with the previous measurement | median "
+            "\\|cosine\\| | cosines > 0 | p (sign test) | alike across steps |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    order = [a for a in CHAIN_ARMS if a in lr["arms"]] + [a for a in lr["arms"] if a not in CHAIN_ARMS]
+    for arm in order:
+        for seed, e in lr["arms"][arm].items():
+            rows.append(f"| {CHAIN_ARMS.get(arm, arm)} | {seed} | {e['n']:,} | {e['srank_med']:.3f} | "
+                        f"{e['cos_med']:+.3f} | {e['cos_abs_med']:.2f} | {100 * e['cos_pos']:.1f} % of "
+                        f"{e['n_cos']:,} | {e['cos_p']:.2g} | {'yes' if e['alike'] else 'no'} |")
+    return "\n".join(rows)
+
+
+def low_rank_glue(lr: dict | None, level: float = LEAN_LEVEL) -> dict:
+    """Glue for the GPT-2 chain chapter's reading of link 5 (`low_rank_seeds`; None: every key "—"): the shape ("d",
+    "c", "max_rank", "random_cos", "every", "near_one": `SRANK_NEAR_ONE`, "level"), per arm of `CHAIN_ARMS`
+    ("<arm>_srank", "<arm>_cos", "<arm>_abs_cos": the range of the per-seed medians over seeds; "<arm>_alike":
+    "k of n" seeds alike across steps), and "status", "reason" (the verdict's reasons, `low_rank_verdict`)."""
+    from lib.training.runs import span
+    keys = ["d", "c", "max_rank", "random_cos", "every", "near_one", "level", "status", "reason"] + [
+        f"{a}_{k}" for a in CHAIN_ARMS for k in ("srank", "cos", "abs_cos", "alike")]
+    out = {k: "—" for k in keys}
+    if not lr:
+        return out
+    out |= {"d": str(lr["d"]), "c": str(lr["c"]), "max_rank": str(lr["max_rank"]),
+            "random_cos": f"{lr['random_cos']:.2g}", "every": f"{lr['every']:,}", "near_one": f"{SRANK_NEAR_ONE:g}",
+            "level": f"{level:g}"}
+    for arm, seeds in lr["arms"].items():
+        es = list(seeds.values())
+        out[f"{arm}_srank"] = span([e["srank_med"] for e in es], "{:.3f}")
+        out[f"{arm}_cos"] = span([e["cos_med"] for e in es], "{:+.3f}", " to ")
+        out[f"{arm}_abs_cos"] = span([e["cos_abs_med"] for e in es], "{:.2f}")
+        out[f"{arm}_alike"] = f"{sum(e['alike'] for e in es)} of {len(es)}"
+    v = low_rank_verdict(lr, level)
+    if v:
+        out["status"] = v["status"]
+        out["reason"] = "; ".join(v["reasons"]) or "—"
+    out["headline"] = low_rank_headline(lr)
+    return out
+
+
+def low_rank_headline(lr: dict) -> str:
+    """One sentence on `low_rank_seeds`: which arms' dW_Q error is nearly rank one in every seed, and in which arms
+    successive errors point the same way more often than chance ("alike") in some seed, with in how many."""
+    arms = [a for a in CHAIN_ARMS if a in lr["arms"]] + [a for a in lr["arms"] if a not in CHAIN_ARMS]
+    name = lambda a: CHAIN_ARMS.get(a, a)                                                   # noqa: E731
+    join = lambda xs: xs[0] if len(xs) == 1 else ", ".join(xs[:-1]) + " and " + xs[-1]      # noqa: E731
+    one = [a for a in arms if all(e["rank_one"] for e in lr["arms"][a].values())]
+    rank = ("Every arm's dW_Q error is nearly rank one" if len(one) == len(arms) else
+            f"The dW_Q error is nearly rank one in every seed only in {join([name(a) for a in one])}" if one else
+            "No arm's dW_Q error is nearly rank one in every seed")
+    al = [a for a in arms if any(e["alike"] for e in lr["arms"][a].values())]
+    k = lambda a: f"{sum(e['alike'] for e in lr['arms'][a].values())} of {len(lr['arms'][a])} seeds"  # noqa: E731
+    alike = (f"successive errors point the same way more often than chance only in "
+             f"{join([f'{k(a)} of {name(a)}' for a in al])}" if al and len(al) < len(arms) else
+             "successive errors point the same way more often than chance in some seed of every arm" if al else
+             "in no arm do successive errors point the same way more often than chance")
+    return f"{rank}; {alike}."
