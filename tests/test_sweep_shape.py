@@ -35,3 +35,22 @@ def test_a_window_needs_the_paper_failed_and_every_contrast_stable():
     assert reading.window_lrs(sw, judged) == [hi]        # "degraded" is not a failure of the paper placement
     text, take = reading.sweep_shape(sw, judged, hi)
     assert f"at LR {hi:g} the paper placement failed" in text and "window in seed 0" in take
+
+
+def test_the_tiling_reading_follows_where_each_fix_trained():
+    """Chapter 7's reading of the sweep's fix arms: split-tie fix trained where the per-tile fix failed → the tiling
+    can decide; neither trained → it does not explain the failure; both trained → no difference."""
+    from lib.studies.fix.reading import tiling_words
+    lo, hi = sorted(results.load("lr_sweep", "full").data["lrs"])
+    failed = {f"paper@{lo:g}": "exploded", f"paper@{hi:g}": "exploded"}
+    sw, judged = _planted(**(failed | {f"paper+fix@{x:g}": "exploded" for x in (lo, hi)}
+                             | {f"paper+fix_split@{x:g}": "stable" for x in (lo, hi)}))
+    assert "rescued training where the per-tile fix did not" in tiling_words(sw, judged)
+    sw, judged = _planted(**(failed | {f"{a}@{x:g}": "degraded" for a in ("paper+fix", "paper+fix_split")
+                                       for x in (lo, hi)}))
+    assert "did not rescue training either" in tiling_words(sw, judged)
+    sw, judged = _planted(**(failed | {f"{a}@{x:g}": "stable" for a in ("paper+fix", "paper+fix_split")
+                                       for x in (lo, hi)}))
+    assert "made no difference" in tiling_words(sw, judged)
+    sw, judged = _planted(**{f"paper@{x:g}": "stable" for x in (lo, hi)})
+    assert "cannot test the tiling" in tiling_words(sw, judged)

@@ -207,6 +207,35 @@ def healthy_fix_numbers(parts) -> dict:
             "h7_b2": f"{_spec(hh, FIX2).beta:g}" if f2 else "—"}
 
 
+def tiling_words(sw, judged) -> str:
+    """What the sweep says about the tiling, from the LRs where the paper placement failed: whether the per-tile fix
+    and the split-tie fix trained there (stayed stable at the common horizon), in words with the seeds."""
+    seeds = sorted({r["seed"] for r in sw.data["runs"]})
+    seed_words = (f"one seed, {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(map(str, seeds))}")
+
+    def trained(arm, lr):
+        oc = [judged[r["id"]]["outcome"] for r in sw.data["runs"] if r["arm"] == arm and r["lr"] == lr]
+        return bool(oc) and all(o == "stable" for o in oc)
+    failed = sorted({r["lr"] for r in sw.data["runs"] if r["arm"] == "paper"
+                     and outcome.failed(judged[r["id"]]["outcome"])})
+    if not failed:
+        return f"the paper placement did not fail at any swept LR ({seed_words}), so the sweep cannot test the tiling"
+    tile = [x for x in failed if trained("paper+fix", x)]
+    split = [x for x in failed if trained("paper+fix_split", x)]
+    only_split = [x for x in split if x not in tile]
+    lrs = lambda xs: " and ".join(f"{x:g}" for x in xs) or "no LR"    # noqa: E731
+    head = (f"where the paper placement failed (LR {lrs(failed)}), the per-tile fix trained at {lrs(tile)} and the "
+            f"split-tie fix at {lrs(split)}")
+    if only_split:
+        return (f"{head}: detecting split ties rescued training where the per-tile fix did not (LR {lrs(only_split)}; "
+                f"{seed_words}), so at this edge the tiling can decide whether the fix works — a lead in a proxy "
+                "without link 1's preconditions, which the sweep's seeds 1 and 2 (registered) test")
+    if not split:
+        return (f"{head}: detecting split ties did not rescue training either ({seed_words}), so at this LR the "
+                "tiling does not explain why the fix fails")
+    return f"{head} ({seed_words}): detecting split ties made no difference where the per-tile fix already trained"
+
+
 def sweep_fix_numbers(sw) -> dict:
     """The fix arms of the LR sweep (`lr_sweep`), judged as chapter 6 judges them, and the kernel tile they ran."""
     if sw is None:
@@ -220,6 +249,7 @@ def sweep_fix_numbers(sw) -> dict:
                          key=lambda r: r["lr"]) if r["arm"] == arm) or "not run"
     pc = proxy.proxy_config("full")
     return {"sw_h7": h, "sw_fix": by_lr("paper+fix"), "sw_split": by_lr("paper+fix_split"),
+            "sw_tiling": tiling_words(sw, judged),
             "sw_seeds7": ", ".join(str(x) for x in sorted({r["seed"] for r in sw.data["runs"]})),
             "sw_paper": by_lr("paper"), "sw_label7": runs.labelled([sw], False),
             "tile_n": native_config(pc.n_embd // pc.n_head, "fwd")["BLOCK_N"], "seq_n": pc.seq_len}
