@@ -26,6 +26,8 @@ TITLES = {
     "paper_placement": "the authors' code under BF16 autocast, bit for bit against the emulator",
     "rounding_exhaustive": "the rounding helper on every FP32 bit pattern",
     "lr_sweep": "the LR sweep at 6.5e-3 and 7e-3",
+    "lr_sweep_s1": "the LR sweep at 6.5e-3 and 7e-3, seed 1",
+    "lr_sweep_s2": "the LR sweep at 6.5e-3 and 7e-3, seed 2",
     "headline": "the LR 8e-3 headline",
     "headline_fix_sm32": "the LR 8e-3 fix with S − m in FP32",
     "headline_cliff": "the LR 7e-3 cliff at three seeds",
