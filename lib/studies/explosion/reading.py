@@ -388,6 +388,8 @@ def headline_numbers(res, sm=None) -> dict:
         outcome.failed(judged[x["id"]]["outcome"]) for x in rs if x["arm"] == a)]).replace("none", "no other arm")
     out["h_stable_arms"] = _arms_words(res, hz.stable_arms(rs, judged))
     out["h_stable_seeds"] = _stable_with_seeds(res, rs, hz.stable_arms(rs, judged))
+    out["h_also_clause"] = ("no other arm failed in every seed" if out["h_also_failed"] == "no other arm"
+                            else f"so did {out['h_also_failed']}")
     out["h_device"] = res.meta.get("device", "GPU").replace("NVIDIA ", "").replace(" 80GB HBM3", "")
     out["h_contrast_words"] = contrast_words(res, rs, judged)
     out["h_fp32_outcome"] = "; ".join(judged[r["id"]]["outcome"] for r in rs if r["arm"] == "fp32") or "not run"
