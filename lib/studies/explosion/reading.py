@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lib.book import results
+from lib.book import catalogue, results
 from lib.fp.bf16 import ulp
 from lib.fp.fix import Fix
 from lib.studies.explosion import figures as ep
@@ -72,7 +72,6 @@ def numbers(scale: str) -> dict:
 def stale_line(res_list) -> str:
     """The one sentence chapter 6 gives to its stale results (`lib.book.catalogue.stale_line`), with the reason
     they share: their code changed after they ran."""
-    from lib.book import catalogue
     return catalogue.stale_line(res_list, why="the code their runs reach has changed since they ran (for the LR 8e-3 "
                                               "runs, the kernel's rounding-block change), and re-running them needs a "
                                               "GPU") or "Every result of this section is up to date."
@@ -390,7 +389,7 @@ def headline_numbers(res, sm=None) -> dict:
     out["h_stable_seeds"] = _stable_with_seeds(res, rs, hz.stable_arms(rs, judged))
     out["h_also_clause"] = ("no other arm failed in every seed" if out["h_also_failed"] == "no other arm"
                             else f"so did {out['h_also_failed']}")
-    out["h_device"] = res.meta.get("device", "GPU").replace("NVIDIA ", "").replace(" 80GB HBM3", "")
+    out["h_device"] = catalogue.device(res.meta)
     out["h_contrast_words"] = contrast_words(res, rs, judged)
     out["h_fp32_outcome"] = "; ".join(judged[r["id"]]["outcome"] for r in rs if r["arm"] == "fp32") or "not run"
     rep = d["repeat"] or {}
@@ -512,11 +511,11 @@ def sweep_shape(sw, judged, hi) -> tuple[str, str]:
                  "numerics, PyTorch's SDPA and FP32 attention all trained. "
                  + ("It rests on one seed, " if one else "")
                  + "in a proxy where link 1's preconditions are absent as far as measured: were it to hold, the "
-                   "paper placement would fail here by another route than tied maxima (in GPT-2, chapter 2c finds "
-                   "most of O's error along sign(V) in the rounding of S, P̄ and ℓ, not of P̄V). An earlier run of the same sweep, on an H100 with earlier code, found "
-                   "a cliff instead (FP32 attention and FA2 numerics failing beside the paper placement at the higher "
-                   "LR), so at this edge one seed's outcome turns on the order of floating-point operations. The same "
-                   "sweep at two more seeds, registered with the same rule, tests whether the window holds."),
+                   "paper placement would fail here by a route other than tied maxima. An earlier run of the same "
+                   "sweep, on an H100 with earlier code, found a cliff instead (FP32 attention and FA2 numerics "
+                   "failing beside the paper placement at the higher LR): at this edge one seed's outcome changed "
+                   "with the device or the code, and these two runs cannot say which. The same sweep at two more "
+                   "seeds, registered with the same rule, tests whether the window holds."),
                 f"The LR sweep finds a window in {seed_words} (LR {lrs}: the paper placement failed, every contrast "
                 f"arm trained), in a proxy without the preconditions; an earlier run of the sweep on another GPU "
                 f"found a cliff.")
