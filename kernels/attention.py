@@ -11,10 +11,14 @@ Paths (`path=`):
   *not* rounded to BF16 first). The only path in the CPU interpreter. Tile sizes: `EMULATED_BLOCK` (fixed, so the
   numerics do not depend on the device).
 * "native": GPU, BF16 inputs, BF16 tensor-core matmul operands with FP32 accumulation. Valid for numerics with
-  mantissa_bits <= 7 (RNE or SR) and P̄, backward P and dS rounded as operands (round_p, round_bwd_p, round_ds),
-  which `fa2`, `paper` and the precision dial's profiles satisfy: at 7 bits and RNE the roundings are hardware
-  casts; otherwise our helper rounds and the cast to BF16 is exact. It differs from "emulated" only in the matmuls
-  (tensor-core FP32 accumulation instead of FP32 `ieee` products of FP32 operands).
+  mantissa_bits <= 7 (RNE or SR), which every profile and the precision dial satisfy: at 7 bits and RNE the
+  roundings are hardware casts; otherwise our helper rounds and the cast to BF16 is exact. An operand the numerics
+  keep in FP32 (P̄ without round_p, backward P without round_bwd_p, dS without round_ds: the `fp32` profile, the
+  dial's P̄-in-FP32 arm) is not a tensor-core operand: its product is an FP32 `ieee` matmul with the other, BF16,
+  operand widened exactly, as on the emulated path (FP32 FMAs, several times slower than the tensor cores; only
+  those products). It differs from "emulated" only in the matmuls (tensor-core FP32 accumulation instead of FP32
+  `ieee` products of FP32 operands), and, where O is kept in FP32 (round_o off), in the O that δ reads: BF16 here,
+  the FP32 O in `kernels.attention_op`.
 * None: native on CUDA for BF16 inputs when the numerics allow it, else emulated.
 
 Rounding blocks (`numerics.round_block`, keys): 0 rounds P̄V, ℓ and the O accumulator and runs the fix's tie test per
@@ -67,6 +71,8 @@ def _interpreting() -> bool:
 # round_grad_acc), which carry one more FP32 accumulator per output (P̄V; dK and dV, or dQ). Picked without a GPU
 # from ptxas's register report for sm_90 (benchmarks/kernel_registers.py): at head dim 64 the dK/dV kernel spills at
 # 4 warps with 2 stages and does not at 8 warps; at 128 the fewest spills are at 8 warps. Not yet timed.
+# "bwd_wide": the per-tile backward with FP32 P or dS operands (`bwd_kernel_key`), whose FP32 `ieee` products are the
+# emulated path's: one pipeline stage, as the emulated backward takes (`_blocks` says why). Not yet timed.
 NATIVE_CONFIGS = {
     ("fwd", True): dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
     ("fwd", False): dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
@@ -76,11 +82,13 @@ NATIVE_CONFIGS = {
     ("fwd_rb", False): dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=2),
     ("bwd_rb", True): dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=2),
     ("bwd_rb", False): dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=1),
+    ("bwd_wide", True): dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=1),
+    ("bwd_wide", False): dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=1),
 }
 
 
 def native_config(head_dim: int, kernel: str) -> dict:
-    """Launch config of the native path for `kernel` in {"fwd", "bwd", "fwd_rb", "bwd_rb"} (a copy of
+    """Launch config of the native path for `kernel` in {"fwd", "bwd", "fwd_rb", "bwd_rb", "bwd_wide"} (a copy of
     NATIVE_CONFIGS' entry)."""
     return dict(NATIVE_CONFIGS[(kernel, head_dim <= 64)])
 
@@ -91,8 +99,11 @@ def fwd_kernel_key(nm: Numerics) -> str:
 
 
 def bwd_kernel_key(nm: Numerics) -> str:
-    """The NATIVE_CONFIGS kernel name of the dK/dV and dQ kernels: "bwd_rb" when their lp accumulators see blocks."""
-    return "bwd_rb" if nm.round_block != 0 and nm.round_grad_acc else "bwd"
+    """The NATIVE_CONFIGS kernel name of the dK/dV and dQ kernels: "bwd_rb" when their lp accumulators see blocks,
+    else "bwd_wide" when backward P or dS stays FP32 (round_bwd_p or round_ds off), else "bwd"."""
+    if nm.round_block != 0 and nm.round_grad_acc:
+        return "bwd_rb"
+    return "bwd" if nm.round_bwd_p and nm.round_ds else "bwd_wide"
 
 
 def _flags(nm: Numerics) -> dict:
@@ -112,8 +123,9 @@ def _bwd_flags(nm: Numerics) -> dict:
 
 
 def native_allowed(nm: Numerics) -> bool:
-    """True when `nm`'s rounding points can be the native BF16 casts/operands (see module docstring)."""
-    return nm.mantissa_bits <= 7 and nm.round_p and nm.round_bwd_p and nm.round_ds
+    """True when `nm`'s rounding points can be the native BF16 casts/operands: mantissa_bits <= 7 (the native path
+    rounds by casting to BF16). P̄, backward P and dS may be rounded or kept in FP32 (module docstring)."""
+    return nm.mantissa_bits <= 7
 
 
 def resolve_path(path, nm: Numerics, dtype, device) -> str:
@@ -128,8 +140,7 @@ def resolve_path(path, nm: Numerics, dtype, device) -> str:
         if dtype != torch.bfloat16:
             raise TypeError(f"path='native' needs bfloat16 inputs, got {dtype}")
         if not native_allowed(nm):
-            raise ValueError("path='native' supports only numerics with mantissa_bits <= 7 and round_p, "
-                             f"round_bwd_p, round_ds all True; got {nm}")
+            raise ValueError(f"path='native' supports only numerics with mantissa_bits <= 7; got {nm}")
     return path
 
 

@@ -26,7 +26,8 @@ dK/dV kernel (one key tile, query tiles in order): dv += p_opᵀ @ dO ; dk += ds
 dQ kernel (one query tile, key tiles in order):   dq += ds_op @ k ; finally dq *= scale.
 [round_grad_acc]: each tile's product and the accumulator after the add are rounded (`grad_acc`).
 Native path: the matmul operands are BF16 (`bf16_operand`: p and ds rounded to M bits, then an exact cast), FP32
-accumulation.
+accumulation; a p or ds the numerics keep in FP32 (round_bwd_p, round_ds off) meets the other operand, widened, in an
+FP32 `ieee` product (`wide_dot`, as on the emulated path).
 
 Logical rounding blocks (`Numerics.round_block` = R ≠ 0, with round_grad_acc): the only backward rounding points
 that depend on tiling are the lp gradient accumulators (P and dS are elementwise in S − LSE and need no block max).
@@ -49,7 +50,7 @@ import triton
 import triton.language as tl
 
 from kernels.flash_fwd import (SALT_BP, SALT_BSM, SALT_DELTA, SALT_DS, SALT_GRAD, bf16_operand, load_rows, round_point,
-                               score_tile)
+                               score_tile, wide_dot)
 
 __all__ = ["attn_delta_kernel", "attn_bwd_dq_kernel", "attn_bwd_dkdv_kernel"]
 
@@ -100,8 +101,9 @@ def _bwd_tile(q, k, v, do, lse, delta, scale, offs_m, offs_n, N, seed, tile_id,
     ds_op = p
     if not DELTA_ONLY:
         if NEED_P_OP:
-            if NATIVE:   # native requires round_bwd_p
-                p_op = bf16_operand(p, M_BITS, SR, seed, SALT_BP, tile_id, offs_el)
+            if NATIVE:
+                if ROUND_BWD_P:          # else p_op is the FP32 p (`wide_dot`)
+                    p_op = bf16_operand(p, M_BITS, SR, seed, SALT_BP, tile_id, offs_el)
             else:
                 if ROUND_BWD_P:
                     p_op = round_point(p, M_BITS, SR, seed, SALT_BP, tile_id, offs_el, NATIVE)
@@ -112,8 +114,11 @@ def _bwd_tile(q, k, v, do, lse, delta, scale, offs_m, offs_n, N, seed, tile_id,
             if ROUND_DELTA:      # lp − lp is lp (PyTorch BF16 tensors)
                 t = round_point(t, M_BITS, SR, seed, SALT_DS, tile_id + 15485863, offs_el, NATIVE)
         ds = p * t
-        if NATIVE:       # native requires round_ds
-            ds_op = bf16_operand(ds, M_BITS, SR, seed, SALT_DS, tile_id, offs_el)
+        if NATIVE:
+            if ROUND_DS:
+                ds_op = bf16_operand(ds, M_BITS, SR, seed, SALT_DS, tile_id, offs_el)
+            else:                # FP32 dS (`wide_dot`)
+                ds_op = ds
         else:
             if ROUND_DS:
                 ds_op = round_point(ds, M_BITS, SR, seed, SALT_DS, tile_id, offs_el, NATIVE)
@@ -151,7 +156,10 @@ def _dq_step(dq, dsum, psum, q, do, lse, delta, K_base, V_base, start_n, offs_m,
         psum = psum + tl.sum(p_op, 1)         # p_op is the FP32 P under DELTA_ONLY (never rounded)
     else:
         if NATIVE:
-            g = tl.dot(ds_op, k)
+            if ROUND_DS:
+                g = tl.dot(ds_op, k)
+            else:
+                g = wide_dot(ds_op, k)
         else:
             g = tl.dot(ds_op, k, input_precision="ieee")
         dq = grad_acc(dq, g, M_BITS, SR, seed, tile_id, (offs_m % 4096)[:, None] * 128 + offs_d[None, :],
@@ -173,7 +181,10 @@ def _dq_block_step(g, q, do, lse, delta, K_base, V_base, start_n, offs_m, offs_d
                                  CAUSAL, MASK, NATIVE, M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE, False, ROUND_DS,
                                  ROUND_DP, ROUND_DELTA, False, False)
     if NATIVE:
-        g = tl.dot(ds_op, k, g)
+        if ROUND_DS:
+            g = tl.dot(ds_op, k, g)
+        else:
+            g = g + wide_dot(ds_op, k)
     else:
         g = g + tl.dot(ds_op, k, input_precision="ieee")
     return g
@@ -288,8 +299,14 @@ def _dkdv_step(dk, dv, k, v, Q_base, DO_base, LSE_base, DELTA_base, start_m, off
                                  CAUSAL, MASK, NATIVE, M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE, ROUND_BWD_P,
                                  ROUND_DS, ROUND_DP, ROUND_DELTA, True, False)
     if NATIVE:
-        gv = tl.dot(tl.trans(p_op), do)
-        gk = tl.dot(tl.trans(ds_op), q)
+        if ROUND_BWD_P:
+            gv = tl.dot(tl.trans(p_op), do)
+        else:
+            gv = wide_dot(tl.trans(p_op), do)
+        if ROUND_DS:
+            gk = tl.dot(tl.trans(ds_op), q)
+        else:
+            gk = wide_dot(tl.trans(ds_op), q)
     else:
         gv = tl.dot(tl.trans(p_op), do, input_precision="ieee")
         gk = tl.dot(tl.trans(ds_op), q, input_precision="ieee")
@@ -316,8 +333,14 @@ def _dkdv_block_step(gk, gv, k, v, Q_base, DO_base, LSE_base, DELTA_base, start_
                                  CAUSAL, MASK, NATIVE, M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE, ROUND_BWD_P,
                                  ROUND_DS, ROUND_DP, ROUND_DELTA, True, False)
     if NATIVE:
-        gv = tl.dot(tl.trans(p_op), do, gv)
-        gk = tl.dot(tl.trans(ds_op), q, gk)
+        if ROUND_BWD_P:
+            gv = tl.dot(tl.trans(p_op), do, gv)
+        else:
+            gv = gv + wide_dot(tl.trans(p_op), do)
+        if ROUND_DS:
+            gk = tl.dot(tl.trans(ds_op), q, gk)
+        else:
+            gk = gk + wide_dot(tl.trans(ds_op), q)
     else:
         gv = gv + tl.dot(tl.trans(p_op), do, input_precision="ieee")
         gk = gk + tl.dot(tl.trans(ds_op), q, input_precision="ieee")

@@ -11,7 +11,8 @@ Two paths through the same code (the `NATIVE` constexpr):
   against `lib/fp/reference.py`'s emulator (same tiles, same order of operations).
 * native (NATIVE=True, GPU only, mantissa_bits <= 7, RNE or SR): q, k, v are BF16; the P̄V operand is rounded to
   M bits (`bf16_operand`: the hardware cast at M = 7 with RNE, else our helper and an exact cast) and QKᵀ / P̄V run
-  on BF16 tensor cores with FP32 accumulation. The elementwise steps are the same code.
+  on BF16 tensor cores with FP32 accumulation. The elementwise steps are the same code. Without round_p (P̄ kept in
+  FP32) the P̄V product is `wide_dot` instead: the emulated path's FP32 `ieee` product, V widened exactly.
 
 The arithmetic, per key tile j (rnd = round to `M` mantissa bits; bracketed steps are Numerics switches; the same
 text, op by op, is the contract in `lib/fp/reference.py`'s docstring):
@@ -59,7 +60,7 @@ import triton.language as tl
 
 from kernels.rounding import rne_mantissa, sr_mantissa
 
-__all__ = ["attn_fwd_kernel", "round_point", "bf16_operand", "load_rows", "score_tile"]
+__all__ = ["attn_fwd_kernel", "round_point", "bf16_operand", "wide_dot", "load_rows", "score_tile"]
 
 # Salts that give each rounding point its own random stream under stochastic rounding.
 # The backward runs with the forward's seed: it recomputes S with SALT_S and must draw the forward's bits (else its P
@@ -101,6 +102,14 @@ def bf16_operand(x, M: tl.constexpr, SR: tl.constexpr, seed, salt: tl.constexpr,
         return x.to(tl.bfloat16)
     else:
         return round_point(x, M, SR, seed, salt, tile_id, offs, True).to(tl.bfloat16)
+
+
+@triton.jit
+def wide_dot(a, b):
+    """Native path, an operand the numerics keep in FP32 (P̄ without round_p; backward P and dS without round_bwd_p,
+    round_ds): a @ b as the emulated path computes it, an FP32 `ieee` product of FP32 `a` with the BF16 tile `b`
+    widened (exact). No tensor cores (FP32 FMAs); the other matmuls of the tile stay on them."""
+    return tl.dot(a, b.to(tl.float32), input_precision="ieee")
 
 
 @triton.jit
@@ -169,8 +178,12 @@ def _probs(s, m_use, seed, tile_id, offs_el, NATIVE: tl.constexpr, M_BITS: tl.co
         x = round_point(x, M_BITS, SR, seed, SALT_SM, tile_id, offs_el, NATIVE)
     p = tl.exp(x)
     if NATIVE:
-        p_op = bf16_operand(p, M_BITS, SR, seed, SALT_P, tile_id, offs_el)   # native requires round_p
-        p_val = p_op.to(tl.float32)
+        if ROUND_P:
+            p_op = bf16_operand(p, M_BITS, SR, seed, SALT_P, tile_id, offs_el)
+            p_val = p_op.to(tl.float32)
+        else:            # P̄ stays FP32: the P̄V product is `wide_dot`'s
+            p_op = p
+            p_val = p
     else:
         if ROUND_P:
             p_op = round_point(p, M_BITS, SR, seed, SALT_P, tile_id, offs_el, NATIVE)
@@ -243,7 +256,10 @@ def _fwd_step(acc, l_i, m_i, q, K_base, V_base, start_n, offs_m, offs_d, scale, 
     p_op, l_t = _probs(s, m_use, seed, tile_id, offs_el, NATIVE, M_BITS, SR, ROUND_S_MINUS_M, ROUND_P,
                        ROWSUM_ROUNDED_P)
     if NATIVE:
-        pv = tl.dot(p_op, v)
+        if ROUND_P:
+            pv = tl.dot(p_op, v)
+        else:
+            pv = wide_dot(p_op, v)
     else:
         pv = tl.dot(p_op, v, input_precision="ieee")
     acc, l_i = _rescale_add(acc, l_i, alpha, l_t, pv, seed, tile_id, offs_acc, NATIVE, M_BITS, SR, BLOCK_M, ROUND_L,
@@ -294,7 +310,10 @@ def _block_pv_step(l_b, pv, q, K_base, V_base, start_n, m_use, offs_m, offs_d, s
                        ROWSUM_ROUNDED_P)
     l_b = l_b + l_t
     if NATIVE:
-        pv = tl.dot(p_op, v, pv)          # the tensor-core accumulator is the block's FP32 sum
+        if ROUND_P:
+            pv = tl.dot(p_op, v, pv)          # the tensor-core accumulator is the block's FP32 sum
+        else:
+            pv = pv + wide_dot(p_op, v)
     else:
         pv = pv + tl.dot(p_op, v, input_precision="ieee")
     return l_b, pv
