@@ -8,7 +8,7 @@ memory: the launch configs of `kernels.attention.NATIVE_CONFIGS` were picked so 
 (head dim 64) does not. Kernels are compiled with the launcher's constexprs for the native path (BF16 operands,
 runtime loop bounds) and the paper placement unless told otherwise; causal.
 
-    python benchmarks/kernel_registers.py [--out DIR] [--quick] [--profile paper] [--configs]
+    python benchmarks/kernel_registers.py [--out DIR] [--quick] [--profile paper] [--configs] [--wide ieee]
 
 --quick: head dim 64 only, round_block 512 (the kernels with logical rounding blocks). --configs: also every
 candidate launch config of benchmarks/bench_attention.py. Prints one line per kernel and writes
@@ -73,7 +73,8 @@ def compile_kernel(kernel: str, nm, head_dim: int, round_block: int, cfg: dict, 
     (BLOCK_M, BLOCK_N, num_warps, num_stages); returns its ptxas report plus what was compiled."""
     nm = nm.replace(round_block=round_block)
     common = dict(D=head_dim, DP=max(16, triton.next_power_of_2(head_dim)), CAUSAL=causal, NATIVE=True,
-                  STATIC_LOOPS=False, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], RB_TILES=1)
+                  STATIC_LOOPS=False, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], RB_TILES=1,
+                  WIDE_SPLIT=A._wide_split("native"))
     if kernel == "fwd":
         fn = attn_fwd_kernel
         consts = dict(common, CLAMP_SHIFT=True, N_TILES=1, ROUND_BLOCK=round_block != 0, FIX=A._FIX_CODE[fix],
@@ -126,7 +127,10 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="head dim 64, round_block 512 only")
     ap.add_argument("--profile", default="paper")
     ap.add_argument("--configs", action="store_true", help="also the benchmark's candidate launch configs")
+    ap.add_argument("--wide", default=A.WIDE_PRODUCT, choices=A._WIDE_PRODUCTS,
+                    help="products of FP32 operands (profile fp32; kernels.attention.WIDE_PRODUCT)")
     a = ap.parse_args(argv)
+    A.WIDE_PRODUCT = a.wide
     rows = report(a.profile, (64,) if a.quick else (64, 128), (512,) if a.quick else (0, 512), a.configs,
                   log=lambda s: print(s, flush=True))
     if a.out:

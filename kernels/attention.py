@@ -11,10 +11,15 @@ Paths (`path=`):
   *not* rounded to BF16 first). The only path in the CPU interpreter. Tile sizes: `EMULATED_BLOCK` (fixed, so the
   numerics do not depend on the device).
 * "native": GPU, BF16 inputs, BF16 tensor-core matmul operands with FP32 accumulation. Valid for numerics with
-  mantissa_bits <= 7 (RNE or SR) and P̄, backward P and dS rounded as operands (round_p, round_bwd_p, round_ds),
-  which `fa2`, `paper` and the precision dial's profiles satisfy: at 7 bits and RNE the roundings are hardware
-  casts; otherwise our helper rounds and the cast to BF16 is exact. It differs from "emulated" only in the matmuls
-  (tensor-core FP32 accumulation instead of FP32 `ieee` products of FP32 operands).
+  mantissa_bits <= 7 (RNE or SR), which every profile and the precision dial satisfy: at 7 bits and RNE the
+  roundings are hardware casts; otherwise our helper rounds and the cast to BF16 is exact. An operand the numerics
+  keep in FP32 (P̄ without round_p, backward P without round_bwd_p, dS without round_ds: the `fp32` profile, the
+  dial's P̄-in-FP32 arm) is not a BF16 operand: its product with the other, BF16, operand is an FP32 `ieee` matmul
+  with the BF16 one widened exactly, as on the emulated path (FP32 FMAs, no tensor cores), or, with `WIDE_PRODUCT`
+  = "bf16_split", three tensor-core matmuls of exact BF16 pieces of the FP32 operand (`kernels.flash_fwd.wide_dot`).
+  The native path differs from "emulated" only in the matmuls (tensor-core FP32 accumulation instead of FP32 `ieee`
+  products of FP32 operands), and, where O is kept in FP32 (round_o off), in the O that δ reads: BF16 here, the
+  FP32 O in `kernels.attention_op`.
 * None: native on CUDA for BF16 inputs when the numerics allow it, else emulated.
 
 Rounding blocks (`numerics.round_block`, keys): 0 rounds P̄V, ℓ and the O accumulator and runs the fix's tie test per
@@ -53,6 +58,11 @@ EMULATED_BLOCK = (64, 64)        # (BLOCK_M, BLOCK_N) of the emulated path: part
 _FIXES = (None, "beta", "beta_split")
 _FIX_CODE = {None: 0, "beta": 1, "beta_split": 2}   # the kernel's FIX constexpr
 _PATHS = (None, "emulated", "native")
+# The native path's product of an operand the numerics keep in FP32 with a BF16 one (`kernels.flash_fwd.wide_dot`):
+# "ieee" (FP32 FMAs, the emulated path's arithmetic) or "bf16_split" (the FP32 operand as three exact BF16 pieces,
+# three tensor-core matmuls). Both have exact products and FP32 sums. Read at each launch; not yet timed on a GPU.
+WIDE_PRODUCT = "ieee"
+_WIDE_PRODUCTS = ("ieee", "bf16_split")
 
 
 def _interpreting() -> bool:
@@ -67,6 +77,11 @@ def _interpreting() -> bool:
 # round_grad_acc), which carry one more FP32 accumulator per output (P̄V; dK and dV, or dQ). Picked without a GPU
 # from ptxas's register report for sm_90 (benchmarks/kernel_registers.py): at head dim 64 the dK/dV kernel spills at
 # 4 warps with 2 stages and does not at 8 warps; at 128 the fewest spills are at 8 warps. Not yet timed.
+# "bwd_wide" / "bwd_split": the per-tile backward with FP32 P or dS operands (`bwd_kernel_key`), their products FP32
+# `ieee` FMAs or three BF16 tensor-core matmuls (WIDE_PRODUCT). One pipeline stage, as the emulated backward, whose
+# `ieee` dots Triton compiled wrongly at 3 stages (`_blocks`); warps by ptxas's report for sm_90: the `ieee` dK/dV
+# kernel spills at every config, least at 8 warps (head dim 64: 3.0 KB, 7.8 KB at 4 warps); the split one spills
+# nothing at 4 warps at head dim 64 and least at 8 warps at 128. Not yet timed.
 NATIVE_CONFIGS = {
     ("fwd", True): dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
     ("fwd", False): dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
@@ -76,12 +91,16 @@ NATIVE_CONFIGS = {
     ("fwd_rb", False): dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=2),
     ("bwd_rb", True): dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=2),
     ("bwd_rb", False): dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=1),
+    ("bwd_wide", True): dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=1),
+    ("bwd_wide", False): dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=1),
+    ("bwd_split", True): dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=1),
+    ("bwd_split", False): dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=1),
 }
 
 
 def native_config(head_dim: int, kernel: str) -> dict:
-    """Launch config of the native path for `kernel` in {"fwd", "bwd", "fwd_rb", "bwd_rb"} (a copy of
-    NATIVE_CONFIGS' entry)."""
+    """Launch config of the native path for `kernel` in {"fwd", "bwd", "fwd_rb", "bwd_rb", "bwd_wide", "bwd_split"} (a
+    copy of NATIVE_CONFIGS' entry)."""
     return dict(NATIVE_CONFIGS[(kernel, head_dim <= 64)])
 
 
@@ -91,8 +110,14 @@ def fwd_kernel_key(nm: Numerics) -> str:
 
 
 def bwd_kernel_key(nm: Numerics) -> str:
-    """The NATIVE_CONFIGS kernel name of the dK/dV and dQ kernels: "bwd_rb" when their lp accumulators see blocks."""
-    return "bwd_rb" if nm.round_block != 0 and nm.round_grad_acc else "bwd"
+    """The NATIVE_CONFIGS kernel name of the dK/dV and dQ kernels: "bwd_rb" when their lp accumulators see blocks,
+    else, when backward P or dS stays FP32 (round_bwd_p or round_ds off), "bwd_wide" or "bwd_split" (per
+    WIDE_PRODUCT), else "bwd"."""
+    if nm.round_block != 0 and nm.round_grad_acc:
+        return "bwd_rb"
+    if nm.round_bwd_p and nm.round_ds:
+        return "bwd"
+    return "bwd_split" if WIDE_PRODUCT == "bf16_split" else "bwd_wide"
 
 
 def _flags(nm: Numerics) -> dict:
@@ -112,8 +137,9 @@ def _bwd_flags(nm: Numerics) -> dict:
 
 
 def native_allowed(nm: Numerics) -> bool:
-    """True when `nm`'s rounding points can be the native BF16 casts/operands (see module docstring)."""
-    return nm.mantissa_bits <= 7 and nm.round_p and nm.round_bwd_p and nm.round_ds
+    """True when `nm`'s rounding points can be the native BF16 casts/operands: mantissa_bits <= 7 (the native path
+    rounds by casting to BF16). P̄, backward P and dS may be rounded or kept in FP32 (module docstring)."""
+    return nm.mantissa_bits <= 7
 
 
 def resolve_path(path, nm: Numerics, dtype, device) -> str:
@@ -128,9 +154,15 @@ def resolve_path(path, nm: Numerics, dtype, device) -> str:
         if dtype != torch.bfloat16:
             raise TypeError(f"path='native' needs bfloat16 inputs, got {dtype}")
         if not native_allowed(nm):
-            raise ValueError("path='native' supports only numerics with mantissa_bits <= 7 and round_p, "
-                             f"round_bwd_p, round_ds all True; got {nm}")
+            raise ValueError(f"path='native' supports only numerics with mantissa_bits <= 7; got {nm}")
     return path
+
+
+def _wide_split(path) -> bool:
+    """The kernels' WIDE_SPLIT constexpr: the native path with WIDE_PRODUCT = "bf16_split"."""
+    if WIDE_PRODUCT not in _WIDE_PRODUCTS:
+        raise ValueError(f"WIDE_PRODUCT must be one of {_WIDE_PRODUCTS}, got {WIDE_PRODUCT!r}")
+    return path == "native" and WIDE_PRODUCT == "bf16_split"
 
 
 def _ntiles(n, block):
@@ -184,7 +216,7 @@ def attention_fwd(q, k, v, *, causal, scale, nm: Numerics, fix, beta, tie_tol, p
                           CLAMP_SHIFT=max_shift is not None, D=D, DP=DP, N_TILES=_ntiles(N, cfg["BLOCK_N"]),
                           ROUND_BLOCK=nm.round_block != 0, RB_TILES=rb_tiles, CAUSAL=causal, FIX=_FIX_CODE[fix],
                           NATIVE=path == "native", STATIC_LOOPS=_interpreting(), STORE_O32=store_o32,
-                          **_fwd_flags(nm), **cfg)
+                          WIDE_SPLIT=_wide_split(path), **_fwd_flags(nm), **cfg)
     return o, lse, (o32 if store_o32 else None)
 
 
@@ -223,7 +255,7 @@ def attention_bwd(do, q, k, v, o_for_delta, lse, *, causal, scale, nm: Numerics,
     dk = torch.empty(q.shape, device=q.device, dtype=gdt)
     dv = torch.empty(q.shape, device=q.device, dtype=gdt)
     common = dict(D=D, DP=DP, CAUSAL=causal, NATIVE=path == "native", STATIC_LOOPS=_interpreting(), **_bwd_flags(nm),
-                  **cfg)
+                  WIDE_SPLIT=_wide_split(path), **cfg)
     # Logical rounding blocks reach the backward only through its lp gradient accumulators (round_grad_acc): key
     # blocks in the dQ loop, query blocks in the dK/dV loop. With FP32 accumulators they would only reorder sums.
     rb = nm.round_block if nm.round_grad_acc else 0

@@ -26,7 +26,8 @@ dK/dV kernel (one key tile, query tiles in order): dv += p_opᵀ @ dO ; dk += ds
 dQ kernel (one query tile, key tiles in order):   dq += ds_op @ k ; finally dq *= scale.
 [round_grad_acc]: each tile's product and the accumulator after the add are rounded (`grad_acc`).
 Native path: the matmul operands are BF16 (`bf16_operand`: p and ds rounded to M bits, then an exact cast), FP32
-accumulation.
+accumulation; a p or ds the numerics keep in FP32 (round_bwd_p, round_ds off) meets the other operand, widened, in an
+FP32 `ieee` product (`wide_dot`, as on the emulated path).
 
 Logical rounding blocks (`Numerics.round_block` = R ≠ 0, with round_grad_acc): the only backward rounding points
 that depend on tiling are the lp gradient accumulators (P and dS are elementwise in S − LSE and need no block max).
@@ -49,7 +50,7 @@ import triton
 import triton.language as tl
 
 from kernels.flash_fwd import (SALT_BP, SALT_BSM, SALT_DELTA, SALT_DS, SALT_GRAD, bf16_operand, load_rows, round_point,
-                               score_tile)
+                               score_tile, wide_dot)
 
 __all__ = ["attn_delta_kernel", "attn_bwd_dq_kernel", "attn_bwd_dkdv_kernel"]
 
@@ -100,8 +101,9 @@ def _bwd_tile(q, k, v, do, lse, delta, scale, offs_m, offs_n, N, seed, tile_id,
     ds_op = p
     if not DELTA_ONLY:
         if NEED_P_OP:
-            if NATIVE:   # native requires round_bwd_p
-                p_op = bf16_operand(p, M_BITS, SR, seed, SALT_BP, tile_id, offs_el)
+            if NATIVE:
+                if ROUND_BWD_P:          # else p_op is the FP32 p (`wide_dot`)
+                    p_op = bf16_operand(p, M_BITS, SR, seed, SALT_BP, tile_id, offs_el)
             else:
                 if ROUND_BWD_P:
                     p_op = round_point(p, M_BITS, SR, seed, SALT_BP, tile_id, offs_el, NATIVE)
@@ -112,8 +114,11 @@ def _bwd_tile(q, k, v, do, lse, delta, scale, offs_m, offs_n, N, seed, tile_id,
             if ROUND_DELTA:      # lp − lp is lp (PyTorch BF16 tensors)
                 t = round_point(t, M_BITS, SR, seed, SALT_DS, tile_id + 15485863, offs_el, NATIVE)
         ds = p * t
-        if NATIVE:       # native requires round_ds
-            ds_op = bf16_operand(ds, M_BITS, SR, seed, SALT_DS, tile_id, offs_el)
+        if NATIVE:
+            if ROUND_DS:
+                ds_op = bf16_operand(ds, M_BITS, SR, seed, SALT_DS, tile_id, offs_el)
+            else:                # FP32 dS (`wide_dot`)
+                ds_op = ds
         else:
             if ROUND_DS:
                 ds_op = round_point(ds, M_BITS, SR, seed, SALT_DS, tile_id, offs_el, NATIVE)
@@ -139,7 +144,7 @@ def _dq_step(dq, dsum, psum, q, do, lse, delta, K_base, V_base, start_n, offs_m,
              CHECK_D: tl.constexpr, NATIVE: tl.constexpr, M_BITS: tl.constexpr, SR: tl.constexpr,
              ROUND_S: tl.constexpr, ROUND_BWD_S_MINUS_LSE: tl.constexpr, ROUND_DS: tl.constexpr,
              ROUND_DP: tl.constexpr, ROUND_DELTA: tl.constexpr, ROUND_GRAD_ACC: tl.constexpr,
-             DELTA_ONLY: tl.constexpr):
+             DELTA_ONLY: tl.constexpr, WIDE_SPLIT: tl.constexpr = False):
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k = load_rows(K_base, offs_n, offs_d, N, D, MASK, CHECK_D)
     v = load_rows(V_base, offs_n, offs_d, N, D, MASK, CHECK_D)
@@ -151,7 +156,10 @@ def _dq_step(dq, dsum, psum, q, do, lse, delta, K_base, V_base, start_n, offs_m,
         psum = psum + tl.sum(p_op, 1)         # p_op is the FP32 P under DELTA_ONLY (never rounded)
     else:
         if NATIVE:
-            g = tl.dot(ds_op, k)
+            if ROUND_DS:
+                g = tl.dot(ds_op, k)
+            else:
+                g = wide_dot(ds_op, k, WIDE_SPLIT)
         else:
             g = tl.dot(ds_op, k, input_precision="ieee")
         dq = grad_acc(dq, g, M_BITS, SR, seed, tile_id, (offs_m % 4096)[:, None] * 128 + offs_d[None, :],
@@ -164,7 +172,7 @@ def _dq_block_step(g, q, do, lse, delta, K_base, V_base, start_n, offs_m, offs_d
                    D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr,
                    CHECK_D: tl.constexpr, NATIVE: tl.constexpr, M_BITS: tl.constexpr, SR: tl.constexpr,
                    ROUND_S: tl.constexpr, ROUND_BWD_S_MINUS_LSE: tl.constexpr, ROUND_DS: tl.constexpr,
-                   ROUND_DP: tl.constexpr, ROUND_DELTA: tl.constexpr):
+                   ROUND_DP: tl.constexpr, ROUND_DELTA: tl.constexpr, WIDE_SPLIT: tl.constexpr = False):
     """One key tile of a logical rounding block of the dQ loop: g += dS_op @ k in FP32 (the block's partial sum)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k = load_rows(K_base, offs_n, offs_d, N, D, MASK, CHECK_D)
@@ -173,7 +181,10 @@ def _dq_block_step(g, q, do, lse, delta, K_base, V_base, start_n, offs_m, offs_d
                                  CAUSAL, MASK, NATIVE, M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE, False, ROUND_DS,
                                  ROUND_DP, ROUND_DELTA, False, False)
     if NATIVE:
-        g = tl.dot(ds_op, k, g)
+        if ROUND_DS:
+            g = tl.dot(ds_op, k, g)
+        else:
+            g = g + wide_dot(ds_op, k, WIDE_SPLIT)
     else:
         g = g + tl.dot(ds_op, k, input_precision="ieee")
     return g
@@ -187,7 +198,8 @@ def attn_bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, scale, N, seed, rb_keys,
                        STATIC_LOOPS: tl.constexpr, M_BITS: tl.constexpr, SR: tl.constexpr,
                        ROUND_S: tl.constexpr, ROUND_BWD_S_MINUS_LSE: tl.constexpr, ROUND_DS: tl.constexpr,
                        ROUND_DP: tl.constexpr, ROUND_DELTA: tl.constexpr, ROUND_GRAD_ACC: tl.constexpr,
-                       DELTA_ONLY: tl.constexpr, NORM_DELTA: tl.constexpr = False):
+                       DELTA_ONLY: tl.constexpr, NORM_DELTA: tl.constexpr = False,
+                       WIDE_SPLIT: tl.constexpr = False):
     """dQ for one (query tile, batch·head), looping over key tiles; with DELTA_ONLY it instead writes
     δ = Σ rowsum(dP ∘ P) into DELTA, divided by Σ rowsum(P) with NORM_DELTA ("dp_p_norm", module docstring). Loop
     structure as in `attn_fwd_kernel`. ROUND_BLOCK (lp accumulator with a logical rounding block, never with
@@ -227,7 +239,7 @@ def attn_bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, scale, N, seed, rb_keys,
                             g = _dq_block_step(g, q, do, lse, delta, K + base, V + base, (b * RB_TILES + t) * BLOCK_N,
                                                offs_m, offs_d, scale, N, seed, tile0 + b * RB_TILES + t, D, BLOCK_N,
                                                CAUSAL, True, CHECK_D, NATIVE, M_BITS, SR, ROUND_S,
-                                               ROUND_BWD_S_MINUS_LSE, ROUND_DS, ROUND_DP, ROUND_DELTA)
+                                               ROUND_BWD_S_MINUS_LSE, ROUND_DS, ROUND_DP, ROUND_DELTA, WIDE_SPLIT)
                     dq = grad_acc(dq, g, M_BITS, SR, seed, tile0 + b * RB_TILES, offs_acc, ROUND_GRAD_ACC)
         else:
             for b0 in range(0, hi, rb_keys):
@@ -235,11 +247,13 @@ def attn_bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, scale, N, seed, rb_keys,
                 for start_n in range(b0, tl.minimum(b0 + rb_keys, lo), BLOCK_N):
                     g = _dq_block_step(g, q, do, lse, delta, K + base, V + base, start_n, offs_m, offs_d, scale, N,
                                        seed, tile0 + start_n // BLOCK_N, D, BLOCK_N, CAUSAL, False, CHECK_D, NATIVE,
-                                       M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE, ROUND_DS, ROUND_DP, ROUND_DELTA)
+                                       M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE, ROUND_DS, ROUND_DP, ROUND_DELTA,
+                                       WIDE_SPLIT)
                 for start_n in range(tl.maximum(b0, lo), tl.minimum(b0 + rb_keys, hi), BLOCK_N):
                     g = _dq_block_step(g, q, do, lse, delta, K + base, V + base, start_n, offs_m, offs_d, scale, N,
                                        seed, tile0 + start_n // BLOCK_N, D, BLOCK_N, CAUSAL, True, CHECK_D, NATIVE,
-                                       M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE, ROUND_DS, ROUND_DP, ROUND_DELTA)
+                                       M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE, ROUND_DS, ROUND_DP, ROUND_DELTA,
+                                       WIDE_SPLIT)
                 dq = grad_acc(dq, g, M_BITS, SR, seed, tile0 + b0 // BLOCK_N, offs_acc, ROUND_GRAD_ACC)
     else:
         if STATIC_LOOPS:
@@ -248,18 +262,18 @@ def attn_bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, scale, N, seed, rb_keys,
                     dq, dsum, psum = _dq_step(dq, dsum, psum, q, do, lse, delta, K + base, V + base, j * BLOCK_N,
                                               offs_m, offs_d, scale, N, seed, tile0 + j, D, BLOCK_N, CAUSAL, True,
                                               CHECK_D, NATIVE, M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE, ROUND_DS,
-                                              ROUND_DP, ROUND_DELTA, ROUND_GRAD_ACC, DELTA_ONLY)
+                                              ROUND_DP, ROUND_DELTA, ROUND_GRAD_ACC, DELTA_ONLY, WIDE_SPLIT)
         else:
             for start_n in range(0, lo, BLOCK_N):
                 dq, dsum, psum = _dq_step(dq, dsum, psum, q, do, lse, delta, K + base, V + base, start_n, offs_m,
                                           offs_d, scale, N, seed, tile0 + start_n // BLOCK_N, D, BLOCK_N, CAUSAL,
                                           False, CHECK_D, NATIVE, M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE,
-                                          ROUND_DS, ROUND_DP, ROUND_DELTA, ROUND_GRAD_ACC, DELTA_ONLY)
+                                          ROUND_DS, ROUND_DP, ROUND_DELTA, ROUND_GRAD_ACC, DELTA_ONLY, WIDE_SPLIT)
             for start_n in range(lo, hi, BLOCK_N):
                 dq, dsum, psum = _dq_step(dq, dsum, psum, q, do, lse, delta, K + base, V + base, start_n, offs_m,
                                           offs_d, scale, N, seed, tile0 + start_n // BLOCK_N, D, BLOCK_N, CAUSAL,
                                           True, CHECK_D, NATIVE, M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE,
-                                          ROUND_DS, ROUND_DP, ROUND_DELTA, ROUND_GRAD_ACC, DELTA_ONLY)
+                                          ROUND_DS, ROUND_DP, ROUND_DELTA, ROUND_GRAD_ACC, DELTA_ONLY, WIDE_SPLIT)
     if DELTA_ONLY:
         if NORM_DELTA:
             dsum = dsum / tl.where(psum > 0, psum, 1.0)
@@ -278,7 +292,7 @@ def _dkdv_step(dk, dv, k, v, Q_base, DO_base, LSE_base, DELTA_base, start_m, off
                MASK: tl.constexpr, CHECK_D: tl.constexpr, NATIVE: tl.constexpr, M_BITS: tl.constexpr,
                SR: tl.constexpr, ROUND_S: tl.constexpr, ROUND_BWD_S_MINUS_LSE: tl.constexpr,
                ROUND_BWD_P: tl.constexpr, ROUND_DS: tl.constexpr, ROUND_DP: tl.constexpr, ROUND_DELTA: tl.constexpr,
-               ROUND_GRAD_ACC: tl.constexpr):
+               ROUND_GRAD_ACC: tl.constexpr, WIDE_SPLIT: tl.constexpr = False):
     offs_m = start_m + tl.arange(0, BLOCK_M)
     q = load_rows(Q_base, offs_m, offs_d, N, D, True, CHECK_D)
     do = load_rows(DO_base, offs_m, offs_d, N, D, True, CHECK_D)
@@ -288,8 +302,14 @@ def _dkdv_step(dk, dv, k, v, Q_base, DO_base, LSE_base, DELTA_base, start_m, off
                                  CAUSAL, MASK, NATIVE, M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE, ROUND_BWD_P,
                                  ROUND_DS, ROUND_DP, ROUND_DELTA, True, False)
     if NATIVE:
-        gv = tl.dot(tl.trans(p_op), do)
-        gk = tl.dot(tl.trans(ds_op), q)
+        if ROUND_BWD_P:
+            gv = tl.dot(tl.trans(p_op), do)
+        else:
+            gv = wide_dot(tl.trans(p_op), do, WIDE_SPLIT)
+        if ROUND_DS:
+            gk = tl.dot(tl.trans(ds_op), q)
+        else:
+            gk = wide_dot(tl.trans(ds_op), q, WIDE_SPLIT)
     else:
         gv = tl.dot(tl.trans(p_op), do, input_precision="ieee")
         gk = tl.dot(tl.trans(ds_op), q, input_precision="ieee")
@@ -305,7 +325,7 @@ def _dkdv_block_step(gk, gv, k, v, Q_base, DO_base, LSE_base, DELTA_base, start_
                      MASK: tl.constexpr, CHECK_D: tl.constexpr, NATIVE: tl.constexpr, M_BITS: tl.constexpr,
                      SR: tl.constexpr, ROUND_S: tl.constexpr, ROUND_BWD_S_MINUS_LSE: tl.constexpr,
                      ROUND_BWD_P: tl.constexpr, ROUND_DS: tl.constexpr, ROUND_DP: tl.constexpr,
-                     ROUND_DELTA: tl.constexpr):
+                     ROUND_DELTA: tl.constexpr, WIDE_SPLIT: tl.constexpr = False):
     """One query tile of a logical rounding block of the dK/dV loop: gv += P_opᵀ @ dO, gk += dS_opᵀ @ q in FP32."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
     q = load_rows(Q_base, offs_m, offs_d, N, D, True, CHECK_D)
@@ -316,8 +336,14 @@ def _dkdv_block_step(gk, gv, k, v, Q_base, DO_base, LSE_base, DELTA_base, start_
                                  CAUSAL, MASK, NATIVE, M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE, ROUND_BWD_P,
                                  ROUND_DS, ROUND_DP, ROUND_DELTA, True, False)
     if NATIVE:
-        gv = tl.dot(tl.trans(p_op), do, gv)
-        gk = tl.dot(tl.trans(ds_op), q, gk)
+        if ROUND_BWD_P:
+            gv = tl.dot(tl.trans(p_op), do, gv)
+        else:
+            gv = gv + wide_dot(tl.trans(p_op), do, WIDE_SPLIT)
+        if ROUND_DS:
+            gk = tl.dot(tl.trans(ds_op), q, gk)
+        else:
+            gk = gk + wide_dot(tl.trans(ds_op), q, WIDE_SPLIT)
     else:
         gv = gv + tl.dot(tl.trans(p_op), do, input_precision="ieee")
         gk = gk + tl.dot(tl.trans(ds_op), q, input_precision="ieee")
@@ -332,7 +358,7 @@ def attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, scale, N, seed, rb_row
                          STATIC_LOOPS: tl.constexpr, M_BITS: tl.constexpr, SR: tl.constexpr,
                          ROUND_S: tl.constexpr, ROUND_BWD_S_MINUS_LSE: tl.constexpr, ROUND_BWD_P: tl.constexpr,
                          ROUND_DS: tl.constexpr, ROUND_DP: tl.constexpr, ROUND_DELTA: tl.constexpr,
-                         ROUND_GRAD_ACC: tl.constexpr):
+                         ROUND_GRAD_ACC: tl.constexpr, WIDE_SPLIT: tl.constexpr = False):
     """dK, dV for one (key tile, batch·head), looping over query tiles top to bottom (causal: from the diagonal).
     Grid: (cdiv(N, BLOCK_N), batch·heads). The score tile is computed as (q @ kᵀ), in the same orientation as the
     forward and the dQ kernel, so P and dS are bit-identical across the three kernels. ROUND_BLOCK (lp accumulators
@@ -377,7 +403,7 @@ def attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, scale, N, seed, rb_row
                                                       (bh * 131 + i) * 1031 + pid_n, D, BLOCK_M, BLOCK_N, CAUSAL,
                                                       True, CHECK_D, NATIVE, M_BITS, SR, ROUND_S,
                                                       ROUND_BWD_S_MINUS_LSE, ROUND_BWD_P, ROUND_DS, ROUND_DP,
-                                                      ROUND_DELTA)
+                                                      ROUND_DELTA, WIDE_SPLIT)
                     tid = (bh * 131 + b * RB_TILES) * 1031 + pid_n
                     dv = grad_acc(dv, gv, M_BITS, SR, seed, tid, offs_acc, ROUND_GRAD_ACC)
                     dk = grad_acc(dk, gk, M_BITS, SR, seed, tid + 104729, offs_acc, ROUND_GRAD_ACC)
@@ -390,13 +416,15 @@ def attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, scale, N, seed, rb_row
                                               offs_n, offs_d, scale, N, seed,
                                               (bh * 131 + start_m // BLOCK_M) * 1031 + pid_n, D, BLOCK_M, BLOCK_N,
                                               CAUSAL, True, CHECK_D, NATIVE, M_BITS, SR, ROUND_S,
-                                              ROUND_BWD_S_MINUS_LSE, ROUND_BWD_P, ROUND_DS, ROUND_DP, ROUND_DELTA)
+                                              ROUND_BWD_S_MINUS_LSE, ROUND_BWD_P, ROUND_DS, ROUND_DP, ROUND_DELTA,
+                                              WIDE_SPLIT)
                 for start_m in range(tl.maximum(b0, mid), tl.minimum(b0 + rb_rows, N), BLOCK_M):
                     gk, gv = _dkdv_block_step(gk, gv, k, v, Q + base, DO + base, lse_base, delta_base, start_m,
                                               offs_n, offs_d, scale, N, seed,
                                               (bh * 131 + start_m // BLOCK_M) * 1031 + pid_n, D, BLOCK_M, BLOCK_N,
                                               CAUSAL, False, CHECK_D, NATIVE, M_BITS, SR, ROUND_S,
-                                              ROUND_BWD_S_MINUS_LSE, ROUND_BWD_P, ROUND_DS, ROUND_DP, ROUND_DELTA)
+                                              ROUND_BWD_S_MINUS_LSE, ROUND_BWD_P, ROUND_DS, ROUND_DP, ROUND_DELTA,
+                                              WIDE_SPLIT)
                 tid = (bh * 131 + b0 // BLOCK_M) * 1031 + pid_n
                 dv = grad_acc(dv.to(tl.float32), gv, M_BITS, SR, seed, tid, offs_acc, ROUND_GRAD_ACC).to(dv.dtype)
                 dk = grad_acc(dk.to(tl.float32), gk, M_BITS, SR, seed, tid + 104729, offs_acc,
@@ -408,19 +436,19 @@ def attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, scale, N, seed, rb_row
                     dk, dv = _dkdv_step(dk, dv, k, v, Q + base, DO + base, lse_base, delta_base, i * BLOCK_M, offs_n,
                                         offs_d, scale, N, seed, (bh * 131 + i) * 1031 + pid_n, D, BLOCK_M, BLOCK_N,
                                         CAUSAL, True, CHECK_D, NATIVE, M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE,
-                                        ROUND_BWD_P, ROUND_DS, ROUND_DP, ROUND_DELTA, ROUND_GRAD_ACC)
+                                        ROUND_BWD_P, ROUND_DS, ROUND_DP, ROUND_DELTA, ROUND_GRAD_ACC, WIDE_SPLIT)
         else:
             for start_m in range(lo, mid, BLOCK_M):
                 dk, dv = _dkdv_step(dk, dv, k, v, Q + base, DO + base, lse_base, delta_base, start_m, offs_n, offs_d,
                                     scale, N, seed, (bh * 131 + start_m // BLOCK_M) * 1031 + pid_n, D, BLOCK_M,
                                     BLOCK_N, CAUSAL, True, CHECK_D, NATIVE, M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE,
-                                    ROUND_BWD_P, ROUND_DS, ROUND_DP, ROUND_DELTA, ROUND_GRAD_ACC)
+                                    ROUND_BWD_P, ROUND_DS, ROUND_DP, ROUND_DELTA, ROUND_GRAD_ACC, WIDE_SPLIT)
             # Below the diagonal every score is visible; padded key columns only feed dk/dv rows that are not stored.
             for start_m in range(mid, N, BLOCK_M):
                 dk, dv = _dkdv_step(dk, dv, k, v, Q + base, DO + base, lse_base, delta_base, start_m, offs_n, offs_d,
                                     scale, N, seed, (bh * 131 + start_m // BLOCK_M) * 1031 + pid_n, D, BLOCK_M,
                                     BLOCK_N, CAUSAL, False, CHECK_D, NATIVE, M_BITS, SR, ROUND_S, ROUND_BWD_S_MINUS_LSE,
-                                    ROUND_BWD_P, ROUND_DS, ROUND_DP, ROUND_DELTA, ROUND_GRAD_ACC)
+                                    ROUND_BWD_P, ROUND_DS, ROUND_DP, ROUND_DELTA, ROUND_GRAD_ACC, WIDE_SPLIT)
     dk = dk.to(tl.float32) * scale
     out = base + offs_n[:, None] * D + offs_d[None, :]
     mask = (offs_n[:, None] < N) & (offs_d[None, :] < D)

@@ -11,7 +11,8 @@ Two paths through the same code (the `NATIVE` constexpr):
   against `lib/fp/reference.py`'s emulator (same tiles, same order of operations).
 * native (NATIVE=True, GPU only, mantissa_bits <= 7, RNE or SR): q, k, v are BF16; the P̄V operand is rounded to
   M bits (`bf16_operand`: the hardware cast at M = 7 with RNE, else our helper and an exact cast) and QKᵀ / P̄V run
-  on BF16 tensor cores with FP32 accumulation. The elementwise steps are the same code.
+  on BF16 tensor cores with FP32 accumulation. The elementwise steps are the same code. Without round_p (P̄ kept in
+  FP32) the P̄V product is `wide_dot` instead: the emulated path's FP32 `ieee` product, V widened exactly.
 
 The arithmetic, per key tile j (rnd = round to `M` mantissa bits; bracketed steps are Numerics switches; the same
 text, op by op, is the contract in `lib/fp/reference.py`'s docstring):
@@ -59,7 +60,7 @@ import triton.language as tl
 
 from kernels.rounding import rne_mantissa, sr_mantissa
 
-__all__ = ["attn_fwd_kernel", "round_point", "bf16_operand", "load_rows", "score_tile"]
+__all__ = ["attn_fwd_kernel", "round_point", "bf16_operand", "wide_dot", "load_rows", "score_tile"]
 
 # Salts that give each rounding point its own random stream under stochastic rounding.
 # The backward runs with the forward's seed: it recomputes S with SALT_S and must draw the forward's bits (else its P
@@ -101,6 +102,30 @@ def bf16_operand(x, M: tl.constexpr, SR: tl.constexpr, seed, salt: tl.constexpr,
         return x.to(tl.bfloat16)
     else:
         return round_point(x, M, SR, seed, salt, tile_id, offs, True).to(tl.bfloat16)
+
+
+@triton.jit
+def wide_dot(a, b, SPLIT: tl.constexpr):
+    """Native path, an operand the numerics keep in FP32 (P̄ without round_p; backward P and dS without round_bwd_p,
+    round_ds): a @ b for FP32 `a` and the BF16 tile `b`, every product exact, summed in FP32.
+
+    Default (SPLIT=False): as the emulated path computes it, an FP32 `ieee` product with `b` widened (exact); FP32
+    FMAs, no tensor cores. SPLIT=True: `a` = a₁ + a₂ + a₃ exactly, three BF16 pieces (each the RNE cast of what the
+    earlier ones leave: 8 + 8 + 8 significant bits cover FP32's 24; the remainders are exact in FP32), and
+    a₃b + a₂b + a₁b on the BF16 tensor cores with FP32 accumulation (each aᵢ·b exact): three tensor-core matmuls
+    instead of FMAs, and no register spills where the FMA form spills (the dK/dV kernel at head dim 64, ptxas for
+    sm_90). It differs from the `ieee` form only in the order and grouping of the FP32 sums (as the other native
+    matmuls do), and in pieces below BF16's smallest normal (|a| < 2⁻¹¹⁰, far below any P̄ or dS that reaches O)."""
+    if SPLIT:
+        a1 = a.to(tl.bfloat16)
+        r = a - a1.to(tl.float32)
+        a2 = r.to(tl.bfloat16)
+        a3 = (r - a2.to(tl.float32)).to(tl.bfloat16)
+        acc = tl.dot(a3, b)
+        acc = tl.dot(a2, b, acc)
+        return tl.dot(a1, b, acc)
+    else:
+        return tl.dot(a, b.to(tl.float32), input_precision="ieee")
 
 
 @triton.jit
@@ -169,8 +194,12 @@ def _probs(s, m_use, seed, tile_id, offs_el, NATIVE: tl.constexpr, M_BITS: tl.co
         x = round_point(x, M_BITS, SR, seed, SALT_SM, tile_id, offs_el, NATIVE)
     p = tl.exp(x)
     if NATIVE:
-        p_op = bf16_operand(p, M_BITS, SR, seed, SALT_P, tile_id, offs_el)   # native requires round_p
-        p_val = p_op.to(tl.float32)
+        if ROUND_P:
+            p_op = bf16_operand(p, M_BITS, SR, seed, SALT_P, tile_id, offs_el)
+            p_val = p_op.to(tl.float32)
+        else:            # P̄ stays FP32: the P̄V product is `wide_dot`'s
+            p_op = p
+            p_val = p
     else:
         if ROUND_P:
             p_op = round_point(p, M_BITS, SR, seed, SALT_P, tile_id, offs_el, NATIVE)
@@ -223,7 +252,7 @@ def _fwd_step(acc, l_i, m_i, q, K_base, V_base, start_n, offs_m, offs_d, scale, 
               CAUSAL: tl.constexpr, MASK: tl.constexpr, CHECK_D: tl.constexpr, FIX: tl.constexpr, NATIVE: tl.constexpr, M_BITS: tl.constexpr,
               SR: tl.constexpr, ROUND_S: tl.constexpr, ROUND_S_MINUS_M: tl.constexpr, ROUND_P: tl.constexpr,
               ROWSUM_ROUNDED_P: tl.constexpr, ROUND_L: tl.constexpr, ROUND_PV: tl.constexpr,
-              ROUND_ACC: tl.constexpr):
+              ROUND_ACC: tl.constexpr, WIDE_SPLIT: tl.constexpr = False):
     """One key tile of the online softmax (round_block = 0): returns the updated (acc, l_i, m_i)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_el = (offs_m % 4096)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]   # SR offsets (element id)
@@ -243,7 +272,10 @@ def _fwd_step(acc, l_i, m_i, q, K_base, V_base, start_n, offs_m, offs_d, scale, 
     p_op, l_t = _probs(s, m_use, seed, tile_id, offs_el, NATIVE, M_BITS, SR, ROUND_S_MINUS_M, ROUND_P,
                        ROWSUM_ROUNDED_P)
     if NATIVE:
-        pv = tl.dot(p_op, v)
+        if ROUND_P:
+            pv = tl.dot(p_op, v)
+        else:
+            pv = wide_dot(p_op, v, WIDE_SPLIT)
     else:
         pv = tl.dot(p_op, v, input_precision="ieee")
     acc, l_i = _rescale_add(acc, l_i, alpha, l_t, pv, seed, tile_id, offs_acc, NATIVE, M_BITS, SR, BLOCK_M, ROUND_L,
@@ -281,7 +313,7 @@ def _block_pv_step(l_b, pv, q, K_base, V_base, start_n, m_use, offs_m, offs_d, s
                    D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr,
                    CHECK_D: tl.constexpr, NATIVE: tl.constexpr, M_BITS: tl.constexpr, SR: tl.constexpr,
                    ROUND_S: tl.constexpr, ROUND_S_MINUS_M: tl.constexpr, ROUND_P: tl.constexpr,
-                   ROWSUM_ROUNDED_P: tl.constexpr):
+                   ROWSUM_ROUNDED_P: tl.constexpr, WIDE_SPLIT: tl.constexpr = False):
     """Pass 2 over one key tile of a logical block: recompute S, P̄ = exp(S − m_use) as in a plain tile, and add the
     tile's row sum and P̄V product to the block's FP32 sums (l_b, pv)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -294,7 +326,10 @@ def _block_pv_step(l_b, pv, q, K_base, V_base, start_n, m_use, offs_m, offs_d, s
                        ROWSUM_ROUNDED_P)
     l_b = l_b + l_t
     if NATIVE:
-        pv = tl.dot(p_op, v, pv)          # the tensor-core accumulator is the block's FP32 sum
+        if ROUND_P:
+            pv = tl.dot(p_op, v, pv)          # the tensor-core accumulator is the block's FP32 sum
+        else:
+            pv = pv + wide_dot(p_op, v, WIDE_SPLIT)
     else:
         pv = pv + tl.dot(p_op, v, input_precision="ieee")
     return l_b, pv
@@ -307,7 +342,7 @@ def _fwd_block(acc, l_i, m_i, q, K_base, V_base, b0, b1, lo, tile0, offs_m, offs
                CHECK_D: tl.constexpr, FIX: tl.constexpr, NATIVE: tl.constexpr, M_BITS: tl.constexpr,
                SR: tl.constexpr, ROUND_S: tl.constexpr, ROUND_S_MINUS_M: tl.constexpr, ROUND_P: tl.constexpr,
                ROWSUM_ROUNDED_P: tl.constexpr, ROUND_L: tl.constexpr, ROUND_PV: tl.constexpr,
-               ROUND_ACC: tl.constexpr):
+               ROUND_ACC: tl.constexpr, WIDE_SPLIT: tl.constexpr = False):
     """One logical rounding block: the key tiles starting at b0, b0 + BLOCK_N, … below b1 (b1 ≤ the row's last
     visible key; b0 a multiple of the block width). Keys below `lo` need no mask. STATIC_LOOPS (interpreter): the
     block's RB_TILES tiles with a skip test instead of runtime loop bounds. Returns the updated (acc, l_i, m_i)."""
@@ -349,16 +384,16 @@ def _fwd_block(acc, l_i, m_i, q, K_base, V_base, b0, b1, lo, tile0, offs_m, offs
             if b0 + t * BLOCK_N < b1:
                 l_b, pv = _block_pv_step(l_b, pv, q, K_base, V_base, b0 + t * BLOCK_N, m_use, offs_m, offs_d, scale,
                                          N, seed, bid + t, D, BLOCK_N, CAUSAL, True, CHECK_D, NATIVE, M_BITS, SR,
-                                         ROUND_S, ROUND_S_MINUS_M, ROUND_P, ROWSUM_ROUNDED_P)
+                                         ROUND_S, ROUND_S_MINUS_M, ROUND_P, ROWSUM_ROUNDED_P, WIDE_SPLIT)
     else:
         for start_n in range(b0, tl.minimum(b1, lo), BLOCK_N):
             l_b, pv = _block_pv_step(l_b, pv, q, K_base, V_base, start_n, m_use, offs_m, offs_d, scale, N, seed,
                                      tile0 + start_n // BLOCK_N, D, BLOCK_N, CAUSAL, False, CHECK_D, NATIVE, M_BITS,
-                                     SR, ROUND_S, ROUND_S_MINUS_M, ROUND_P, ROWSUM_ROUNDED_P)
+                                     SR, ROUND_S, ROUND_S_MINUS_M, ROUND_P, ROWSUM_ROUNDED_P, WIDE_SPLIT)
         for start_n in range(tl.maximum(b0, lo), b1, BLOCK_N):
             l_b, pv = _block_pv_step(l_b, pv, q, K_base, V_base, start_n, m_use, offs_m, offs_d, scale, N, seed,
                                      tile0 + start_n // BLOCK_N, D, BLOCK_N, CAUSAL, True, CHECK_D, NATIVE, M_BITS,
-                                     SR, ROUND_S, ROUND_S_MINUS_M, ROUND_P, ROWSUM_ROUNDED_P)
+                                     SR, ROUND_S, ROUND_S_MINUS_M, ROUND_P, ROWSUM_ROUNDED_P, WIDE_SPLIT)
     offs_acc = (offs_m % 4096)[:, None] * 128 + offs_d[None, :]
     acc, l_i = _rescale_add(acc, l_i, alpha, l_b, pv, seed, bid, offs_acc, NATIVE, M_BITS, SR, BLOCK_M, ROUND_L,
                             ROUND_PV, ROUND_ACC)
@@ -373,7 +408,7 @@ def attn_fwd_kernel(Q, K, V, O, O32, LSE, scale, beta, tie_tol, max_shift, N, se
                     SR: tl.constexpr, ROUND_S: tl.constexpr, ROUND_S_MINUS_M: tl.constexpr, ROUND_P: tl.constexpr,
                     ROWSUM_ROUNDED_P: tl.constexpr, ROUND_L: tl.constexpr, ROUND_PV: tl.constexpr,
                     ROUND_ACC: tl.constexpr, NORMALIZE_THEN_ROUND: tl.constexpr, ROUND_LSE: tl.constexpr,
-                    ROUND_O: tl.constexpr):
+                    ROUND_O: tl.constexpr, WIDE_SPLIT: tl.constexpr = False):
     """Forward for one (query tile, batch·head). Q/K/V/O: (BH, N, D) row-major; LSE: (BH, N) FP32; O32 (FP32 O
     before the final rounding, written when STORE_O32). STATIC_LOOPS walks all N_TILES key tiles with a skip test
     (the CPU interpreter cannot take runtime loop bounds); otherwise the loop bounds are runtime values and the
@@ -405,14 +440,14 @@ def attn_fwd_kernel(Q, K, V, O, O32, LSE, scale, beta, tie_tol, max_shift, N, se
                                                offs_d, scale, beta, tie_tol, max_shift, N, seed, D, DP, BLOCK_M,
                                                BLOCK_N, RB_TILES, True, CLAMP_SHIFT, CAUSAL, CHECK_D, FIX, NATIVE,
                                                M_BITS, SR, ROUND_S, ROUND_S_MINUS_M, ROUND_P, ROWSUM_ROUNDED_P,
-                                               ROUND_L, ROUND_PV, ROUND_ACC)
+                                               ROUND_L, ROUND_PV, ROUND_ACC, WIDE_SPLIT)
         else:
             for b0 in range(0, hi, rb_keys):
                 acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, K + base, V + base, b0, tl.minimum(b0 + rb_keys, hi), lo,
                                            tile0, offs_m, offs_d, scale, beta, tie_tol, max_shift, N, seed, D, DP,
                                            BLOCK_M, BLOCK_N, RB_TILES, False, CLAMP_SHIFT, CAUSAL, CHECK_D, FIX,
                                            NATIVE, M_BITS, SR, ROUND_S, ROUND_S_MINUS_M, ROUND_P, ROWSUM_ROUNDED_P,
-                                           ROUND_L, ROUND_PV, ROUND_ACC)
+                                           ROUND_L, ROUND_PV, ROUND_ACC, WIDE_SPLIT)
     else:
         if STATIC_LOOPS:
             for j in range(0, N_TILES):
@@ -421,20 +456,20 @@ def attn_fwd_kernel(Q, K, V, O, O32, LSE, scale, beta, tie_tol, max_shift, N, se
                                               beta, tie_tol, max_shift, N, seed, tile0 + j, D, BLOCK_M, BLOCK_N,
                                               CLAMP_SHIFT, CAUSAL, True, CHECK_D,
                                               FIX, NATIVE, M_BITS, SR, ROUND_S, ROUND_S_MINUS_M, ROUND_P,
-                                              ROWSUM_ROUNDED_P, ROUND_L, ROUND_PV, ROUND_ACC)
+                                              ROWSUM_ROUNDED_P, ROUND_L, ROUND_PV, ROUND_ACC, WIDE_SPLIT)
         else:
             for start_n in range(0, lo, BLOCK_N):
                 acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, K + base, V + base, start_n, offs_m, offs_d, scale,
                                           beta, tie_tol, max_shift, N, seed, tile0 + start_n // BLOCK_N, D, BLOCK_M,
                                           BLOCK_N, CLAMP_SHIFT, CAUSAL,
                                           False, CHECK_D, FIX, NATIVE, M_BITS, SR, ROUND_S, ROUND_S_MINUS_M, ROUND_P,
-                                          ROWSUM_ROUNDED_P, ROUND_L, ROUND_PV, ROUND_ACC)
+                                          ROWSUM_ROUNDED_P, ROUND_L, ROUND_PV, ROUND_ACC, WIDE_SPLIT)
             for start_n in range(lo, hi, BLOCK_N):
                 acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, K + base, V + base, start_n, offs_m, offs_d, scale,
                                           beta, tie_tol, max_shift, N, seed, tile0 + start_n // BLOCK_N, D, BLOCK_M,
                                           BLOCK_N, CLAMP_SHIFT, CAUSAL,
                                           True, CHECK_D, FIX, NATIVE, M_BITS, SR, ROUND_S, ROUND_S_MINUS_M, ROUND_P,
-                                          ROWSUM_ROUNDED_P, ROUND_L, ROUND_PV, ROUND_ACC)
+                                          ROWSUM_ROUNDED_P, ROUND_L, ROUND_PV, ROUND_ACC, WIDE_SPLIT)
     # Padding rows (offs_m >= N) are never stored; keep their arithmetic finite anyway.
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     offs_el = (offs_m % 4096)[:, None] * DP + offs_d[None, :]

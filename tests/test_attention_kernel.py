@@ -5,10 +5,13 @@ import math
 import numpy as np
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import lib.book.setup  # noqa: F401  (interpreter before kernels)
 from kernels import attention
 from kernels.attention import attention_bwd, attention_fwd
+from kernels.flash_fwd import wide_dot
 from lib.fp.numerics import FP32, get_profile
 from lib.fp.reference import attention_fp64, emulate_backward, emulate_delta, emulate_forward
 from tests.precision import attention_rtol
@@ -248,18 +251,73 @@ def test_split_fix_bit_exact_and_detects_cross_tile_ties(profile, causal):
     assert (split["o"].double() - ref).abs().max().item() <= tol
 
 
-def test_native_path_accepts_the_dial_and_sr_but_not_wider_formats():
-    """The native path takes any numerics whose operands fit BF16 exactly (m <= 7, RNE or SR) and rounds P̄, backward
-    P and dS as operands; wider mantissas or unrounded operands must go to the emulated path."""
-    from kernels.attention import native_allowed
-    from lib.fp.numerics import get_profile
+def test_native_path_accepts_the_dial_sr_and_fp32_operands_but_not_wider_formats(monkeypatch):
+    """The native path takes any numerics whose roundings fit BF16 (m <= 7, RNE or SR), with P̄, backward P and dS
+    rounded as BF16 operands or kept in FP32 (the fp32 profile, the dial's P̄-in-FP32 arm: FP32 products); wider
+    mantissas must go to the emulated path, and path=None picks it for them."""
+    import importlib
+    A = importlib.import_module("kernels.attention")     # the module (`kernels.attention` is also the function)
+    native_allowed, resolve_path = A.native_allowed, A.resolve_path
     paper = get_profile("paper")
     assert native_allowed(paper) and native_allowed(get_profile("fa2"))
     assert native_allowed(paper.replace(mantissa_bits=3)) and native_allowed(paper.replace(rounding="sr"))
     assert native_allowed(paper.replace(mantissa_bits=3, rounding="sr"))
-    assert not native_allowed(paper.replace(mantissa_bits=8))
-    assert not native_allowed(get_profile("fp32"))
-    assert not native_allowed(paper.replace(round_ds=False))
+    assert native_allowed(get_profile("fp32"))
+    assert native_allowed(paper.replace(round_block=512, round_p=False, round_l=False))
+    assert native_allowed(paper.replace(round_ds=False)) and native_allowed(paper.replace(round_bwd_p=False))
+    assert native_allowed(paper.replace(mantissa_bits=3, round_p=False))
+    for m in (8, 10, 23):
+        assert not native_allowed(paper.replace(mantissa_bits=m))
+        assert not native_allowed(get_profile("fp32").replace(mantissa_bits=m))
+    assert resolve_path(None, paper.replace(mantissa_bits=10), torch.bfloat16, torch.device("cpu")) == "emulated"
+    monkeypatch.setattr(A, "_interpreting", lambda: False)       # as on a GPU: the numerics decide
+    assert resolve_path("native", get_profile("fp32"), torch.bfloat16, torch.device("cuda")) == "native"
+    with pytest.raises(ValueError, match="mantissa_bits <= 7"):
+        resolve_path("native", paper.replace(mantissa_bits=10), torch.bfloat16, torch.device("cuda"))
+
+
+@triton.jit
+def _wide_dot_kernel(A, B, C, N: tl.constexpr):
+    r = tl.arange(0, N)
+    a = tl.load(A + r[:, None] * N + r[None, :])
+    b = tl.load(B + r[:, None] * N + r[None, :])
+    tl.store(C + r[:, None] * N + r[None, :], wide_dot(a, b, False))
+
+
+def test_wide_dot_is_an_fp32_product_with_the_bf16_operand_widened():
+    """The native path's product of an FP32 operand (P̄, P or dS kept in FP32) with a BF16 tile, in its default
+    form (FP32 `ieee`; the interpreter's BF16 casts truncate, so the BF16-piece form is checked on the GPU): every
+    product exact and summed in FP32, so within K·2⁻²⁴·(|a|·|b|) of the exact product, a bound the same product
+    with `a` rounded to BF16 first exceeds."""
+    g = torch.Generator().manual_seed(0)
+    n = 16
+    a = torch.rand(n, n, generator=g) * torch.exp(-4 * torch.rand(n, n, generator=g))    # full 24-bit mantissas
+    b = torch.randint(-3, 4, (n, n), generator=g).to(torch.bfloat16)
+    c = torch.empty(n, n)
+    _wide_dot_kernel[(1,)](a, b, c, n)
+    exact = a.double() @ b.double()
+    bound = n * 2.0 ** -24 * (a.double().abs() @ b.double().abs())
+    assert ((c.double() - exact).abs() <= bound).all()
+    assert ((a.bfloat16().double() @ b.double() - exact).abs() > bound).any()
+
+
+def test_native_backward_config_follows_the_fp32_operands(monkeypatch):
+    """Backward launch configs: numerics with BF16 P and dS operands keep the per-tile ("bwd") or block ("bwd_rb")
+    kernels' configs; FP32 P or dS take the one-stage configs of their products' form (FP32 FMAs or BF16 pieces)."""
+    import importlib
+    A = importlib.import_module("kernels.attention")
+    paper, fa2, fp32 = (get_profile(p) for p in ("paper", "fa2", "fp32"))
+    assert A.bwd_kernel_key(fa2) == A.bwd_kernel_key(paper) == "bwd"
+    assert A.bwd_kernel_key(paper.replace(round_block=512)) == "bwd_rb"
+    assert A.bwd_kernel_key(paper.replace(round_block=512, round_p=False, round_l=False)) == "bwd_rb"
+    assert A.bwd_kernel_key(fp32) == A.bwd_kernel_key(fa2.replace(round_ds=False)) == "bwd_wide"
+    assert all(A.native_config(d, "bwd_wide")["num_stages"] == 1 for d in (64, 128))
+    monkeypatch.setattr(A, "WIDE_PRODUCT", "bf16_split")
+    assert A.bwd_kernel_key(fp32) == "bwd_split" and A.bwd_kernel_key(fa2) == "bwd"
+    assert A._wide_split("native") and not A._wide_split("emulated")
+    monkeypatch.setattr(A, "WIDE_PRODUCT", "tf32")
+    with pytest.raises(ValueError, match="WIDE_PRODUCT"):
+        A._wide_split("native")
 
 
 @pytest.mark.parametrize("impl", ["kernel", "emulator"])

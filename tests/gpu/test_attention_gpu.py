@@ -11,12 +11,15 @@
 * Logical rounding blocks (`round_block`): the same rules with blocks of 512 keys, whole rows (-1) and 128-key
   blocks, head dims 64, 128 and 48; one-tile blocks equal the per-tile kernels on the native path; the per-block
   fix sees a tie split across two 64-key tiles.
+* Operands kept in FP32 (the fp32 profile; the dial's P̄-in-FP32 arm): the native path's FP32 products, in both
+  forms, against the emulated path by the dial's rule, and for the fp32 profile also in FP32 before the last rounding.
 
 Compile time (the file's cost; `tests/gpu/_launch.py`): the emulated kernels run with 16 warps here, which leaves every
 check below as it is (exact inputs or error bounds, never bit for bit against another kernel's 4-warp forward) and
 cuts their sm_90 compiles ≈ 3-6×; the tests share constexpr sets where they can (the dial's SR case runs non-causal
 like the exact-input SR case). Estimated on the H100 host: ≈ 150 s, almost all of it compiles.
 """
+import importlib
 import math
 
 import pytest
@@ -221,14 +224,11 @@ def test_native_round_block_error_at_most_twice_pytorch_bf16(shape, causal, rb, 
 # whole-row kernels at head dim 128 are held to FlashAttention's rule against FP64 above
 # (test_native_round_block_error_at_most_twice_pytorch_bf16, second case), and the native-vs-emulated comparison of
 # the block kernels is the 512-key case here.
-# The two precision-dial arms of the GPT-2 dial entries (S in FP32; P̄ and ℓ in FP32) are checked the same way.
-# The second has no native path yet: the native kernels take P̄ as a BF16 matmul operand (`native_allowed`), so the
-# case fails until a native FP32-P̄ path exists (strict: it reports when one does).
+# The two precision-dial arms of the GPT-2 dial entries (S in FP32; P̄ and ℓ in FP32) are checked the same way; in
+# the second the native P̄V is an FP32 product (`kernels.flash_fwd.wide_dot`, its default FP32 `ieee` form).
 @pytest.mark.parametrize("nm,D", [(_PAPER.replace(round_block=512), 64),
                                   (_PAPER.replace(round_block=512, round_s=False), 64),
-                                  pytest.param(_PAPER.replace(round_block=512, round_p=False, round_l=False), 64,
-                                               marks=pytest.mark.xfail(raises=ValueError, strict=True,
-                                                                       reason="no native path keeps P̄ in FP32")),
+                                  (_PAPER.replace(round_block=512, round_p=False, round_l=False), 64),
                                   pytest.param(_PAPER.replace(round_block=-1), 128, marks=pytest.mark.slow)])
 def test_round_block_native_matches_emulated_on_random_inputs(nm, D):
     """The paper placement with logical rounding blocks, native vs emulated on random inputs with the same tiles,
@@ -256,6 +256,57 @@ def test_round_block_native_matches_emulated_on_random_inputs(nm, D):
         assert err_n <= 2 * err_e + 1e-6, f"{name}: native {err_n:.3e} > 2 x emulated {err_e:.3e}"
     print(f"round_block={nm.round_block} m={nm.mantissa_bits} {nm.rounding}: O bit-identical on "
           f"{(nat[0] == emu[0]).float().mean().item():.4f} of elements")
+
+
+_FP32 = get_profile("fp32")
+
+
+# Each case compiles the native forward and backward once (the emulated fp32 kernels are shared); the P̄-in-FP32 dial
+# arm's backward is the paper placement's (BF16 P and dS), so only its forward is new with the BF16-piece products.
+@pytest.mark.parametrize("nm,wide,N", [pytest.param(_FP32, "ieee", 300, id="fp32-ieee"),
+                                       pytest.param(_FP32, "bf16_split", 300, id="fp32-bf16_split"),
+                                       pytest.param(_PAPER.replace(round_block=512, round_p=False, round_l=False),
+                                                    "bf16_split", 1100, id="paper_pl32-bf16_split")])
+def test_fp32_operands_native_matches_emulated_on_random_inputs(monkeypatch, nm, wide, N):
+    """Numerics that keep P̄ (the dial's P̄-and-ℓ-in-FP32 arm) or P̄, backward P and dS (the fp32 profile) in FP32:
+    on the native path those products are FP32 (`ieee` FMAs, or three exact BF16 pieces on the tensor cores:
+    `kernels.attention.WIDE_PRODUCT`). Against the emulated path on random inputs, same tiles: the rule of the dial
+    test above (native error against fp64 at most 2x the emulated path's, O, dQ, dK, dV as returned, BF16). For the
+    fp32 profile also before that last rounding: the forward's FP32 O and FP32 gradients (δ from each path's FP32 O)
+    agree within 2⁻¹⁶ of their largest entry (FP32 sums in another order; a P̄, P or dS rounded to BF16 would be
+    ~2⁻⁹-class)."""
+    from kernels.attention import attention_bwd, attention_fwd
+    monkeypatch.setattr(importlib.import_module("kernels.attention"), "WIDE_PRODUCT", wide)
+    torch.manual_seed(0)
+    shape = (2, 3, N, 64)
+    q, k, v, do = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    cfg = dict(causal=True, numerics=nm, block=(64, 64))
+
+    def run(path):
+        return _grads(lambda a, b, c: attention(a, b, c, path=path, **cfg), q, k, v, do)
+
+    nat, emu = run("native"), run("emulated")
+    ref = _grads(lambda a, b, c: _ref(a, b, c, True, 0.125, torch.float64), q, k, v, do.double())
+    for name, n_, e_, r_ in zip(("O", "dQ", "dK", "dV"), nat, emu, ref):
+        assert torch.isfinite(n_).all(), name
+        err_n = (n_.double() - r_).abs().max().item()
+        err_e = (e_.double() - r_).abs().max().item()
+        assert err_n <= 2 * err_e + 1e-6, f"{name}: native {err_n:.3e} > 2 x emulated {err_e:.3e}"
+    if nm != _FP32:
+        return
+
+    def run32(path, x):
+        a, b, c, g = x
+        kw = dict(causal=True, scale=0.125, nm=nm, path=path, block=(64, 64))
+        _, lse, o32 = attention_fwd(a, b, c, fix=None, beta=2.0, tie_tol=0.0, store_o32=True, **kw)
+        dq, dk, dv, _ = attention_bwd(g, a, b, c, o32, lse, grad_dtype=torch.float32, **kw)
+        return o32, dq, dk, dv
+
+    nat32 = run32("native", (q, k, v, do))
+    emu32 = run32("emulated", tuple(t.float() for t in (q, k, v, do)))
+    for name, n_, e_ in zip(("O", "dQ", "dK", "dV"), nat32, emu32):
+        diff = (n_ - e_).abs().max().item()
+        assert diff <= 2.0 ** -16 * e_.abs().max().item(), f"{name} (FP32): native - emulated {diff:.3e}"
 
 
 @pytest.mark.parametrize("profile,causal,rb", [("paper", True, 512), (_DIAL3.replace(rounding="sr"), False, 128)])

@@ -131,8 +131,9 @@ def snapshot(out: Path, cfgs, beside=()) -> None:
 
 def emulated_arms(cfgs) -> list[str]:
     """The arms whose attention spec our kernel can only run on its emulated path (≈ 15× slower than the native
-    one: `kernels.attention.native_allowed`), as "<entry> <arm>: <spec>" — such an arm cannot finish in a campaign
-    (the P̄-and-ℓ-in-FP32 dial arm trained 300 steps in 511 s beside arms at 4,700)."""
+    one: `kernels.attention.native_allowed`, formats wider than BF16's mantissa), as "<entry> <arm>: <spec>" — such
+    an arm cannot finish in a campaign (the P̄-and-ℓ-in-FP32 dial arm, emulated before its products had a native
+    form, trained 300 steps in 511 s beside arms at 4,700)."""
     from kernels.attention import native_allowed
     from lib.fp.numerics import get_profile
     from lib.training.model import GPTConfig
