@@ -22,7 +22,10 @@ from the P the backward uses by O(1), so the rows of dS no longer sum to zero an
 rounding point, same stochastic-rounding seed) and every later rounding off: the O of the backward's own P, in
 FP32. In exact arithmetic δ = dO·O′ then equals rowsum(dP∘P) ("dp_p") up to the factor ℓ/ℓ_lp between the FP32
 and the placement's row sum, which the shift-invariance argument absorbs. The old path keeps its definition for the
-results computed with it.
+results computed with it. On the native path O′ is computed natively (its P̄ an FP32 operand,
+`kernels.flash_fwd.wide_dot`, and its FP32 O taken before the last rounding); it differs from the emulated O′ only in
+the order of FP32 sums and, where that order moves an unrounded score across a rounding boundary of S, in that
+score's rounding.
 
 **O kept in FP32 (round_o=False with delta_source="saved_o")** — `Numerics.round_o` says whether O "as returned
 and saved for backward" is rounded. On the native path the forward stores O in BF16 whatever that flag says, so δ
@@ -108,6 +111,13 @@ def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale:
                                 tie_tol=tie_tol, max_shift=shift, path=path, seed=seed, store_o32=_o32_for_delta(nm))
     if _o32_for_delta(nm):
         o_delta = o32
+    elif nm.delta_source == "fp32_o" and path == "native":
+        # O′ on the native path: its P̄ is an FP32 operand (`wide_dot`), and δ reads the FP32 O before the kernel's
+        # last rounding. The emulated O′ (below) cost a GPT-2 arm 2.3× the steps' time; the two differ only in the
+        # order of FP32 sums (tests/gpu/test_attention_op_gpu.py).
+        _, _, o_delta = attention_fwd(q, k, v, causal=causal, scale=scale, nm=fp32_o_numerics(nm), fix=_fix(fix),
+                                      beta=beta, tie_tol=tie_tol, max_shift=shift, path="native", seed=seed,
+                                      store_o32=True)
     elif nm.delta_source == "fp32_o":
         o_delta, _, _ = attention_fwd(q.float(), k.float(), v.float(), causal=causal, scale=scale,
                                       nm=fp32_o_numerics(nm), fix=_fix(fix), beta=beta, tie_tol=tie_tol,
