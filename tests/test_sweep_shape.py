@@ -54,3 +54,38 @@ def test_the_tiling_reading_follows_where_each_fix_trained():
     assert "made no difference" in tiling_words(sw, judged)
     sw, judged = _planted(**{f"paper@{x:g}": "stable" for x in (lo, hi)})
     assert "cannot test the tiling" in tiling_words(sw, judged)
+
+
+def test_a_seed_repeat_reads_on_its_own_and_counts_toward_the_window():
+    """The sweep repeated at another seed (planted: the committed sweep's runs, outcomes replaced): no window when a
+    contrast arm degraded at each LR, each named with its LR; a window otherwise; `sweep_shape` counts the seeds with
+    a window."""
+    lo, hi = sorted(results.load("lr_sweep", "full").data["lrs"])
+    calm = {f"{a}@{x:g}": "stable" for a in ("fa2", "sdpa", "fp32", "paper+fix", "paper+fix_split") for x in (lo, hi)}
+    boom = {f"paper@{x:g}": "exploded" for x in (lo, hi)}
+    sw, judged = _planted(**(calm | boom))
+    rep, rj = _planted(**(calm | boom | {f"sdpa@{lo:g}": "degraded", f"fp32@{hi:g}": "degraded"}))
+    h = next(iter(rj.values()))["horizon"]
+    text, win = reading.seed_repeat_words(rep, rj, h)
+    assert not win and "no window" in text and f"degraded at {lo:g}" in text and "PyTorch" in text
+    assert f"FP32 attention degraded at {hi:g}" in text and "FA2 placement trained at every LR" in text
+    shape, take = reading.sweep_shape(sw, judged, hi, [(rep, rj, h)])
+    assert "holds in 1 of 2 seeds" in shape and "1 of 2 seeds" in take
+    rep, rj = _planted(**(calm | boom))
+    text, win = reading.seed_repeat_words(rep, rj, h)
+    assert win and f"window holds at LR {lo:g} and {hi:g}" in text
+    assert "holds in 2 of 2 seeds" in reading.sweep_shape(sw, judged, hi, [(rep, rj, h)])[0]
+
+
+def test_the_tiling_reading_over_seeds_says_whether_the_rescue_repeats():
+    from lib.studies.fix.reading import tiling_words
+    lo, hi = sorted(results.load("lr_sweep", "full").data["lrs"])
+    failed = {f"paper@{lo:g}": "exploded", f"paper@{hi:g}": "exploded"}
+    rescue = failed | {f"paper+fix@{x:g}": "exploded" for x in (lo, hi)} | {f"paper+fix_split@{x:g}": "stable"
+                                                                              for x in (lo, hi)}
+    none = failed | {f"{a}@{x:g}": "exploded" for a in ("paper+fix", "paper+fix_split") for x in (lo, hi)}
+    sw, judged = _planted(**rescue)
+    assert "not in seed 0" in tiling_words(sw, judged, [_planted(**none)])     # planted repeat: its seed is 0 too
+    assert "in every seed" in tiling_words(sw, judged, [_planted(**rescue)])
+    sw, judged = _planted(**none)
+    assert "in no seed" in tiling_words(sw, judged, [_planted(**none)])

@@ -157,8 +157,8 @@ def val_loss(run: dict) -> float | None:
 
 
 def outcome_table(res, judged: dict | None = None) -> str:
-    """A Markdown table of a training result's run summaries, one row per run: the run (its arm in words and its
-    seed), outcome, tokens seen, best and final training loss, validation loss, largest pre-clip grad norm; with
+    """A Markdown table of a training result's run summaries, one row per run: the run (its arm in words, its seed,
+    and its LR where the runs differ in LR), outcome, tokens seen, best and final training loss, validation loss, largest pre-clip grad norm; with
     `judged` ({run id: `lib.training.horizon.rejudge` row}) the outcome at the common horizon, onset in brackets,
     in place of the whole-run outcome. `res`: a Result (or, for a live run without meta, its data dict: runs are
     then named by `run_words`)."""
@@ -167,8 +167,10 @@ def outcome_table(res, judged: dict | None = None) -> str:
     head = f"at step {next(iter(judged.values()))['horizon']:,} (onset)" if hz else "outcome (onset)"
     rows = [f"| run | {head} | tokens | best / final loss | val loss | max grad norm |",
             "|---|---|---|---|---|---|"]
+    lrs = {r.get("lr") for r in data["runs"]}     # a sweep's runs differ in LR: name it in each row
     for r in data["runs"]:
         name = (f"{arm_label(res, r['arm'])}, seed {r['seed']}" if hasattr(res, "data") else run_words(r)) \
+            + (f", LR {r['lr']:g}" if len(lrs) > 1 and r.get("lr") is not None and hasattr(res, "data") else "") \
             + (" (repeat)" if r.get("tag") else "")
         oc, on = (judged[r["id"]]["outcome"], judged[r["id"]]["onset"]) if hz else (r["outcome"], r["onset"])
         v = val_loss(r)

@@ -61,8 +61,9 @@ def numbers(scale: str) -> dict:
     out |= wide_numbers(results.load_group("width_768"), refs, healthy)
     out |= generic_numbers(full("generic_growth_controls"))
     out |= headline_numbers(headline, sm)
-    out |= sweep_numbers(full("lr_sweep"))
-    hi_lr = [r for r in (headline, sm, full("lr_sweep")) if r is not None]
+    more = [full(n) for n in SWEEP_SEEDS if full(n) is not None]
+    out |= sweep_numbers(full("lr_sweep"), more)
+    hi_lr = [r for r in (headline, sm, full("lr_sweep"), *more) if r is not None]
     out["stale_line"] = stale_line(hi_lr)
     out["h_stale_note"] = ("These results are stale (above)." if any(r.stale for r in hi_lr)
                            else "These results are up to date with the code.")
@@ -498,27 +499,59 @@ def window_lrs(sw, judged) -> list:
     return out
 
 
-def sweep_shape(sw, judged, hi) -> tuple[str, str]:
+def seed_repeat_words(res, judged, h) -> tuple[str, bool]:
+    """(one sentence, whether it finds a window): what a repeat of the sweep at another seed (`lr_sweep_s1`, …)
+    found on its own common horizon `h` — the paper placement's failures and every contrast arm that did not stay
+    stable, per LR."""
+    seeds = sorted({r["seed"] for r in res.data["runs"]})
+    win = window_lrs(res, judged)
+    lrs = sorted(res.data["lrs"])
+    own = [r for r in res.data["runs"] if not r.get("tag")]
+    paper = {lr: [judged[r["id"]]["outcome"] for r in own if r["arm"] == "paper" and r["lr"] == lr] for lr in lrs}
+    failed = [lr for lr in lrs if paper[lr] and all(outcome.failed(o) for o in paper[lr])]
+    bad = [f"{runs.arm_label(res, r['arm'])} {judged[r['id']]['outcome']} at {r['lr']:g}"
+           for r in sorted(own, key=lambda r: (r["lr"], CONTRASTS.index(r["arm"]) if r["arm"] in CONTRASTS else 9))
+           if r["arm"] in CONTRASTS and judged[r["id"]]["outcome"] != "stable"]
+    ok = [runs.arm_label(res, a) for a in CONTRASTS
+          if any(r["arm"] == a for r in own) and all(judged[r["id"]]["outcome"] == "stable"
+                                                     for r in own if r["arm"] == a)]
+    both = lambda xs: " and ".join(f"{x:g}" for x in xs)   # noqa: E731
+    head = (f"At seed {', '.join(map(str, seeds))} (the same LRs, judged on its own first {h:,} steps) the paper "
+            f"placement failed at {('LR ' + both(failed)) if failed else 'no LR'}")
+    if win:
+        return f"{head}, and the window holds at LR {both(win)}" + (f" ({'; '.join(bad)})" if bad else "") + ".", True
+    return (f"{head}, but there is no window: " + ("; ".join(bad) if bad else "no contrast arm trained")
+            + (f", while {'; '.join(ok)} trained at every LR" if ok else "") + "."), False
+
+
+def sweep_shape(sw, judged, hi, more=()) -> tuple[str, str]:
     """(the sentence after the sweep's table, the takeaway's clause): a window (`window_lrs`) or a cliff, in words,
-    with the seeds it rests on."""
+    with the seeds it rests on. `more`: repeats at other seeds as (result, judged, horizon), read by
+    `seed_repeat_words`."""
     win = window_lrs(sw, judged)
     seeds = sorted({r["seed"] for r in sw.data["runs"]})
     one = len(seeds) == 1
     seed_words = f"seed {seeds[0]}" if one else f"seeds {', '.join(map(str, seeds))}"
+    reps = [seed_repeat_words(*m) for m in more]
+    n_win = sum(w for _, w in reps) + bool(win)
     if win:
         lrs = " and ".join(f"{x:g}" for x in win)
+        tail = ("The same sweep at two more seeds, registered with the same rule, tests whether the window holds."
+                if not reps else " ".join(t for t, _ in reps)
+                + f" So the window holds in {n_win} of {len(reps) + 1} seeds"
+                + (" so far (a third is registered)." if len(reps) < 2 else "."))
         return ((f"So in {seed_words} the sweep finds a window: at LR {lrs} the paper placement failed while FA2 "
                  "numerics, PyTorch's SDPA and FP32 attention all trained. "
-                 + ("It rests on one seed, " if one else "")
-                 + "in a proxy where link 1's preconditions are absent as far as measured: were it to hold, the "
-                   "paper placement would fail here by a route other than tied maxima. An earlier run of the same "
+                 + ("It rests on one seed, " if one and not reps else "")
+                 + ("in a proxy where link 1's preconditions are absent as far as measured: were it to hold, the "
+                    "paper placement would fail here by a route other than tied maxima. " if not reps else "")
+                 + "An earlier run of the same "
                    "sweep, on an H100 with earlier code, found a cliff instead (FP32 attention and FA2 numerics "
                    "failing beside the paper placement at the higher LR): at this edge one seed's outcome changed "
-                   "with the device or the code, and these two runs cannot say which. The same sweep at two more "
-                   "seeds, registered with the same rule, tests whether the window holds."),
+                   "with the device or the code, and these two runs cannot say which. " + tail),
                 f"The LR sweep finds a window in {seed_words} (LR {lrs}: the paper placement failed, every contrast "
-                f"arm trained), in a proxy without the preconditions; an earlier run of the sweep on another GPU "
-                f"found a cliff.")
+                f"arm trained)" + (f", and in {n_win} of {len(reps) + 1} seeds in all" if reps else "")
+                + ", in a proxy without the preconditions; an earlier run of the sweep on another GPU found a cliff.")
     nots = [r["arm"] for r in sw.data["runs"] if r["lr"] == hi and not r.get("tag")
             and judged[r["id"]]["outcome"] != "stable"]
     return ((f"So at our scale ({seed_words}) there is a cliff, not a window: no swept LR fails the paper placement "
@@ -528,14 +561,19 @@ def sweep_shape(sw, judged, hi) -> tuple[str, str]:
             f"{_arms_words(sw, list(dict.fromkeys(nots))).replace('none', 'no arm')} exploded or degraded.")
 
 
-def sweep_numbers(sw) -> dict:
+SWEEP_SEEDS = ("lr_sweep_s1", "lr_sweep_s2")     # the sweep repeated at other seeds, same LRs and rule
+
+
+def sweep_numbers(sw, more=()) -> dict:
     """The LR sweep (`lr_sweep`): outcomes at its common horizon at the lowest and highest LR, the rule's choice,
-    the logits of the stable runs, the table ("sw_table_md") and the figure."""
+    the logits of the stable runs, the table ("sw_table_md", with a table per repeat in `more`, the sweep at other
+    seeds, each judged on its own common horizon) and the figure."""
     if sw is None:
         return {"sw_table_md": "**The LR sweep has not been run on the GPU yet.**"}
     sd = sw.data
     lo, hi = min(sd["lrs"]), max(sd["lrs"])
     h, judged = hz.judge_result(sw)       # runs of unequal length (wall budget): judged on a common horizon
+    reps = [(m, *hz.judge_result(m)[::-1]) for m in more]     # (result, judged, horizon): each on its own horizon
 
     def outs(lr):
         return {r["arm"]: judged[r["id"]]["outcome"] for r in sd["runs"] if r["lr"] == lr}
@@ -559,8 +597,10 @@ def sweep_numbers(sw) -> dict:
             "sw_steps": f"{min(r['steps'] for r in sd['runs'])}–{max(r['steps'] for r in sd['runs'])}",
             "fig-sweep": ep.lr_sweep_figure(sw),
             "sw_table_md": (f"Committed GPU result: {runs.labelled([sw], False)}, seed 0, data seed 0.\n\n"
-                            + runs.outcome_table(sw, judged)),
-            "sw_shape": sweep_shape(sw, judged, hi)[0], "sw_takeaway": sweep_shape(sw, judged, hi)[1]}
+                            + runs.outcome_table(sw, judged)
+                            + "".join(f"\n\n{runs.labelled([m], False)}, judged on its first {mh:,} steps:\n\n"
+                                      + runs.outcome_table(m, mj) for m, mj, mh in reps)),
+            "sw_shape": sweep_shape(sw, judged, hi, reps)[0], "sw_takeaway": sweep_shape(sw, judged, hi, reps)[1]}
 
 
 def live_numbers(live: dict, scale: str) -> dict:

@@ -59,12 +59,14 @@ def numbers(scale: str) -> dict:
     full = lambda name: results.load(name, "full") if results.exists(name, "full") else None   # noqa: E731
     healthy = results.load_group("healthy_headline")
     return (theory_numbers() | headline_fix_numbers(full("headline"), full("headline_fix_sm32"))
-            | fix_error_numbers() | healthy_fix_numbers(healthy) | sweep_fix_numbers(full("lr_sweep"))
+            | fix_error_numbers() | healthy_fix_numbers(healthy)
+            | sweep_fix_numbers(full("lr_sweep"), [full(n) for n in ("lr_sweep_s1", "lr_sweep_s2") if full(n)])
             | authors_numbers(results.load_group("authors_code"), full("authors_code_6k"), healthy,
                               full("generic_growth_controls"))
             | beta_sweep_numbers(results.load_group("beta_sweep"), run_live("beta_sweep", scale), scale)
             | cost_numbers(full("attention_bench"), full("train_step_bench"))
-            | {"stale_line": stale_line([r for r in (full("headline"), full("headline_fix_sm32"), full("lr_sweep"))
+            | {"stale_line": stale_line([r for r in (full("headline"), full("headline_fix_sm32"), full("lr_sweep"),
+                                                     full("lr_sweep_s1"), full("lr_sweep_s2"))
                                          if r is not None] + results.load_group("beta_sweep"))})
 
 
@@ -207,37 +209,73 @@ def healthy_fix_numbers(parts) -> dict:
             "h7_b2": f"{_spec(hh, FIX2).beta:g}" if f2 else "—"}
 
 
-def tiling_words(sw, judged) -> str:
-    """What the sweep says about the tiling, from the LRs where the paper placement failed: whether the per-tile fix
-    and the split-tie fix trained there (stayed stable at the common horizon), in words with the seeds."""
-    seeds = sorted({r["seed"] for r in sw.data["runs"]})
-    seed_words = (f"one seed, {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(map(str, seeds))}")
-
+def _tiling(sw, judged) -> tuple:
+    """(seeds, LRs where the paper placement failed, where the per-tile fix trained among them, where the
+    split-tie fix did, where only the split-tie fix did, the horizon judged) in one sweep result, judged as `judged`
+    says."""
     def trained(arm, lr):
         oc = [judged[r["id"]]["outcome"] for r in sw.data["runs"] if r["arm"] == arm and r["lr"] == lr]
         return bool(oc) and all(o == "stable" for o in oc)
     failed = sorted({r["lr"] for r in sw.data["runs"] if r["arm"] == "paper"
                      and outcome.failed(judged[r["id"]]["outcome"])})
-    if not failed:
-        return f"the paper placement did not fail at any swept LR ({seed_words}), so the sweep cannot test the tiling"
     tile = [x for x in failed if trained("paper+fix", x)]
     split = [x for x in failed if trained("paper+fix_split", x)]
-    only_split = [x for x in split if x not in tile]
-    lrs = lambda xs: " and ".join(f"{x:g}" for x in xs) or "no LR"    # noqa: E731
-    head = (f"where the paper placement failed (LR {lrs(failed)}), the per-tile fix trained at {lrs(tile)} and the "
-            f"split-tie fix at {lrs(split)}")
+    return (sorted({r["seed"] for r in sw.data["runs"]}), failed, tile, split, [x for x in split if x not in tile],
+            next(iter(judged.values()))["horizon"])
+
+
+def _lrs(xs) -> str:
+    return " and ".join(f"{x:g}" for x in xs) or "no LR"
+
+
+def tiling_words(sw, judged, more=()) -> str:
+    """What the sweep says about the tiling, from the LRs where the paper placement failed: whether the per-tile fix
+    and the split-tie fix trained there (stayed stable at the common horizon), in words with the seeds. `more`: the
+    sweep repeated at other seeds, as (result, judged) pairs, each judged on its own horizon."""
+    seeds, failed, tile, split, only_split, _ = _tiling(sw, judged)
+    seed_words = (f"one seed, {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(map(str, seeds))}")
+    if more:
+        return _tiling_seeds([_tiling(sw, judged)] + [_tiling(m, mj) for m, mj in more])
+    if not failed:
+        return f"the paper placement did not fail at any swept LR ({seed_words}), so the sweep cannot test the tiling"
+    head = (f"where the paper placement failed (LR {_lrs(failed)}), the per-tile fix trained at {_lrs(tile)} and the "
+            f"split-tie fix at {_lrs(split)}")
     if only_split:
-        return (f"{head}: detecting split ties rescued training where the per-tile fix did not (LR {lrs(only_split)}; "
-                f"{seed_words}), so at this edge the tiling can decide whether the fix works — a lead in a proxy "
-                "without link 1's preconditions, which the sweep's seeds 1 and 2 (registered) test")
+        return (f"{head}: detecting split ties rescued training where the per-tile fix did not (LR "
+                f"{_lrs(only_split)}; {seed_words}), so at this edge the tiling can decide whether the fix works — a "
+                "lead in a proxy without link 1's preconditions, which the sweep's seeds 1 and 2 (registered) test")
     if not split:
         return (f"{head}: detecting split ties did not rescue training either ({seed_words}), so at this LR the "
                 "tiling does not explain why the fix fails")
     return f"{head} ({seed_words}): detecting split ties made no difference where the per-tile fix already trained"
 
 
-def sweep_fix_numbers(sw) -> dict:
-    """The fix arms of the LR sweep (`lr_sweep`), judged as chapter 6 judges them, and the kernel tile they ran."""
+def _tiling_seeds(parts) -> str:
+    """`tiling_words` over several seeds: each seed's LRs, then in how many seeds split-tie detection rescued
+    training where the per-tile fix did not."""
+    name = lambda p: "seed " + ", ".join(map(str, p[0]))     # noqa: E731
+    first = parts[0][5]
+    parts = [p[:5] + ((f" (first {p[5]:,} steps)" if p[5] != first else ""),) for p in parts]
+    each = "; ".join(f"in {name(p)}{p[5]}, where the paper placement failed (LR {_lrs(p[1])}), the per-tile fix "
+                     f"trained at {_lrs(p[2])} and the split-tie fix at {_lrs(p[3])}" if p[1] else
+                     f"in {name(p)}{p[5]} the paper placement did not fail" for p in parts)
+    tested = [p for p in parts if p[1]]
+    rescued = [p for p in tested if p[4]]
+    if not tested:
+        return f"{each}: the sweep cannot test the tiling"
+    if not rescued:
+        return f"{each}: in no seed did detecting split ties rescue training where the per-tile fix failed"
+    if len(rescued) == len(tested):
+        return (f"{each}: in every seed detecting split ties rescued training where the per-tile fix did not, so at "
+                "this edge the tiling can decide whether the fix works (a proxy without link 1's preconditions)")
+    return (f"{each}: detecting split ties rescued training where the per-tile fix did not in "
+            f"{' and '.join(name(p) for p in rescued)} but not in {' and '.join(name(p) for p in tested if not p[4])}, "
+            "so the lead from one seed does not hold as a rule")
+
+
+def sweep_fix_numbers(sw, more=()) -> dict:
+    """The fix arms of the LR sweep (`lr_sweep`), judged as chapter 6 judges them, and the kernel tile they ran;
+    `more`: the sweep at other seeds (`lr_sweep_s1`, …), for the tiling's reading."""
     if sw is None:
         return {"sw_fix": "not run", "sw_split": "not run", "sw_paper": "not run", "sw_h7": "not run", "sw_seeds7": "—",
                 "tile_n": "—", "seq_n": "—", "sw_label7": "no committed LR sweep"}
@@ -249,7 +287,7 @@ def sweep_fix_numbers(sw) -> dict:
                          key=lambda r: r["lr"]) if r["arm"] == arm) or "not run"
     pc = proxy.proxy_config("full")
     return {"sw_h7": h, "sw_fix": by_lr("paper+fix"), "sw_split": by_lr("paper+fix_split"),
-            "sw_tiling": tiling_words(sw, judged),
+            "sw_tiling": tiling_words(sw, judged, [(m, hz.judge_result(m)[1]) for m in more]),
             "sw_seeds7": ", ".join(str(x) for x in sorted({r["seed"] for r in sw.data["runs"]})),
             "sw_paper": by_lr("paper"), "sw_label7": runs.labelled([sw], False),
             "tile_n": native_config(pc.n_embd // pc.n_head, "fwd")["BLOCK_N"], "seq_n": pc.seq_len}
