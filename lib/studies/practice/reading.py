@@ -57,7 +57,7 @@ __all__ = ["numbers", "TARGETS", "H100_SXM_DENSE_BF16_TFLOPS", "kernel_table_res
            "student_interval", "remainder_sign_check", "check_numbers", "ntr_numbers", "monitor_lead_numbers",
            "planted_demo", "run_monitor_demo", "monitor_demo_numbers", "monitor_view",
            "first_warnings", "watched_layer", "gpt2_monitor_numbers", "fix_numbers", "dev_log", "dev_shape_numbers",
-           "dev_log_numbers", "dq_numbers", "kernel_label"]
+           "dev_log_numbers", "dq_numbers", "kernel_label", "cost_numbers"]
 
 
 def numbers() -> dict:
@@ -78,6 +78,8 @@ def numbers() -> dict:
     return (kernel_table_numbers(table) | check_numbers(check) | gpt2_monitor_numbers(gpt2)
             | monitor_lead_numbers(gpt2) | fix_numbers() | dev_log_numbers(dev_log())
             | ntr_numbers(results.load("bias_kernel", "full"))
+            | cost_numbers(*(results.load(n, "full") if results.exists(n, "full") else None
+                             for n in ("monitor_overhead", "census_cost")))
             | {"fig-kernel-table": figures.kernel_table_figure(t_table, t_check),
                "fig-gpt2-monitor": figures.gpt2_monitor_figure(views, gpt2.meta)})
 
@@ -643,3 +645,51 @@ def dq_numbers(log: dict) -> dict:
 
 # FlashAttention's FLOP convention, as the benchmarks count it: a backward is 2.5 forwards (a test ties the two).
 BWD_PER_FWD = 2.5
+
+
+# ------------------------------------------------------------------------------------------------ what it costs
+def _share(x: float) -> str:
+    """A share of a step in per cent, with two significant digits below 10 %."""
+    return f"{100 * x:.2f} %" if x < 0.01 else f"{100 * x:.1f} %" if x < 0.1 else f"{100 * x:.0f} %"
+
+
+def cost_numbers(mo, cc) -> dict:
+    """What the monitor (`monitor_overhead`) and the census (`census_cost`) cost beside a GPT-2 124M training step:
+    a table (one row per step kind and window count: the share of a step one event adds, amortised over the events'
+    spacing, on the q, k, v of the model at initialisation and on planted peaked ones) and the verdicts against each
+    target, in words. Either result may be None (not run: the words say so)."""
+    from lib.book import catalogue
+    from lib.training.runs import spec_words
+    if mo is None and cc is None:
+        return {"cost_md": "**Neither cost has been measured on a GPU yet.**", "cost_words": "not measured yet",
+                "cost_src": "not run"}
+    rows = ["| what | step | windows | initial model | peaked inputs |", "|---|---|---:|---:|---:|"]
+    words = []
+    for res, what, rows_key in ((mo, "monitor", None), (cc, "census", "rows")):
+        if res is None:
+            words.append(f"the {what}'s cost is not measured yet")
+            continue
+        d = res.data
+        for arm in d["arms"]:
+            step = f"{spec_words(arm['attn'])}, {'compiled' if arm['compile'] else 'eager'}"
+            by = {}
+            for ev in arm["events"]:      # the monitor reads one window count, the census several
+                n = ev[rows_key] if rows_key else res.meta["provenance"]["cfg"]["batch_rows"]
+                by.setdefault(n, {})[ev["input"]] = ev["share"]
+            for n, sh in sorted(by.items()):
+                rows.append(f"| {what}, every {d['every']} steps | {step} | {n} | {_share(sh.get('model', math.nan))} "
+                            f"| {_share(sh.get('peaked', math.nan))} |")
+        model = [ev["share"] for a in d["arms"] for ev in a["events"] if ev["input"] == "model"]
+        peaked = [ev for a in d["arms"] for ev in a["events"] if ev["input"] == "peaked"]
+        rate = max(ev["window_rate"] for ev in peaked) if peaked else math.nan
+        ok = max(model) <= d["target"]
+        m_rate = max(ev["window_rate"] for a in d["arms"] for ev in a["events"] if ev["input"] == "model")
+        words.append(f"the {what} {'meets' if ok else 'misses'} its target of {_share(d['target'])} on the model's "
+                     f"q, k, v at initialisation (at most {_share(max(model))}, with {100 * m_rate:.0f} % of rows in "
+                     "the rounding window)" + (
+                         f" and misses it on the peaked ones (up to {_share(max(ev['share'] for ev in peaked))}, with "
+                         f"{100 * rate:.0f} % of rows in the rounding window)"
+                         if peaked and max(ev["share"] for ev in peaked) > d["target"] else ""))
+    devs = sorted({r.data["device"] for r in (mo, cc) if r is not None})
+    return {"cost_md": "\n".join(rows), "cost_words": "; ".join(words),
+            "cost_src": catalogue.cite([r for r in (mo, cc) if r is not None]), "cost_device": ", ".join(devs)}
