@@ -270,7 +270,7 @@ def _tiling_seeds(parts) -> str:
                 "this edge the tiling can decide whether the fix works (a proxy without link 1's preconditions)")
     return (f"{each}: detecting split ties rescued training where the per-tile fix did not in "
             f"{' and '.join(name(p) for p in rescued)} but not in {' and '.join(name(p) for p in tested if not p[4])}, "
-            "so the lead from one seed does not hold as a rule")
+            "so what one seed suggested does not hold as a rule")
 
 
 def sweep_fix_numbers(sw, more=()) -> dict:
