@@ -307,3 +307,18 @@ def test_the_benchmark_runs_in_smoke_mode():
                                                              for p in cs.PLACEMENTS]
     peaked = [r for r in rows if r["inputs"] == "peaked"]
     assert all(r["window_rate"] > 0.3 and r["ms"] > 0 for r in peaked)      # the worst case is exercised
+
+
+def test_theory_error_on_tensors_is_the_same_bit_for_bit():
+    """The census's GPU path evaluates the theory's mean on tensors (`_theory_error_torch`); on the same pairs it
+    gives `theory_error`'s values bit for bit: remainders inside half-intervals, on ½ℤ (0 and −0 among them), outside
+    the theory's range, NaN, and tie counts outside 1–16."""
+    g = torch.Generator().manual_seed(0)
+    n = torch.randint(0, 20, (20000,), generator=g)
+    rho = torch.randn(20000, generator=g, dtype=torch.float64) * 40
+    rho[::7] = torch.round(rho[::7] * 2) / 2
+    rho[::11], rho[5::13], rho[3::17], rho[4::19] = 0.0, -0.0, float("nan"), -1e6
+    want = cs.theory_error(n.numpy(), rho.numpy())
+    got = cs._theory_error_torch(n, rho).numpy()
+    assert np.array_equal(want.view(np.int64), got.view(np.int64))
+    assert (want != 0).sum() > 1000      # most pairs are inside the theory's range

@@ -130,3 +130,16 @@ def test_monitor_under_cuda_autocast_sees_bf16_and_matches_a_direct_census():
     wq, _ = model.qk_weights(1)
     assert np.all(np.array(rec["sigma_wq"]) <= torch.linalg.matrix_norm(wq.detach().double(), 2).cpu().numpy()
                   * (1 + 1e-5))                     # a power-iteration estimate is a lower bound
+
+
+@pytest.mark.gpu
+def test_theory_error_on_the_gpu_is_the_cpus_bit_for_bit():
+    """The census on CUDA evaluates the theory's mean where its pairs are: the same values as on the host."""
+    g = torch.Generator().manual_seed(1)
+    n = torch.randint(0, 20, (200000,), generator=g)
+    rho = torch.randn(200000, generator=g, dtype=torch.float64) * 40
+    rho[::7] = torch.round(rho[::7] * 2) / 2
+    rho[::11], rho[3::17] = -0.0, float("nan")
+    want = cs.theory_error(n.numpy(), rho.numpy())
+    got = cs._theory_error_torch(n.cuda(), rho.cuda()).cpu().numpy()
+    assert np.array_equal(want.view(np.int64), got.view(np.int64))
