@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-__all__ = ["failure_step", "layer_series", "conjunction_peak", "gap", "fidelity", "numbers", "ARM_WORDS", "arms_numbers",
+__all__ = ["failure_step", "replaced_words", "layer_series", "conjunction_peak", "gap", "fidelity", "numbers", "ARM_WORDS", "arms_numbers",
            "arms_table", "growth_ratios", "fp32_spread", "growth_verdict", "growth_words", "growth_onset", "before_failure", "merge_seeds", "probe_signs", "seeds_words", "split_glue", "focus_growth_words", "CHAIN_ARMS",
            "link_readings", "low_rank_seeds", "low_rank_verdict", "low_rank_table", "low_rank_glue",
            "low_rank_headline"]
@@ -181,25 +181,57 @@ def merge_seeds(results) -> "SimpleNamespace":
     """Several results of the GPT-2 comparison (one per seed, or a seed's two entries of two arms each) read as one:
     `data["runs"]` and `data["telemetry"]` joined, `arrays` joined (labels "<arm>:s<seed>" are unique across them),
     `cfg` the first's configuration with every arm and seed, `meta` the list of their metas (the provenance stamp
-    lists each). Refuses two runs with one label, and results whose recipe or rules differ (`recipe`)."""
+    lists each). Refuses results whose recipe or rules differ (`recipe`), and two runs with one label unless one
+    was stopped short of the horizon by its wall budget (`truncated_at`) and the other ran further: that one is read
+    in its place (a rerun of the arm, same initialisation and batches), and `data["replaced"]` names it (label, steps
+    of the run read, steps of the run set aside, and their results' devices)."""
     from types import SimpleNamespace
-    runs, arrays, tel, arms, seeds = [], {}, {}, [], []
+    chosen: dict = {}                    # label -> (run, result)
+    arms, seeds = [], []
     base = recipe(cfg_of(results[0]))
+    replaced = []
     for r in results:
         cfg = cfg_of(r)
         if recipe(cfg) != base:
             raise ValueError("results with different recipes or rules are not one comparison")
-        labels = {run["label"] for run in runs}
         for run in r.data["runs"]:
-            if run["label"] in labels:
-                raise ValueError(f"run {run['label']} appears twice")
-            runs.append(run)
-        arrays.update(r.arrays)
-        tel.update(r.data.get("telemetry", {}))
+            old = chosen.get(run["label"])
+            if old is not None:
+                a, b = old[0], run
+                short, full = (a, b) if a["steps"] < b["steps"] else (b, a)
+                if short.get("truncated_at") is None:
+                    raise ValueError(f"run {run['label']} appears twice")
+                keep = old if full is a else (run, r)
+                drop = old if full is b else (run, r)
+                replaced.append(dict(label=run["label"], steps=full["steps"], set_aside=short["steps"],
+                                     device=keep[1].meta.get("device"), set_aside_device=drop[1].meta.get("device")))
+                chosen[run["label"]] = keep
+            else:
+                chosen[run["label"]] = (run, r)
         arms += [a for a in cfg["arms"] if a not in arms]
         seeds += [s for s in cfg["seeds"] if s not in seeds]
-    return SimpleNamespace(data=dict(runs=runs, telemetry=tel), arrays=arrays, meta=[r.meta for r in results],
-                           cfg=dict(base, arms=arms, seeds=sorted(seeds)))
+    runs = [run for run, _ in chosen.values()]
+    arrays, tel = {}, {}
+    for label, (run, r) in chosen.items():     # each run's arrays and telemetry from its own result
+        arrays.update({k: v for k, v in r.arrays.items() if k.split("__")[0] == label})
+        if label in r.data.get("telemetry", {}):
+            tel[label] = r.data["telemetry"][label]
+    return SimpleNamespace(data=dict(runs=runs, telemetry=tel, replaced=replaced), arrays=arrays,
+                           meta=[r.meta for r in results], cfg=dict(base, arms=arms, seeds=sorted(seeds)))
+
+
+def replaced_words(res) -> str:
+    """One sentence per run a rerun replaced in a `merge_seeds` reading ("" when none): which arm, the steps of the
+    run read and of the run set aside, and both devices (a rerun shares the initialisation and batches, not the
+    device)."""
+    out = []
+    for rep in getattr(res, "data", {}).get("replaced", []):
+        arm, seed = rep["label"].split(":s")
+        out.append(f"Seed {seed}, {CHAIN_ARMS.get(arm, arm)}: read from its rerun ({rep['steps']:,} steps on "
+                   f"{rep['device'] or 'an unrecorded device'}) in place of its first run, which the wall budget "
+                   f"stopped at {rep['set_aside']:,} steps on {rep['set_aside_device'] or 'an unrecorded device'}; "
+                   "same initialisation, batches and rules.")
+    return " ".join(out)
 
 
 def numbers(res) -> dict:
@@ -627,7 +659,8 @@ def arms_table(res) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # The explosion claim in GPT-2: what the registered comparison's seeds say, read together
 # ---------------------------------------------------------------------------------------------------------------
-CHAIN_RESULTS = ("gpt2_arms", "gpt2_arms_s1", "gpt2_arms_s1_fa2", "gpt2_arms_s2", "gpt2_arms_s2_fa2")
+CHAIN_RESULTS = ("gpt2_arms", "gpt2_arms_s1", "gpt2_arms_s1_fa2", "gpt2_arms_s2", "gpt2_arms_s2_fa2",
+                 "gpt2_arms_s0_paper")
 
 
 def outcomes(res) -> dict:
