@@ -61,6 +61,23 @@ def train_step(attn: str, compile_: bool, model_kw: dict, batch_size: int, devic
     return step, model, x
 
 
+def with_wide_product(fn, wide: str | None):
+    """`fn` run with our kernel's products of an FP32 operand in form `wide` (`kernels.attention.WIDE_PRODUCT`,
+    read at each launch; None: as set), restored after each call, so arms of one group can differ in it."""
+    if wide is None:
+        return fn
+    import importlib
+    ka = importlib.import_module("kernels.attention")     # the module (the package re-exports its function)
+
+    def run():
+        old, ka.WIDE_PRODUCT = ka.WIDE_PRODUCT, wide
+        try:
+            fn()
+        finally:
+            ka.WIDE_PRODUCT = old
+    return run
+
+
 def time_group(group: list[dict], cfg: dict) -> list[dict]:
     """Time the arms of one group in this process on its device: [{label, attn, compile, ms (per round), ms_median,
     tokens_per_s, compile_s}]."""
@@ -71,7 +88,8 @@ def time_group(group: list[dict], cfg: dict) -> list[dict]:
     steps, out = [], []
     for arm in group:
         t0 = time.perf_counter()
-        fn = _step_fn(arm["attn"], arm.get("compile", False), cfg["model"], cfg["batch_size"], device)
+        fn = with_wide_product(_step_fn(arm["attn"], arm.get("compile", False), cfg["model"], cfg["batch_size"],
+                                        device), arm.get("wide_product"))
         for _ in range(cfg["warmup_steps"]):     # the first compiles (and autotunes)
             fn()
         if device.type == "cuda":
@@ -95,8 +113,8 @@ def time_group(group: list[dict], cfg: dict) -> list[dict]:
 
 
 def run(scale: str, cfg: dict) -> dict:
-    """cfg: model (GPTConfig fields), batch_size, groups ([[{label, attn, compile}, ...], ...]; each group's first arm
-    is its baseline), warmup_steps, rounds, rep_ms. Full scale: one subprocess per group, group i on GPU i mod the
+    """cfg: model (GPTConfig fields), batch_size, groups ([[{label, attn, compile[, wide_product]}, ...], ...]; each
+    group's first arm is its baseline; wide_product: `with_wide_product`), warmup_steps, rounds, rep_ms. Full scale: one subprocess per group, group i on GPU i mod the
     GPU count; ci: the groups in turn in this process."""
     t0 = time.perf_counter()
     groups = cfg["groups"]
