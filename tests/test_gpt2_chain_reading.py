@@ -87,7 +87,7 @@ def test_growth_verdict_needs_growth_beyond_the_reference_spread_in_every_seed()
     assert v["sdpa"][2000] == {"logit": [], "wq": []}
     words = reading.growth_words(v, reading.fp32_spread(M.arrays, M.data["runs"], RULES),
                                  reading.growth_ratios(M.arrays, M.data["runs"], RULES))
-    assert words["paper_grown_logit"] == "layers 2" and words["sdpa_grown_logit"] == "none"
+    assert words["paper_grown_logit"] == "layers 2" and words["sdpa_grown_logit"] == "none at every step"
     assert words["paper_grown_min_ratio"] == words["paper_grown_max_ratio"] == "100" and words["spread_max"] == "1.5"
     assert reading.growth_verdict(s0.arrays, s0.data["runs"], RULES) is None
     with pytest.raises(ValueError):                       # one run twice is not two seeds
@@ -208,12 +208,30 @@ def test_focus_growth_words_names_growers_that_never_exploded():
     v = {"paper": {2000: {"logit": [2, 3], "wq": [2]}}, "sdpa": {2000: {"logit": [2], "wq": []}},
          "ours_fa2": {2000: {"logit": [6], "wq": []}}}
     words = reading.focus_growth_words(v, {"paper": True, "sdpa": False, "ours_fa2": False})
-    assert words.startswith("our kernel, paper placement (512-key blocks) and PyTorch flash SDPA (BF16) grow layer 2")
+    assert words.startswith("Our kernel, paper placement (512-key blocks) and PyTorch flash SDPA (BF16) grow layer 2")
     assert "including PyTorch flash SDPA (BF16), whose loss never exploded" in words
     v["ours_fa2"][2000]["logit"] = [2]
     assert reading.focus_growth_words(v, {"paper": True}).startswith("All 3 arms judged grow layer 2")
     assert "No arm grows" in reading.focus_growth_words(v, {}, layer=5)
     assert "two seeds" in reading.focus_growth_words(None, {})
+
+
+def test_growth_from_a_later_step_is_named_with_that_step():
+    """An arm that grows a layer from the second growth step to the last, not at the first (flash SDPA in a seed that
+    stays within FP32 attention's spread early): the column names the layer and the step; the sentence says the arm
+    grows it from that step on, and whether its loss exploded."""
+    v = {"paper": {2000: {"logit": [2], "wq": [2]}, 4000: {"logit": [2], "wq": [2]}, 6000: {"logit": [2], "wq": [2]}},
+         "sdpa": {2000: {"logit": [], "wq": []}, 4000: {"logit": [2, 8], "wq": []}, 6000: {"logit": [2], "wq": []}}}
+    assert reading.grown_from(v["sdpa"], "logit") == {2: 4000}
+    spread = {st: {"logit": np.ones(12), "wq": np.ones(12)} for st in (2000, 4000, 6000)}
+    ratios = {0: {a: {st: {"logit": np.full(12, 5.0), "wq": np.ones(12)} for st in (2000, 4000, 6000)} for a in v}}
+    w = reading.growth_words(v, spread, ratios)
+    assert w["sdpa_grown_logit"] == "none at every step; from a later step on: layer 2 from 4,000"
+    assert w["paper_grown_logit"] == "layers 2" and w["sdpa_grown_wq"] == "none at every step"
+    words = reading.focus_growth_words(v, {"paper": True, "sdpa": False})
+    assert words.startswith("Our kernel, paper placement (512-key blocks) grows layer 2")
+    assert "PyTorch flash SDPA (BF16) grows it from step 4,000 on" in words and "its loss never exploded" in words
+    assert "never exploded" not in reading.focus_growth_words(v, {"paper": True, "sdpa": True})
 
 
 def test_lean_seeds_counts_the_seeds_whose_probe_leans_up():

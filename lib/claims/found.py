@@ -232,7 +232,7 @@ def gpt2_chain(root=None) -> Finding:
         groups = ([(_list([words[a] for a in fates]), next(iter(fates.values())))] if same and fates
                   else [(words[a], v) for a, v in fates.items()])
         text = (f"FP32 attention's largest logit stays ≤ {fp32_max:,.0f}; the paper placement "
-                f"grows {g['paper_grown_logit']} beyond FP32's seed-to-seed spread"
+                f"grows {g['paper_grown_logit_every']} beyond FP32's seed-to-seed spread at every growth step"
                 + (f", and in seed{'s' if len(boom) > 1 else ''} {_list([o[0] for o in boom])} its loss fails at "
                    f"step{'s' if len(boom) > 1 else ''} {_list([f'{o[2]:,}' for o in boom])} and ends the run failed" if boom else "") + "."
                 + "".join(f" {who[:1].upper()}{who[1:]}: {fate}." for who, fate in groups))

@@ -344,10 +344,32 @@ def fp32_spread(arrays: dict, runs: list[dict], rules: dict):
     return out
 
 
+def _cap(text: str) -> str:
+    """`text` with its first letter in upper case (an arm's name opening a sentence)."""
+    return text[:1].upper() + text[1:]
+
+
+def grown_from(by_step: dict, k: str) -> dict:
+    """{layer: the first growth step from which `layer` is grown (`growth_verdict`'s lists under key `k`) at that
+    step and every later one judged}, for the layers grown at the last step judged."""
+    steps = sorted(by_step)
+    out = {}
+    for layer in (by_step[steps[-1]][k] if steps else []):
+        first = steps[-1]
+        for st in reversed(steps):
+            if layer not in by_step[st][k]:
+                break
+            first = st
+        out[layer] = first
+    return out
+
+
 def growth_words(verdict: dict | None, spread: dict | None, ratios: dict) -> dict:
     """Glue for the registered growth verdict (`growth_verdict`, `fp32_spread`, `growth_ratios` of a `merge_seeds`
     reading): per arm judged, "<arm>_grown_logit"/"_grown_wq" — the layers grown at every growth step judged
-    ("layers 2, 3, 4" or "none"), "<arm>_grown_steps" — those steps, "<arm>_grown_min_ratio" — the smallest ratio to
+    ("layers 2, 3, 4" or "none at every step"), then those grown from a later step to the last (`grown_from`:
+    "; from a later step on: layer 2 from 4,000"; "<arm>_grown_logit_every" and "_wq_every": the first part alone,
+    "none" when empty), "<arm>_grown_steps" — the steps judged, "<arm>_grown_min_ratio" — the smallest ratio to
     FP32 attention among those layers, steps and seeds; "spread_max" — the reference's largest seed-to-seed spread over
     those steps and layers; "judged_arms" — how many arms the verdict covers."""
     out = {"judged_arms": str(len(verdict or {}))}
@@ -360,7 +382,11 @@ def growth_words(verdict: dict | None, spread: dict | None, ratios: dict) -> dic
         out[f"{arm}_grown_steps"] = ", ".join(f"{st:,}" for st in steps)
         for k in ("logit", "wq"):
             every = sorted(set.intersection(*(set(by_step[st][k]) for st in steps)))
-            out[f"{arm}_grown_{k}"] = ("layers " + ", ".join(map(str, every))) if every else "none"
+            later = {ly: st for ly, st in sorted(grown_from(by_step, k).items()) if st != steps[0]}
+            out[f"{arm}_grown_{k}_every"] = ("layers " + ", ".join(map(str, every))) if every else "none"
+            out[f"{arm}_grown_{k}"] = ((("layers " + ", ".join(map(str, every))) if every else "none at every step")
+                                       + ("; from a later step on: " + ", ".join(
+                                           f"layer {ly} from {st:,}" for ly, st in later.items()) if later else ""))
             if k == "logit":
                 vals = [ratios[s][arm][st][k][i - 1] for s in ratios for st in steps for i in every
                         if arm in ratios[s] and st in ratios[s][arm]]
@@ -382,15 +408,27 @@ def focus_growth_words(verdict: dict | None, failed: dict, layer: int = FOCUS_LA
     judged = [a for a, by in verdict.items() if by]
     grow = [a for a in judged if all(layer in by["logit"] for by in verdict[a].values())]
     name = lambda arms: " and ".join(CHAIN_ARMS.get(a, a) for a in arms)     # noqa: E731
+    # the arms that grow it from a later growth step to the last, not from the first
+    late = {a: grown_from(verdict[a], "logit")[layer] for a in judged if a not in grow
+            and layer in grown_from(verdict[a], "logit")}
+    late_words = ""
+    for st in sorted(set(late.values())):
+        arms = [a for a in late if late[a] == st]
+        calm_late = [a for a in arms if not failed.get(a)]
+        late_words += (f" {_cap(name(arms))} {'grows' if len(arms) == 1 else 'grow'} it from step {st:,} on, in every seed "
+                       f"{'it' if len(arms) == 1 else 'each'} ran, though not at the steps before"
+                       + (f"; {'its' if len(arms) == 1 else 'their'} loss never exploded" if calm_late == arms else
+                          f"; the loss of {name(calm_late)} never exploded" if calm_late else "") + ".")
     if not grow:
-        return f"No arm grows layer {layer}'s logits beyond FP32 attention at every growth step judged."
+        return f"No arm grows layer {layer}'s logits beyond FP32 attention at every growth step judged." + late_words
     who = f"All {len(judged)} arms judged" if len(grow) == len(judged) > 1 else name(grow)
     calm = [a for a in grow if not failed.get(a)]
     tail = (f", including {name(calm)}, whose loss never exploded: that growth is BF16 attention's, not only the "
             f"exploding placement's" if calm and len(calm) < len(grow) else
             ", and none of them exploded" if calm else "")
     verb = "grows" if len(grow) == 1 else "grow"
-    return f"{who} {verb} layer {layer}'s logits beyond FP32 attention at every growth step judged, in every seed {'it' if len(grow) == 1 else 'each'} ran{tail}."
+    return (f"{_cap(who)} {verb} layer {layer}'s logits beyond FP32 attention at every growth step judged, in every seed "
+            f"{'it' if len(grow) == 1 else 'each'} ran{tail}." + late_words)
 
 
 def growth_verdict(arrays: dict, runs: list[dict], rules: dict):
