@@ -278,7 +278,7 @@ def sweep_fix_numbers(sw, more=()) -> dict:
     `more`: the sweep at other seeds (`lr_sweep_s1`, …), for the tiling's reading."""
     if sw is None:
         return {"sw_fix": "not run", "sw_split": "not run", "sw_paper": "not run", "sw_h7": "not run", "sw_seeds7": "—",
-                "tile_n": "—", "seq_n": "—", "sw_label7": "no committed LR sweep"}
+                "sw_more7": "", "tile_n": "—", "seq_n": "—", "sw_label7": "no committed LR sweep"}
     from kernels.attention import native_config
     h, judged = hz.judge_result(sw)      # every run judged on the sweep's common horizon
 
@@ -289,6 +289,7 @@ def sweep_fix_numbers(sw, more=()) -> dict:
     return {"sw_h7": h, "sw_fix": by_lr("paper+fix"), "sw_split": by_lr("paper+fix_split"),
             "sw_tiling": tiling_words(sw, judged, [(m, hz.judge_result(m)[1]) for m in more]),
             "sw_seeds7": ", ".join(str(x) for x in sorted({r["seed"] for r in sw.data["runs"]})),
+            "sw_more7": ("; the same sweep at other seeds: " + runs.labelled(list(more), False)) if more else "",
             "sw_paper": by_lr("paper"), "sw_label7": runs.labelled([sw], False),
             "tile_n": native_config(pc.n_embd // pc.n_head, "fwd")["BLOCK_N"], "seq_n": pc.seq_len}
 
