@@ -5,6 +5,8 @@
   kernel, solid eager, dashed compiled.
 * `chain_figure(res)`: the same three panels for the arms of `gpt2_arms` (FP32 attention, flash SDPA, our FA2 and
   paper placements), one colour per arm, one line style per seed, the failure step marked.
+* `remedy_figure(view, words)`: the same for one seed, with the channel and remedy arms beside FP32 attention and
+  the paper placement.
 """
 from __future__ import annotations
 
@@ -40,32 +42,40 @@ def fidelity_figure(res):
 
 
 _CHAIN_STYLE = {"fp32": "C2", "sdpa": "C0", "ours_fa2": "C3", "paper": "C1"}
+# The channel and remedy arms beside them (`remedy_figure`): colours not used by the comparison's arms.
+_REMEDY_STYLE = {"paper_delta_fp32_o": "C4", "fa2_delta_dp_p_norm": "C5", "paper_o32": "C9", "paper_fix_b2": "C6",
+                 "paper_fix_b2_exact": "C8", "paper_fix_b7_exact": "C7"}
 _SEED_LS = ("-", "--", ":")
 
 
-def _arm_seed_legend(ax, res):
+def _arm_seed_legend(ax, res, words=None, colours=None):
     """One legend entry per arm (colour) and per seed (line style), not per run: with every arm in several seeds a
     run-by-run legend is wider than the column and shrinks the figure's text."""
     from matplotlib.lines import Line2D
     ok = [r["label"].split(":s") for r in res.data["runs"] if "error" not in r]
     arms = list(dict.fromkeys(a for a, _ in ok))
     seeds = sorted({int(s) for _, s in ok})
-    handles = ([Line2D([], [], color=_CHAIN_STYLE.get(a, "C7"), lw=1.1, label=CHAIN_ARMS.get(a, a)) for a in arms]
+    words, colours = words or CHAIN_ARMS, colours or _CHAIN_STYLE
+    handles = ([Line2D([], [], color=colours.get(a, "C7"), lw=1.1, label=words.get(a, a)) for a in arms]
                + [Line2D([], [], color="0.3", lw=1.1, ls=_SEED_LS[s % len(_SEED_LS)], label=f"seed {s}")
                   for s in seeds])
-    plotting.legend_above(ax, ncol=2, handles=handles)
+    plotting.legend_above(ax, ncol=1 if max(map(len, (h.get_label() for h in handles))) > 40 else 2,
+                          handles=handles)
 
 
-def chain_figure(res):
+def chain_figure(res, words=None):
+    """`words`: {arm: its label} for arms outside the comparison (`remedy_figure`)."""
     rules = cfg_of(res)["rules"]
+    colours = _CHAIN_STYLE | _REMEDY_STYLE
+    words = CHAIN_ARMS | (words or {})
     fig, axes = plotting.figure(3, 1, height=6.6, sharex=True)
     for run in res.data["runs"]:
         if "error" in run:
             continue
         lab = run["label"]
         arm, seed = lab.split(":s")
-        kw = dict(color=_CHAIN_STYLE.get(arm, "C7"), ls=_SEED_LS[int(seed) % len(_SEED_LS)], lw=1.1,
-                  label=f"{CHAIN_ARMS.get(arm, arm)}, seed {seed}")
+        kw = dict(color=colours.get(arm, "C7"), ls=_SEED_LS[int(seed) % len(_SEED_LS)], lw=1.1,
+                  label=f"{words.get(arm, arm)}, seed {seed}")
         loss = np.asarray(res.arrays[f"{lab}__loss"], dtype=np.float64)
         w = min(100, max(1, len(loss) // 10))
         axes[0].plot(np.arange(w, len(loss) + 1), np.convolve(loss, np.ones(w) / w, mode="valid"), **kw)
@@ -79,6 +89,12 @@ def chain_figure(res):
     axes[0].set(ylabel="training loss\n(nats, 100-step mean)")
     axes[1].set(ylabel="largest logit\n(any layer, head)", yscale="log")
     axes[2].set(ylabel="largest ‖W_Q,h‖₂\n(any layer, head)", xlabel="training step", yscale="log")
-    _arm_seed_legend(axes[0], res)
+    _arm_seed_legend(axes[0], res, words, colours)
     plotting.label_provenance(fig, res.meta)
     return fig
+
+
+def remedy_figure(view, words: dict):
+    """`chain_figure` for one seed's comparison arms and its channel and remedy arms (`remedies.seed_view`), each
+    remedy arm named by `words` ({arm: its label})."""
+    return chain_figure(view, words)

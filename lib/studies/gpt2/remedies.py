@@ -1,0 +1,227 @@
+"""Reading the channel and remedy arms of GPT-2 against the comparison they change one thing of.
+
+Every channel or remedy entry (`gpt2_delta`, `gpt2_remedy_o32`, `gpt2_remedy_fix`, … and their seed-1 twins)
+trains GPT-2 124M exactly as the comparison (`gpt2_arms` and its seeds) does, so each of its arms has a *baseline*:
+the comparison's arm it differs from in one thing, at the same seed (the registry's `rules["baseline"]`). This
+module reads them by the rules the registry fixed before the runs:
+
+* `arm_rows`: one row per arm and seed — its steps and failure (the comparison's failure rule, `outcomes`), its
+  baseline's, and layer 2's largest logit as a ratio to FP32 attention of the same seed at the last growth step
+  the three runs reached, beside the baseline's ratio and FP32 attention's own seed-to-seed spread there;
+* `verdicts`: per arm, whether it prevents its baseline's failure (`channels.prevents`);
+* `claim_verdicts`: the paper's claims these arms test (δ is the channel; O in FP32 stabilises; the β fix
+  stabilises), "reproduced" only when the arm prevents the failure in two or more seeds where the baseline fails
+  (the book's seeds ≥ 2), "partly" in one;
+* `table`, `glue_numbers`: what chapter 2c shows.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from lib.studies.gpt2 import channels
+from lib.studies.gpt2.reading import (CHAIN_ARMS, FOCUS_LAYER, at_step, cfg_of, fp32_spread, layer_series,
+                                      outcomes)
+
+__all__ = ["REMEDY_GROUPS", "CLAIM_ARMS", "SHORT", "arm_rows", "verdicts", "claim_verdicts", "table", "glue_numbers",
+           "seed_view"]
+
+# The registry's groups of channel and remedy entries this module reads (the injection is read by its own rule).
+REMEDY_GROUPS = ("gpt2_delta", "gpt2_remedy_o32", "gpt2_remedy_fix", "gpt2_qknorm", "gpt2_authors_compiled",
+                 "gpt2_authors_eager", "gpt2_dial")
+# The paper's claims and the arms that test each: an arm decides a claim in the seeds where its baseline fails.
+CLAIM_ARMS = {"delta_only_channel": ("paper_delta_fp32_o", "fa2_delta_dp_p_norm"),
+              "fp32_o_stabilises": ("paper_o32",),
+              "fix_stabilises": ("paper_fix_b2", "paper_fix_b2_exact", "paper_fix_b7_exact")}
+
+# Short names for a figure's legend (the tables use the full description of each arm's spec).
+SHORT = {"paper_delta_fp32_o": "paper placement, δ from an FP32 O", "fa2_delta_dp_p_norm": "FA2 placement, exact δ",
+         "paper_o32": "paper placement, O in FP32", "paper_fix_b2": "paper placement, guarded fix (β = 2)",
+         "paper_fix_b2_exact": "paper placement, exact-rule fix (β = 2)",
+         "paper_fix_b7_exact": "paper placement, exact-rule fix (β = 7)"}
+
+
+def _words(spec: str) -> str:
+    from lib.training.spec import describe
+    return describe(spec, detail=True)
+
+
+def _ratios(arrays: dict, label: str, ref: str, step: int) -> np.ndarray | None:
+    """Every layer's largest logit of run `label` over that of run `ref` at census step `step`: (L,), or None."""
+    a, b = layer_series(arrays, label), layer_series(arrays, ref)
+    if step not in set(a["step"].tolist()) or step not in set(b["step"].tolist()):
+        return None
+    return a["logit"][at_step(a, step)] / b["logit"][at_step(b, step)]
+
+
+def _ratio_at(arrays: dict, label: str, ref: str, step: int, layer: int) -> float | None:
+    """Layer `layer`'s (1-based) largest logit of run `label` over that of run `ref` at census step `step`."""
+    r = _ratios(arrays, label, ref, step)
+    return None if r is None else float(r[layer - 1])
+
+
+def _growth(arrays: dict, lab: str, blab: str, ref: str, steps, spread) -> tuple[int, int]:
+    """The registered "removes the growth" reading of one seed: (how many (growth step, layer) pairs the baseline
+    grows beyond FP32 attention's spread, in how many of those the arm stays within it), largest logits."""
+    grown = within = 0
+    for st in steps:
+        a, b = _ratios(arrays, lab, ref, st), _ratios(arrays, blab, ref, st)
+        if a is None or b is None or not spread or st not in spread:
+            continue
+        over = b > spread[st]["logit"]
+        grown += int(over.sum())
+        within += int((a[over] <= spread[st]["logit"][over]).sum())
+    return grown, within
+
+
+def arm_rows(remedies, chain, layer: int = FOCUS_LAYER) -> list[dict]:
+    """One row per arm and seed of the channel and remedy results `remedies` (`Result`s), read against `chain` (the
+    comparison, a `merge_seeds` reading of every seed): {"entry", "arm", "words" (its spec in words), "seed",
+    "steps", "fail" (first failure step or None), "back" (steps until the loss was back, None when it never was),
+    "base" (the baseline arm), "base_words", "base_steps", "base_fail", "base_back", "step" (the last registered
+    growth step the arm, its baseline and FP32 attention all reached, or None), "ratio" and "base_ratio" (layer
+    `layer`'s largest logit over FP32 attention's at that step), "spread" (FP32 attention's own seed-to-seed spread
+    of that ratio there, None with one FP32 seed), "grown" ((n, k): the baseline grows n (growth step, layer) pairs'
+    largest logits beyond that spread, the arm stays within it in k of them: it removes the growth when k = n > 0)}.
+    Arms whose baseline or FP32 run of the same seed is absent get
+    None in those fields."""
+    base_oc = outcomes(chain)
+    crules = cfg_of(chain)["rules"]
+    spread = fp32_spread(chain.arrays, chain.data["runs"], crules)
+    base_spec = {a["label"]: a["attn"] for a in cfg_of(chain)["arms"]}
+    rows = []
+    for res in remedies:
+        cfg = cfg_of(res)
+        rules, spec = cfg["rules"], {a["label"]: a["attn"] for a in cfg["arms"]}
+        oc = outcomes(res)
+        arrays = dict(chain.arrays) | dict(res.arrays)
+        for arm in spec:
+            base = rules["baseline"][arm]
+            for seed, steps, fail, back in oc.get(arm, []):
+                b = next((o for o in base_oc.get(base, []) if o[0] == seed), None)
+                lab, blab, ref = f"{arm}:s{seed}", f"{base}:s{seed}", f"{crules['reference']}:s{seed}"
+                have = [x for x in (lab, blab, ref) if f"{x}__census__step" in arrays]
+                step = None
+                if len(have) == 3:
+                    reached = min(int(np.max(arrays[f"{x}__census__step"])) for x in have)
+                    done = [s for s in crules["growth_steps"] if s <= reached]
+                    step = done[-1] if done else None
+                rows.append(dict(
+                    entry=getattr(res, "name", cfg.get("_entry", "")), arm=arm, words=_words(spec[arm]), seed=seed,
+                    steps=steps, fail=fail, back=back, base=base,
+                    base_words=CHAIN_ARMS.get(base, _words(base_spec[base]) if base in base_spec else base),
+                    base_steps=b and b[1], base_fail=b and b[2], base_back=b and b[3], step=step,
+                    ratio=_ratio_at(arrays, lab, ref, step, layer) if step else None,
+                    base_ratio=_ratio_at(arrays, blab, ref, step, layer) if step else None,
+                    spread=(float(spread[step]["logit"][layer - 1]) if spread and step in spread else None),
+                    grown=_growth(arrays, lab, blab, ref, crules["growth_steps"], spread) if len(have) == 3
+                    else (0, 0)))
+    return sorted(rows, key=lambda r: (r["seed"], r["entry"], r["arm"]))
+
+
+def verdicts(rows: list[dict]) -> dict:
+    """{arm: True (prevents its baseline's failure), False (fails in a seed where the baseline fails) or None
+    (undecided)} by the registered rule (`channels.prevents`), over every seed the arm ran."""
+    out = {}
+    for arm in dict.fromkeys(r["arm"] for r in rows):
+        mine = [r for r in rows if r["arm"] == arm]
+        out[arm] = channels.prevents({r["seed"]: (r["fail"], r["steps"]) for r in mine},
+                                     {r["seed"]: r["base_fail"] for r in mine if r["base_steps"] is not None})
+    return out
+
+
+def _outcome(fail, back, steps) -> str:
+    if fail is None:
+        return f"no failure in {steps:,} steps"
+    return f"failed at step {fail:,}" + (f", back {back:,} steps later" if back is not None else ", never back")
+
+
+def _run_words(r: dict) -> str:
+    return (f"seed {r['seed']}: {_outcome(r['fail'], r['back'], r['steps'])} (the unremedied "
+            f"{r['base_words']}: {_outcome(r['base_fail'], r['base_back'], r['base_steps'])})"
+            if r["base_steps"] is not None else f"seed {r['seed']}: {_outcome(r['fail'], r['back'], r['steps'])} "
+                                                f"(its baseline not run at this seed)")
+
+
+def claim_verdicts(rows: list[dict]) -> dict:
+    """{claim id: {"status", "evidence"}} for the claims of `CLAIM_ARMS` some row tests. An arm decides in the seeds
+    where its baseline failed (`verdicts`). Status: "not reproduced" when every deciding arm failed where its
+    baseline failed; "partly" when arms disagree, or when they prevent the failure in only one seed; "reproduced"
+    when every deciding arm prevents it in two or more seeds; "not yet tested" when no arm decides (no failure to
+    prevent in the seeds run). Evidence per arm and seed, in words."""
+    v = verdicts(rows)
+    out = {}
+    for cid, arms in CLAIM_ARMS.items():
+        mine = [r for r in rows if r["arm"] in arms]
+        if not mine:
+            continue
+        deciding = {a: v[a] for a in dict.fromkeys(r["arm"] for r in mine) if v[a] is not None}
+        seeds = {r["seed"] for r in mine if r["arm"] in deciding and r["base_fail"] is not None}
+        if not deciding:
+            status = "not yet tested"
+        elif not any(deciding.values()):
+            status = "not reproduced"
+        elif all(deciding.values()) and len(seeds) >= 2:
+            status = "reproduced"
+        else:
+            status = "partly"
+        per_arm = {}
+        for r in mine:
+            per_arm.setdefault(r["words"], []).append(_run_words(r))
+        ev = ("GPT-2 124M at the paper's recipe, each arm against the same seed's unremedied arm (same "
+              "initialisation and batches): " + "; ".join(f"{w} — {'; '.join(x)}" for w, x in per_arm.items()))
+        out[cid] = dict(status=status, evidence=ev)
+    return out
+
+
+def _ratio(x) -> str:
+    return "—" if x is None else f"{x:,.1f}" if x < 100 else f"{x:,.0f}"
+
+
+def table(rows: list[dict], layer: int = FOCUS_LAYER) -> str:
+    """A Markdown table, one row per arm and seed: the arm, its seed, its outcome (its baseline's at that seed in
+    brackets), layer `layer`'s largest logit over FP32 attention's at the last growth step reached (the baseline's in
+    brackets), and of the (growth step, layer) pairs where the baseline grows beyond FP32 attention's seed-to-seed
+    spread, how many the arm keeps within it."""
+    out = [f"| arm | seed | outcome (unremedied) | layer {layer}'s largest logit ÷ FP32's (unremedied) | "
+           "growth kept within FP32's spread |", "|---|---|---|---|---|"]
+    for r in rows:
+        base = (_outcome(r["base_fail"], r["base_back"], r["base_steps"]) if r["base_steps"] is not None
+                else "not run")
+        at = f"{_ratio(r['ratio'])} ({_ratio(r['base_ratio'])}) at step {r['step']:,}" if r["step"] else "—"
+        n, k = r["grown"]
+        out.append(f"| {r['words']} | {r['seed']} | {_outcome(r['fail'], r['back'], r['steps'])} ({base}) | {at} | "
+                   + (f"{k} of {n}" if n else "nothing to keep") + " |")
+    return "\n".join(out)
+
+
+def glue_numbers(rows: list[dict]) -> dict:
+    """Glue for chapter 2c: per arm "<arm>_outcome" (per seed, in words), "<arm>_prevents" ("prevents",
+    "does not prevent" or "cannot yet say whether it prevents"), "<arm>_words"; "n_arms", "seeds"."""
+    v = verdicts(rows)
+    out = {"n_arms": str(len(v)), "seeds": ", ".join(map(str, sorted({r["seed"] for r in rows})))}
+    for arm in v:
+        mine = [r for r in rows if r["arm"] == arm]
+        out[f"{arm}_words"] = mine[0]["words"]
+        out[f"{arm}_outcome"] = "; ".join(_run_words(r) for r in mine)
+        out[f"{arm}_prevents"] = {True: "prevents", False: "does not prevent",
+                                  None: "cannot yet say whether it prevents"}[v[arm]]
+    return out
+
+
+def seed_view(chain, remedies, seed: int, chain_arms=("fp32", "paper")) -> SimpleNamespace:
+    """One seed's runs for a figure: `chain_arms` of the comparison and every channel and remedy arm of that seed,
+    as a reading with `data["runs"]`, `arrays`, `cfg` (the comparison's rules) and `meta` (every result's)."""
+    labels = [f"{a}:s{seed}" for a in chain_arms]
+    runs = [r for r in chain.data["runs"] if r["label"] in labels and "error" not in r]
+    arrays = {k: v for k, v in chain.arrays.items() if k.split("__")[0] in labels}
+    metas = list(chain.meta) if isinstance(chain.meta, list) else [chain.meta]
+    for res in remedies:
+        mine = [r for r in res.data["runs"] if r["label"].endswith(f":s{seed}") and "error" not in r]
+        if not mine:
+            continue
+        runs += mine
+        arrays.update({k: v for k, v in res.arrays.items() if k.split("__")[0] in {r["label"] for r in mine}})
+        metas.append(res.meta)
+    return SimpleNamespace(data=dict(runs=runs), arrays=arrays, meta=metas, cfg=cfg_of(chain))

@@ -1,0 +1,113 @@
+"""Reading the GPT-2 channel and remedy arms against their baselines (`lib.studies.gpt2.remedies`) on planted runs:
+the registered failure rule, the prevents rule per arm, the claims' status over seeds, the growth kept within FP32
+attention's spread, and the table."""
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from lib.studies.gpt2 import figures, remedies
+
+STEPS, L, H = 400, 3, 2
+CENSUS = np.arange(0, STEPS + 1, 100)
+RULES = dict(failure_window=10, failure_rise=0.3, growth_steps=[100, 200, 300, 400], reference="fp32")
+
+
+def _run(label: str, fail_at=None, logit_scale=1.0, wq_scale=1.0, seed_jitter=1.0):
+    """A planted run: a falling loss that jumps by 2 nats at `fail_at` and stays up; census largest logits of
+    10·(1 + step/100) in every layer, layer 2's times `logit_scale`."""
+    loss = np.linspace(4.0, 2.0, STEPS)
+    if fail_at is not None:
+        loss[fail_at:] += 2.0
+    logit = np.tile((10.0 * (1 + CENSUS / 100))[:, None, None], (1, L, H)) * seed_jitter
+    logit[:, 1, :] *= logit_scale
+    wq = np.ones((len(CENSUS), L, H)) * wq_scale
+    arrays = {f"{label}__loss": loss, f"{label}__census__step": CENSUS, f"{label}__census__fa2/max_logit": logit,
+              f"{label}__census__wq_sigma": wq}
+    return dict(label=label, steps=STEPS), arrays
+
+
+def _res(name, runs, arms, rules, seeds):
+    data, arrays = {"runs": []}, {}
+    for r, a in runs:
+        data["runs"].append(r)
+        arrays.update(a)
+    cfg = dict(arms=[{"label": a, "attn": spec} for a, spec in arms.items()], rules=rules, seeds=seeds)
+    return SimpleNamespace(name=name, data=data, arrays=arrays, cfg=cfg, meta={"device": "planted"})
+
+
+def _chain(paper_fail=(150, 250)):
+    """FP32 attention (two seeds, 10 % apart: the spread), and the paper placement failing at `paper_fail` (per
+    seed) with layer 2's logits 100× FP32's."""
+    runs = []
+    for s, f in enumerate(paper_fail):
+        runs.append(_run(f"fp32:s{s}", seed_jitter=1.0 + 0.1 * s))
+        runs.append(_run(f"paper:s{s}", fail_at=f, logit_scale=100.0))
+        runs.append(_run(f"ours_fa2:s{s}", logit_scale=100.0))
+    arms = {"fp32": "fp32_flash", "paper": "paper/round_block=512", "ours_fa2": "fa2"}
+    return _res("chain", runs, arms, RULES, [0, 1])
+
+
+def _remedy(name, arm, spec, base, seeds, fail_at=None, logit_scale=1.0):
+    runs = [_run(f"{arm}:s{s}", fail_at=fail_at, logit_scale=logit_scale) for s in seeds]
+    return _res(name, runs, {arm: spec}, dict(RULES, baseline={arm: base}), seeds)
+
+
+def test_a_remedy_that_trains_past_the_failure_prevents_it_and_keeps_the_growth_within_the_spread():
+    chain = _chain()
+    rem = _remedy("o32", "paper_o32", "paper/round_block=512/round_o=false", "paper", [1])
+    rows = remedies.arm_rows([rem], chain)
+    (r,) = rows
+    assert (r["seed"], r["fail"], r["base"]) == (1, None, "paper")
+    assert 250 <= r["base_fail"] < 250 + RULES["failure_window"]     # the rule fires within one window of the jump
+    assert r["step"] == 400 and r["ratio"] == pytest.approx(1 / 1.1) and r["base_ratio"] == pytest.approx(100 / 1.1)
+    assert r["spread"] == pytest.approx(1.1)
+    assert r["grown"] == (4, 4)                 # layer 2 at each of the four growth steps, all kept within
+    assert remedies.verdicts(rows) == {"paper_o32": True}
+    v = remedies.claim_verdicts(rows)["fp32_o_stabilises"]
+    assert v["status"] == "partly"              # one seed decides: not yet a replication
+    assert f"failed at step {r['base_fail']:,}" in v["evidence"] and "no failure in 400 steps" in v["evidence"]
+    rows2 = remedies.arm_rows([_remedy("o32", "paper_o32", "paper/round_block=512/round_o=false", "paper", [0, 1])],
+                              chain)
+    assert remedies.claim_verdicts(rows2)["fp32_o_stabilises"]["status"] == "reproduced"
+
+
+def test_a_remedy_that_fails_where_its_baseline_fails_does_not_prevent_it():
+    rem = _remedy("fix", "paper_fix_b2", "paper/round_block=512/beta=2/tie_tol=0.001+fix", "paper", [1],
+                  fail_at=120, logit_scale=300.0)
+    rows = remedies.arm_rows([rem], _chain())
+    assert 120 <= rows[0]["fail"] < 120 + RULES["failure_window"]
+    assert remedies.verdicts(rows) == {"paper_fix_b2": False}
+    assert remedies.claim_verdicts(rows)["fix_stabilises"]["status"] == "not reproduced"
+    assert rows[0]["grown"] == (4, 0)
+    table = remedies.table(rows)
+    assert table.count("\n") == 2 and "fix β = 2" in table and "0 of 4" in table
+
+
+def test_an_arm_whose_baseline_never_fails_decides_nothing():
+    rem = _remedy("delta", "fa2_delta_dp_p_norm", "fa2/delta_source=dp_p_norm", "ours_fa2", [1])
+    rows = remedies.arm_rows([rem], _chain())
+    assert remedies.verdicts(rows) == {"fa2_delta_dp_p_norm": None}
+    assert remedies.claim_verdicts(rows)["delta_only_channel"]["status"] == "not yet tested"
+    assert rows[0]["grown"] == (4, 4)         # the FA2 baseline grows layer 2 and the exact δ keeps it within
+    g = remedies.glue_numbers(rows)
+    assert g["fa2_delta_dp_p_norm_prevents"] == "cannot yet say whether it prevents" and g["seeds"] == "1"
+
+
+def test_a_seed_without_its_baseline_is_not_read_as_one():
+    rem = _remedy("o32", "paper_o32", "paper/round_block=512/round_o=false", "paper", [2])
+    rows = remedies.arm_rows([rem], _chain())
+    assert rows[0]["base_steps"] is None and rows[0]["step"] is None and rows[0]["grown"] == (0, 0)
+    assert remedies.verdicts(rows) == {"paper_o32": None}
+    assert "not run" in remedies.table(rows)
+
+
+def test_the_seed_view_and_its_figure():
+    chain = _chain()
+    rem = _remedy("o32", "paper_o32", "paper/round_block=512/round_o=false", "paper", [0, 1])
+    view = remedies.seed_view(chain, [rem], 1)
+    assert sorted(r["label"] for r in view.data["runs"]) == ["fp32:s1", "paper:s1", "paper_o32:s1"]
+    assert all(k.split("__")[0].endswith(":s1") for k in view.arrays)
+    fig = figures.remedy_figure(view, remedies.SHORT)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert remedies.SHORT["paper_o32"] in labels
