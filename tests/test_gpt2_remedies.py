@@ -78,7 +78,10 @@ def test_a_remedy_that_fails_where_its_baseline_fails_does_not_prevent_it():
     rows = remedies.arm_rows([rem], _chain())
     assert 120 <= rows[0]["fail"] < 120 + RULES["failure_window"]
     assert remedies.verdicts(rows) == {"paper_fix_b2": False}
-    assert remedies.claim_verdicts(rows)["fix_stabilises"]["status"] == "not reproduced"
+    v = remedies.claim_verdicts(rows)["fix_stabilises"]
+    assert v["status"] == "not reproduced"
+    assert v["evidence"].endswith("not run yet: " + ", ".join(remedies.SHORT[a] for a in ("paper_fix_b2_exact",
+                                                                                       "paper_fix_b7_exact")))
     assert rows[0]["grown"] == (4, 0)
     table = remedies.table(rows)
     assert table.count("\n") == 2 and "fix β = 2" in table and "0 of 4" in table
@@ -111,3 +114,15 @@ def test_the_seed_view_and_its_figure():
     fig = figures.remedy_figure(view, remedies.SHORT)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert remedies.SHORT["paper_o32"] in labels
+
+
+def test_the_advice_names_what_prevented_the_failure_and_what_has_not_run():
+    chain = _chain()
+    rows = remedies.arm_rows([_remedy("o32", "paper_o32", "paper/round_block=512/round_o=false", "paper", [1]),
+                              _remedy("fix", "paper_fix_b2", "paper/round_block=512/beta=2/tie_tol=0.001+fix",
+                                      "paper", [1], fail_at=120)], chain)
+    text = remedies.advice_words(rows)
+    assert "O in FP32 — prevented it (seed 1: no failure in 400 steps)" in text
+    assert "guarded fix (β = 2) — did not prevent it (seed 1: failed at step" in text
+    assert text.endswith("Not run yet: δ from an FP32 O, exact-rule fix (β = 2), exact-rule fix (β = 7).")
+    assert remedies.advice_words([]) == "No remedy has been trained in GPT-2 yet."

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from lib.book import catalogue, registry, results as _results
 from lib.studies.dose import reading as dose_reading
 from lib.studies.gpt2 import reading as g2r
+from lib.studies.gpt2 import remedies as g2m
 from lib.training import outcome
 from lib.training.runs import spec_words
 # Contrast results: run to be read beside the result that reports a claim, not to report it. They carry the same
@@ -371,6 +372,15 @@ def status_table(root=None) -> list[dict]:
             # The proxy's "partly" (link 4's two tests) stands beside GPT-2's; neither reading is called reproduced.
             status = lv["status"] if lv["status"] == "partly" or not old.get("status") else old["status"]
             verdicts[cid] = (5, dict(status=status, evidence=ev), chain + src)
+    rem = [by_name[n] for g in g2m.REMEDY_GROUPS for n in registry.GROUPS[g] if n in by_name]
+    if chain and rem:                           # the channel and the remedies, each arm against its baseline
+        for cid, rv in g2m.claim_verdicts(g2m.arm_rows(rem, g2r.merge_seeds(chain))).items():
+            if rv["status"] == "not yet tested":
+                continue
+            rank, old, src = verdicts.get(cid, (0, {}, []))
+            ev = rv["evidence"] + (f"; the proxy, where link 1's preconditions are absent: {old['evidence']}"
+                                   if old.get("evidence") else "")
+            verdicts[cid] = (5, dict(status=rv["status"], evidence=ev), chain + rem + src)
     dose = [by_name[n] for n in registry.GROUPS["delta_dose"] if n in by_name]
     v = dose_reading.claim_delta_bias_dose(dose) if dose else None
     if v:                                       # stage 1 and stage 2 read together: the thresholds need both

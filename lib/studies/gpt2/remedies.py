@@ -24,7 +24,7 @@ from lib.studies.gpt2 import channels
 from lib.studies.gpt2.reading import (CHAIN_ARMS, FOCUS_LAYER, at_step, cfg_of, fp32_spread, layer_series,
                                       outcomes)
 
-__all__ = ["REMEDY_GROUPS", "CLAIM_ARMS", "SHORT", "arm_rows", "verdicts", "claim_verdicts", "table", "glue_numbers",
+__all__ = ["REMEDY_GROUPS", "CLAIM_ARMS", "SHORT", "advice_words", "arm_rows", "verdicts", "claim_verdicts", "table", "glue_numbers",
            "seed_view"]
 
 # The registry's groups of channel and remedy entries this module reads (the injection is read by its own rule).
@@ -149,7 +149,7 @@ def claim_verdicts(rows: list[dict]) -> dict:
     where its baseline failed (`verdicts`). Status: "not reproduced" when every deciding arm failed where its
     baseline failed; "partly" when arms disagree, or when they prevent the failure in only one seed; "reproduced"
     when every deciding arm prevents it in two or more seeds; "not yet tested" when no arm decides (no failure to
-    prevent in the seeds run). Evidence per arm and seed, in words."""
+    prevent in the seeds run). Evidence per arm and seed, in words, and the claim's arms not run yet."""
     v = verdicts(rows)
     out = {}
     for cid, arms in CLAIM_ARMS.items():
@@ -169,8 +169,10 @@ def claim_verdicts(rows: list[dict]) -> dict:
         per_arm = {}
         for r in mine:
             per_arm.setdefault(r["words"], []).append(_run_words(r))
+        missing = [SHORT.get(a, a) for a in arms if a not in {r["arm"] for r in mine}]
         ev = ("GPT-2 124M at the paper's recipe, each arm against the same seed's unremedied arm (same "
-              "initialisation and batches): " + "; ".join(f"{w} — {'; '.join(x)}" for w, x in per_arm.items()))
+              "initialisation and batches): " + "; ".join(f"{w} — {'; '.join(x)}" for w, x in per_arm.items())
+              + (f"; not run yet: {', '.join(missing)}" if missing else ""))
         out[cid] = dict(status=status, evidence=ev)
     return out
 
@@ -208,6 +210,31 @@ def glue_numbers(rows: list[dict]) -> dict:
         out[f"{arm}_prevents"] = {True: "prevents", False: "does not prevent",
                                   None: "cannot yet say whether it prevents"}[v[arm]]
     return out
+
+
+def advice_words(rows: list[dict], arms=("paper_o32", "paper_delta_fp32_o", "paper_fix_b2", "paper_fix_b2_exact",
+                                          "paper_fix_b7_exact")) -> str:
+    """One sentence for a practitioner: against the paper placement's failure in GPT-2, which of `arms` prevented
+    it and which did not (the registered rule, `verdicts`), in how many seeds, and which have not run."""
+    v = verdicts(rows)
+    ran = [a for a in arms if a in v]
+    if not ran:
+        return "No remedy has been trained in GPT-2 yet."
+    seeds = sorted({r["seed"] for r in rows if r["arm"] in ran})
+    word = {True: "prevented it", False: "did not prevent it", None: "not yet judged"}
+    change = lambda a: SHORT.get(a, a).removeprefix("paper placement, ")      # noqa: E731  each changes the paper arm
+    parts = []
+    for a in ran:
+        mine = [r for r in rows if r["arm"] == a]
+        parts.append(f"{change(a)} — {word[v[a]]} (" + "; ".join(
+            f"seed {r['seed']}: {_outcome(r['fail'], r['back'], r['steps'])}" for r in mine) + ")")
+    fails = sorted({(r["seed"], r["base_fail"]) for r in rows if r["arm"] in ran and r["base_fail"] is not None})
+    out = (f"In GPT-2 124M at the paper's recipe (seed{'s' if len(seeds) > 1 else ''} "
+           f"{', '.join(map(str, seeds))}), where the paper placement failed ("
+           + "; ".join(f"seed {s}: at step {f:,}" for s, f in fails) + "), each change to it: " + "; ".join(parts)
+           + ".")
+    missing = [change(a) for a in arms if a not in v]
+    return out + (f" Not run yet: {', '.join(missing)}." if missing else "")
 
 
 def seed_view(chain, remedies, seed: int, chain_arms=("fp32", "paper")) -> SimpleNamespace:
