@@ -231,3 +231,14 @@ def test_link_5_reads_gpt2_first_where_committed(rows, table):
     assert words.startswith(link["words"]) and f"it reads {link['status']}" in words
     if link["status"] != "partly" and link["reasons"]:
         assert words.endswith("; ".join(link["reasons"]) + ")")
+
+
+def test_every_claim_is_a_row_a_control_or_named_under_the_table(table):
+    text = verdicts.untested_markdown()
+    shown = {c for r in verdicts.ROWS + verdicts.CONTROLS for c in r.claims}
+    for c in claims.CLAIMS:
+        named = (c.text[0].lower() + c.text[1:].rstrip(".")) in text
+        assert (c.id in shown) != named, c.id                  # in exactly one place
+        if named:
+            assert f"— {table[c.id]['status']} (chapter" in text
+    assert name_problems(text) == []
