@@ -126,3 +126,28 @@ def test_the_advice_names_what_prevented_the_failure_and_what_has_not_run():
     assert "guarded fix (β = 2) — did not prevent it (seed 1: failed at step" in text
     assert text.endswith("Not run yet: δ from an FP32 O, exact-rule fix (β = 2), exact-rule fix (β = 7).")
     assert remedies.advice_words([]) == "No remedy has been trained in GPT-2 yet."
+
+
+def test_growth_words_and_the_seeds_still_to_run():
+    chain = _chain()
+    rows = remedies.arm_rows([_remedy("o32", "paper_o32", "paper/round_block=512/round_o=false", "paper", [1])],
+                             chain)
+    text = remedies.growth_words(rows[0])
+    r = rows[0]                                      # both ratios below 100: one decimal
+    assert text.startswith(f"{r['ratio']:.1f}× FP32 attention's at step {r['step']}, against "
+                           f"{r['base_ratio']:.1f}× without the change")
+    assert remedies.growth_words(dict(r, base_ratio=1234.4)).split("against ")[1].startswith("1,234× without")
+    assert text.endswith("it keeps 4 within it, so by the rule it removes the growth")
+    assert remedies.growth_words(dict(rows[0], grown=(4, 3))).endswith("does not remove the growth")
+    assert remedies.growth_words(dict(rows[0], step=None)) == "not measured"
+    (left,) = remedies.pending(rows, chain)          # seed 0's paper arm failed and no remedy ran there
+    assert left[0] == 0 and 150 <= left[1] < 150 + RULES["failure_window"]
+    assert remedies.pending(rows + [dict(rows[0], seed=0)], chain) == []
+
+
+def test_the_seed_view_keeps_only_that_seeds_provenance():
+    chain = _chain()
+    chain.meta = [{"provenance": {"cfg": {"seeds": [0]}}, "device": "A"},
+                  {"provenance": {"cfg": {"seeds": [1]}}, "device": "B"}]
+    view = remedies.seed_view(chain, [], 1)
+    assert [m["device"] for m in view.meta] == ["B"]

@@ -24,7 +24,7 @@ from lib.studies.gpt2 import channels
 from lib.studies.gpt2.reading import (CHAIN_ARMS, FOCUS_LAYER, at_step, cfg_of, fp32_spread, layer_series,
                                       outcomes)
 
-__all__ = ["REMEDY_GROUPS", "CLAIM_ARMS", "SHORT", "advice_words", "arm_rows", "verdicts", "claim_verdicts", "table", "glue_numbers",
+__all__ = ["REMEDY_GROUPS", "CLAIM_ARMS", "SHORT", "advice_words", "outcome_words", "growth_words", "pending", "arm_rows", "verdicts", "claim_verdicts", "table", "glue_numbers",
            "seed_view"]
 
 # The registry's groups of channel and remedy entries this module reads (the injection is read by its own rule).
@@ -131,16 +131,18 @@ def verdicts(rows: list[dict]) -> dict:
     return out
 
 
-def _outcome(fail, back, steps) -> str:
+def outcome_words(fail, back, steps) -> str:
+    """A run's outcome in words: "no failure in N steps" or "failed at step F, back B steps later" / ", never
+    back"."""
     if fail is None:
         return f"no failure in {steps:,} steps"
     return f"failed at step {fail:,}" + (f", back {back:,} steps later" if back is not None else ", never back")
 
 
 def _run_words(r: dict) -> str:
-    return (f"seed {r['seed']}: {_outcome(r['fail'], r['back'], r['steps'])} (the unremedied "
-            f"{r['base_words']}: {_outcome(r['base_fail'], r['base_back'], r['base_steps'])})"
-            if r["base_steps"] is not None else f"seed {r['seed']}: {_outcome(r['fail'], r['back'], r['steps'])} "
+    return (f"seed {r['seed']}: {outcome_words(r['fail'], r['back'], r['steps'])} (the unremedied "
+            f"{r['base_words']}: {outcome_words(r['base_fail'], r['base_back'], r['base_steps'])})"
+            if r["base_steps"] is not None else f"seed {r['seed']}: {outcome_words(r['fail'], r['back'], r['steps'])} "
                                                 f"(its baseline not run at this seed)")
 
 
@@ -189,11 +191,11 @@ def table(rows: list[dict], layer: int = FOCUS_LAYER) -> str:
     out = [f"| arm | seed | outcome (unremedied) | layer {layer}'s largest logit ÷ FP32's (unremedied) | "
            "growth kept within FP32's spread |", "|---|---|---|---|---|"]
     for r in rows:
-        base = (_outcome(r["base_fail"], r["base_back"], r["base_steps"]) if r["base_steps"] is not None
+        base = (outcome_words(r["base_fail"], r["base_back"], r["base_steps"]) if r["base_steps"] is not None
                 else "not run")
         at = f"{_ratio(r['ratio'])} ({_ratio(r['base_ratio'])}) at step {r['step']:,}" if r["step"] else "—"
         n, k = r["grown"]
-        out.append(f"| {r['words']} | {r['seed']} | {_outcome(r['fail'], r['back'], r['steps'])} ({base}) | {at} | "
+        out.append(f"| {r['words']} | {r['seed']} | {outcome_words(r['fail'], r['back'], r['steps'])} ({base}) | {at} | "
                    + (f"{k} of {n}" if n else "nothing to keep") + " |")
     return "\n".join(out)
 
@@ -212,6 +214,24 @@ def glue_numbers(rows: list[dict]) -> dict:
     return out
 
 
+def growth_words(row: dict) -> str:
+    """One row's growth reading in words: its layer's largest logit over FP32 attention's at the row's step, the
+    baseline's, and the registered "removes the growth" rule over every grown (step, layer) pair."""
+    if not row["step"]:
+        return "not measured"
+    n, k = row["grown"]
+    return (f"{_ratio(row['ratio'])}× FP32 attention's at step {row['step']:,}, against "
+            f"{_ratio(row['base_ratio'])}× without the change; of the {n} (growth step, layer) pairs where the "
+            f"unchanged arm grows beyond FP32 attention's spread it keeps {k} within it, so by the rule it "
+            + ("removes" if n and k == n else "does not remove") + " the growth")
+
+
+def pending(rows: list[dict], chain, base: str = "paper") -> list[tuple[int, int]]:
+    """(seed, failure step) of every seed where the comparison's `base` arm failed and no row has run."""
+    ran = {r["seed"] for r in rows}
+    return [(o[0], o[2]) for o in outcomes(chain).get(base, []) if o[2] is not None and o[0] not in ran]
+
+
 def advice_words(rows: list[dict], arms=("paper_o32", "paper_delta_fp32_o", "paper_fix_b2", "paper_fix_b2_exact",
                                           "paper_fix_b7_exact")) -> str:
     """One sentence for a practitioner: against the paper placement's failure in GPT-2, which of `arms` prevented
@@ -227,7 +247,7 @@ def advice_words(rows: list[dict], arms=("paper_o32", "paper_delta_fp32_o", "pap
     for a in ran:
         mine = [r for r in rows if r["arm"] == a]
         parts.append(f"{change(a)} — {word[v[a]]} (" + "; ".join(
-            f"seed {r['seed']}: {_outcome(r['fail'], r['back'], r['steps'])}" for r in mine) + ")")
+            f"seed {r['seed']}: {outcome_words(r['fail'], r['back'], r['steps'])}" for r in mine) + ")")
     fails = sorted({(r["seed"], r["base_fail"]) for r in rows if r["arm"] in ran and r["base_fail"] is not None})
     out = (f"In GPT-2 124M at the paper's recipe (seed{'s' if len(seeds) > 1 else ''} "
            f"{', '.join(map(str, seeds))}), where the paper placement failed ("
@@ -243,7 +263,9 @@ def seed_view(chain, remedies, seed: int, chain_arms=("fp32", "paper")) -> Simpl
     labels = [f"{a}:s{seed}" for a in chain_arms]
     runs = [r for r in chain.data["runs"] if r["label"] in labels and "error" not in r]
     arrays = {k: v for k, v in chain.arrays.items() if k.split("__")[0] in labels}
-    metas = list(chain.meta) if isinstance(chain.meta, list) else [chain.meta]
+    # the provenance of the results this seed's runs come from (a merged comparison lists every seed's)
+    metas = [m for m in (chain.meta if isinstance(chain.meta, list) else [chain.meta])
+             if seed in ((m.get("provenance") or {}).get("cfg") or m.get("config") or {}).get("seeds", [seed])]
     for res in remedies:
         mine = [r for r in res.data["runs"] if r["label"].endswith(f":s{seed}") and "error" not in r]
         if not mine:
