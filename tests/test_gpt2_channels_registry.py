@@ -12,10 +12,13 @@ from lib.studies.gpt2 import arms, channels
 from lib.training.model import GPTConfig, build_lm
 
 # In the registry's order, which is the order to run them: the δ channel, O kept in FP32, the β fix, a logit bound,
-# the authors' code, the injection; each at seed 0, then its seed-1 twin.
+# the authors' code, the injection; each at seed 0, then its seed-1 twin (and, for the first two, the arm that decides
+# at seed 2).
 PAIRS = ["gpt2_delta", "gpt2_remedy_o32", "gpt2_remedy_fix", "gpt2_qknorm", "gpt2_authors_compiled",
          "gpt2_authors_eager", "gpt2_inject", "gpt2_inject_low"]
+SEED2 = {"gpt2_delta": "paper_delta_fp32_o", "gpt2_remedy_o32": "paper_o32"}   # entry: its one arm at seed 2
 ENTRIES = [n for p in PAIRS for n in (p, p + "_s1")]
+IN_ORDER = [n for p in PAIRS for n in (p, p + "_s1") + ((p + "_s2",) if p in SEED2 else ())]
 RECIPE = ("corpus_dir", "gpus", "steps", "batch_size", "lr", "warmup", "census_every", "census_rows", "eval_every",
           "eval_batches", "ckpt_every_s", "max_wall_s", "probe")
 RULES = ("failure_window", "failure_rise", "growth_steps")
@@ -29,8 +32,9 @@ def _cfg(name, scale):
 
 def test_registered_in_priority_order_after_gpt2_arms():
     names = list(ES)
-    assert names[names.index("gpt2_arms_s2_fa2") + 1:][:len(ENTRIES)] == ENTRIES    # after the comparison's seeds
+    assert names[names.index("gpt2_arms_s2_fa2") + 1:][:len(IN_ORDER)] == IN_ORDER  # after the comparison's seeds
     assert sum(ES[n].gpu_min for n in ENTRIES) == 48.0 * len(ENTRIES)
+    assert all(ES[p + "_s2"].gpu_min == 24.0 for p in SEED2)                          # one arm: one GPU
 
 
 @pytest.mark.parametrize("name", ENTRIES)
@@ -65,8 +69,28 @@ def test_workdirs_are_distinct():
 
 def test_the_dual_output_is_registered_once():
     """δ from an FP32 O (the op's second, FP32 output read only by δ) is the paper's dual output: one arm, seeds 0-1."""
-    hits = [n for n in ENTRIES for a in _cfg(n, "full")["arms"] if "delta_source=fp32_o" in a["attn"]]
-    assert hits == ["gpt2_delta", "gpt2_delta_s1"]
+    hits = [n for n in IN_ORDER for a in _cfg(n, "full")["arms"] if "delta_source=fp32_o" in a["attn"]]
+    assert hits == ["gpt2_delta", "gpt2_delta_s1", "gpt2_delta_s2"]
+
+
+@pytest.mark.parametrize("group", sorted(SEED2))
+def test_the_seed_2_entries_run_the_arm_that_decides(group):
+    """Seed 2 (where the comparison's paper arm failed, the second such seed): the group's one arm that decides its
+    claim, exactly as at seeds 0 and 1 (spec, recipe, growth and failure rules), its baseline the paper arm of
+    gpt2_arms_s2, read with the group (registry.GROUPS)."""
+    name, label = group + "_s2", SEED2[group]
+    e, twin = ES[name], _cfg(group, "full")
+    assert e.base == "lib.studies.gpt2.arms" and e.chapter == "02c" and name in catalogue.TITLES
+    assert name_problems(e.summary) == [] and registry.GROUPS[group] == (group, group + "_s1", name)
+    cfg = _cfg(name, "full")
+    assert cfg["seeds"] == [2] and cfg["workdir"] == f"/tmp/{name}"
+    assert cfg["arms"] == [a for a in twin["arms"] if a["label"] == label]
+    assert {k: cfg[k] for k in RECIPE} == {k: twin[k] for k in RECIPE} and cfg["model"] == twin["model"]
+    assert {k: cfg["rules"][k] for k in RULES + ("reference", "spread_from")} == \
+        {k: twin["rules"][k] for k in RULES + ("reference", "spread_from")}
+    assert cfg["rules"]["baseline"] == {label: "paper"}
+    assert cfg["rules"]["baseline_from"] == cfg["rules"]["reference_from"] == ["gpt2_arms_s2"]
+    assert _cfg("gpt2_arms_s2", "full")["seeds"] == [2]
 
 
 def test_injection_rates_are_the_paper_arms_census():

@@ -44,9 +44,9 @@ GROUPS = {
     "authors_code": ("authors_code", "authors_code_8e3"),                     # the healthy regime and LR 8e-3
     "beta_sweep": ("beta_sweep", "beta_sweep_seeds"),
     "delta_dose": ("delta_dose", "delta_dose_seeds", "delta_dose_brackets", "delta_dose_bias3"),  # stage 1, 2, brackets
-    # the GPT-2 channels and remedies: each pair of arms at seeds 0 and 1
-    "gpt2_delta": ("gpt2_delta", "gpt2_delta_s1"),
-    "gpt2_remedy_o32": ("gpt2_remedy_o32", "gpt2_remedy_o32_s1"),
+    # the GPT-2 channels and remedies: each pair of arms at seeds 0 and 1 (and the arm that decides, at seed 2)
+    "gpt2_delta": ("gpt2_delta", "gpt2_delta_s1", "gpt2_delta_s2"),
+    "gpt2_remedy_o32": ("gpt2_remedy_o32", "gpt2_remedy_o32_s1", "gpt2_remedy_o32_s2"),
     "gpt2_remedy_fix": ("gpt2_remedy_fix", "gpt2_remedy_fix_s1"),
     "gpt2_qknorm": ("gpt2_qknorm", "gpt2_qknorm_s1"),
     "gpt2_authors_compiled": ("gpt2_authors_compiled", "gpt2_authors_compiled_s1"),
