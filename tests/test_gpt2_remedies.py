@@ -114,6 +114,10 @@ def test_the_seed_view_and_its_figure():
     fig = figures.remedy_figure(view, remedies.SHORT)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert remedies.SHORT["paper_o32"] in labels
+    def styles(f):          # the runs' lines, not the thin dotted failure markers
+        return {ln.get_linestyle() for ln in f.axes[1].get_lines() if ln.get_linewidth() > 1}
+    assert styles(fig) == {"-"}                                  # one seed: every line solid
+    assert styles(figures.chain_figure(chain)) == {"-", "--"}    # seeds 0 and 1 told apart
 
 
 def test_the_advice_names_what_prevented_the_failure_and_what_has_not_run():
@@ -140,9 +144,15 @@ def test_growth_words_and_the_seeds_still_to_run():
     assert text.endswith("it keeps 4 within it, so by the rule it removes the growth")
     assert remedies.growth_words(dict(rows[0], grown=(4, 3))).endswith("does not remove the growth")
     assert remedies.growth_words(dict(rows[0], step=None)) == "not measured"
-    (left,) = remedies.pending(rows, chain)          # seed 0's paper arm failed and no remedy ran there
-    assert left[0] == 0 and 150 <= left[1] < 150 + RULES["failure_window"]
-    assert remedies.pending(rows + [dict(rows[0], seed=0)], chain) == []
+    left = remedies.pending(rows, chain)
+    (s0,) = left["paper_o32"]                         # seed 0's paper arm failed and this arm did not run there
+    assert s0[0] == 0 and 150 <= s0[1] < 150 + RULES["failure_window"]
+    assert len(left["paper_fix_b2"]) == 2             # an arm run nowhere: every seed where the paper arm failed
+    assert remedies.pending(rows + [dict(rows[0], seed=0)], chain, ("paper_o32",)) == {"paper_o32": []}
+    words = remedies.pending_words(rows, chain)
+    assert words.startswith(f"O in FP32 at seed 0 (where the paper placement failed at step {s0[1]:,}); "
+                            "not run in any seed yet: δ from an FP32 O, guarded fix (β = 2), ")
+    assert remedies.pending_words(rows + [dict(rows[0], seed=0)], chain, ("paper_o32",)) == "none"
 
 
 def test_the_seed_view_keeps_only_that_seeds_provenance():
@@ -151,3 +161,29 @@ def test_the_seed_view_keeps_only_that_seeds_provenance():
                   {"provenance": {"cfg": {"seeds": [1]}}, "device": "B"}]
     view = remedies.seed_view(chain, [], 1)
     assert [m["device"] for m in view.meta] == ["B"]
+
+
+def test_brief_words_merge_alike_seeds_and_name_the_unremedied_failures():
+    chain = _chain()
+    o32 = _remedy("o32", "paper_o32", "paper/round_block=512/round_o=false", "paper", [0, 1])
+    fix = _remedy("fix", "paper_fix_b2", "paper/round_block=512/beta=2/tie_tol=0.001+fix", "paper", [1], fail_at=120)
+    rows = remedies.arm_rows([o32, fix], chain)
+    f0, f1 = (next(r["base_fail"] for r in rows if r["seed"] == s) for s in (0, 1))
+    text = remedies.brief_words(rows, ("paper_o32", "paper_fix_b7_exact"))
+    assert text == (f"O in FP32, seeds 0 and 1: no failure in 400 steps (unremedied: failed at step {f0:,} in seed 0 "
+                    f"and {f1:,} in seed 1)")
+    both = remedies.brief_words(rows, ("paper_o32", "paper_fix_b2"))
+    assert "; guarded fix (β = 2), seed 1: failed at step " in both
+    mixed = remedies.brief_words([dict(rows[0], fail=300, back=None)] + rows[1:], ("paper_o32",))
+    assert mixed.startswith("O in FP32: seed 0: failed at step 300, never back; seed 1: no failure in 400 steps")
+    assert remedies.brief_words(rows, ("paper_delta_fp32_o",)) == ""
+
+
+def test_growth_glue_reads_every_seed_measured():
+    chain = _chain()
+    one = remedies.arm_rows([_remedy("o32", "paper_o32", "paper/round_block=512/round_o=false", "paper", [1])], chain)
+    assert remedies.glue_numbers(one)["paper_o32_at"] == remedies.growth_words(one[0])
+    two = remedies.arm_rows([_remedy("o32", "paper_o32", "paper/round_block=512/round_o=false", "paper", [0, 1])],
+                            chain)
+    at = remedies.glue_numbers(two)["paper_o32_at"]
+    assert at == "; ".join(f"seed {r['seed']}: {remedies.growth_words(r)}" for r in two) and at.count("seed ") == 2

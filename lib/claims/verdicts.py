@@ -248,10 +248,7 @@ def n_remedy(arms, root=None) -> str:
     chain = [r for r in (_load(n, root) for n in g2r.CHAIN_RESULTS) if r is not None]
     rem = [r for r in (_load(n, root) for g in g2m.REMEDY_GROUPS for n in registry.GROUPS[g]) if r is not None]
     rows = [r for r in g2m.arm_rows(rem, g2r.merge_seeds(chain)) if r["arm"] in arms] if chain and rem else []
-    gpt2 = "; ".join(f"{g2m.SHORT.get(r['arm'], r['arm']).removeprefix('paper placement, ')}, seed {r['seed']}: "
-                     + g2m.outcome_words(r["fail"], r["back"], r["steps"])
-                     + (f" (unremedied: failed at step {r['base_fail']:,})" if r["base_fail"] is not None else "")
-                     for r in rows)
+    gpt2 = g2m.brief_words(rows, arms)
     proxy = n_prevent(root)
     return "; ".join(x for x in ((f"GPT-2: {gpt2}" if gpt2 else ""), proxy if proxy != "—" else "") if x) or "—"
 

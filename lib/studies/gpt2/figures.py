@@ -48,6 +48,11 @@ _REMEDY_STYLE = {"paper_delta_fp32_o": "C4", "fa2_delta_dp_p_norm": "C5", "paper
 _SEED_LS = ("-", "--", ":")
 
 
+def _seed_ls(seed: int, seeds) -> str:
+    """A seed's line style; solid when the figure has one seed (a dotted line for the only seed hides the data)."""
+    return _SEED_LS[int(seed) % len(_SEED_LS)] if len(seeds) > 1 else "-"
+
+
 def _arm_seed_legend(ax, res, words=None, colours=None):
     """One legend entry per arm (colour) and per seed (line style), not per run: with every arm in several seeds a
     run-by-run legend is wider than the column and shrinks the figure's text."""
@@ -57,8 +62,7 @@ def _arm_seed_legend(ax, res, words=None, colours=None):
     seeds = sorted({int(s) for _, s in ok})
     words, colours = words or CHAIN_ARMS, colours or _CHAIN_STYLE
     handles = ([Line2D([], [], color=colours.get(a, "C7"), lw=1.1, label=words.get(a, a)) for a in arms]
-               + [Line2D([], [], color="0.3", lw=1.1, ls=_SEED_LS[s % len(_SEED_LS)], label=f"seed {s}")
-                  for s in seeds])
+               + [Line2D([], [], color="0.3", lw=1.1, ls=_seed_ls(s, seeds), label=f"seed {s}") for s in seeds])
     plotting.legend_above(ax, ncol=1 if max(map(len, (h.get_label() for h in handles))) > 40 else 2,
                           handles=handles)
 
@@ -69,12 +73,13 @@ def chain_figure(res, words=None):
     colours = _CHAIN_STYLE | _REMEDY_STYLE
     words = CHAIN_ARMS | (words or {})
     fig, axes = plotting.figure(3, 1, height=6.6, sharex=True)
+    seeds = {int(r["label"].split(":s")[1]) for r in res.data["runs"] if "error" not in r}
     for run in res.data["runs"]:
         if "error" in run:
             continue
         lab = run["label"]
         arm, seed = lab.split(":s")
-        kw = dict(color=colours.get(arm, "C7"), ls=_SEED_LS[int(seed) % len(_SEED_LS)], lw=1.1,
+        kw = dict(color=colours.get(arm, "C7"), ls=_seed_ls(seed, seeds), lw=1.1,
                   label=f"{words.get(arm, arm)}, seed {seed}")
         loss = np.asarray(res.arrays[f"{lab}__loss"], dtype=np.float64)
         w = min(100, max(1, len(loss) // 10))

@@ -24,8 +24,8 @@ from lib.studies.gpt2 import channels
 from lib.studies.gpt2.reading import (CHAIN_ARMS, FOCUS_LAYER, at_step, cfg_of, fp32_spread, layer_series,
                                       outcomes)
 
-__all__ = ["REMEDY_GROUPS", "CLAIM_ARMS", "SHORT", "advice_words", "outcome_words", "growth_words", "pending", "arm_rows", "verdicts", "claim_verdicts", "table", "glue_numbers",
-           "seed_view"]
+__all__ = ["REMEDY_GROUPS", "CLAIM_ARMS", "SHORT", "PAPER_REMEDIES", "advice_words", "pending_words", "brief_words", "outcome_words", "growth_words",
+           "pending", "arm_rows", "verdicts", "claim_verdicts", "table", "glue_numbers", "seed_view"]
 
 # The registry's groups of channel and remedy entries this module reads (the injection is read by its own rule).
 REMEDY_GROUPS = ("gpt2_delta", "gpt2_remedy_o32", "gpt2_remedy_fix", "gpt2_qknorm", "gpt2_authors_compiled",
@@ -202,7 +202,8 @@ def table(rows: list[dict], layer: int = FOCUS_LAYER) -> str:
 
 def glue_numbers(rows: list[dict]) -> dict:
     """Glue for chapter 2c: per arm "<arm>_outcome" (per seed, in words), "<arm>_prevents" ("prevents",
-    "does not prevent" or "cannot yet say whether it prevents"), "<arm>_words"; "n_arms", "seeds"."""
+    "does not prevent" or "cannot yet say whether it prevents"), "<arm>_words", "<arm>_at" (`growth_words` per seed
+    where measured, else "not measured"); "n_arms", "seeds"."""
     v = verdicts(rows)
     out = {"n_arms": str(len(v)), "seeds": ", ".join(map(str, sorted({r["seed"] for r in rows})))}
     for arm in v:
@@ -211,7 +212,35 @@ def glue_numbers(rows: list[dict]) -> dict:
         out[f"{arm}_outcome"] = "; ".join(_run_words(r) for r in mine)
         out[f"{arm}_prevents"] = {True: "prevents", False: "does not prevent",
                                   None: "cannot yet say whether it prevents"}[v[arm]]
+        at = [r for r in mine if r["step"]]
+        out[f"{arm}_at"] = ("; ".join(f"seed {r['seed']}: {growth_words(r)}" for r in at) if len(at) > 1
+                            else growth_words(at[0]) if at else "not measured")
     return out
+
+
+def _seeds_words(seeds) -> str:
+    """[1] -> "seed 1"; [1, 2] -> "seeds 1 and 2"; [0, 1, 2] -> "seeds 0, 1 and 2"."""
+    s = [str(x) for x in sorted(seeds)]
+    return f"seed {s[0]}" if len(s) == 1 else f"seeds {', '.join(s[:-1])} and {s[-1]}"
+
+
+def brief_words(rows: list[dict], arms) -> str:
+    """The arms `arms` in a few words for a table cell: per arm its outcome over the seeds it ran (one phrase when
+    every seed's is the same), then the unremedied arm's failure step in each of those seeds; "" when none ran."""
+    parts, fails = [], {}
+    for a in arms:
+        mine = sorted((r for r in rows if r["arm"] == a), key=lambda r: r["seed"])
+        if not mine:
+            continue
+        words = [outcome_words(r["fail"], r["back"], r["steps"]) for r in mine]
+        name = SHORT.get(a, a).removeprefix("paper placement, ")
+        parts.append(f"{name}, {_seeds_words(r['seed'] for r in mine)}: {words[0]}" if len(set(words)) == 1
+                     else f"{name}: " + "; ".join(f"seed {r['seed']}: {w}" for w, r in zip(words, mine)))
+        fails.update({r["seed"]: r["base_fail"] for r in mine if r["base_fail"] is not None})
+    if not parts:
+        return ""
+    return "; ".join(parts) + ("" if not fails else " (unremedied: failed at step " + " and ".join(
+        f"{f:,} in seed {s}" for s, f in sorted(fails.items())) + ")")
 
 
 def growth_words(row: dict) -> str:
@@ -226,14 +255,32 @@ def growth_words(row: dict) -> str:
             + ("removes" if n and k == n else "does not remove") + " the growth")
 
 
-def pending(rows: list[dict], chain, base: str = "paper") -> list[tuple[int, int]]:
-    """(seed, failure step) of every seed where the comparison's `base` arm failed and no row has run."""
-    ran = {r["seed"] for r in rows}
-    return [(o[0], o[2]) for o in outcomes(chain).get(base, []) if o[2] is not None and o[0] not in ran]
+# The changes to the paper placement a practitioner would choose between (advice_words, pending_words).
+PAPER_REMEDIES = ("paper_o32", "paper_delta_fp32_o", "paper_fix_b2", "paper_fix_b2_exact", "paper_fix_b7_exact")
 
 
-def advice_words(rows: list[dict], arms=("paper_o32", "paper_delta_fp32_o", "paper_fix_b2", "paper_fix_b2_exact",
-                                          "paper_fix_b7_exact")) -> str:
+def pending(rows: list[dict], chain, arms=PAPER_REMEDIES, base: str = "paper") -> dict:
+    """{arm: [(seed, failure step), …]} for each of `arms` (changes to the comparison's `base` arm): the seeds where
+    `base` failed and that arm has not run; an arm run in no seed gets every such seed."""
+    fails = [(o[0], o[2]) for o in outcomes(chain).get(base, []) if o[2] is not None]
+    return {a: [(s, f) for s, f in fails if s not in {r["seed"] for r in rows if r["arm"] == a}] for a in arms}
+
+
+def pending_words(rows: list[dict], chain, arms=PAPER_REMEDIES) -> str:
+    """`pending` in words: per arm run in some seed, the seeds still to run (with the paper placement's failure step
+    there), then the arms run in no seed; "none" when every arm has run in every seed where the paper placement
+    failed."""
+    left = pending(rows, chain, arms)
+    ran = {r["arm"] for r in rows}
+    change = lambda a: SHORT.get(a, a).removeprefix("paper placement, ")      # noqa: E731  each changes the paper arm
+    some = [f"{change(a)} at " + " and ".join(f"seed {s} (where the paper placement failed at step {f:,})"
+                                                    for s, f in v) for a, v in left.items() if v and a in ran]
+    never = [change(a) for a in arms if a not in ran]
+    out = "; ".join(some + ([f"not run in any seed yet: {', '.join(never)}"] if never else []))
+    return out or "none"
+
+
+def advice_words(rows: list[dict], arms=PAPER_REMEDIES) -> str:
     """One sentence for a practitioner: against the paper placement's failure in GPT-2, which of `arms` prevented
     it and which did not (the registered rule, `verdicts`), in how many seeds, and which have not run."""
     v = verdicts(rows)
@@ -249,8 +296,7 @@ def advice_words(rows: list[dict], arms=("paper_o32", "paper_delta_fp32_o", "pap
         parts.append(f"{change(a)} — {word[v[a]]} (" + "; ".join(
             f"seed {r['seed']}: {outcome_words(r['fail'], r['back'], r['steps'])}" for r in mine) + ")")
     fails = sorted({(r["seed"], r["base_fail"]) for r in rows if r["arm"] in ran and r["base_fail"] is not None})
-    out = (f"In GPT-2 124M at the paper's recipe (seed{'s' if len(seeds) > 1 else ''} "
-           f"{', '.join(map(str, seeds))}), where the paper placement failed ("
+    out = (f"In GPT-2 124M at the paper's recipe ({_seeds_words(seeds)}), where the paper placement failed ("
            + "; ".join(f"seed {s}: at step {f:,}" for s, f in fails) + "), each change to it: " + "; ".join(parts)
            + ".")
     missing = [change(a) for a in arms if a not in v]
