@@ -160,3 +160,16 @@ def test_the_dial_entries_follow_gpt2_arms_at_the_seeds_where_the_paper_arm_fail
     if results.exists("gpt2_arms_s1", "full") and results.exists("gpt2_arms_s2", "full"):
         oc = g2r.outcomes(g2r.merge_seeds([results.load(n, "full") for n in ("gpt2_arms_s1", "gpt2_arms_s2")]))
         assert all(o[2] is not None for o in oc["paper"])            # the baseline failed in both seeds
+
+
+def test_the_remedies_step_cost_times_what_trained():
+    """The remedies' training-step benchmark times, in one group (one process, one GPU), exactly the specs the
+    remedies and their unremedied baseline trained with, compiled as they trained, beside SDPA's compiled step."""
+    (group,) = _cfg("train_step_remedies", "full")["groups"]
+    trained = {a["attn"]: a["compile"] for n in ("gpt2_delta_s2", "gpt2_remedy_o32_s2")
+               for a in _cfg(n, "full")["arms"]}
+    trained |= {a["attn"]: a["compile"] for a in _cfg("gpt2_arms", "full")["arms"] if a["label"] == "paper"}
+    assert {x["attn"]: x["compile"] for x in group} == trained | {"sdpa": True}
+    assert ES["train_step_remedies"].chapter == "08" and "train_step_remedies" in catalogue.TITLES
+    assert {k: v for k, v in _cfg("train_step_remedies", "full").items() if k != "groups"} == \
+        {k: v for k, v in _cfg("train_step_gpt2", "full").items() if k != "groups"}      # the same method

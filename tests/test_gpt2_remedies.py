@@ -187,3 +187,31 @@ def test_growth_glue_reads_every_seed_measured():
                             chain)
     at = remedies.glue_numbers(two)["paper_o32_at"]
     assert at == "; ".join(f"seed {r['seed']}: {remedies.growth_words(r)}" for r in two) and at.count("seed ") == 2
+
+
+def test_the_cost_of_each_change_that_prevented_the_failure():
+    """The training-step benchmark's group times each remedy beside its unremedied spec: the ratio of the two medians,
+    the cheapest named; a change that did not prevent the failure is not costed; nothing timed says so."""
+    chain = _chain()
+    o32_spec, fix_spec = "paper/round_block=512/round_o=false", "paper/round_block=512/beta=2/tie_tol=0.001+fix"
+    rows = remedies.arm_rows([_remedy("o32", "paper_o32", o32_spec, "paper", [0, 1]),
+                              _remedy("d", "paper_delta_fp32_o", "paper/round_block=512/delta_source=fp32_o", "paper",
+                                      [0, 1]),
+                              _remedy("fix", "paper_fix_b2", fix_spec, "paper", [1], fail_at=120)], chain)
+    assert {r["base_spec"] for r in rows} == {"paper/round_block=512"}
+    rec = lambda attn, ms: dict(attn=attn, compile=True, ms_median=ms, ratio_to_baseline=ms / 70.0)  # noqa: E731
+    bench = dict(device="planted GPU", groups=[[rec("sdpa", 70.0), rec("paper/round_block=512", 90.0),
+                                                rec("paper/round_block=512/delta_source=fp32_o", 108.0),
+                                                rec(o32_spec, 88.2), rec(fix_spec, 91.0)]])
+    cost = remedies.step_costs(rows, bench)
+    assert cost["paper_o32"]["vs_base"] == pytest.approx(0.98) and cost["paper_o32"]["vs_sdpa"] == pytest.approx(1.26)
+    assert cost["paper_delta_fp32_o"]["vs_base"] == pytest.approx(1.2)
+    text = remedies.cost_words(rows, bench)
+    assert text.startswith("A compiled GPT-2 124M training step (one planted GPU) with each change that prevented "
+                           "the failure takes, against the unremedied paper placement's: O in FP32 0.98× (1.26× ")
+    assert text.endswith("The cheapest: O in FP32.") and "guarded fix" not in text
+    uncompiled = dict(bench, groups=[[dict(x, compile=False) for x in bench["groups"][0]]])
+    assert remedies.step_costs(rows, uncompiled) == {}
+    assert remedies.cost_words(rows, None) == "What O in FP32 and δ from an FP32 O cost in a training step is not measured yet."
+    assert remedies.cost_words([r for r in rows if r["arm"] == "paper_fix_b2"], bench).startswith(
+        "No change has prevented")

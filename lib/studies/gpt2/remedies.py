@@ -24,7 +24,8 @@ from lib.studies.gpt2 import channels
 from lib.studies.gpt2.reading import (CHAIN_ARMS, FOCUS_LAYER, at_step, cfg_of, fp32_spread, layer_series,
                                       outcomes)
 
-__all__ = ["REMEDY_GROUPS", "CLAIM_ARMS", "SHORT", "PAPER_REMEDIES", "advice_words", "pending_words", "brief_words", "outcome_words", "growth_words",
+__all__ = ["REMEDY_GROUPS", "CLAIM_ARMS", "SHORT", "PAPER_REMEDIES", "advice_words", "pending_words", "step_costs",
+           "cost_words", "brief_words", "outcome_words", "growth_words",
            "pending", "arm_rows", "verdicts", "claim_verdicts", "table", "glue_numbers", "seed_view"]
 
 # The registry's groups of channel and remedy entries this module reads (the injection is read by its own rule).
@@ -77,7 +78,8 @@ def _growth(arrays: dict, lab: str, blab: str, ref: str, steps, spread) -> tuple
 
 def arm_rows(remedies, chain, layer: int = FOCUS_LAYER) -> list[dict]:
     """One row per arm and seed of the channel and remedy results `remedies` (`Result`s), read against `chain` (the
-    comparison, a `merge_seeds` reading of every seed): {"entry", "arm", "words" (its spec in words), "seed",
+    comparison, a `merge_seeds` reading of every seed): {"entry", "arm", "words" (its spec in words), "spec" (the
+    attention spec), "base_spec" (the baseline's, None when the comparison lacks it), "seed",
     "steps", "fail" (first failure step or None), "back" (steps until the loss was back, None when it never was),
     "base" (the baseline arm), "base_words", "base_steps", "base_fail", "base_back", "step" (the last registered
     growth step the arm, its baseline and FP32 attention all reached, or None), "ratio" and "base_ratio" (layer
@@ -109,6 +111,7 @@ def arm_rows(remedies, chain, layer: int = FOCUS_LAYER) -> list[dict]:
                     step = done[-1] if done else None
                 rows.append(dict(
                     entry=getattr(res, "name", cfg.get("_entry", "")), arm=arm, words=_words(spec[arm]), seed=seed,
+                    spec=spec[arm], base_spec=base_spec.get(base),
                     steps=steps, fail=fail, back=back, base=base,
                     base_words=CHAIN_ARMS.get(base, _words(base_spec[base]) if base in base_spec else base),
                     base_steps=b and b[1], base_fail=b and b[2], base_back=b and b[3], step=step,
@@ -320,3 +323,43 @@ def seed_view(chain, remedies, seed: int, chain_arms=("fp32", "paper")) -> Simpl
         arrays.update({k: v for k, v in res.arrays.items() if k.split("__")[0] in {r["label"] for r in mine}})
         metas.append(res.meta)
     return SimpleNamespace(data=dict(runs=runs), arrays=arrays, meta=metas, cfg=cfg_of(chain))
+
+
+def step_costs(rows: list[dict], bench: dict | None) -> dict:
+    """{arm: {"vs_base": its compiled training step's median time over its unremedied baseline's, "vs_sdpa": over
+    SDPA's compiled step}} for every arm of `rows` that a group of the training-step benchmark `bench` (its data:
+    {"groups": [[{"attn", "compile", "ms_median", "ratio_to_baseline"}, …], …]}) times compiled beside its baseline's
+    spec; the two in one group, so one process on one GPU."""
+    out = {}
+    for r in rows:
+        if r["arm"] in out or not bench or r.get("base_spec") is None:
+            continue
+        for g in bench["groups"]:
+            mine = next((x for x in g if x["attn"] == r["spec"] and x["compile"]), None)
+            base = next((x for x in g if x["attn"] == r["base_spec"] and x["compile"]), None)
+            if mine and base:
+                out[r["arm"]] = dict(vs_base=mine["ms_median"] / base["ms_median"], vs_sdpa=mine["ratio_to_baseline"])
+                break
+    return out
+
+
+def cost_words(rows: list[dict], bench: dict | None) -> str:
+    """For a practitioner: what each change that prevented the paper placement's failure (`verdicts`) costs in a
+    compiled GPT-2 training step (`step_costs`), and which of them is the cheapest."""
+    change = lambda a: SHORT.get(a, a).removeprefix("paper placement, ")      # noqa: E731  each changes the paper arm
+    v = verdicts(rows)
+    ok = sorted((a for a in v if v[a]), key=lambda a: (PAPER_REMEDIES + (a,)).index(a))     # in the advice's order
+    if not ok:
+        return "No change has prevented the failure yet, so there is no remedy to cost."
+    cost = step_costs(rows, bench)
+    timed = sorted((a for a in ok if a in cost), key=lambda a: cost[a]["vs_base"])
+    untimed = [change(a) for a in ok if a not in cost]
+    if not timed:
+        return f"What {' and '.join(untimed)} cost in a training step is not measured yet."
+    out = ("A compiled GPT-2 124M training step (" + (f"one {bench['device']}" if bench.get("device") else "one GPU")
+           + ") with each change that prevented the failure takes, against the unremedied paper placement's: "
+           + "; ".join(f"{change(a)} {cost[a]['vs_base']:.2f}× ({cost[a]['vs_sdpa']:.2f}× SDPA's compiled step)"
+                       for a in timed)
+           + f". The cheapest: {change(timed[0])}.")
+    return out + (f" Not timed yet: {', '.join(untimed)}." if untimed else "")
+
