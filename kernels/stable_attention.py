@@ -76,10 +76,11 @@ def _base2(emulate: bool, base2) -> bool:
 
 
 def forward(q, k, v, *, causal: bool, scale: float, fix=None, beta: float = USER_BETA, max_shift=MAX_SHIFT,
-            emulate: bool = False, use_tma=None, config=None, base2=None):
+            emulate: bool = False, use_tma=None, config=None, base2=None, store_o32: bool = False):
     """Launch the forward on contiguous (B, H, T, D) q, k, v (FP32 for emulate, BF16/FP16 otherwise).
     Returns (o (B, H, T, D) like q, lse FP32 (B, H, T) in the kernel's units: natural log in EMULATE, in units of
-    the unscaled q·kᵀ (LSE/scale) otherwise or with base2=True, `_base2`). config: {"BLOCK_M", "BLOCK_N",
+    the unscaled q·kᵀ (LSE/scale) otherwise or with base2=True, `_base2`), and with store_o32 a third output, o32:
+    FP32 (B, H, T, D), the O before its final rounding (o is unchanged by it). config: {"BLOCK_M", "BLOCK_N",
     "num_warps", "num_stages"} or None (autotuned; EMULATE: 64×64)."""
     if _interpreting() and not emulate:
         raise ValueError("the interpreter runs only the EMULATE mode (its BF16 casts truncate)")
@@ -87,14 +88,17 @@ def forward(q, k, v, *, causal: bool, scale: float, fix=None, beta: float = USER
     B, H, T, D = q.shape
     o = torch.empty_like(q)
     lse = torch.empty((B, H, T), device=q.device, dtype=torch.float32)
+    # without store_o32 the FP32 LSE stands in for O32 (not written): the autotuner's key then stays the same
+    o32 = torch.empty(q.shape, device=q.device, dtype=torch.float32) if store_o32 else lse
     use_tma = _use_tma(q, emulate) if use_tma is None else use_tma
     if use_tma and not _interpreting():
         _tma_scratch()
     units = LOG2E if base2 else 1.0              # the exponent's units per unit of scale·q·kᵀ
     # maxima, shifts and LSE in the scores' units: q·kᵀ unscaled in base 2, scale·q·kᵀ in natural units
     shift = math.inf if max_shift is None else float(max_shift) / (float(scale) if base2 else 1.0)
-    args = (q, k, v, o, lse, float(scale) * units, float(beta), shift, T)
-    kw = dict(HEAD_DIM=D, CAUSAL=bool(causal), FIX=fix == "beta", EMULATE=emulate, BASE2=base2, USE_TMA=use_tma)
+    args = (q, k, v, o, o32, lse, float(scale) * units, float(beta), shift, T)
+    kw = dict(HEAD_DIM=D, CAUSAL=bool(causal), FIX=fix == "beta", EMULATE=emulate, BASE2=base2, USE_TMA=use_tma,
+              STORE_O32=bool(store_o32))
     if config is None and not emulate:
         grid = lambda meta: (triton.cdiv(T, meta["BLOCK_M"]), B * H)  # noqa: E731
         attn_fwd_tuned[grid](*args, STATIC_LOOPS=False, N_TILES=1, **kw)
@@ -104,13 +108,14 @@ def forward(q, k, v, *, causal: bool, scale: float, fix=None, beta: float = USER
         static = _interpreting()
         attn_fwd_kernel[(triton.cdiv(T, cfg["BLOCK_M"]), B * H)](
             *args, STATIC_LOOPS=static, N_TILES=triton.cdiv(T, cfg["BLOCK_N"]) if static else 1, **kw, **cfg)
-    return o, lse
+    return (o, lse, o32) if store_o32 else (o, lse)
 
 
 def backward(do, q, k, v, o, lse, *, causal: bool, scale: float, emulate: bool = False, use_tma=None,
              config=None, base2=None):
     """Launch the δ pre-kernel and the dK/dV + dQ kernel. All tensors contiguous (B, H, T, D) (lse: the forward's,
-    (B, H, T), from a forward with the same emulate and base2). Returns (dq, dk, dv, delta) with gradients in q's
+    (B, H, T), from a forward with the same emulate and base2). o: the O that δ = rowsum(dO∘O) reads, as FP32: the
+    forward's o, or its o32 (FP32, `forward(..., store_o32=True)`). Returns (dq, dk, dv, delta) with gradients in q's
     dtype and δ FP32 (B, H, T). config: {"BLOCK_BIG", "BLOCK_STEP", "num_warps", "num_stages"} or None (autotuned;
     EMULATE: 64 and 64, with EMULATE_BWD_WARPS warps)."""
     base2 = _base2(emulate, base2)

@@ -139,7 +139,8 @@ def test_compiled_fast_path_takes_exp2_of_a_product_not_an_fma():
     """The interpreter rounds every op, so it cannot see a contraction; the compiled kernels can. In the user
     kernel's native forward (with the fix) and backward compiled for sm_90, every exp2 argument is a plain multiply
     ((t − m)·c), none an FMA from the score (t·c − m: the row max's argument is then the product's rounding error,
-    not 0)."""
+    not 0). The forward that also writes the FP32 O (delta="fp32_o"), with TMA descriptors, compiles too and keeps
+    that form."""
     import json
     import subprocess
     import sys
@@ -149,7 +150,7 @@ def test_compiled_fast_path_takes_exp2_of_a_product_not_an_fma():
                        text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     ops = json.loads(r.stdout)
-    for kernel in ("fwd", "bwd"):
+    for kernel in ("fwd", "bwd", "fwd_o32"):
         assert set(ops[kernel]) == {"mul.f32"} and ops[kernel]["mul.f32"] >= 64, (kernel, ops[kernel])
 
 
