@@ -356,6 +356,27 @@ def test_op_registrations(store_o32):
     torch.library.opcheck(_bwd_op, bargs, test_utils=("test_schema", "test_faketensor"))
 
 
+def test_benchmark_implementations_run_in_the_interpreter():
+    """benchmarks/bench_stable_attention.py's stable implementations through its own timer's steps (forward
+    without grad, forward+backward), on a tiny BF16 CPU shape in the interpreter: the δ option gives plain stable's O
+    and a different dQ; `extra_time` is the fraction of extra time."""
+    from benchmarks import bench_stable_attention as bench
+    impls = bench.implementations()
+    assert set(bench.LABELS) == set(impls)
+    q, k, v, do = (t.bfloat16() for t in _sinks(28, 64))
+    outs = {}
+    for name in ("stable", "stable_fix", "stable_delta_fp32_o"):
+        fwd, _ = bench._timer(impls[name], "fwd", q, k, v, do)
+        fwd()
+        step, grads = bench._timer(impls[name], "fwd+bwd", q, k, v, do)
+        step()
+        outs[name] = (impls[name](q, k, v), grads[0].grad)
+    assert _same_bits(outs["stable_delta_fp32_o"][0], outs["stable"][0])
+    assert not torch.equal(outs["stable_delta_fp32_o"][1], outs["stable"][1])
+    med = {("stable", "fwd"): 2.0, ("stable", "fwd+bwd"): 4.0, ("stable_delta_fp32_o", "fwd+bwd"): 4.1}
+    assert bench.extra_time(med, "stable_delta_fp32_o") == pytest.approx({"fwd+bwd": 0.025})
+
+
 def _qkv(shape=(1, 1, 8, 64), dtype=torch.float32):
     return [torch.randn(shape, dtype=dtype) for _ in range(3)]
 
