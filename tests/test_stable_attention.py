@@ -17,7 +17,7 @@ from kernels import stable_attention
 from kernels.stable_attention import backward, forward
 from kernels.stable_bwd import BWD_CONFIGS, BWD_FALLBACK
 from kernels.stable_bwd import _prune as bwd_prune
-from kernels.stable_fwd import EMULATE_BLOCK, FWD_CONFIGS, FWD_FALLBACK
+from kernels.stable_fwd import EMULATE_BLOCK, FWD_CONFIGS, FWD_FALLBACK, attn_fwd_tuned
 from kernels.stable_fwd import _prune as fwd_prune
 from lib.fp.inputs import attention_inputs
 from lib.fp.numerics import get_profile
@@ -413,8 +413,10 @@ def test_bad_tensors():
 
 def test_launch_configs():
     """Every config keeps the diagonal whole key tiles (BLOCK_M a multiple of BLOCK_N; BIG of STEP), the pruners
-    keep the fallback for short sequences and never give warp specialisation to a causal forward."""
+    keep the fallback for short sequences and never give warp specialisation to a causal forward. The forward's
+    autotuner key leaves STORE_O32 out (delta="fp32_o" must run the plain forward's tiles to give its O)."""
     assert FWD_FALLBACK in FWD_CONFIGS and BWD_FALLBACK in BWD_CONFIGS
+    assert attn_fwd_tuned.keys == ["T", "HEAD_DIM", "CAUSAL", "FIX"]
     assert all(c.kwargs["BLOCK_M"] % c.kwargs["BLOCK_N"] == 0 for c in FWD_CONFIGS)
     assert all(c.kwargs["BLOCK_BIG"] % c.kwargs["BLOCK_STEP"] == 0 for c in BWD_CONFIGS)
     short = fwd_prune(FWD_CONFIGS, {"T": 40}, CAUSAL=False)
