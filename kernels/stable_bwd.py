@@ -10,7 +10,8 @@ Layout as `kernels/stable_fwd.py`: q, k, v, dO, dQ, dK, dV contiguous (batch·he
 Per (query tile, key tile), FA2 numerics ("fa2" in `lib.fp.numerics`): P = exp(S − LSE) in FP32 from the recomputed
 FP32 scores, dP = dO·Vᵀ in FP32, dS = P∘(dP − δ) in FP32, P and dS cast to BF16 only as matmul operands, FP32
 accumulators, dQ and dK times the scale once at the end, each gradient cast once on store. δ = rowsum(dO∘O) in FP32
-from the saved (BF16) O. The β fix needs nothing here: it only chose the max that LSE = m + log ℓ absorbed.
+from the saved O: the returned (BF16) O, or with delta="fp32_o" the forward's FP32 O before its final rounding.
+The β fix needs nothing here: it only chose the max that LSE = m + log ℓ absorbed.
 EMULATE follows `lib.fp.reference.emulate_backward` op for op (natural exp, FP32 `ieee` matmuls, the bit-exact RNE
 helper for the operands), with BIG = STEP = the oracle's tile.
 

@@ -38,7 +38,10 @@ Changes from the Triton tutorial:
   USE_TMA, plain pointers otherwise (the interpreter and pre-Hopper GPUs);
 * causal query tiles are launched longest first (reversed program order), as FA2 does, to shorten the tail;
 * STATIC_LOOPS (interpreter only): its `range` cannot take tensor bounds (numpy ≥ 2.4), so the tiles are walked with
-  a constexpr count and a skip test; same tiles, same order.
+  a constexpr count and a skip test; same tiles, same order;
+* STORE_O32: the FP32 O = acc/ℓ before its final rounding is also written, to O32 (FP32, the layout of O), for the
+  backward's δ (`stable_attention(..., delta="fp32_o")`); O is stored as without it. O32 goes through plain pointers
+  even when USE_TMA, as every FP32 tile of these kernels does (EMULATE's: `_use_tma` in `kernels/stable_attention.py`).
 """
 import triton
 import triton.language as tl
@@ -207,11 +210,13 @@ def _fwd_tiles(acc, l_i, m_i, q, k_src, v_src, lo, hi, offs_m, qk_scale, beta, m
 
 
 @triton.jit
-def attn_fwd_kernel(Q, K, V, O, LSE, qk_scale, beta, max_shift, T,
+def attn_fwd_kernel(Q, K, V, O, O32, LSE, qk_scale, beta, max_shift, T,
                     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                     FIX: tl.constexpr, EMULATE: tl.constexpr, BASE2: tl.constexpr, USE_TMA: tl.constexpr,
-                    WARP_SPECIALIZE: tl.constexpr, STATIC_LOOPS: tl.constexpr, N_TILES: tl.constexpr):
-    """O and LSE for one (query tile, batch·head). qk_scale: scale·log2 e in base 2 (natively), scale in natural
+                    WARP_SPECIALIZE: tl.constexpr, STATIC_LOOPS: tl.constexpr, N_TILES: tl.constexpr,
+                    STORE_O32: tl.constexpr):
+    """O and LSE for one (query tile, batch·head), and with STORE_O32 the FP32 O before its final rounding in O32
+    (FP32, O's layout; without STORE_O32 not touched). qk_scale: scale·log2 e in base 2 (natively), scale in natural
     units; max_shift and LSE in the scores' units (`logit_units`: q·kᵀ in base 2, scale·q·kᵀ in natural units;
     max_shift +inf: no cap). BLOCK_M must be a multiple of BLOCK_N (the diagonal is whole key tiles)."""
     bh = tl.program_id(1)
@@ -243,6 +248,8 @@ def attn_fwd_kernel(Q, K, V, O, LSE, qk_scale, beta, max_shift, T,
     # ℓ = 0 only when a fixed row's every weight underflows (no cap): O = 0 there, as in the oracle, not 0/0
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     o = acc / l_safe[:, None]
+    if STORE_O32:       # δ's O, before the rounding below; plain pointers (TMA carries the BF16/FP16 tiles only)
+        store_tile(O32 + base, start_m * BLOCK_M, o, T, BLOCK_M, HEAD_DIM, False)
     if EMULATE:
         o = rne_mantissa(o, 7)
     if BASE2:
@@ -284,5 +291,9 @@ def _ws_supported():
     return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
 
 
+# STORE_O32 stays out of the key on purpose: a forward that also writes O32 (delta="fp32_o") must run the tiles of the
+# one that does not, or its O would not be the same bits (other tiles, other FP32 sums, and with the fix another
+# tie-detection width). Triton adds every tensor argument's dtype to the key, so the launcher passes the FP32 LSE as
+# O32's placeholder when it is not written: both forwards then share one key and one config.
 attn_fwd_tuned = triton.autotune(configs=FWD_CONFIGS, key=["T", "HEAD_DIM", "CAUSAL", "FIX"],
                                  prune_configs_by={"early_config_prune": _prune})(attn_fwd_kernel)

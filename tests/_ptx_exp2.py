@@ -1,6 +1,7 @@
 """Worker for tests/test_stable_attention.py: compiles the user kernel's native forward and backward for sm_90
 (no GPU needed; Triton compiles ahead of time for an explicit target, as benchmarks/kernel_registers.py does) and
-prints, as JSON, which PTX instruction defines each exp2 argument: {"fwd": {"mul.f32": n, ...}, "bwd": {...}}.
+prints, as JSON, which PTX instruction defines each exp2 argument: {"fwd": {"mul.f32": n, ...}, "bwd": {...},
+"fwd_o32": {...}} ("fwd_o32": the forward that also writes the FP32 O, with TMA descriptors for its BF16 tiles).
 Run in its own process: the interpreter must be off before `kernels` is imported."""
 import json
 import os
@@ -19,7 +20,7 @@ from kernels.stable_bwd import attn_bwd_kernel  # noqa: E402
 from kernels.stable_fwd import attn_fwd_kernel  # noqa: E402
 
 _BF16 = {"Q", "K", "V", "O", "DO", "DQ", "DK", "DV"}
-_F32_PTR = {"LSE", "DELTA"}
+_F32_PTR = {"LSE", "DELTA", "O32"}
 _FLOAT = {"qk_scale", "scale", "beta", "max_shift"}
 
 
@@ -45,5 +46,7 @@ if __name__ == "__main__":
     native = dict(HEAD_DIM=64, CAUSAL=True, EMULATE=False, BASE2=True, USE_TMA=False, STATIC_LOOPS=False)
     print(json.dumps({
         "fwd": exp2_operands(attn_fwd_kernel, dict(native, BLOCK_M=64, BLOCK_N=64, FIX=True, WARP_SPECIALIZE=False,
-                                                   N_TILES=1)),
+                                                   N_TILES=1, STORE_O32=False)),
+        "fwd_o32": exp2_operands(attn_fwd_kernel, dict(native, USE_TMA=True, BLOCK_M=64, BLOCK_N=64, FIX=True,
+                                                       WARP_SPECIALIZE=False, N_TILES=1, STORE_O32=True)),
         "bwd": exp2_operands(attn_bwd_kernel, dict(native, BLOCK_BIG=64, BLOCK_STEP=64, N_STEPS=1))}))

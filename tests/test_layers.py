@@ -216,3 +216,10 @@ def test_the_flop_convention_is_the_benchmarks():
     from lib.studies.practice.reading import BWD_PER_FWD as practice_ratio
     assert BWD_PER_FWD == practice_ratio == bench_attention._flops(1, 1, 1, 1, "bwd") / bench_attention._flops(1, 1, 1, 1, "fwd")
     assert bench_stable_attention.flops((1, 1, 1, 1), "fwd+bwd") / bench_stable_attention.flops((1, 1, 1, 1), "fwd") == 1 + BWD_PER_FWD
+
+
+def test_the_stable_benchmarks_peak_is_the_chapters():
+    """bench_stable_attention's fraction of peak divides by the H100 SXM's dense BF16 rate the chapters cite."""
+    from benchmarks import bench_stable_attention
+    from lib.studies.practice.reading import H100_SXM_DENSE_BF16_TFLOPS
+    assert bench_stable_attention.PEAK_TFLOPS == H100_SXM_DENSE_BF16_TFLOPS

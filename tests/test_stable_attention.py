@@ -2,7 +2,9 @@
 for bit against the oracle (`lib.fp.reference`, numerics "fa2", 64-wide tiles), with and without the β fix, causal
 and not, ragged T, both load paths (pointers and in-kernel TMA descriptors); error against FP64; the fast path's
 softmax arithmetic (base 2, `base2=True`) against FP64 as the logits grow; autograd wiring and a finite-difference
-check of the gradients; argument checks. Shapes are tiny (the interpreter runs numpy per op)."""
+check of the gradients; δ from the FP32 O (delta="fp32_o"): the same O, the oracle's FP32 O and δ, its error against
+FP64, `torch.compile` and the op registrations; argument checks. Shapes are tiny (the interpreter runs numpy per
+op)."""
 import math
 
 import numpy as np
@@ -15,9 +17,11 @@ from kernels import stable_attention
 from kernels.stable_attention import backward, forward
 from kernels.stable_bwd import BWD_CONFIGS, BWD_FALLBACK
 from kernels.stable_bwd import _prune as bwd_prune
-from kernels.stable_fwd import EMULATE_BLOCK, FWD_CONFIGS, FWD_FALLBACK
+from kernels.stable_fwd import EMULATE_BLOCK, FWD_CONFIGS, FWD_FALLBACK, attn_fwd_tuned
 from kernels.stable_fwd import _prune as fwd_prune
-from lib.fp.reference import attention_fp64, emulate_backward, emulate_forward
+from lib.fp.inputs import attention_inputs
+from lib.fp.numerics import get_profile
+from lib.fp.reference import attention_fp64, emulate_backward, emulate_delta, emulate_forward
 from lib.studies.kernel.gradient_checks import planted
 from tests.precision import attention_rtol
 
@@ -139,7 +143,8 @@ def test_compiled_fast_path_takes_exp2_of_a_product_not_an_fma():
     """The interpreter rounds every op, so it cannot see a contraction; the compiled kernels can. In the user
     kernel's native forward (with the fix) and backward compiled for sm_90, every exp2 argument is a plain multiply
     ((t − m)·c), none an FMA from the score (t·c − m: the row max's argument is then the product's rounding error,
-    not 0)."""
+    not 0). The forward that also writes the FP32 O (delta="fp32_o"), with TMA descriptors, compiles too and keeps
+    that form."""
     import json
     import subprocess
     import sys
@@ -149,7 +154,7 @@ def test_compiled_fast_path_takes_exp2_of_a_product_not_an_fma():
                        text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     ops = json.loads(r.stdout)
-    for kernel in ("fwd", "bwd"):
+    for kernel in ("fwd", "bwd", "fwd_o32"):
         assert set(ops[kernel]) == {"mul.f32"} and ops[kernel]["mul.f32"] >= 64, (kernel, ops[kernel])
 
 
@@ -204,16 +209,190 @@ def test_non_contiguous_inputs():
     assert torch.equal(stable_attention(qt, k, v, is_causal=True), stable_attention(q, k, v, is_causal=True))
 
 
+# ---------------------------------------------------------------------------- δ from the FP32 O (delta="fp32_o")
+def _bits(x):
+    """The raw bit patterns of an FP32 or BF16 tensor (−0 and +0 differ there, unlike in torch.equal)."""
+    return x.view({torch.float32: torch.int32, torch.bfloat16: torch.int16}[x.dtype])
+
+
+def _same_bits(a, b) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(_bits(a), _bits(b))
+
+
+def _sinks(seed, T):
+    """The planted tied maxima of the paper's failing layer (`lib.fp.inputs.attention_inputs("attention")`: a few
+    identical "sink" keys scoring ≈ 10–20, one-signed V ≈ −2 and dO ≈ −1), (1, 2, T, 64) FP32 holding BF16 values.
+    Rows that put almost all their weight on tied sinks have P̄ = 1 exactly there, so the FP32 O is nearly exact and
+    O's one BF16 rounding is most of its error."""
+    return [x.float() for x in attention_inputs("attention", 1, 2, T, 64, seed)]
+
+
+def _delta_inputs(kind, T):
+    return {"random": lambda: _inputs(21, T), "ties": lambda: _inputs(22, T, ties=True),
+            "sinks": lambda: _sinks(23, T)}[kind]()
+
+
+def _autograd(q, k, v, do, causal, delta, dtype=torch.float32):
+    """(O, dQ, dK, dV) of stable_attention(delta=delta) through autograd, inputs and dO cast to `dtype`."""
+    x = [t.to(dtype).requires_grad_(True) for t in (q, k, v)]
+    o = stable_attention(*x, is_causal=causal, delta=delta)
+    return (o.detach(), *torch.autograd.grad(o, x, do.to(dtype)))
+
+
+@pytest.mark.parametrize("kind,T,causal", [("random", 100, False), ("ties", 128, True), ("sinks", 128, True),
+                                           ("sinks", 64, False)])
+def test_delta_fp32_o_keeps_o_and_reads_the_fp32_o(kind, T, causal):
+    """delta="fp32_o" against delta="o", bit for bit: O the same (and the same as the launcher's without the FP32
+    O); the FP32 O the oracle's O before its final rounding ("fa2" with round_o=False), and O its RNE rounding by
+    torch (the kernel's bit-exact helper and torch's cast agree on these values); δ the oracle's FP32 row sum of
+    dO∘O_fp32 (and within FP32's summation error of the exact sum of those FP32 products); dQ, dK, dV those of
+    `backward` handed the FP32 O; dV the same as with delta="o" (δ does not enter it), dQ and dK not."""
+    q, k, v, do = _delta_inputs(kind, T)
+    plain, ours = (_autograd(q, k, v, do, causal, d) for d in ("o", "fp32_o"))
+    o, lse, o32 = forward(q, k, v, causal=causal, scale=0.125, emulate=True, store_o32=True)
+    o_alone, lse_alone = forward(q, k, v, causal=causal, scale=0.125, emulate=True)
+    assert _same_bits(ours[0], plain[0]) and _same_bits(o, o_alone) and _same_bits(lse, lse_alone)
+    assert _same_bits(o, plain[0])
+    oracle = emulate_forward(q, k, v, get_profile("fa2").replace(round_o=False), causal=causal, scale=0.125,
+                             block_m=EMULATE_BLOCK, block_n=EMULATE_BLOCK)
+    assert _same_bits(o32, torch.as_tensor(np.asarray(oracle.o, dtype=np.float32)).reshape(o32.shape))
+    assert _same_bits(o32.bfloat16().float(), o)
+    dq, dk, dv, delta = backward(do, q, k, v, o32, lse, causal=causal, scale=0.125, emulate=True)
+    for name, a, b in zip(("dq", "dk", "dv"), ours[1:], (dq, dk, dv)):
+        assert _same_bits(a, b), name
+    assert _same_bits(delta, torch.as_tensor(emulate_delta(o32, do, "fa2")))
+    products = o32.double() * do.double()
+    assert ((delta.double() - products.sum(-1)).abs() <= 64 * 2 ** -24 * products.abs().sum(-1)).all()
+    assert _same_bits(ours[3], plain[3])
+    assert not torch.equal(ours[1], plain[1]) and not torch.equal(ours[2], plain[2])
+
+
+def test_delta_fp32_o_bf16_in_bf16_out():
+    """BF16 tensors: the same BF16 O with either value; the gradients with delta="fp32_o" are the FP32-emulated ones
+    rounded to BF16."""
+    q, k, v, do = _sinks(24, 64)
+    plain, ours = (_autograd(q, k, v, do, True, d, torch.bfloat16) for d in ("o", "fp32_o"))
+    emulated = _autograd(q, k, v, do, True, "fp32_o")
+    assert ours[0].dtype == torch.bfloat16 and _same_bits(ours[0], plain[0])
+    for a, b in zip(ours[1:], emulated[1:]):
+        assert _same_bits(a, b.bfloat16())
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_delta_from_fp32_o_is_closer_to_fp64(causal):
+    """On the planted sinks (tied maxima, one-signed V and dO), δ from the FP32 O is ≥ 100× closer to the FP64 δ
+    (rowsum(dO∘O) with O from FP64 attention) than δ from the returned BF16 O, in the largest error. Measured in the
+    interpreter at (1, 2, 128, 64), seeds 0 and 1: BF16 O 0.073–0.081, FP32 O 1.1e-4–1.5e-4 (505–738×), |δ| up to
+    164. (On `_inputs(ties=True)`, ties with random V and dO, the factor is only 1.4–3: there the FP32 O keeps the
+    error of P̄'s BF16 rounding in P̄V, of the size of O's own rounding.)"""
+    q, k, v, do = _sinks(0, 128)
+    o, lse, o32 = forward(q, k, v, causal=causal, scale=0.125, emulate=True, store_o32=True)
+    ref = torch.as_tensor(attention_fp64(q, k, v, do, causal=causal)["delta"])
+    err = {}
+    for name, saved in (("bf16", o), ("fp32", o32)):
+        delta = backward(do, q, k, v, saved, lse, causal=causal, scale=0.125, emulate=True)[3]
+        err[name] = (delta.double() - ref).abs().max().item()
+    assert err["fp32"] * 100 <= err["bf16"], err
+
+
+def test_delta_fp32_o_writes_the_fp32_o_only_for_a_backward(monkeypatch):
+    """The forward writes the FP32 O only with delta="fp32_o" and a backward to come (grad enabled, an input that
+    requires grad); without grad the O is the same either way."""
+    import importlib
+    mod = importlib.import_module("kernels.stable_attention")
+    seen = []
+    original = mod.forward
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["store_o32"])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(mod, "forward", spy)
+    q, k, v, _ = _inputs(25, 64)
+    with torch.no_grad():
+        o_plain = stable_attention(q, k, v, delta="o")
+        o_fp32 = stable_attention(q, k, v, delta="fp32_o")
+    stable_attention(q, k, v, delta="fp32_o")
+    stable_attention(q.requires_grad_(True), k, v, delta="fp32_o")
+    stable_attention(q, k, v, delta="o")
+    assert seen == [False, False, False, True, False]
+    assert _same_bits(o_plain, o_fp32)
+
+
+def test_delta_fp32_o_compiles_without_graph_break():
+    """A function calling stable_attention(delta="fp32_o") compiles into one graph (fullgraph=True raises on a
+    break), and the compiled O and gradients equal the eager ones bit for bit (the op is opaque: the same
+    launches)."""
+    torch._dynamo.reset()
+    q, k, v, do = _sinks(26, 64)
+
+    def f(a, b, c):
+        return stable_attention(a, b, c, is_causal=True, delta="fp32_o") * 1.0
+
+    eager = _grads_of(f, q, k, v, do)
+    compiled = _grads_of(torch.compile(f, fullgraph=True, backend="aot_eager"), q, k, v, do)
+    for a, b in zip(eager, compiled):
+        assert _same_bits(a, b)
+
+
+def _grads_of(fn, q, k, v, do):
+    x = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    o = fn(*x)
+    return (o.detach(), *torch.autograd.grad(o, x, do))
+
+
+@pytest.mark.parametrize("store_o32", [False, True])
+def test_op_registrations(store_o32):
+    """torch.library's own checks of the two custom ops (schema; fake tensors against the real outputs' shapes,
+    dtypes and strides), with and without the FP32 O, on non-contiguous inputs as a model's head split makes them."""
+    from kernels.stable_attention import _bwd_op, _fwd_op
+    q, k, v, do = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in _inputs(27, 64))
+    assert not q.is_contiguous()
+    args = (q, k, v, True, 0.125, "", 2.0, 64.0, store_o32)
+    torch.library.opcheck(_fwd_op, args, test_utils=("test_schema", "test_faketensor"))
+    o, lse, o32 = _fwd_op(*args)
+    assert o32.shape == (q.shape if store_o32 else (0,)) and o32.dtype == torch.float32
+    bargs = (do, q, k, v, o32 if store_o32 else o, lse, True, 0.125)
+    torch.library.opcheck(_bwd_op, bargs, test_utils=("test_schema", "test_faketensor"))
+
+
+def test_benchmark_implementations_run_in_the_interpreter():
+    """benchmarks/bench_stable_attention.py's stable implementations through its own timer's steps (forward
+    without grad, forward+backward), on a tiny BF16 CPU shape in the interpreter: the δ option gives plain stable's O
+    and a different dQ; `extra_time` is the fraction of extra time."""
+    from benchmarks import bench_stable_attention as bench
+    impls = bench.implementations()
+    assert set(bench.LABELS) == set(impls)
+    q, k, v, do = (t.bfloat16() for t in _sinks(28, 64))
+    outs = {}
+    for name in ("stable", "stable_fix", "stable_delta_fp32_o"):
+        fwd, _ = bench._timer(impls[name], "fwd", q, k, v, do)
+        fwd()
+        step, grads = bench._timer(impls[name], "fwd+bwd", q, k, v, do)
+        step()
+        outs[name] = (impls[name](q, k, v), grads[0].grad)
+    assert _same_bits(outs["stable_delta_fp32_o"][0], outs["stable"][0])
+    assert not torch.equal(outs["stable_delta_fp32_o"][1], outs["stable"][1])
+    med = {("stable", "fwd"): 2.0, ("stable", "fwd+bwd"): 4.0, ("stable_delta_fp32_o", "fwd+bwd"): 4.1}
+    assert bench.extra_time(med, "stable_delta_fp32_o") == pytest.approx({"fwd+bwd": 0.025})
+
+
 def _qkv(shape=(1, 1, 8, 64), dtype=torch.float32):
     return [torch.randn(shape, dtype=dtype) for _ in range(3)]
 
 
 @pytest.mark.parametrize("kwargs,exc", [
     (dict(beta=1.0), ValueError), (dict(beta=float("nan")), ValueError), (dict(fix="beta_split"), ValueError),
-    (dict(max_shift=0.0), ValueError), (dict(max_shift=True), ValueError), (dict(scale=-1.0), ValueError)])
+    (dict(max_shift=0.0), ValueError), (dict(max_shift=True), ValueError), (dict(scale=-1.0), ValueError),
+    (dict(delta="fp32"), ValueError), (dict(delta=None), ValueError), (dict(delta=("o",)), ValueError)])
 def test_bad_arguments(kwargs, exc):
     with pytest.raises(exc):
         stable_attention(*_qkv(), **kwargs)
+
+
+def test_bad_delta_names_the_allowed_values():
+    with pytest.raises(ValueError, match=r"delta must be one of \('o', 'fp32_o'\), got 'O'"):
+        stable_attention(*_qkv(), delta="O")
 
 
 def test_bad_tensors():
@@ -234,8 +413,10 @@ def test_bad_tensors():
 
 def test_launch_configs():
     """Every config keeps the diagonal whole key tiles (BLOCK_M a multiple of BLOCK_N; BIG of STEP), the pruners
-    keep the fallback for short sequences and never give warp specialisation to a causal forward."""
+    keep the fallback for short sequences and never give warp specialisation to a causal forward. The forward's
+    autotuner key leaves STORE_O32 out (delta="fp32_o" must run the plain forward's tiles to give its O)."""
     assert FWD_FALLBACK in FWD_CONFIGS and BWD_FALLBACK in BWD_CONFIGS
+    assert attn_fwd_tuned.keys == ["T", "HEAD_DIM", "CAUSAL", "FIX"]
     assert all(c.kwargs["BLOCK_M"] % c.kwargs["BLOCK_N"] == 0 for c in FWD_CONFIGS)
     assert all(c.kwargs["BLOCK_BIG"] % c.kwargs["BLOCK_STEP"] == 0 for c in BWD_CONFIGS)
     short = fwd_prune(FWD_CONFIGS, {"T": 40}, CAUSAL=False)

@@ -16,6 +16,8 @@
 * The fix on planted tied rows (even rows: four keys tied at the max inside one 64-key tile, the rest 14 below and
   tied among themselves; odd rows: no ties): in both kernels it changes the planted rows and no other, and the two
   fixed outputs agree as above.
+* δ from the FP32 O (delta="fp32_o") on the fast path, BF16 and FP16: the same O bits as delta="o", and
+  FlashAttention's rule for O and the gradients (test_fast_path_delta_fp32_o_same_o_within_fa_rule).
 * The open dQ difference of the development run (results/full/stable_attention_bench_dev_run.log: on causal planted
   ties, with the EMULATE backward at 4 warps, dQ differed from the research kernel's in rows 25-63 of every 64-row
   tile, by the same amount in every feature whose key value is −12, i.e. by one key's term of the diagonal tile)
@@ -167,6 +169,27 @@ def test_fast_path_agrees_with_research_native(causal):
     theirs = _grads(lambda a, b, c: attention(a, b, c, causal=causal, numerics="fa2", path="native"), q, k, v, do)
     for name, r, p, a, b in zip(("O", "dQ", "dK", "dV"), ref, pt, ours, theirs):
         assert _max_err(a, b) <= 2 * _max_err(p, r) + 1e-5, name
+
+
+def _bits(x):
+    return x.detach().view(torch.int16)      # BF16/FP16 bit patterns (torch.equal takes −0 for +0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fast_path_delta_fp32_o_same_o_within_fa_rule(dtype):
+    """delta="fp32_o" at (2, 4, 1024, 64), causal: O the same bits as with delta="o" (through autograd, so that the
+    forward writes the FP32 O too), the launcher's O too, and that O is the FP32 O rounded by torch's cast (RNE, as
+    the kernel's store); O, dQ, dK, dV within FlashAttention's rule (≤ 2× PyTorch's error in `dtype` against
+    FP64)."""
+    q, k, v, do = _randn((2, 4, 1024, 64), dtype, seed=4)
+    fn = lambda a, b, c: stable_attention(a, b, c, is_causal=True, delta="fp32_o")  # noqa: E731
+    o_plain = _grads(lambda a, b, c: stable_attention(a, b, c, is_causal=True), q, k, v, do)[0]
+    o_ours = _grads(fn, q, k, v, do)[0]
+    assert o_ours.dtype == dtype and torch.equal(_bits(o_ours), _bits(o_plain))
+    o, _, o32 = stable_forward(q, k, v, causal=True, scale=0.125, store_o32=True)
+    assert o32.dtype == torch.float32 and torch.equal(_bits(o), _bits(o_plain))
+    assert torch.equal(_bits(o32.to(dtype)), _bits(o))
+    _assert_fa_rule(fn, q, k, v, do, True, 0.125, dtype, label="delta=fp32_o: ")
 
 
 @pytest.mark.parametrize("causal", [True, False])
