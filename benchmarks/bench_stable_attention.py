@@ -2,6 +2,7 @@
 backends.
 
     python -m benchmarks.bench_stable_attention --out DIR [--rounds 3] [--shapes 32x12x1024x64,1x32x16384x64]
+    python -m lib.experiments stable_attention_bench --scale full --out DIR   (the registered result)
 
 H100, BF16, causal, head dim 64, at B·H·T·D = 32·12·1024·64 and 1·32·16384·64 (the default shapes). Implementations
 (`LABELS`): stable_attention plain, with fix="beta", and with delta="fp32_o" (the backward's δ from the FP32 O,
@@ -146,6 +147,27 @@ def _commit() -> str | None:
         return None
 
 
+def run(scale: str, cfg: dict) -> dict:
+    """The registered result `stable_attention_bench` (timings mean something only on the GPU: full scale only).
+    cfg: shapes ([[B, H, T, D], …]), rounds. Returns {"data": {"shapes": one `bench_shape` record per shape,
+    "device", "torch", "triton", "cuda", "cudnn", "rounds", "peak_tflops", "implementations"}}."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("stable_attention_bench needs a CUDA GPU")
+    log = lambda s: print(s, flush=True)  # noqa: E731
+    impls = implementations()
+    results = []
+    for shape in (tuple(int(x) for x in s) for s in cfg["shapes"]):
+        log(f"shape {shape}")
+        results.append(bench_shape(shape, impls, int(cfg["rounds"]), log))
+        r = results[-1]
+        log("  " + "; ".join(f"{k}: {v:.3f}" for k, v in r["ratios"].items() if v is not None))
+        log(f"  fix cost: {r['fix_cost']}")
+        log(f"  {LABELS['stable_delta_fp32_o']}, cost over stable: {r['delta_fp32_o_cost']} (target: fwd+bwd ≤ 0.03)")
+    return {"data": dict(shapes=results, device=torch.cuda.get_device_name(), torch=torch.__version__,
+                         triton=triton.__version__, cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
+                         rounds=int(cfg["rounds"]), peak_tflops=PEAK_TFLOPS, implementations=LABELS)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="directory for stable_attention_bench.json")
@@ -155,25 +177,15 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("bench_stable_attention needs a CUDA GPU")
-    shapes = [tuple(int(x) for x in s.split("x")) for s in a.shapes.split(",")]
-    log = lambda s: print(s, flush=True)  # noqa: E731
-    impls = implementations()
-    results = []
-    for shape in shapes:
-        log(f"shape {shape}")
-        results.append(bench_shape(shape, impls, a.rounds, log))
-        r = results[-1]
-        log("  " + "; ".join(f"{k}: {v:.3f}" for k, v in r["ratios"].items() if v is not None))
-        log(f"  fix cost: {r['fix_cost']}")
-        log(f"  {LABELS['stable_delta_fp32_o']}, cost over stable: {r['delta_fp32_o_cost']} (target: fwd+bwd ≤ 0.03)")
-    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-            "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(), "python": platform.python_version(),
-            "git_commit": _commit(), "rounds": a.rounds, "peak_tflops": PEAK_TFLOPS, "implementations": LABELS}
+    data = run("full", {"shapes": [s.split("x") for s in a.shapes.split(",")], "rounds": a.rounds})["data"]
+    meta = {k: data[k] for k in ("device", "torch", "triton", "cuda", "cudnn", "rounds", "peak_tflops",
+                                 "implementations")}
+    meta |= {"python": platform.python_version(), "git_commit": _commit()}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "stable_attention_bench.json"
-    path.write_text(json.dumps({"meta": meta, "shapes": results}, indent=1))
-    log(f"wrote {path}")
+    path.write_text(json.dumps({"meta": meta, "shapes": data["shapes"]}, indent=1))
+    print(f"wrote {path}", flush=True)
     return 0
 
 

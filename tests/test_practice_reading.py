@@ -201,3 +201,18 @@ def test_figures_are_readable(gpt2, check, kernel_bias_table_ci):
     for fig in (figures.kernel_table_figure(res, check), figures.gpt2_monitor_figure(views, gpt2.meta)):
         assert plotting.check_figure(fig) == []
         plt.close(fig)
+
+
+def test_the_cost_of_delta_from_the_fp32_o_against_its_target():
+    """stable_attention(delta="fp32_o")'s extra forward + backward time per shape, from the speed benchmark's data,
+    against the 3 % target; a missing result says so."""
+    from lib.studies.practice.reading import delta_cost_words
+    shape = lambda sh, x: {"shape": sh, "delta_fp32_o_cost": {"fwd": 0.05, "fwd+bwd": x}}  # noqa: E731
+    data = {"device": "planted GPU", "rounds": 5, "shapes": [shape([32, 12, 1024, 64], 0.021),
+                                                             shape([1, 32, 16384, 64], 0.034)]}
+    text = delta_cost_words(data)
+    assert text == ("On one planted GPU it adds to a forward + backward, over plain `stable_attention` (medians of 5 "
+                    "rounds): +2.1 % at 32·12·1024·64; +3.4 % at 1·32·16384·64 (target ≤ 3 %: met at 1 of 2 shapes).")
+    data["shapes"][1]["delta_fp32_o_cost"]["fwd+bwd"] = -0.004
+    assert delta_cost_words(data).endswith("−0.4 % at 1·32·16384·64 (target ≤ 3 %: met at every shape).")
+    assert delta_cost_words(None) == delta_cost_words({"shapes": []}) == "What it costs in time is not measured yet."

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[3]
 DEV_LOG = ROOT / "results" / "full" / "stable_attention_bench_dev_run.log"
 # The user kernel's targets (forward+backward speed-ups over SDPA's backends; the fix's extra time), stated before
 # the measurement in benchmarks/bench_stable_attention.py's docstring.
-TARGETS = {"cudnn": 0.9, "flash": 1.3, "fix": 0.02}
+TARGETS = {"cudnn": 0.9, "flash": 1.3, "fix": 0.02, "delta": 0.03}   # delta: δ from the FP32 O, fwd + bwd
 CHECK_KERNELS = ("sdpa_math", "ours_fa2", "ours_paper")
 PLANT_GAIN = 16.0        # the demo's planted head: q and k weights scaled, so attention concentrates
 PLANT_LAYER, PLANT_HEAD = 0, 0    # the demo's planted (layer, head), 0-based as the monitor's records index them
@@ -57,7 +57,7 @@ __all__ = ["numbers", "TARGETS", "H100_SXM_DENSE_BF16_TFLOPS", "kernel_table_res
            "student_interval", "remainder_sign_check", "check_numbers", "ntr_numbers", "monitor_lead_numbers",
            "planted_demo", "run_monitor_demo", "monitor_demo_numbers", "monitor_view",
            "first_warnings", "watched_layer", "gpt2_monitor_numbers", "fix_numbers", "dev_log", "dev_shape_numbers",
-           "dev_log_numbers", "dq_numbers", "kernel_label", "cost_numbers"]
+           "dev_log_numbers", "dq_numbers", "kernel_label", "cost_numbers", "delta_cost_words"]
 
 
 def numbers() -> dict:
@@ -80,6 +80,8 @@ def numbers() -> dict:
             | ntr_numbers(results.load("bias_kernel", "full"))
             | cost_numbers(*(results.load(n, "full") if results.exists(n, "full") else None
                              for n in ("monitor_overhead", "census_cost")))
+            | {"sa_delta_cost": delta_cost_words(results.load("stable_attention_bench", "full").data
+                                                 if results.exists("stable_attention_bench", "full") else None)}
             | {"fig-kernel-table": figures.kernel_table_figure(t_table, t_check),
                "fig-gpt2-monitor": figures.gpt2_monitor_figure(views, gpt2.meta)})
 
@@ -627,6 +629,23 @@ def dev_log_numbers(log: dict) -> dict:
            "dev_peak": f"{H100_SXM_DENSE_BF16_TFLOPS:g}", "dev_peak_sparse": f"{H100_SXM_SPARSE_BF16_TFLOPS:,.0f}",
            "dev_peak_range": _span(100 * p[f"peak {i}"] for p in per for i in impls)}
     return out | dq_numbers(log)
+
+
+def delta_cost_words(data: dict | None) -> str:
+    """What `stable_attention(..., delta="fp32_o")` adds to a forward + backward over plain `stable_attention`, per
+    shape (B·H·T·D), from the registered speed benchmark's data (medians over rounds), against `TARGETS["delta"]`;
+    says so when the benchmark has not run."""
+    cells = [(s["shape"], s["delta_fp32_o_cost"]["fwd+bwd"]) for s in (data or {}).get("shapes", [])
+             if "fwd+bwd" in s.get("delta_fp32_o_cost", {})]
+    if not cells:
+        return "What it costs in time is not measured yet."
+    bad = [x for _, x in cells if x > TARGETS["delta"]]
+    verdict = ("met at every shape" if not bad else "met at no shape" if len(bad) == len(cells)
+               else f"met at {len(cells) - len(bad)} of {len(cells)} shapes")
+    return (f"On one {data['device']} it adds to a forward + backward, over plain `stable_attention` (medians of "
+            f"{data['rounds']} rounds): " + "; ".join(f"{_num(100 * x, '+.1f')} % at {'·'.join(map(str, sh))}"
+                                                     for sh, x in cells)
+            + f" (target ≤ {100 * TARGETS['delta']:g} %: {verdict}).")
 
 
 def dq_numbers(log: dict) -> dict:
