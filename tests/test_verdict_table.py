@@ -242,3 +242,17 @@ def test_every_claim_is_a_row_a_control_or_named_under_the_table(table):
         if named:
             assert f"— {table[c.id]['status']} (chapter" in text
     assert name_problems(text) == []
+
+
+def test_gpt2_remedy_words_name_what_ran_against_the_unremedied_failure():
+    """The fix's and the remedies' GPT-2 arms in a few words, from the committed results (chapter 7 and the verdict
+    table read them): every arm that ran with its seeds, the unremedied failure steps, and nothing for an arm that
+    has not run."""
+    from lib.book import results
+    from lib.claims.verdicts import gpt2_remedy_words, n_remedy
+    if not (results.exists("gpt2_remedy_o32_s1", "full") and results.exists("gpt2_arms_s1", "full")):
+        pytest.skip("the GPT-2 remedy results are not committed")
+    words = gpt2_remedy_words(("paper_fix_b2", "paper_never_registered"))
+    assert words.startswith("guarded fix (β = 2), seed 1: ") and "(unremedied: failed at step " in words
+    assert gpt2_remedy_words(("paper_never_registered",)) == ""
+    assert n_remedy(("paper_fix_b2",)).startswith(f"GPT-2: {words}")

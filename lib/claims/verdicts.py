@@ -240,15 +240,20 @@ def n_prevent(root=None) -> str:
     return "proxy: " + ("no failure to prevent" if f == 0 else f"the paper placement failed in {f} of {n} seeds")
 
 
-def n_remedy(arms, root=None) -> str:
+def gpt2_remedy_words(arms, root=None) -> str:
     """The GPT-2 arms `arms` (chapter 2c) against the paper placement's failure at the same seed, in a few words
-    (`lib.studies.gpt2.remedies`), then the proxy's `n_prevent`."""
+    (`lib.studies.gpt2.remedies.brief_words`); "" when none of them has run."""
     from lib.book import registry
     from lib.studies.gpt2 import reading as g2r, remedies as g2m
     chain = [r for r in (_load(n, root) for n in g2r.CHAIN_RESULTS) if r is not None]
     rem = [r for r in (_load(n, root) for g in g2m.REMEDY_GROUPS for n in registry.GROUPS[g]) if r is not None]
     rows = [r for r in g2m.arm_rows(rem, g2r.merge_seeds(chain)) if r["arm"] in arms] if chain and rem else []
-    gpt2 = g2m.brief_words(rows, arms)
+    return g2m.brief_words(rows, arms)
+
+
+def n_remedy(arms, root=None) -> str:
+    """`gpt2_remedy_words`, then the proxy's `n_prevent`."""
+    gpt2 = gpt2_remedy_words(arms, root)
     proxy = n_prevent(root)
     return "; ".join(x for x in ((f"GPT-2: {gpt2}" if gpt2 else ""), proxy if proxy != "—" else "") if x) or "—"
 
