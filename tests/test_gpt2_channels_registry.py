@@ -16,7 +16,9 @@ from lib.training.model import GPTConfig, build_lm
 # at seed 2).
 PAIRS = ["gpt2_delta", "gpt2_remedy_o32", "gpt2_remedy_fix", "gpt2_qknorm", "gpt2_authors_compiled",
          "gpt2_authors_eager", "gpt2_inject", "gpt2_inject_low"]
-SEED2 = {"gpt2_delta": "paper_delta_fp32_o", "gpt2_remedy_o32": "paper_o32"}   # entry: its one arm at seed 2
+# group: its arms at seed 2, those that decide the prevents rule there
+SEED2 = {"gpt2_delta": ("paper_delta_fp32_o",), "gpt2_remedy_o32": ("paper_o32",),
+         "gpt2_remedy_fix": ("paper_fix_b2_exact", "paper_fix_b7_exact")}
 ENTRIES = [n for p in PAIRS for n in (p, p + "_s1")]
 IN_ORDER = [n for p in PAIRS for n in (p, p + "_s1") + ((p + "_s2",) if p in SEED2 else ())]
 RECIPE = ("corpus_dir", "gpus", "steps", "batch_size", "lr", "warmup", "census_every", "census_rows", "eval_every",
@@ -34,7 +36,7 @@ def test_registered_in_priority_order_after_gpt2_arms():
     names = list(ES)
     assert names[names.index("gpt2_arms_s2_fa2") + 1:][:len(IN_ORDER)] == IN_ORDER  # after the comparison's seeds
     assert sum(ES[n].gpu_min for n in ENTRIES) == 48.0 * len(ENTRIES)
-    assert all(ES[p + "_s2"].gpu_min == 24.0 for p in SEED2)                          # one arm: one GPU
+    assert all(ES[p + "_s2"].gpu_min == 24.0 * len(arms) for p, arms in SEED2.items())   # one GPU an arm
 
 
 @pytest.mark.parametrize("name", ENTRIES)
@@ -74,21 +76,21 @@ def test_the_dual_output_is_registered_once():
 
 
 @pytest.mark.parametrize("group", sorted(SEED2))
-def test_the_seed_2_entries_run_the_arm_that_decides(group):
-    """Seed 2 (where the comparison's paper arm failed, the second such seed): the group's one arm that decides its
-    claim, exactly as at seeds 0 and 1 (spec, recipe, growth and failure rules), its baseline the paper arm of
+def test_the_seed_2_entries_run_the_arms_that_decide(group):
+    """Seed 2 (where the comparison's paper arm failed, the second such seed): the group's arms that decide its
+    claim, exactly as at seeds 0 and 1 (spec, recipe, growth and failure rules), their baseline the paper arm of
     gpt2_arms_s2, read with the group (registry.GROUPS)."""
-    name, label = group + "_s2", SEED2[group]
+    name, labels = group + "_s2", SEED2[group]
     e, twin = ES[name], _cfg(group, "full")
     assert e.base == "lib.studies.gpt2.arms" and e.chapter == "02c" and name in catalogue.TITLES
     assert name_problems(e.summary) == [] and registry.GROUPS[group] == (group, group + "_s1", name)
     cfg = _cfg(name, "full")
     assert cfg["seeds"] == [2] and cfg["workdir"] == f"/tmp/{name}"
-    assert cfg["arms"] == [a for a in twin["arms"] if a["label"] == label]
+    assert cfg["arms"] == [a for a in twin["arms"] if a["label"] in labels] and len(cfg["arms"]) == len(labels)
     assert {k: cfg[k] for k in RECIPE} == {k: twin[k] for k in RECIPE} and cfg["model"] == twin["model"]
     assert {k: cfg["rules"][k] for k in RULES + ("reference", "spread_from")} == \
         {k: twin["rules"][k] for k in RULES + ("reference", "spread_from")}
-    assert cfg["rules"]["baseline"] == {label: "paper"}
+    assert cfg["rules"]["baseline"] == {label: "paper" for label in labels}
     assert cfg["rules"]["baseline_from"] == cfg["rules"]["reference_from"] == ["gpt2_arms_s2"]
     assert _cfg("gpt2_arms_s2", "full")["seeds"] == [2]
 
