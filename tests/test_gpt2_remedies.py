@@ -186,7 +186,7 @@ def test_growth_glue_reads_every_seed_measured():
     two = remedies.arm_rows([_remedy("o32", "paper_o32", "paper/round_block=512/round_o=false", "paper", [0, 1])],
                             chain)
     at = remedies.glue_numbers(two)["paper_o32_at"]
-    assert at == "; ".join(f"seed {r['seed']}: {remedies.growth_words(r)}" for r in two) and at.count("seed ") == 2
+    assert at == "; ".join(f"(seed {r['seed']}) {remedies.growth_words(r)}" for r in two) and at.count("(seed ") == 2
 
 
 def test_the_cost_of_each_change_that_prevented_the_failure():

@@ -216,7 +216,7 @@ def glue_numbers(rows: list[dict]) -> dict:
         out[f"{arm}_prevents"] = {True: "prevents", False: "does not prevent",
                                   None: "cannot yet say whether it prevents"}[v[arm]]
         at = [r for r in mine if r["step"]]
-        out[f"{arm}_at"] = ("; ".join(f"seed {r['seed']}: {growth_words(r)}" for r in at) if len(at) > 1
+        out[f"{arm}_at"] = ("; ".join(f"(seed {r['seed']}) {growth_words(r)}" for r in at) if len(at) > 1
                             else growth_words(at[0]) if at else "not measured")
     return out
 
