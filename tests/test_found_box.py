@@ -136,6 +136,12 @@ def test_gpt2_chain_reads_the_committed_comparison():
         assert f"≤ {fp32_max:,.0f}" in f.text, f.text
         booms = [o for o in oc["paper"] if o[2] is not None and o[3] is None]
         assert all(f"{o[2]:,}" in f.text for o in booms) and f"exploded in {len(booms)} seed" in f.head
+        fa2 = [o for a in ("sdpa", "ours_fa2") for o in oc.get(a, [])]
+        if fa2 and all(o[2] is None or o[3] is not None for o in fa2):     # none of them exploded: said in short
+            spiked = sorted({o[0] for o in fa2 if o[2] is not None})
+            assert "our FA2 placement never exploded" in f.text
+            assert all(f"seed{'s' if len(spiked) > 1 else ''} {found._list(spiked)}: spikes" in f.text
+                       for _ in spiked[:1])
     else:
         n = g2r.arms_numbers(results.load(found.GPT2_ARMS, "full"))
         assert n["fp32_logit_common"] in f.text and n["sdpa_logit_common"] in f.text
@@ -167,3 +173,31 @@ def test_fates_say_what_each_seed_did():
     assert found._fates([(0, 9000, 8632, 80), (1, 10000, None, None)]) == ("spikes that recovered in seed 0; "
                                                                            "no failure in seed 1")
     assert found._fates([(0, 9000, 500, None), (1, 100, 50, None)]) == "exploded in seeds 0 and 1"
+
+
+def test_gpt2_chain_names_the_changes_that_prevented_the_failure(tmp_path):
+    """The box's GPT-2 finding ends with the changes to the paper placement that prevented its failure by the
+    registered rule, and the seeds; without the channel and remedy results it does not, and it rests on them."""
+    from lib.book import results
+    from lib.studies.gpt2 import reading as g2r, remedies as g2m
+    if not (results.exists("gpt2_delta_s1", "full") and results.exists("gpt2_arms_s1", "full")):
+        pytest.skip("the GPT-2 remedy results are not committed")
+    f = found.gpt2_chain()
+    chain = g2r.merge_seeds([results.load(n, "full") for n in g2r.CHAIN_RESULTS if results.exists(n, "full")])
+    rem = [results.load(n, "full") for g in g2m.REMEDY_GROUPS for n in registry.GROUPS[g] if results.exists(n, "full")]
+    rows = g2m.arm_rows(rem, chain)
+    v = g2m.verdicts(rows)
+    ok = [a for a in found.REMEDY_WORDS if v.get(a)]
+    seeds = sorted({r["seed"] for r in rows if r["arm"] in ok and r["base_fail"] is not None})
+    booms = [o[0] for o in g2r.outcomes(chain)["paper"] if o[2] is not None and o[3] is None]
+    assert ok and all(found.REMEDY_WORDS[a] in f.text for a in ok) and len(seeds) >= 2
+    assert (f"), where {found.REMEDY_WORDS[ok[0]]}" in f.text if sorted(booms) == seeds
+            else f"prevents it in seeds {found._list(seeds)}" in f.text)
+    assert {r.name for r in rem} <= {r.name for r in f.results}
+    import shutil
+    (tmp_path / "full").mkdir()
+    for n in g2r.CHAIN_RESULTS:                      # the comparison alone: no sentence on remedies
+        for ext in ("json", "npz"):
+            if (results.RESULTS_DIR / "full" / f"{n}.{ext}").exists():
+                shutil.copy(results.RESULTS_DIR / "full" / f"{n}.{ext}", tmp_path / "full" / f"{n}.{ext}")
+    assert "prevented" not in found.gpt2_chain(tmp_path).text

@@ -194,6 +194,10 @@ def gpt2_untested(root=None) -> Finding:
                          "steps) has not run" + ("." if fix else "; it has no β-fix arm."), [], ())
 
 
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def _fates(outcomes: list) -> str:
     """What an arm did in each seed, from `reading.outcomes` tuples (seed, steps, failure step, steps to recover):
     "spikes that recovered in seed 0; no failure in seed 1"; an explosion is a failure never recovered."""
@@ -201,6 +205,29 @@ def _fates(outcomes: list) -> str:
     for seed, steps, fs, rec in outcomes:
         kinds["no failure" if fs is None else "exploded" if rec is None else "spikes that recovered"].append(seed)
     return "; ".join(f"{k} in seed{'s' if len(v) > 1 else ''} {_list(v)}" for k, v in kinds.items() if v)
+
+
+# The changes to the paper placement the box names when they prevented its failure (chapter 2c), in its words.
+REMEDY_WORDS = {"paper_delta_fp32_o": "δ alone from an FP32 O", "paper_o32": "O kept in FP32"}
+
+
+def _remedies_words(chain, boom_seeds, root=None) -> tuple[list, str]:
+    """(the channel and remedy results read, a clause for the paper placement's failure: ", where δ alone from an
+    FP32 O, or O kept in FP32, prevents it" when the arms of `REMEDY_WORDS` that prevent it by the registered rule
+    (`lib.studies.gpt2.remedies.verdicts`) did so in every seed of `boom_seeds`, else "; … prevents it in seed 1";
+    "" when none does)."""
+    from lib.studies.gpt2 import remedies as g2m
+    rem = [r for r in (_res(n, root) for g in g2m.REMEDY_GROUPS for n in registry.GROUPS[g]) if r is not None]
+    rows = g2m.arm_rows(rem, chain) if rem else []
+    v = g2m.verdicts(rows)
+    ok = [a for a in REMEDY_WORDS if v.get(a)]
+    if not ok:
+        return rem, ""
+    seeds = sorted({r["seed"] for r in rows if r["arm"] in ok and r["base_fail"] is not None})
+    who = ", or ".join(REMEDY_WORDS[a] for a in ok) + ("," if len(ok) > 1 else "")
+    if sorted(boom_seeds) == seeds:
+        return rem, f", where {who} prevents it"
+    return rem, f"; {who} prevents it in seed{'s' if len(seeds) > 1 else ''} {_list(seeds)}"
 
 
 def gpt2_chain(root=None) -> Finding:
@@ -223,20 +250,29 @@ def gpt2_chain(root=None) -> Finding:
         fp32_max = max(float(g2r.layer_series(M.arrays, f"fp32:s{o[0]}")["logit"].max()) for o in oc["fp32"])
         boom = [o for o in oc["paper"] if o[2] is not None and o[3] is None]
         fp32_failed = sum(o[2] is not None for o in oc["fp32"])
-        head = (f"In GPT-2 the paper placement's loss exploded in {len(boom)} seed{'s' if len(boom) != 1 else ''} "
-                f"of {len(oc['paper'])}; FP32 attention {'never failed' if not fp32_failed else 'failed too'}.")
+        head = (f"In GPT-2 the paper placement exploded in {len(boom)} seed{'s' if len(boom) != 1 else ''} "
+                f"of {len(oc['paper'])}, FP32 attention "
+                + ("in none." if not fp32_failed else f"failed in {fp32_failed}."))
         words = {"sdpa": "flash SDPA", "ours_fa2": "our FA2 placement"}
         # Per FA2-placement arm, what each seed did: exploded, spiked and recovered, or never failed.
         fates = {a: _fates(oc[a]) for a in ("sdpa", "ours_fa2") if a in oc}
         same = len({v for v in fates.values()}) == 1
         groups = ([(_list([words[a] for a in fates]), next(iter(fates.values())))] if same and fates
                   else [(words[a], v) for a, v in fates.items()])
-        text = (f"FP32 attention's largest logit stays ≤ {fp32_max:,.0f}; the paper placement "
-                f"grows {g['paper_grown_logit_every']} beyond FP32's seed-to-seed spread at every growth step"
-                + (f", and in seed{'s' if len(boom) > 1 else ''} {_list([o[0] for o in boom])} its loss fails at "
-                   f"step{'s' if len(boom) > 1 else ''} {_list([f'{o[2]:,}' for o in boom])} and ends the run failed" if boom else "") + "."
-                + "".join(f" {who[:1].upper()}{who[1:]}: {fate}." for who, fate in groups))
-        return Finding(head, text, chain, ("chapters/02c-the-chain-in-gpt2",))
+        # None of them exploded: say so in a few words, with the seeds where they spiked and recovered.
+        fa2 = [o for a in fates for o in oc[a]]
+        spiked = sorted({o[0] for o in fa2 if o[2] is not None})
+        quiet = fa2 and all(o[2] is None or o[3] is not None for o in fa2)
+        text = (f"FP32 attention's logits stay ≤ {fp32_max:,.0f}; the paper placement "
+                f"grows {g['paper_grown_logit_every']} beyond FP32's seed-to-seed spread"
+                + (f" and fails for good in seed{'s' if len(boom) > 1 else ''} {_list([o[0] for o in boom])} "
+                   f"(step{'s' if len(boom) > 1 else ''} {_list([f'{o[2]:,}' for o in boom])})" if boom else "")
+                + "{remedies}."
+                + (f" {_cap(_list([words[a] for a in fates]))} never exploded"
+                   + (f" (seed{'s' if len(spiked) > 1 else ''} {_list(spiked)}: spikes that recovered)" if spiked else "")
+                   + "." if quiet else "".join(f" {_cap(who)}: {fate}." for who, fate in groups)))
+        rem, words = _remedies_words(M, [o[0] for o in boom], root)
+        return Finding(head, text.replace("{remedies}", words), chain + rem, ("chapters/02c-the-chain-in-gpt2",))
     res = _res(GPT2_ARMS, root)
     if res is None:
         return gpt2_untested(root)
