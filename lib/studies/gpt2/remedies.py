@@ -43,6 +43,11 @@ SHORT = {"paper_delta_fp32_o": "paper placement, δ from an FP32 O", "fa2_delta_
          "paper_fix_b7_exact": "paper placement, exact-rule fix (β = 7)"}
 
 
+def _change(arm: str) -> str:
+    """A change to the paper placement, named without it ("O in FP32"): every arm of `PAPER_REMEDIES` changes it."""
+    return SHORT.get(arm, arm).removeprefix("paper placement, ")
+
+
 def _words(spec: str) -> str:
     from lib.training.spec import describe
     return describe(spec, detail=True)
@@ -236,7 +241,7 @@ def brief_words(rows: list[dict], arms) -> str:
         if not mine:
             continue
         words = [outcome_words(r["fail"], r["back"], r["steps"]) for r in mine]
-        name = SHORT.get(a, a).removeprefix("paper placement, ")
+        name = _change(a)
         parts.append(f"{name}, {_seeds_words(r['seed'] for r in mine)}: {words[0]}" if len(set(words)) == 1
                      else f"{name}: " + "; ".join(f"seed {r['seed']}: {w}" for w, r in zip(words, mine)))
         fails.update({r["seed"]: r["base_fail"] for r in mine if r["base_fail"] is not None})
@@ -275,10 +280,9 @@ def pending_words(rows: list[dict], chain, arms=PAPER_REMEDIES) -> str:
     failed."""
     left = pending(rows, chain, arms)
     ran = {r["arm"] for r in rows}
-    change = lambda a: SHORT.get(a, a).removeprefix("paper placement, ")      # noqa: E731  each changes the paper arm
-    some = [f"{change(a)} at " + " and ".join(f"seed {s} (where the paper placement failed at step {f:,})"
+    some = [f"{_change(a)} at " + " and ".join(f"seed {s} (where the paper placement failed at step {f:,})"
                                                     for s, f in v) for a, v in left.items() if v and a in ran]
-    never = [change(a) for a in arms if a not in ran]
+    never = [_change(a) for a in arms if a not in ran]
     out = "; ".join(some + ([f"not run in any seed yet: {', '.join(never)}"] if never else []))
     return out or "none"
 
@@ -292,17 +296,16 @@ def advice_words(rows: list[dict], arms=PAPER_REMEDIES) -> str:
         return "No remedy has been trained in GPT-2 yet."
     seeds = sorted({r["seed"] for r in rows if r["arm"] in ran})
     word = {True: "prevented it", False: "did not prevent it", None: "not yet judged"}
-    change = lambda a: SHORT.get(a, a).removeprefix("paper placement, ")      # noqa: E731  each changes the paper arm
     parts = []
     for a in ran:
         mine = [r for r in rows if r["arm"] == a]
-        parts.append(f"{change(a)} — {word[v[a]]} (" + "; ".join(
+        parts.append(f"{_change(a)} — {word[v[a]]} (" + "; ".join(
             f"seed {r['seed']}: {outcome_words(r['fail'], r['back'], r['steps'])}" for r in mine) + ")")
     fails = sorted({(r["seed"], r["base_fail"]) for r in rows if r["arm"] in ran and r["base_fail"] is not None})
     out = (f"In GPT-2 124M at the paper's recipe ({_seeds_words(seeds)}), where the paper placement failed ("
            + "; ".join(f"seed {s}: at step {f:,}" for s, f in fails) + "), each change to it: " + "; ".join(parts)
            + ".")
-    missing = [change(a) for a in arms if a not in v]
+    missing = [_change(a) for a in arms if a not in v]
     return out + (f" Not run yet: {', '.join(missing)}." if missing else "")
 
 
@@ -346,20 +349,19 @@ def step_costs(rows: list[dict], bench: dict | None) -> dict:
 def cost_words(rows: list[dict], bench: dict | None) -> str:
     """For a practitioner: what each change that prevented the paper placement's failure (`verdicts`) costs in a
     compiled GPT-2 training step (`step_costs`), and which of them is the cheapest."""
-    change = lambda a: SHORT.get(a, a).removeprefix("paper placement, ")      # noqa: E731  each changes the paper arm
     v = verdicts(rows)
     ok = sorted((a for a in v if v[a]), key=lambda a: (PAPER_REMEDIES + (a,)).index(a))     # in the advice's order
     if not ok:
         return "No change has prevented the failure yet, so there is no remedy to cost."
     cost = step_costs(rows, bench)
     timed = sorted((a for a in ok if a in cost), key=lambda a: cost[a]["vs_base"])
-    untimed = [change(a) for a in ok if a not in cost]
+    untimed = [_change(a) for a in ok if a not in cost]
     if not timed:
         return f"What {' and '.join(untimed)} cost in a training step is not measured yet."
     out = ("A compiled GPT-2 124M training step (" + (f"one {bench['device']}" if bench.get("device") else "one GPU")
            + ") with each change that prevented the failure takes, against the unremedied paper placement's: "
-           + "; ".join(f"{change(a)} {cost[a]['vs_base']:.2f}× ({cost[a]['vs_sdpa']:.2f}× SDPA's compiled step)"
+           + "; ".join(f"{_change(a)} {cost[a]['vs_base']:.2f}× ({cost[a]['vs_sdpa']:.2f}× SDPA's compiled step)"
                        for a in timed)
-           + f". The cheapest: {change(timed[0])}.")
+           + f". The cheapest: {_change(timed[0])}.")
     return out + (f" Not timed yet: {', '.join(untimed)}." if untimed else "")
 
