@@ -140,8 +140,8 @@ def test_gpt2_chain_reads_the_committed_comparison():
         if fa2 and all(o[2] is None or o[3] is not None for o in fa2):     # none of them exploded: said in short
             spiked = sorted({o[0] for o in fa2 if o[2] is not None})
             assert "our FA2 placement never exploded" in f.text
-            assert all(f"seed{'s' if len(spiked) > 1 else ''} {found._list(spiked)}: spikes" in f.text
-                       for _ in spiked[:1])
+            if spiked:
+                assert f"seed{'s' if len(spiked) > 1 else ''} {found._list(spiked)}: spikes" in f.text
     else:
         n = g2r.arms_numbers(results.load(found.GPT2_ARMS, "full"))
         assert n["fp32_logit_common"] in f.text and n["sdpa_logit_common"] in f.text

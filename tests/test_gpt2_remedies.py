@@ -67,6 +67,9 @@ def test_a_remedy_that_trains_past_the_failure_prevents_it_and_keeps_the_growth_
     v = remedies.claim_verdicts(rows)["fp32_o_stabilises"]
     assert v["status"] == "partly"              # one seed decides: not yet a replication
     assert f"failed at step {r['base_fail']:,}" in v["evidence"] and "no failure in 400 steps" in v["evidence"]
+    assert v["evidence"].endswith("each kept within it: O in FP32, seed 1: 4 of 4")      # the growth removed here
+    part = remedies.claim_verdicts([dict(r, grown=(4, 3))])["fp32_o_stabilises"]["evidence"]
+    assert part.endswith("O in FP32, seed 1: 3 of 4 (so none removes the growth by the registered rule)")
     rows2 = remedies.arm_rows([_remedy("o32", "paper_o32", "paper/round_block=512/round_o=false", "paper", [0, 1])],
                               chain)
     assert remedies.claim_verdicts(rows2)["fp32_o_stabilises"]["status"] == "reproduced"
@@ -80,8 +83,9 @@ def test_a_remedy_that_fails_where_its_baseline_fails_does_not_prevent_it():
     assert remedies.verdicts(rows) == {"paper_fix_b2": False}
     v = remedies.claim_verdicts(rows)["fix_stabilises"]
     assert v["status"] == "not reproduced"
-    assert v["evidence"].endswith("not run yet: " + ", ".join(remedies.SHORT[a] for a in ("paper_fix_b2_exact",
-                                                                                       "paper_fix_b7_exact")))
+    assert ("; not run yet: " + ", ".join(remedies.SHORT[a] for a in ("paper_fix_b2_exact", "paper_fix_b7_exact"))
+            + ". Of the") in v["evidence"]
+    assert v["evidence"].endswith("guarded fix (β = 2), seed 1: 0 of 4 (so none removes the growth by the registered rule)")
     assert rows[0]["grown"] == (4, 0)
     table = remedies.table(rows)
     assert table.count("\n") == 2 and "fix β = 2" in table and "0 of 4" in table

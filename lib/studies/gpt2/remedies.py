@@ -180,9 +180,17 @@ def claim_verdicts(rows: list[dict]) -> dict:
         for r in mine:
             per_arm.setdefault(r["words"], []).append(_run_words(r))
         missing = [SHORT.get(a, a) for a in arms if a not in {r["arm"] for r in mine}]
+        # The verdict is the prevents rule's; the growth rule's reading goes beside it, so that a change that
+        # prevents the failure but leaves part of the growth is not read as removing it.
+        grown = [f"{_change(r['arm'])}, seed {r['seed']}: {r['grown'][1]} of {r['grown'][0]}" for r in mine
+                 if r["grown"][0]]
         ev = ("GPT-2 124M at the paper's recipe, each arm against the same seed's unremedied arm (same "
               "initialisation and batches): " + "; ".join(f"{w} — {'; '.join(x)}" for w, x in per_arm.items())
-              + (f"; not run yet: {', '.join(missing)}" if missing else ""))
+              + (f"; not run yet: {', '.join(missing)}" if missing else "")
+              + (". Of the (growth step, layer) pairs where the unremedied arm's largest logit grows beyond FP32 "
+                 "attention's seed-to-seed spread, each kept within it: " + "; ".join(grown)
+                 + (" (so none removes the growth by the registered rule)"
+                    if all(r["grown"][1] < r["grown"][0] for r in mine if r["grown"][0]) else "") if grown else ""))
         out[cid] = dict(status=status, evidence=ev)
     return out
 
