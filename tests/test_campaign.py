@@ -443,3 +443,34 @@ def test_phase_1_refuses_arms_our_kernel_runs_only_emulated(disk, monkeypatch, c
     text = capsys.readouterr().out
     assert "NOT NATIVE" in text and f"gpt2_dial_s1 paper_pl32: {wide}" in text and "paper_s32" not in text
     assert not any(Path(entry(n)["workdir"]).exists() for n in (S2_FA2, "gpt2_dial_s1"))
+
+
+def test_phase_1_on_one_gpu_after_the_suite_ran_alone_starts_no_tests(disk, monkeypatch, capsys):
+    """On a one-GPU machine the call runs `make gpu-tests` alone first; phase 1 with `--no-gpu-tests` then starts the
+    arm, passes the smoke check and starts no test process (without the flag it would, on the arm's own GPU)."""
+    begun, popen = [], []
+
+    def start(rc, gpu, workdir, probe=None):
+        begun.append((rc.label, gpu))
+        for ext, text in (("cfg", "{}"), ("log", f"[{rc.label}] step 60 t 9 s grads finite\n"),
+                          ("pid", str(campaign.os.getpid()))):
+            arms._paths(Path(workdir), rc.label)[ext].write_text(text)
+
+    class Tests:
+        def __init__(self, argv, **kw):
+            popen.append(kw["env"]["CUDA_VISIBLE_DEVICES"])
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(campaign.torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(arms, "build_corpus", lambda cfg: (str(disk / "corpus"), {}))
+    monkeypatch.setattr(arms, "_start", start)
+    monkeypatch.setattr(campaign.subprocess, "Popen", Tests)
+    out = disk / "out"
+    assert campaign.main(["1", "--out", str(out), "--entry", "gpt2_remedy_fix_s1", "--wait", "0",
+                          "--no-gpu-tests"]) == 0
+    text = capsys.readouterr().out
+    assert begun == [("paper_fix_b7_exact:s1", 0)] and popen == []
+    assert "smoke: every arm past step 50" in text and "GPU tests" not in text
+    assert not (out / "gpu_tests.log").exists()

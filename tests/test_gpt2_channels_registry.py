@@ -19,8 +19,14 @@ PAIRS = ["gpt2_delta", "gpt2_remedy_o32", "gpt2_remedy_fix", "gpt2_qknorm", "gpt
 # group: its arms at seed 2, those that decide the prevents rule there
 SEED2 = {"gpt2_delta": ("paper_delta_fp32_o",), "gpt2_remedy_o32": ("paper_o32",),
          "gpt2_remedy_fix": ("paper_fix_b2_exact", "paper_fix_b7_exact")}
-ENTRIES = [n for p in PAIRS for n in (p, p + "_s1")]
-IN_ORDER = [n for p in PAIRS for n in (p, p + "_s1") + ((p + "_s2",) if p in SEED2 else ())]
+# group: its seed-1 twin split into one entry an arm (the first keeps the `_s1` name), so that a one-GPU machine can
+# decide one arm a campaign: arm labels of each, in order
+SPLIT_S1 = {"gpt2_remedy_fix": {"gpt2_remedy_fix_s1": ("paper_fix_b7_exact",),
+                                "gpt2_remedy_fix_b2_s1": ("paper_fix_b2_exact",)}}
+SEED1 = {p: tuple(SPLIT_S1.get(p, {p + "_s1": ()})) for p in PAIRS}
+TWIN = {n: p for p in PAIRS for n in (p,) + SEED1[p]}          # an entry of seed 0 or 1: its seed-0 entry
+ENTRIES = list(TWIN)
+IN_ORDER = [n for p in PAIRS for n in (p,) + SEED1[p] + ((p + "_s2",) if p in SEED2 else ())]
 RECIPE = ("corpus_dir", "gpus", "steps", "batch_size", "lr", "warmup", "census_every", "census_rows", "eval_every",
           "eval_batches", "ckpt_every_s", "max_wall_s", "probe")
 RULES = ("failure_window", "failure_rise", "growth_steps")
@@ -35,14 +41,15 @@ def _cfg(name, scale):
 def test_registered_in_priority_order_after_gpt2_arms():
     names = list(ES)
     assert names[names.index("gpt2_arms_s2_fa2") + 1:][:len(IN_ORDER)] == IN_ORDER  # after the comparison's seeds
-    assert sum(ES[n].gpu_min for n in ENTRIES) == 48.0 * len(ENTRIES)
+    assert sum(ES[n].gpu_min for n in ENTRIES) == 48.0 * 2 * len(PAIRS)       # one GPU × 24 minutes an arm
     assert all(ES[p + "_s2"].gpu_min == 24.0 * len(arms) for p, arms in SEED2.items())   # one GPU an arm
 
 
 @pytest.mark.parametrize("name", ENTRIES)
 def test_entry_resolves_parses_and_follows_gpt2_arms(name):
     e = ES[name]
-    assert e.base == "lib.studies.gpt2.arms" and e.chapter == "02c" and e.gpu_min == 48.0
+    split = SPLIT_S1.get(TWIN[name], {}) if name != TWIN[name] else {}
+    assert e.base == "lib.studies.gpt2.arms" and e.chapter == "02c" and e.gpu_min == (24.0 if split else 48.0)
     assert name in catalogue.TITLES and name_problems(e.summary) == []        # the summary in reader words
     ref = _cfg("gpt2_arms", "full")
     for scale in ("ci", "full"):
@@ -51,10 +58,20 @@ def test_entry_resolves_parses_and_follows_gpt2_arms(name):
         for a in cfg["arms"]:
             specs = GPTConfig(**(cfg["model"] | {"attn": a["attn"]})).layer_specs()
             assert len(specs) == cfg["model"]["n_layer"], a["label"]
-        twin = _cfg(name.removesuffix("_s1"), scale)
-        assert cfg["arms"] == twin["arms"] and cfg["rules"] == twin["rules"] and cfg["model"] == twin["model"]
+        twin = _cfg(TWIN[name], scale)
+        assert cfg["model"] == twin["model"]
+        if split:       # the twin's arms, one entry each, each with the twin's rules for its arm
+            parts = [_cfg(n, scale) for n in split]
+            assert [[a["label"] for a in c["arms"]] for c in parts] == [list(v) for v in split.values()]
+            assert sorted((a for c in parts for a in c["arms"]), key=str) == sorted(twin["arms"], key=str)
+            for c in parts:
+                assert c["rules"] == twin["rules"] | {"baseline": {a["label"]: twin["rules"]["baseline"][a["label"]]
+                                                                 for a in c["arms"]}}
+                assert c["model"] == twin["model"]
+        else:
+            assert cfg["arms"] == twin["arms"] and cfg["rules"] == twin["rules"]
     cfg = _cfg(name, "full")
-    assert cfg["seeds"] == ([1] if name.endswith("_s1") else [0])
+    assert cfg["seeds"] == ([0] if name == TWIN[name] else [1])
     assert _cfg(name, "ci")["seeds"] == [0]
     assert cfg["workdir"] == f"/tmp/{name}"
     assert {k: cfg[k] for k in RECIPE} == {k: ref[k] for k in RECIPE}
@@ -83,7 +100,8 @@ def test_the_seed_2_entries_run_the_arms_that_decide(group):
     name, labels = group + "_s2", SEED2[group]
     e, twin = ES[name], _cfg(group, "full")
     assert e.base == "lib.studies.gpt2.arms" and e.chapter == "02c" and name in catalogue.TITLES
-    assert name_problems(e.summary) == [] and registry.GROUPS[group] == (group, group + "_s1", name)
+    assert name_problems(e.summary) == [] and \
+        registry.GROUPS[group] == (group,) + SEED1[group] + (name,)
     cfg = _cfg(name, "full")
     assert cfg["seeds"] == [2] and cfg["workdir"] == f"/tmp/{name}"
     assert cfg["arms"] == [a for a in twin["arms"] if a["label"] in labels] and len(cfg["arms"]) == len(labels)

@@ -11,7 +11,8 @@ The arms of the named entries go one per GPU, in order (entry after entry), so t
   (`emulated_arms`); build the token corpus (if absent); put the kept arms that may be reused into their workdirs (below);
   start the other arms (each in its own process session, so they outlive the call); run the GPU tests beside them,
   sharded over the GPUs of every arm but the first (the first entry's first arm — FP32 attention, the slowest — is
-  not slowed), log in $OUT; the smoke check: every training arm past step 50 with finite gradients, else stop the
+  not slowed; `--no-gpu-tests`: none, when the call ran `make gpu-tests` alone before phase 1, as on a one-GPU
+  machine), log in $OUT; the smoke check: every training arm past step 50 with finite gradients, else stop the
   arms and exit 2 (the campaign ends early); then wait.
 * phase 2: wait; capture one GPT-2 layer (q, k, v, dO of layer 2, 1-based) from the latest checkpoint (≥ 3,000 steps)
   of the SDPA arm, or of the paper arm where no entry has SDPA, and run the registered `gradient_checks` with it on
@@ -659,6 +660,8 @@ def main(argv=None) -> int:
     ap.add_argument("--extra", nargs="*", default=[],
                     help="registered results to run in phase 2 on GPU 2 beside the arms, or in phase 3 after them")
     ap.add_argument("--skip-checks", action="store_true", help="phase 2 without the capture and gradient checks")
+    ap.add_argument("--no-gpu-tests", action="store_true",
+                    help="phase 1 without the GPU tests beside the arms (they ran alone earlier in the call)")
     ap.add_argument("--beside", nargs="*", default=[], metavar="NAME",
                     help="registered results to run from phase 1 on the GPUs no arm uses, one a GPU at a time; "
                          "every phase returns the finished ones")
@@ -702,18 +705,22 @@ def main(argv=None) -> int:
         scratch = Path("/tmp/gpu_tests")
         scratch.mkdir(exist_ok=True)
         test_gpus = ",".join(str(i) for i in range(1, n)) or "0"
-        # Compile-bound tests: several processes per GPU (the GPU image has no pytest-xdist).
-        tests = subprocess.Popen([sys.executable, "tests/gpu/run_sharded.py", "--gpus", "0", "--jobs",
-                                  str(max(4, n - 1)), "--costs", "tests/gpu/durations_h100.json", "--log", str(scratch / "gpu_tests.log"), "--", "-rP"], cwd=ROOT,
-                                 env=dict(os.environ, CUDA_VISIBLE_DEVICES=test_gpus))
+        # Compile-bound tests: several processes per GPU (the GPU image has no pytest-xdist). With --no-gpu-tests
+        # (the suite ran alone on the idle machine earlier in the call, as on a one-GPU machine, where running it
+        # beside the only arm would time neither) nothing is started and no log is copied.
+        tests = None if a.no_gpu_tests else subprocess.Popen(
+            [sys.executable, "tests/gpu/run_sharded.py", "--gpus", "0", "--jobs", str(max(4, n - 1)), "--costs",
+             "tests/gpu/durations_h100.json", "--log", str(scratch / "gpu_tests.log"), "--", "-rP"], cwd=ROOT,
+            env=dict(os.environ, CUDA_VISIBLE_DEVICES=test_gpus))
         while training and min(_steps(cfg, lab)[0] for cfg, lab in training) < 50:
             dead = [lab for cfg, lab in training if not arms._alive(_file(cfg, lab, "pid"))]
             if dead or time.time() - t0 > 420:
                 snapshot(out, cfgs)
                 print(f"SMOKE FAILED: arms {dead or 'too slow'} before step 50; stopping the arms", flush=True)
                 stop_arms(cfgs)
-                tests.wait()
-                shutil.copy(scratch / "gpu_tests.log", out / "gpu_tests.log")
+                if tests is not None:
+                    tests.wait()
+                    shutil.copy(scratch / "gpu_tests.log", out / "gpu_tests.log")
                 pack_finished(cfgs, out)
                 return 2
             time.sleep(5)
@@ -722,11 +729,12 @@ def main(argv=None) -> int:
               flush=True)
         if a.beside:
             a.beside = start_beside(a.beside, cfgs, n)
-        rc = tests.wait()
-        for f in ("gpu_tests.log", "gpu_tests_durations.json"):
-            if (scratch / f).exists():
-                shutil.copy(scratch / f, out / f)
-        print(f"GPU tests exit status {rc} after {time.time() - t0:.0f} s", flush=True)
+        if tests is not None:
+            rc = tests.wait()
+            for f in ("gpu_tests.log", "gpu_tests_durations.json"):
+                if (scratch / f).exists():
+                    shutil.copy(scratch / f, out / f)
+            print(f"GPU tests exit status {rc} after {time.time() - t0:.0f} s", flush=True)
     elif a.phase == 2:
         src_cfg, src = capture_source(cfgs)
         cap = Path(src_cfg["workdir"]) / "gpt2_capture.pt"
