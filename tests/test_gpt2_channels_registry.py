@@ -182,14 +182,17 @@ def test_the_dial_entries_follow_gpt2_arms_at_the_seeds_where_the_paper_arm_fail
         assert all(o[2] is not None for o in oc["paper"])            # the baseline failed in both seeds
 
 
-def test_the_remedies_step_cost_times_what_trained():
-    """The remedies' training-step benchmark times, in one group (one process, one GPU), exactly the specs the
-    remedies and their unremedied baseline trained with, compiled as they trained, beside SDPA's compiled step."""
-    (group,) = _cfg("train_step_remedies", "full")["groups"]
-    trained = {a["attn"]: a["compile"] for n in ("gpt2_delta_s2", "gpt2_remedy_o32_s2")
-               for a in _cfg(n, "full")["arms"]}
+@pytest.mark.parametrize("bench,trained_in", [
+    ("train_step_remedies", ("gpt2_delta_s2", "gpt2_remedy_o32_s2")),
+    ("train_step_fix", ("gpt2_remedy_fix_s1", "gpt2_remedy_fix_b2_s1", "gpt2_remedy_fix_s2"))])
+def test_a_remedy_step_cost_times_what_trained(bench, trained_in):
+    """The remedies' (and the exact-rule fix's) training-step benchmark times, in one group (one process, one GPU),
+    exactly the specs those arms and their unremedied baseline trained with, compiled as they trained, beside SDPA's
+    compiled step, by train_step_gpt2's method."""
+    (group,) = _cfg(bench, "full")["groups"]
+    trained = {a["attn"]: a["compile"] for n in trained_in for a in _cfg(n, "full")["arms"]}
     trained |= {a["attn"]: a["compile"] for a in _cfg("gpt2_arms", "full")["arms"] if a["label"] == "paper"}
     assert {x["attn"]: x["compile"] for x in group} == trained | {"sdpa": True}
-    assert ES["train_step_remedies"].chapter == "08" and "train_step_remedies" in catalogue.TITLES
-    assert {k: v for k, v in _cfg("train_step_remedies", "full").items() if k != "groups"} == \
+    assert ES[bench].chapter == "08" and bench in catalogue.TITLES
+    assert {k: v for k, v in _cfg(bench, "full").items() if k != "groups"} == \
         {k: v for k, v in _cfg("train_step_gpt2", "full").items() if k != "groups"}      # the same method

@@ -219,3 +219,52 @@ def test_the_cost_of_each_change_that_prevented_the_failure():
     assert remedies.cost_words(rows, None) == "What O in FP32 and δ from an FP32 O cost in a training step is not measured yet."
     assert remedies.cost_words([r for r in rows if r["arm"] == "paper_fix_b2"], bench).startswith(
         "No change has prevented")
+
+
+def test_fix_words_say_what_each_form_of_the_fix_did_and_on_how_many_seeds():
+    """A fix that prevents the failure in one seed says it rests on one seed where the book asks for two, and the
+    growth rule's reading; one that fails earlier than its baseline says so; forms not run are named."""
+    chain = _chain()
+    b7 = _remedy("b7", "paper_fix_b7_exact", "paper/round_block=512/beta=7/tie_tol=0.001/max_shift=none+fix",
+                 "paper", [1], logit_scale=100.0)
+    b2 = _remedy("b2", "paper_fix_b2", "paper/round_block=512/beta=2/tie_tol=0.001+fix", "paper", [1], fail_at=120)
+    rows = remedies.arm_rows([b7, b2], chain)
+    f1 = rows[0]["base_fail"]
+    text = remedies.fix_words(rows)
+    assert text.startswith(f"In GPT-2 (chapter 2c) the exact-rule fix (β = 7) prevented the paper placement's failure "
+                           f"(seed 1: no failure in 400 steps; the unremedied arm failed at step {f1:,}), in one seed "
+                           "where the book asks for two; it kept 0 of the 4 grown (step, layer) pairs within FP32 "
+                           "attention's spread, so it does not remove the growth. The guarded fix (β = 2) did not "
+                           "prevent the paper placement's failure (seed 1: failed at step ")
+    assert text.endswith("Not run yet: exact-rule fix (β = 2).")
+    two = remedies.arm_rows([_remedy("b7", "paper_fix_b7_exact", "paper/round_block=512/beta=7+fix", "paper",
+                                     [0, 1])], chain)
+    text2 = remedies.fix_words(two, ("paper_fix_b7_exact",))
+    assert "one seed where" not in text2 and " in seed 0 and " in text2 and "removes" not in text2
+    assert "it kept 4 of the 4 in seed 0, 4 of the 4 in seed 1 grown" in text2 and "does not remove" not in text2
+    assert remedies.fix_words([]) == "In GPT-2 no form of the fix has been trained yet."
+    o32_spec = "paper/round_block=512/round_o=false"
+    both = remedies.arm_rows([_remedy("o32", "paper_o32", o32_spec, "paper", [1]), b7], chain)
+    rec = lambda attn, ms: dict(attn=attn, compile=True, ms_median=ms, ratio_to_baseline=ms / 70.0)  # noqa: E731
+    bench = dict(device="planted GPU", groups=[[rec("sdpa", 70.0), rec("paper/round_block=512", 90.0),
+                                                rec(o32_spec, 90.0)]])
+    assert remedies.cost_words(both, bench).endswith(
+        "The cheapest of those timed: O in FP32. Not timed yet: exact-rule fix (β = 7).")
+
+
+def test_merged_benchmarks_cost_each_arm_within_its_own_group_and_name_their_gpus():
+    chain = _chain()
+    o32_spec, b7_spec = "paper/round_block=512/round_o=false", "paper/round_block=512/beta=7+fix"
+    rows = remedies.arm_rows([_remedy("o32", "paper_o32", o32_spec, "paper", [1]),
+                              _remedy("b7", "paper_fix_b7_exact", b7_spec, "paper", [1])], chain)
+    rec = lambda attn, ms: dict(attn=attn, compile=True, ms_median=ms, ratio_to_baseline=ms / 70.0)  # noqa: E731
+    one = dict(device="GPU A", groups=[[rec("sdpa", 70.0), rec("paper/round_block=512", 90.0), rec(o32_spec, 90.0)]])
+    two = dict(device="GPU A", groups=[[rec("sdpa", 70.0), rec("paper/round_block=512", 80.0), rec(b7_spec, 84.0)]])
+    both = remedies.merge_benches([one, two])
+    cost = remedies.step_costs(rows, both)
+    assert cost["paper_fix_b7_exact"]["vs_base"] == pytest.approx(1.05)     # its own group's baseline, not 90 ms
+    assert cost["paper_o32"]["vs_base"] == pytest.approx(1.0)
+    assert "(one GPU A)" in remedies.cost_words(rows, both)
+    mixed = remedies.merge_benches([one, dict(two, device="GPU B")])
+    assert mixed["device"] is None and "(one GPU per benchmark: GPU A, GPU B)" in remedies.cost_words(rows, mixed)
+    assert remedies.merge_benches([]) is None

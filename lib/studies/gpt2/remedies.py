@@ -24,8 +24,8 @@ from lib.studies.gpt2 import channels
 from lib.studies.gpt2.reading import (CHAIN_ARMS, FOCUS_LAYER, at_step, cfg_of, fp32_spread, layer_series,
                                       outcomes)
 
-__all__ = ["REMEDY_GROUPS", "CLAIM_ARMS", "SHORT", "PAPER_REMEDIES", "advice_words", "pending_words", "step_costs",
-           "cost_words", "brief_words", "outcome_words", "growth_words",
+__all__ = ["REMEDY_GROUPS", "CLAIM_ARMS", "SHORT", "PAPER_REMEDIES", "FIX_ARMS", "advice_words", "pending_words",
+           "step_costs", "merge_benches", "cost_words", "fix_words", "brief_words", "outcome_words", "growth_words",
            "pending", "arm_rows", "verdicts", "claim_verdicts", "table", "glue_numbers", "seed_view"]
 
 # The registry's groups of channel and remedy entries this module reads (the injection is read by its own rule).
@@ -354,6 +354,17 @@ def step_costs(rows: list[dict], bench: dict | None) -> dict:
     return out
 
 
+def merge_benches(datas: list[dict]) -> dict | None:
+    """Several training-step benchmarks' data as one for `step_costs` and `cost_words`: their groups one after
+    another (an arm and its baseline are still read within one group, so within one process on one GPU); "device"
+    their common GPU, or None with "devices" listing each one's when they differ; None when there is none."""
+    if not datas:
+        return None
+    devices = list(dict.fromkeys(d.get("device") or "GPU" for d in datas))
+    return dict(groups=[g for d in datas for g in d["groups"]], device=devices[0] if len(devices) == 1 else None,
+                devices=devices)
+
+
 def cost_words(rows: list[dict], bench: dict | None) -> str:
     """For a practitioner: what each change that prevented the paper placement's failure (`verdicts`) costs in a
     compiled GPT-2 training step (`step_costs`), and which of them is the cheapest."""
@@ -366,10 +377,48 @@ def cost_words(rows: list[dict], bench: dict | None) -> str:
     untimed = [_change(a) for a in ok if a not in cost]
     if not timed:
         return f"What {' and '.join(untimed)} cost in a training step is not measured yet."
-    out = ("A compiled GPT-2 124M training step (" + (f"one {bench['device']}" if bench.get("device") else "one GPU")
+    where = (f"one {bench['device']}" if bench.get("device") else
+             f"one GPU per benchmark: {', '.join(bench['devices'])}" if bench.get("devices") else "one GPU")
+    out = ("A compiled GPT-2 124M training step (" + where
            + ") with each change that prevented the failure takes, against the unremedied paper placement's: "
            + "; ".join(f"{_change(a)} {cost[a]['vs_base']:.2f}× ({cost[a]['vs_sdpa']:.2f}× SDPA's compiled step)"
                        for a in timed)
-           + f". The cheapest: {_change(timed[0])}.")
+           + f". The cheapest{' of those timed' if untimed else ''}: {_change(timed[0])}.")
     return out + (f" Not timed yet: {', '.join(untimed)}." if untimed else "")
 
+
+# The forms of the β fix, the paper's exact rule first (fix_words).
+FIX_ARMS = ("paper_fix_b7_exact", "paper_fix_b2_exact", "paper_fix_b2")
+
+
+def fix_words(rows: list[dict], arms=FIX_ARMS) -> str:
+    """For a practitioner: what each form of the β fix in `arms` that trained in GPT-2 did to the paper placement's
+    failure (the registered rule, `verdicts`), per seed against the unremedied arm, whether that rests on fewer seeds
+    than the book's two, and the growth rule's reading; then the forms not run yet."""
+    v = verdicts(rows)
+    ran = [a for a in arms if a in v]
+    if not ran:
+        return "In GPT-2 no form of the fix has been trained yet."
+    word = {True: "prevented", False: "did not prevent", None: "has not yet been judged against"}
+    parts = []
+    for a in ran:
+        mine = sorted((r for r in rows if r["arm"] == a), key=lambda r: r["seed"])
+        decided = [r for r in mine if r["base_fail"] is not None]
+        text = (f"{_change(a)} {word[v[a]]} the paper placement's failure ("
+                + "; ".join(f"seed {r['seed']}: {outcome_words(r['fail'], r['back'], r['steps'])}" for r in mine)
+                + ("; the unremedied arm failed at step " + " and ".join(
+                    f"{r['base_fail']:,}" + (f" in seed {r['seed']}" if len(decided) > 1 else "") for r in decided)
+                   if decided else "") + ")")
+        if v[a] and len(decided) < 2:
+            text += ", in one seed where the book asks for two"
+        grown = [r for r in mine if r["grown"][0]]
+        if grown:
+            text += ("; it kept " + ", ".join(f"{r['grown'][1]} of the {r['grown'][0]}"
+                                              + (f" in seed {r['seed']}" if len(grown) > 1 else "") for r in grown)
+                     + " grown (step, layer) pairs within FP32 attention's spread"
+                     + (", so it does not remove the growth" if all(r["grown"][1] < r["grown"][0] for r in grown)
+                        else ""))
+        parts.append(text)
+    missing = [_change(a) for a in arms if a not in v]
+    return ("In GPT-2 (chapter 2c) the " + ". The ".join(parts) + "."
+            + (f" Not run yet: {', '.join(missing)}." if missing else ""))
