@@ -15,7 +15,8 @@ implementations and the summary takes each time's median over rounds. Before tim
 FLOPs (the Triton tutorial's convention): forward 4·B·H·T²·D/2 (causal), backward 2.5× that (2 for the backward's
 matmuls, 0.5 for recomputing QKᵀ), so forward+backward is 3.5× the forward. TFLOP/s = FLOPs / median time, and the
 fraction of `PEAK_TFLOPS` = 989.4 TFLOP/s, the H100 SXM's dense BF16 tensor-core rate (datasheet, without
-sparsity; the script's earlier 790 was not a datasheet figure).
+sparsity; the script's earlier 790 was not a datasheet figure), and of a measured ceiling: a BF16 matmul of
+`MATMUL_SIZE`³ timed the same way on the same GPU first (`matmul_ceiling`; "matmul" in the record).
 
 Writes DIR/stable_attention_bench.json: per shape, the times, TFLOP/s, fractions and the ratios the targets are
 stated in (stable vs cuDNN and vs flash, fwd and fwd+bwd; the fix's and δ-from-FP32-O's extra time over plain
@@ -77,6 +78,33 @@ def extra_time(med: dict, name: str, base: str = "stable") -> dict:
 def flops(shape, mode) -> float:
     B, H, T, D = shape
     return 4.0 * B * H * T * T * D / 2 * (1.0 if mode == "fwd" else 3.5)
+
+
+# The measured ceiling beside the datasheet's peak: one large BF16 matmul (M = N = K) on the same GPU, in the same
+# process, timed as the attention kernels are (do_bench medians over the same rounds). 2·M·N·K FLOPs.
+MATMUL_SIZE = 8192
+
+
+def matmul_ceiling(rounds: int, size: int = MATMUL_SIZE, device: str = "cuda") -> dict:
+    """{"size", "ms_per_round", "ms" (median over rounds), "tflops", "fraction_of_peak"} of a (size × size) @ (size ×
+    size) BF16 matmul (torch.matmul, cuBLAS on the GPU)."""
+    from triton.testing import do_bench
+    g = torch.Generator(device=device).manual_seed(0)
+    a, b = (torch.randn(size, size, device=device, dtype=torch.bfloat16, generator=g) for _ in range(2))
+    torch.matmul(a, b)
+    ms = [do_bench(lambda: torch.matmul(a, b), return_mode="median") for _ in range(rounds)]
+    med = statistics.median(ms)
+    tf = 2.0 * size ** 3 / med * 1e-9
+    return {"size": size, "ms_per_round": ms, "ms": med, "tflops": tf, "fraction_of_peak": tf / PEAK_TFLOPS}
+
+
+def of_ceiling(shapes: list[dict], ceiling_tflops: float) -> None:
+    """Add to every timed implementation of every `bench_shape` record its TFLOP/s as a fraction of the measured
+    matmul ceiling ("fraction_of_matmul"), beside its fraction of the datasheet's peak."""
+    for rec in shapes:
+        for key, val in rec.items():
+            if isinstance(val, dict) and "tflops" in val:
+                val["fraction_of_matmul"] = val["tflops"] / ceiling_tflops
 
 
 def _timer(fn, mode, q, k, v, do):
@@ -155,6 +183,9 @@ def run(scale: str, cfg: dict) -> dict:
         raise RuntimeError("stable_attention_bench needs a CUDA GPU")
     log = lambda s: print(s, flush=True)  # noqa: E731
     impls = implementations()
+    ceiling = matmul_ceiling(int(cfg["rounds"]))
+    log(f"BF16 matmul {ceiling['size']}³: {ceiling['tflops']:.0f} TFLOP/s ({100 * ceiling['fraction_of_peak']:.0f} % "
+        f"of the datasheet's {PEAK_TFLOPS:g})")
     results = []
     for shape in (tuple(int(x) for x in s) for s in cfg["shapes"]):
         log(f"shape {shape}")
@@ -163,9 +194,11 @@ def run(scale: str, cfg: dict) -> dict:
         log("  " + "; ".join(f"{k}: {v:.3f}" for k, v in r["ratios"].items() if v is not None))
         log(f"  fix cost: {r['fix_cost']}")
         log(f"  {LABELS['stable_delta_fp32_o']}, cost over stable: {r['delta_fp32_o_cost']} (target: fwd+bwd ≤ 0.03)")
+    of_ceiling(results, ceiling["tflops"])
     return {"data": dict(shapes=results, device=torch.cuda.get_device_name(), torch=torch.__version__,
                          triton=triton.__version__, cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
-                         rounds=int(cfg["rounds"]), peak_tflops=PEAK_TFLOPS, implementations=LABELS)}
+                         rounds=int(cfg["rounds"]), peak_tflops=PEAK_TFLOPS, matmul=ceiling,
+                         implementations=LABELS)}
 
 
 def main(argv=None) -> int:
@@ -178,7 +211,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         raise SystemExit("bench_stable_attention needs a CUDA GPU")
     data = run("full", {"shapes": [s.split("x") for s in a.shapes.split(",")], "rounds": a.rounds})["data"]
-    meta = {k: data[k] for k in ("device", "torch", "triton", "cuda", "cudnn", "rounds", "peak_tflops",
+    meta = {k: data[k] for k in ("device", "torch", "triton", "cuda", "cudnn", "rounds", "peak_tflops", "matmul",
                                  "implementations")}
     meta |= {"python": platform.python_version(), "git_commit": _commit()}
     out = Path(a.out)

@@ -425,3 +425,17 @@ def test_launch_configs():
     assert ws not in fwd_prune(FWD_CONFIGS + [ws], {"T": 4096}, CAUSAL=True)
     assert bwd_prune(BWD_CONFIGS, {"T": 40}) and all(c.kwargs["BLOCK_BIG"] == 64
                                                      for c in bwd_prune(BWD_CONFIGS, {"T": 40}))
+
+
+def test_benchmark_matmul_ceiling_and_fractions_of_it():
+    """The benchmark's measured ceiling on the CPU (a small matmul timed by do_bench's CPU path is not a GPU figure;
+    the test checks the record's arithmetic): 2·n³ FLOPs over the median time, and every timed implementation of a
+    shape record gets its TFLOP/s as a fraction of the ceiling."""
+    from benchmarks import bench_stable_attention as bench
+    rec = {"shape": [1, 1, 8, 8], "errors": {}, "stable fwd": {"ms": 1.0, "tflops": 50.0, "fraction_of_peak": 0.05},
+           "ratios": {"stable over sdpa_cudnn fwd (speed-up)": 1.0}}
+    bench.of_ceiling([rec], 200.0)
+    assert rec["stable fwd"]["fraction_of_matmul"] == pytest.approx(0.25) and "fraction_of_matmul" not in rec["ratios"]
+    if torch.cuda.is_available():
+        c = bench.matmul_ceiling(1, size=256)
+        assert c["tflops"] == pytest.approx(2 * 256 ** 3 / c["ms"] * 1e-9)
