@@ -54,6 +54,30 @@ def finished(cfg, lab: str, steps: int) -> None:
     torch.save(dict(loss=[3.0] * steps, truncated_at=None, stopped_at=None), campaign._file(cfg, lab, "result"))
 
 
+def fake_phase_1(disk, monkeypatch):
+    """Phase 1 on fake arms that pass step 50 at once (their files written where `arms._start` writes them) and a GPU
+    test run that ends at once: ([(arm label, GPU) started], [CUDA_VISIBLE_DEVICES of each test run])."""
+    begun, tests = [], []
+
+    def start(rc, gpu, workdir, probe=None):
+        begun.append((rc.label, gpu))
+        for ext, text in (("cfg", "{}"), ("log", f"[{rc.label}] step 60 t 9 s grads finite\n"),
+                          ("pid", str(campaign.os.getpid()))):
+            arms._paths(Path(workdir), rc.label)[ext].write_text(text)
+
+    class Tests:
+        def __init__(self, argv, **kw):
+            tests.append(kw["env"]["CUDA_VISIBLE_DEVICES"])
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(arms, "build_corpus", lambda cfg: (str(disk / "corpus"), {}))
+    monkeypatch.setattr(arms, "_start", start)
+    monkeypatch.setattr(campaign.subprocess, "Popen", Tests)
+    return begun, tests
+
+
 def test_phase_3_saves_entries_then_extras_and_phase_2_can_skip_the_checks(disk, monkeypatch):
     calls = []
     monkeypatch.setattr(campaign, "save", lambda name, out, env=None: calls.append((name, (env or {}).get(
@@ -373,30 +397,14 @@ def test_a_lost_machine_loses_unfinished_beside_results_and_restarts_nothing(dis
 
 def test_phase_1_starts_beside_results_after_the_smoke_check_and_nothing_without_them(disk, beside, monkeypatch,
                                                                                      capsys):
-    """Phase 1 on fake arms that pass step 50 at once and a GPU test run that ends at once: with `--beside` the
-    scheduler starts after the smoke line; without it nothing beside is planned, started or written."""
+    """Phase 1 on fake arms that pass step 50 at once and a GPU test run that ends at once: the tests go on the GPUs
+    no arm uses; with `--beside` the scheduler starts after the smoke line; without it nothing beside is planned,
+    started or written."""
     d, detached = beside
-    begun, gpu_tests = [], []
-
-    def start(rc, gpu, workdir, probe=None):
-        begun.append((rc.label, gpu))
-        for ext, text in (("cfg", "{}"), ("log", f"[{rc.label}] step 60 t 9 s grads finite\n"),
-                          ("pid", str(campaign.os.getpid()))):
-            arms._paths(Path(workdir), rc.label)[ext].write_text(text)
-
-    class Tests:
-        def __init__(self, argv, **kw):
-            gpu_tests.append(kw["env"]["CUDA_VISIBLE_DEVICES"])
-
-        def wait(self):
-            return 0
-
-    monkeypatch.setattr(arms, "build_corpus", lambda cfg: (str(disk / "corpus"), {}))
-    monkeypatch.setattr(arms, "_start", start)
-    monkeypatch.setattr(campaign.subprocess, "Popen", Tests)
+    begun, gpu_tests = fake_phase_1(disk, monkeypatch)
     out = disk / "out"
     assert campaign.main(["1", "--out", str(out), "--entry", S2_FA2, "--wait", "0"]) == 0
-    assert begun == [("sdpa:s2", 0), ("ours_fa2:s2", 1)] and gpu_tests == ["1,2,3"]
+    assert begun == [("sdpa:s2", 0), ("ours_fa2:s2", 1)] and gpu_tests == ["2,3"]
     assert detached == [] and not d.exists() and "beside" not in capsys.readouterr().out
     for lab, _ in begun:      # a second phase 1 on the same disk starts no arm again
         campaign._file(entry(S2_FA2), lab, "pid").write_text(str(campaign.os.getpid()))
@@ -405,7 +413,7 @@ def test_phase_1_starts_beside_results_after_the_smoke_check_and_nothing_without
                           "--beside", "headline", "beta_sweep_seeds"]) == 0
     text = capsys.readouterr().out
     assert text.index("smoke: every arm past step 50") < text.index("beside: headline, beta_sweep_seeds on GPU 2, 3")
-    assert len(detached) == 1 and begun == [("sdpa:s2", 0), ("ours_fa2:s2", 1)] and gpu_tests == ["1,2,3"] * 2
+    assert len(detached) == 1 and begun == [("sdpa:s2", 0), ("ours_fa2:s2", 1)] and gpu_tests == ["2,3"] * 2
     assert "  beside headline" in text and "queued" in text
 
 
@@ -448,25 +456,8 @@ def test_phase_1_refuses_arms_our_kernel_runs_only_emulated(disk, monkeypatch, c
 def test_phase_1_on_one_gpu_after_the_suite_ran_alone_starts_no_tests(disk, monkeypatch, capsys):
     """On a one-GPU machine the call runs `make gpu-tests` alone first; phase 1 with `--no-gpu-tests` then starts the
     arm, passes the smoke check and starts no test process (without the flag it would, on the arm's own GPU)."""
-    begun, popen = [], []
-
-    def start(rc, gpu, workdir, probe=None):
-        begun.append((rc.label, gpu))
-        for ext, text in (("cfg", "{}"), ("log", f"[{rc.label}] step 60 t 9 s grads finite\n"),
-                          ("pid", str(campaign.os.getpid()))):
-            arms._paths(Path(workdir), rc.label)[ext].write_text(text)
-
-    class Tests:
-        def __init__(self, argv, **kw):
-            popen.append(kw["env"]["CUDA_VISIBLE_DEVICES"])
-
-        def wait(self):
-            return 0
-
     monkeypatch.setattr(campaign.torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(arms, "build_corpus", lambda cfg: (str(disk / "corpus"), {}))
-    monkeypatch.setattr(arms, "_start", start)
-    monkeypatch.setattr(campaign.subprocess, "Popen", Tests)
+    begun, popen = fake_phase_1(disk, monkeypatch)
     out = disk / "out"
     assert campaign.main(["1", "--out", str(out), "--entry", "gpt2_remedy_fix_s1", "--wait", "0",
                           "--no-gpu-tests"]) == 0
@@ -474,3 +465,10 @@ def test_phase_1_on_one_gpu_after_the_suite_ran_alone_starts_no_tests(disk, monk
     assert begun == [("paper_fix_b7_exact:s1", 0)] and popen == []
     assert "smoke: every arm past step 50" in text and "GPU tests" not in text
     assert not (out / "gpu_tests.log").exists()
+
+
+def test_phase_1_puts_the_gpu_tests_beside_every_arm_but_the_first_on_a_full_machine(disk, monkeypatch):
+    """Four arms on four GPUs: no GPU is free, so the tests share the GPUs of every arm but the first."""
+    _, seen = fake_phase_1(disk, monkeypatch)
+    assert campaign.main(["1", "--out", str(disk / "out"), "--entry", S2, S2_FA2, "--wait", "0"]) == 0
+    assert seen == ["1,2,3"]

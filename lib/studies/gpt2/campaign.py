@@ -10,8 +10,8 @@ The arms of the named entries go one per GPU, in order (entry after entry), so t
 * phase 1: refuse (exit 2, nothing started) when an arm's attention spec runs only on our kernel's emulated path
   (`emulated_arms`); build the token corpus (if absent); put the kept arms that may be reused into their workdirs (below);
   start the other arms (each in its own process session, so they outlive the call); run the GPU tests beside them,
-  sharded over the GPUs of every arm but the first (the first entry's first arm — FP32 attention, the slowest — is
-  not slowed; `--no-gpu-tests`: none, when the call ran `make gpu-tests` alone before phase 1, as on a one-GPU
+  sharded over the GPUs no arm uses, or where every GPU has an arm over those of every arm but the first (the first
+  entry's first arm — FP32 attention, the slowest — is not slowed; `--no-gpu-tests`: none, when the call ran `make gpu-tests` alone before phase 1, as on a one-GPU
   machine), log in $OUT; the smoke check: every training arm past step 50 with finite gradients, else stop the
   arms and exit 2 (the campaign ends early); then wait.
 * phase 2: wait; capture one GPT-2 layer (q, k, v, dO of layer 2, 1-based) from the latest checkpoint (≥ 3,000 steps)
@@ -704,7 +704,9 @@ def main(argv=None) -> int:
         training = [(cfg, lab) for cfg, lab in slots if not _file(cfg, lab, "result").exists()]
         scratch = Path("/tmp/gpu_tests")
         scratch.mkdir(exist_ok=True)
-        test_gpus = ",".join(str(i) for i in range(1, n)) or "0"
+        # The GPUs no arm trains on; on a machine full of arms, every GPU but the first (whose arm — FP32 attention
+        # in the comparison, the slowest — is not slowed); on one GPU, that GPU.
+        test_gpus = (",".join(map(str, free_gpus(cfgs, n))) or ",".join(str(i) for i in range(1, n)) or "0")
         # Compile-bound tests: several processes per GPU (the GPU image has no pytest-xdist). With --no-gpu-tests
         # (the suite ran alone on the idle machine earlier in the call, as on a one-GPU machine, where running it
         # beside the only arm would time neither) nothing is started and no log is copied.
