@@ -16,9 +16,12 @@ from lib.training.model import GPTConfig, build_lm
 # at seed 2).
 PAIRS = ["gpt2_delta", "gpt2_remedy_o32", "gpt2_remedy_fix", "gpt2_qknorm", "gpt2_authors_compiled",
          "gpt2_authors_eager", "gpt2_inject", "gpt2_inject_low"]
-# group: its arms at seed 2, those that decide the prevents rule there
-SEED2 = {"gpt2_delta": ("paper_delta_fp32_o",), "gpt2_remedy_o32": ("paper_o32",),
-         "gpt2_remedy_fix": ("paper_fix_b2_exact", "paper_fix_b7_exact")}
+# group: its seed-2 entries and each one's arms, those that decide the prevents rule there (the fix's split into one
+# entry an arm, as at seed 1)
+SEED2 = {"gpt2_delta": {"gpt2_delta_s2": ("paper_delta_fp32_o",)},
+         "gpt2_remedy_o32": {"gpt2_remedy_o32_s2": ("paper_o32",)},
+         "gpt2_remedy_fix": {"gpt2_remedy_fix_s2": ("paper_fix_b7_exact",),
+                             "gpt2_remedy_fix_b2_s2": ("paper_fix_b2_exact",)}}
 # group: its seed-1 twin split into one entry an arm (the first keeps the `_s1` name), so that a one-GPU machine can
 # decide one arm a campaign: arm labels of each, in order
 SPLIT_S1 = {"gpt2_remedy_fix": {"gpt2_remedy_fix_s1": ("paper_fix_b7_exact",),
@@ -26,7 +29,8 @@ SPLIT_S1 = {"gpt2_remedy_fix": {"gpt2_remedy_fix_s1": ("paper_fix_b7_exact",),
 SEED1 = {p: tuple(SPLIT_S1.get(p, {p + "_s1": ()})) for p in PAIRS}
 TWIN = {n: p for p in PAIRS for n in (p,) + SEED1[p]}          # an entry of seed 0 or 1: its seed-0 entry
 ENTRIES = list(TWIN)
-IN_ORDER = [n for p in PAIRS for n in (p,) + SEED1[p] + ((p + "_s2",) if p in SEED2 else ())]
+IN_ORDER = [n for p in PAIRS for n in (p,) + SEED1[p] + tuple(SEED2.get(p, {}))]
+SEED2_ENTRIES = [(group, name, labels) for group, es in SEED2.items() for name, labels in es.items()]
 RECIPE = ("corpus_dir", "gpus", "steps", "batch_size", "lr", "warmup", "census_every", "census_rows", "eval_every",
           "eval_batches", "ckpt_every_s", "max_wall_s", "probe")
 RULES = ("failure_window", "failure_rise", "growth_steps")
@@ -42,7 +46,7 @@ def test_registered_in_priority_order_after_gpt2_arms():
     names = list(ES)
     assert names[names.index("gpt2_arms_s2_fa2") + 1:][:len(IN_ORDER)] == IN_ORDER  # after the comparison's seeds
     assert sum(ES[n].gpu_min for n in ENTRIES) == 48.0 * 2 * len(PAIRS)       # one GPU × 24 minutes an arm
-    assert all(ES[p + "_s2"].gpu_min == 24.0 * len(arms) for p, arms in SEED2.items())   # one GPU an arm
+    assert all(ES[n].gpu_min == 24.0 * len(labels) for _, n, labels in SEED2_ENTRIES)   # one GPU an arm
 
 
 @pytest.mark.parametrize("name", ENTRIES)
@@ -92,16 +96,17 @@ def test_the_dual_output_is_registered_once():
     assert hits == ["gpt2_delta", "gpt2_delta_s1", "gpt2_delta_s2"]
 
 
-@pytest.mark.parametrize("group", sorted(SEED2))
-def test_the_seed_2_entries_run_the_arms_that_decide(group):
+@pytest.mark.parametrize("group,name,labels", SEED2_ENTRIES)
+def test_the_seed_2_entries_run_the_arms_that_decide(group, name, labels):
     """Seed 2 (where the comparison's paper arm failed, the second such seed): the group's arms that decide its
     claim, exactly as at seeds 0 and 1 (spec, recipe, growth and failure rules), their baseline the paper arm of
     gpt2_arms_s2, read with the group (registry.GROUPS)."""
-    name, labels = group + "_s2", SEED2[group]
     e, twin = ES[name], _cfg(group, "full")
     assert e.base == "lib.studies.gpt2.arms" and e.chapter == "02c" and name in catalogue.TITLES
     assert name_problems(e.summary) == [] and \
-        registry.GROUPS[group] == (group,) + SEED1[group] + (name,)
+        registry.GROUPS[group] == (group,) + SEED1[group] + tuple(SEED2[group])
+    if group == "gpt2_remedy_fix":      # its entries hold every arm of seed 0 between them
+        assert sorted(a for ls in SEED2[group].values() for a in ls) == sorted(a["label"] for a in twin["arms"])
     cfg = _cfg(name, "full")
     assert cfg["seeds"] == [2] and cfg["workdir"] == f"/tmp/{name}"
     assert cfg["arms"] == [a for a in twin["arms"] if a["label"] in labels] and len(cfg["arms"]) == len(labels)
@@ -184,7 +189,8 @@ def test_the_dial_entries_follow_gpt2_arms_at_the_seeds_where_the_paper_arm_fail
 
 @pytest.mark.parametrize("bench,trained_in", [
     ("train_step_remedies", ("gpt2_delta_s2", "gpt2_remedy_o32_s2")),
-    ("train_step_fix", ("gpt2_remedy_fix_s1", "gpt2_remedy_fix_b2_s1", "gpt2_remedy_fix_s2"))])
+    ("train_step_fix", ("gpt2_remedy_fix_s1", "gpt2_remedy_fix_b2_s1", "gpt2_remedy_fix_s2",
+                        "gpt2_remedy_fix_b2_s2"))])
 def test_a_remedy_step_cost_times_what_trained(bench, trained_in):
     """The remedies' (and the exact-rule fix's) training-step benchmark times, in one group (one process, one GPU),
     exactly the specs those arms and their unremedied baseline trained with, compiled as they trained, beside SDPA's

@@ -47,7 +47,8 @@ GROUPS = {
     # the GPT-2 channels and remedies: each pair of arms at seeds 0 and 1 (and the arm that decides, at seed 2)
     "gpt2_delta": ("gpt2_delta", "gpt2_delta_s1", "gpt2_delta_s2"),
     "gpt2_remedy_o32": ("gpt2_remedy_o32", "gpt2_remedy_o32_s1", "gpt2_remedy_o32_s2"),
-    "gpt2_remedy_fix": ("gpt2_remedy_fix", "gpt2_remedy_fix_s1", "gpt2_remedy_fix_b2_s1", "gpt2_remedy_fix_s2"),
+    "gpt2_remedy_fix": ("gpt2_remedy_fix", "gpt2_remedy_fix_s1", "gpt2_remedy_fix_b2_s1", "gpt2_remedy_fix_s2",
+                        "gpt2_remedy_fix_b2_s2"),
     "gpt2_qknorm": ("gpt2_qknorm", "gpt2_qknorm_s1"),
     "gpt2_authors_compiled": ("gpt2_authors_compiled", "gpt2_authors_compiled_s1"),
     "gpt2_authors_eager": ("gpt2_authors_eager", "gpt2_authors_eager_s1"),
