@@ -646,7 +646,7 @@ def speed_numbers(meta: dict, shapes: list[dict], date: str, cite: str | None = 
                 else f"met at {', '.join(hit)} only")
     hd = " and ".join(sorted({str(s["shape"][3]) for s in shapes}, key=int))
     what = (f"one {meta['device']} ({date}, PyTorch {meta['torch'].split('+')[0]}, causal, BF16, head dim{'s' if ' and ' in hd else ''} "
-            f"{hd}; medians of Triton's do_bench over {meta['rounds']} interleaved rounds, per-round values in "
+            f"{hd}; medians of Triton's benchmark timer over {meta['rounds']} interleaved rounds, per-round values in "
             "brackets)")
     intro = (f"A development measurement on {what}. It is not a registered result: no provenance fingerprint, "
              f"{meta['rounds']} rounds only." if cite is None else f"The registered benchmark ({cite}) on {what}.")
