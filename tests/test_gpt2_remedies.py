@@ -120,8 +120,12 @@ def test_the_seed_view_and_its_figure():
     assert remedies.SHORT["paper_o32"] in labels
     def styles(f):          # the runs' lines, not the thin dotted failure markers
         return {ln.get_linestyle() for ln in f.axes[1].get_lines() if ln.get_linewidth() > 1}
-    assert styles(fig) == {"-"}                                  # one seed: every line solid
+    assert styles(fig) == {"-", "--"}                 # one seed: the comparison's arms solid, O in FP32 dashed
+    assert fig.axes[0].get_legend().get_title().get_text() == "seed 1" and "seed 1" not in labels
     assert styles(figures.chain_figure(chain)) == {"-", "--"}    # seeds 0 and 1 told apart
+    assert figures._REMEDY_LS.keys() == remedies.SHORT.keys() == figures._REMEDY_STYLE.keys()
+    with pytest.raises(ValueError):
+        figures.chain_figure(chain, arm_ls={"paper_o32": "--"})      # two seeds: line style is the seed's
 
 
 def test_the_advice_names_what_prevented_the_failure_and_what_has_not_run():

@@ -6,7 +6,7 @@
 * `chain_figure(res)`: the same three panels for the arms of `gpt2_arms` (FP32 attention, flash SDPA, our FA2 and
   paper placements), one colour per arm, one line style per seed, the failure step marked.
 * `remedy_figure(view, words)`: the same for one seed, with the channel and remedy arms beside FP32 attention and
-  the paper placement.
+  the paper placement, each kind of change in its own line style.
 """
 from __future__ import annotations
 
@@ -41,10 +41,15 @@ def fidelity_figure(res):
     return fig
 
 
-_CHAIN_STYLE = {"fp32": "C2", "sdpa": "C0", "ours_fa2": "C3", "paper": "C1"}
-# The channel and remedy arms beside them (`remedy_figure`): colours not used by the comparison's arms.
-_REMEDY_STYLE = {"paper_delta_fp32_o": "C4", "fa2_delta_dp_p_norm": "C5", "paper_o32": "C9", "paper_fix_b2": "C6",
+# FA2 numerics in blues (flash SDPA, our FA2 placement), FP32 attention green, the paper placement orange.
+_CHAIN_STYLE = {"fp32": "C2", "sdpa": "C0", "ours_fa2": "C9", "paper": "C1"}
+# The channel and remedy arms beside them (`remedy_figure`): colours not used by the comparison's arms, and, since a
+# remedy figure shows one seed, a line style per kind of change — dashed for where δ or O is computed, dash-dot for
+# the β fix — so that two arms of near colours (the colour-blind palette has ten) are told apart by their line.
+_REMEDY_STYLE = {"paper_delta_fp32_o": "C4", "fa2_delta_dp_p_norm": "C5", "paper_o32": "C3", "paper_fix_b2": "C6",
                  "paper_fix_b2_exact": "C8", "paper_fix_b7_exact": "C7"}
+_REMEDY_LS = {"paper_delta_fp32_o": "--", "fa2_delta_dp_p_norm": "--", "paper_o32": "--", "paper_fix_b2": "-.",
+              "paper_fix_b2_exact": "-.", "paper_fix_b7_exact": "-."}
 _SEED_LS = ("-", "--", ":")
 
 
@@ -53,33 +58,42 @@ def _seed_ls(seed: int, seeds) -> str:
     return _SEED_LS[int(seed) % len(_SEED_LS)] if len(seeds) > 1 else "-"
 
 
-def _arm_seed_legend(ax, res, words=None, colours=None):
+def _arm_seed_legend(ax, res, words=None, colours=None, arm_ls=None):
     """One legend entry per arm (colour) and per seed (line style), not per run: with every arm in several seeds a
-    run-by-run legend is wider than the column and shrinks the figure's text."""
+    run-by-run legend is wider than the column and shrinks the figure's text. With `arm_ls` ({arm: line style}, one
+    seed) the arms' entries carry their own line styles and the seed goes into the legend's title."""
     from matplotlib.lines import Line2D
     ok = [r["label"].split(":s") for r in res.data["runs"] if "error" not in r]
     arms = list(dict.fromkeys(a for a, _ in ok))
     seeds = sorted({int(s) for _, s in ok})
     words, colours = words or CHAIN_ARMS, colours or _CHAIN_STYLE
-    handles = ([Line2D([], [], color=colours.get(a, "C7"), lw=1.1, label=words.get(a, a)) for a in arms]
-               + [Line2D([], [], color="0.3", lw=1.1, ls=_seed_ls(s, seeds), label=f"seed {s}") for s in seeds])
+    handles = [Line2D([], [], color=colours.get(a, "C7"), lw=1.1, ls=(arm_ls or {}).get(a, "-"), label=words.get(a, a))
+               for a in arms]
+    title = None
+    if arm_ls:
+        title = f"seed {seeds[0]}"
+    else:
+        handles += [Line2D([], [], color="0.3", lw=1.1, ls=_seed_ls(s, seeds), label=f"seed {s}") for s in seeds]
     plotting.legend_above(ax, ncol=1 if max(map(len, (h.get_label() for h in handles))) > 40 else 2,
-                          handles=handles)
+                          handles=handles, title=title)
 
 
-def chain_figure(res, words=None):
-    """`words`: {arm: its label} for arms outside the comparison (`remedy_figure`)."""
+def chain_figure(res, words=None, arm_ls=None):
+    """`words`: {arm: its label} for arms outside the comparison (`remedy_figure`); `arm_ls`: {arm: line style} in
+    place of the seed's, for a figure of one seed (`remedy_figure`)."""
     rules = cfg_of(res)["rules"]
     colours = _CHAIN_STYLE | _REMEDY_STYLE
     words = CHAIN_ARMS | (words or {})
     fig, axes = plotting.figure(3, 1, height=6.6, sharex=True)
     seeds = {int(r["label"].split(":s")[1]) for r in res.data["runs"] if "error" not in r}
+    if arm_ls and len(seeds) > 1:
+        raise ValueError("chain_figure: line styles per arm need a figure of one seed")
     for run in res.data["runs"]:
         if "error" in run:
             continue
         lab = run["label"]
         arm, seed = lab.split(":s")
-        kw = dict(color=colours.get(arm, "C7"), ls=_seed_ls(seed, seeds), lw=1.1,
+        kw = dict(color=colours.get(arm, "C7"), ls=(arm_ls or {}).get(arm, _seed_ls(seed, seeds)), lw=1.1,
                   label=f"{words.get(arm, arm)}, seed {seed}")
         loss = np.asarray(res.arrays[f"{lab}__loss"], dtype=np.float64)
         w = min(100, max(1, len(loss) // 10))
@@ -94,12 +108,13 @@ def chain_figure(res, words=None):
     axes[0].set(ylabel="training loss\n(nats, 100-step mean)")
     axes[1].set(ylabel="largest logit\n(any layer, head)", yscale="log")
     axes[2].set(ylabel="largest ‖W_Q,h‖₂\n(any layer, head)", xlabel="training step", yscale="log")
-    _arm_seed_legend(axes[0], res, words, colours)
+    _arm_seed_legend(axes[0], res, words, colours, arm_ls)
     plotting.label_provenance(fig, res.meta)
     return fig
 
 
 def remedy_figure(view, words: dict):
-    """`chain_figure` for one seed's comparison arms and its channel and remedy arms (`remedies.seed_view`), each
-    remedy arm named by `words` ({arm: its label})."""
-    return chain_figure(view, words)
+    """`chain_figure` for one seed's comparison arms (solid) and its channel and remedy arms (`remedies.seed_view`;
+    dashed where δ or O is computed otherwise, dash-dot for the β fix), each remedy arm named by `words` ({arm: its
+    label})."""
+    return chain_figure(view, words, arm_ls=_REMEDY_LS)
