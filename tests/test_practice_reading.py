@@ -237,5 +237,28 @@ def test_the_registered_benchmark_replaces_the_development_figures(log):
     assert n["dev_intro"].startswith("The registered benchmark (") and "over 5 interleaved rounds" in n["dev_intro"]
     assert n["dev_t_cudnn"] == "1" and n["dev_cudnn_ok"] == "met at no shape"        # 0.88× and 0.94× < 1.0×
     assert "fraction of the measured matmul ceiling (600 TFLOP/s)" in n["dev_md"]
-    assert n["dev_ceiling"].startswith("A BF16 matmul of 8192³ on the same GPU reached 600 TFLOP/s, 61 % of that peak")
+    assert n["dev_ceiling"].startswith(f"A BF16 matmul of 8192³ on the same GPU reached 600 TFLOP/s, "
+                                       f"{100 * 600 / rd.H100_SXM_DENSE_BF16_TFLOPS:.0f} % of that peak")
     assert f"{220.44637924100488 / 600 * 100:.0f} %" in n["dev_md"]
+
+
+def test_the_gpu_dq_check_is_read_from_the_test_log(tmp_path):
+    """The GPU test log's causal-ties dQ lines (first printing of each kernel build), its device and date; a planted
+    log with other counts gives other words, and a log without the lines gives none."""
+    head = ("# GPU tests, 2031-01-02 03:04 UTC: passed in 9 s wall\n# device: Test GPU (shard 0: Test GPU)\n")
+    line = ("[causal ties dQ] {lab}: {d} rows differ from the research kernel (max 0.1; tile-local rows []…), "
+            "{f} rows > 0.02 from the oracle (max {m})\n")
+    text = head + line.format(lab="research (4 warps)", d=0, f=3, m="0.05") + \
+        line.format(lab="EMULATE default", d=2, f=3, m="0.05") + line.format(lab="research (4 warps)", d=0, f=0, m="0")
+    p = tmp_path / "gpu_tests.log"
+    p.write_text(text)
+    c = rd.gpu_dq_check(p)
+    assert c["device"] == "Test GPU" and c["date"] == "2031-01-02" and c["passed"]
+    assert c["rows"]["research (4 warps)"] == dict(differ=0, far=3, tol=0.02, max=0.05)       # the first printing
+    words = rd.gpu_dq_numbers(c)["dqg_words"]
+    assert "has 3 rows more than 0.02 from the CPU oracle (largest difference 0.05)" in words
+    assert words.endswith("gives dQ differing in 2 rows.") and "2031-01-02 (one Test GPU)" in words
+    p.write_text(head)
+    assert rd.gpu_dq_check(p) is None and "has not run yet" in rd.gpu_dq_numbers(None)["dqg_words"]
+    committed = rd.gpu_dq_check()                     # the committed log: the research kernel agrees with the oracle
+    assert committed is not None and committed["rows"]["EMULATE default"]["differ"] == 0

@@ -723,7 +723,7 @@ def gpu_dq_numbers(check: dict | None) -> dict:
         return {"dqg_words": "The GPU test that referees it printed no result for both kernels."}
     same = ("the same dQ in every row" if u["differ"] == 0 else f"dQ differing in {u['differ']:,} rows")
     return {"dqg_words": (
-        f"In the committed GPU test run ({check['date']}, one {check['device']}"
+        f"In the GPU test run of {check['date']} (one {check['device']}"
         + ("" if check["passed"] else "; that run did not pass as a whole") + f"), on the same inputs, the research "
         f"kernel's emulated path has {r['far'] or 'no'} row{'' if r['far'] == 1 else 's'} more than {r['tol']:g} "
         f"from the CPU oracle (largest "
