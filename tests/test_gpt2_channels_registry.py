@@ -26,6 +26,9 @@ SEED2 = {"gpt2_delta": {"gpt2_delta_s2": ("paper_delta_fp32_o",)},
 # decide one arm a campaign: arm labels of each, in order
 SPLIT_S1 = {"gpt2_remedy_fix": {"gpt2_remedy_fix_s1": ("paper_fix_b7_exact",),
                                 "gpt2_remedy_fix_b2_s1": ("paper_fix_b2_exact",)}}
+# entries whose wall budget is shorter than gpt2_arms's (a machine limit set before their first run, so that one
+# one-GPU hold has the GPU suite, the arm and a benchmark): its seconds
+SHORT_WALL = {"gpt2_remedy_fix_b2_s1": 900}
 SEED1 = {p: tuple(SPLIT_S1.get(p, {p + "_s1": ()})) for p in PAIRS}
 TWIN = {n: p for p in PAIRS for n in (p,) + SEED1[p]}          # an entry of seed 0 or 1: its seed-0 entry
 ENTRIES = list(TWIN)
@@ -45,7 +48,6 @@ def _cfg(name, scale):
 def test_registered_in_priority_order_after_gpt2_arms():
     names = list(ES)
     assert names[names.index("gpt2_arms_s2_fa2") + 1:][:len(IN_ORDER)] == IN_ORDER  # after the comparison's seeds
-    assert sum(ES[n].gpu_min for n in ENTRIES) == 48.0 * 2 * len(PAIRS)       # one GPU × 24 minutes an arm
     assert all(ES[n].gpu_min == 24.0 * len(labels) for _, n, labels in SEED2_ENTRIES)   # one GPU an arm
 
 
@@ -53,7 +55,11 @@ def test_registered_in_priority_order_after_gpt2_arms():
 def test_entry_resolves_parses_and_follows_gpt2_arms(name):
     e = ES[name]
     split = SPLIT_S1.get(TWIN[name], {}) if name != TWIN[name] else {}
-    assert e.base == "lib.studies.gpt2.arms" and e.chapter == "02c" and e.gpu_min == (24.0 if split else 48.0)
+    assert e.base == "lib.studies.gpt2.arms" and e.chapter == "02c"
+    if name in SHORT_WALL:      # the suite, compile and the shorter training wall, under the full slot
+        assert SHORT_WALL[name] / 60 < e.gpu_min < 24.0
+    else:
+        assert e.gpu_min == (24.0 if split else 48.0)         # one GPU × 24 minutes an arm
     assert name in catalogue.TITLES and name_problems(e.summary) == []        # the summary in reader words
     ref = _cfg("gpt2_arms", "full")
     for scale in ("ci", "full"):
@@ -78,7 +84,8 @@ def test_entry_resolves_parses_and_follows_gpt2_arms(name):
     assert cfg["seeds"] == ([0] if name == TWIN[name] else [1])
     assert _cfg(name, "ci")["seeds"] == [0]
     assert cfg["workdir"] == f"/tmp/{name}"
-    assert {k: cfg[k] for k in RECIPE} == {k: ref[k] for k in RECIPE}
+    wall = {"max_wall_s": SHORT_WALL[name]} if name in SHORT_WALL else {}
+    assert {k: cfg[k] for k in RECIPE} == {k: ref[k] for k in RECIPE} | wall
     assert {k: v for k, v in cfg["model"].items() if k not in QK} == ref["model"]
     assert {k: cfg["rules"][k] for k in RULES} == {k: ref["rules"][k] for k in RULES}
     assert set(cfg["rules"]["baseline"]) == {a["label"] for a in cfg["arms"]}
