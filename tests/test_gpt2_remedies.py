@@ -247,6 +247,17 @@ def test_fix_words_say_what_each_form_of_the_fix_did_and_on_how_many_seeds():
     assert "one seed where" not in text2 and " in seed 0 and " in text2 and "removes" not in text2
     assert "it kept 4 of the 4 in seed 0, 4 of the 4 in seed 1 grown" in text2 and "does not remove" not in text2
     assert remedies.fix_words([]) == "In GPT-2 no form of the fix has been trained yet."
+    # an arm its wall budget stopped before the registered horizon says so wherever its outcome is told
+    cut = _remedy("b2x", "paper_fix_b2_exact", "paper/round_block=512/beta=2/tie_tol=0.001/max_shift=none+fix",
+                  "paper", [1])
+    cut.cfg["steps"] = 10 * STEPS
+    cut.data["runs"][0]["truncated_at"] = STEPS
+    (r,) = remedies.arm_rows([cut], chain)
+    assert (r["horizon"], r["cut"]) == (10 * STEPS, STEPS)
+    said = f"seed 1: no failure in {STEPS} steps (its wall budget stopped it short of the {10 * STEPS:,}-step horizon)"
+    assert said in remedies.fix_words([r]) and said in remedies.advice_words([r], ("paper_fix_b2_exact",))
+    whole = remedies.arm_rows([b7], chain)[0]
+    assert whole["cut"] is None and "wall budget" not in remedies.fix_words([whole])
     o32_spec = "paper/round_block=512/round_o=false"
     both = remedies.arm_rows([_remedy("o32", "paper_o32", o32_spec, "paper", [1]), b7], chain)
     rec = lambda attn, ms: dict(attn=attn, compile=True, ms_median=ms, ratio_to_baseline=ms / 70.0)  # noqa: E731

@@ -61,6 +61,31 @@ def test_dev_numbers_against_the_targets(log):
     assert n["dev_ceiling"].startswith("No matmul ceiling was measured") and "matmul ceiling (" not in n["dev_md"]
 
 
+def test_split_words_place_the_gap_in_each_direction(log):
+    """The forward's speed-up over cuDNN is the record's ratio; the backward's is from the medians of forward +
+    backward less forward; the forward's tiles come from the autotuner's config string; a record without forward
+    timings gives nothing."""
+    s0 = json.loads(json.dumps(log["bench"]["shapes"][0]))
+    text = rd.split_words([s0])
+    fwd = s0["ratios"]["stable over sdpa_cudnn fwd (speed-up)"]
+    bwd = ((s0["sdpa_cudnn fwd+bwd"]["ms"] - s0["sdpa_cudnn fwd"]["ms"])
+           / (s0["stable fwd+bwd"]["ms"] - s0["stable fwd"]["ms"]))
+    assert f"32·12·1024·64: forward {fwd:.2f}×, backward {bwd:.2f}×" in text
+    assert text.endswith("for the forward, tiles of 64 query rows × 64 keys at 4 warps at every shape.")
+    s0["stable fwd"]["ms"] /= 2                      # a faster forward leaves more of the total to the backward
+    bwd2 = ((s0["sdpa_cudnn fwd+bwd"]["ms"] - s0["sdpa_cudnn fwd"]["ms"])
+            / (s0["stable fwd+bwd"]["ms"] - s0["stable fwd"]["ms"]))
+    assert bwd2 < bwd and f"backward {bwd2:.2f}×" in rd.split_words([s0])
+    s1 = dict(s0, configs={"fwd": ["BLOCK_M: 128, BLOCK_N: 64, num_warps: 8"]})
+    assert rd.split_words([s0, s1]).endswith("tiles of 64 query rows × 64 keys at 4 warps; tiles of 128 query rows "
+                                             "× 64 keys at 8 warps.")
+    assert rd.split_words([{k: v for k, v in s0.items() if k != "stable fwd"}]) == ""
+    n = rd.dev_log_numbers(log)
+    assert n["dev_split"] == rd.split_words(log["bench"]["shapes"])
+    device = log["bench"]["meta"]["device"]
+    assert n["dq_run"] == f"the development run of the user kernel's speed (2026-11-25, one {device})"
+
+
 def test_dev_log_parser_reads_a_changed_log(tmp_path, log):
     """The parser reads the values, not constants: a log with other numbers gives other results."""
     bench = json.loads(json.dumps(log["bench"]))

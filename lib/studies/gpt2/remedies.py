@@ -90,7 +90,8 @@ def arm_rows(remedies, chain, layer: int = FOCUS_LAYER) -> list[dict]:
     growth step the arm, its baseline and FP32 attention all reached, or None), "ratio" and "base_ratio" (layer
     `layer`'s largest logit over FP32 attention's at that step), "spread" (FP32 attention's own seed-to-seed spread
     of that ratio there, None with one FP32 seed), "grown" ((n, k): the baseline grows n (growth step, layer) pairs'
-    largest logits beyond that spread, the arm stays within it in k of them: it removes the growth when k = n > 0)}.
+    largest logits beyond that spread, the arm stays within it in k of them: it removes the growth when k = n > 0),
+    "horizon" (the registered steps, None where the configuration has none), "cut" (the step its wall budget stopped it at, before the horizon, or None)}.
     Arms whose baseline or FP32 run of the same seed is absent get
     None in those fields."""
     base_oc = outcomes(chain)
@@ -102,6 +103,7 @@ def arm_rows(remedies, chain, layer: int = FOCUS_LAYER) -> list[dict]:
         cfg = cfg_of(res)
         rules, spec = cfg["rules"], {a["label"]: a["attn"] for a in cfg["arms"]}
         oc = outcomes(res)
+        cut = {r["label"]: r.get("truncated_at") for r in res.data["runs"]}
         arrays = dict(chain.arrays) | dict(res.arrays)
         for arm in spec:
             base = rules["baseline"][arm]
@@ -117,7 +119,7 @@ def arm_rows(remedies, chain, layer: int = FOCUS_LAYER) -> list[dict]:
                 rows.append(dict(
                     entry=getattr(res, "name", cfg.get("_entry", "")), arm=arm, words=_words(spec[arm]), seed=seed,
                     spec=spec[arm], base_spec=base_spec.get(base),
-                    steps=steps, fail=fail, back=back, base=base,
+                    steps=steps, fail=fail, back=back, base=base, horizon=cfg.get("steps"), cut=cut.get(lab),
                     base_words=CHAIN_ARMS.get(base, _words(base_spec[base]) if base in base_spec else base),
                     base_steps=b and b[1], base_fail=b and b[2], base_back=b and b[3], step=step,
                     ratio=_ratio_at(arrays, lab, ref, step, layer) if step else None,
@@ -147,10 +149,18 @@ def outcome_words(fail, back, steps) -> str:
     return f"failed at step {fail:,}" + (f", back {back:,} steps later" if back is not None else ", never back")
 
 
+def _arm_outcome(r: dict) -> str:
+    """`outcome_words` of an `arm_rows` row, saying when its wall budget stopped it short of the horizon."""
+    cut, horizon = r.get("cut"), r.get("horizon")
+    return (outcome_words(r["fail"], r["back"], r["steps"])
+            + (f" (its wall budget stopped it short of the {horizon:,}-step horizon)"
+               if cut is not None and horizon and cut < horizon else ""))
+
+
 def _run_words(r: dict) -> str:
-    return (f"seed {r['seed']}: {outcome_words(r['fail'], r['back'], r['steps'])} (the unremedied "
+    return (f"seed {r['seed']}: {_arm_outcome(r)} (the unremedied "
             f"{r['base_words']}: {outcome_words(r['base_fail'], r['base_back'], r['base_steps'])})"
-            if r["base_steps"] is not None else f"seed {r['seed']}: {outcome_words(r['fail'], r['back'], r['steps'])} "
+            if r["base_steps"] is not None else f"seed {r['seed']}: {_arm_outcome(r)} "
                                                 f"(its baseline not run at this seed)")
 
 
@@ -308,7 +318,7 @@ def advice_words(rows: list[dict], arms=PAPER_REMEDIES) -> str:
     for a in ran:
         mine = [r for r in rows if r["arm"] == a]
         parts.append(f"{_change(a)} — {word[v[a]]} (" + "; ".join(
-            f"seed {r['seed']}: {outcome_words(r['fail'], r['back'], r['steps'])}" for r in mine) + ")")
+            f"seed {r['seed']}: {_arm_outcome(r)}" for r in mine) + ")")
     fails = sorted({(r["seed"], r["base_fail"]) for r in rows if r["arm"] in ran and r["base_fail"] is not None})
     out = (f"In GPT-2 124M at the paper's recipe ({_seeds_words(seeds)}), where the paper placement failed ("
            + "; ".join(f"seed {s}: at step {f:,}" for s, f in fails) + "), each change to it: " + "; ".join(parts)
@@ -405,7 +415,7 @@ def fix_words(rows: list[dict], arms=FIX_ARMS) -> str:
         mine = sorted((r for r in rows if r["arm"] == a), key=lambda r: r["seed"])
         decided = [r for r in mine if r["base_fail"] is not None]
         text = (f"{_change(a)} {word[v[a]]} the paper placement's failure ("
-                + "; ".join(f"seed {r['seed']}: {outcome_words(r['fail'], r['back'], r['steps'])}" for r in mine)
+                + "; ".join(f"seed {r['seed']}: {_arm_outcome(r)}" for r in mine)
                 + ("; the unremedied arm failed at step " + " and ".join(
                     f"{r['base_fail']:,}" + (f" in seed {r['seed']}" if len(decided) > 1 else "") for r in decided)
                    if decided else "") + ")")

@@ -63,7 +63,7 @@ __all__ = ["numbers", "TARGETS", "H100_SXM_DENSE_BF16_TFLOPS", "kernel_table_res
            "first_warnings", "watched_layer", "gpt2_monitor_numbers", "fix_numbers", "dev_log", "dev_shape_numbers",
            "dev_log_numbers", "speed_numbers", "bench_numbers", "REGISTERED_TARGETS",
            "dq_numbers", "gpu_dq_check", "gpu_dq_numbers", "kernel_label", "cost_numbers",
-           "delta_cost_words"]
+           "delta_cost_words", "split_words"]
 
 
 def numbers() -> dict:
@@ -664,7 +664,38 @@ def speed_numbers(meta: dict, shapes: list[dict], date: str, cite: str | None = 
             "dev_unfirm": sum(not v["firm"] for v in verdicts),
             "dev_hd": hd, "dev_t_cudnn": f"{targets['cudnn']:g}", "dev_t_flash": f"{targets['flash']:g}",
             "dev_t_fix": fix, "dev_peak": f"{H100_SXM_DENSE_BF16_TFLOPS:g}",
-            "dev_peak_sparse": f"{H100_SXM_SPARSE_BF16_TFLOPS:,.0f}", "dev_peak_range": span}
+            "dev_peak_sparse": f"{H100_SXM_SPARSE_BF16_TFLOPS:,.0f}", "dev_peak_range": span,
+            "dev_split": split_words(shapes)}
+
+
+def _config_words(conf: str) -> str:
+    """'BLOCK_M: 64, BLOCK_N: 64, …, num_warps: 4, …' (Triton's config string) -> 'tiles of 64 query rows × 64 keys
+    at 4 warps'."""
+    kv = dict(re.findall(r"(\w+): (\w+)", conf))
+    return f"tiles of {kv.get('BLOCK_M', '?')} query rows × {kv.get('BLOCK_N', '?')} keys at {kv.get('num_warps', '?')} warps"
+
+
+def split_words(shapes: list[dict]) -> str:
+    """Where the user kernel's time goes against cuDNN's, per shape (B·H·T·D): the forward's speed-up over cuDNN's
+    forward (the benchmark's median ratio) and the backward's, taken as forward + backward less forward (from the
+    medians of each); then the forward tiles the autotuner chose (query rows × keys, warps), where the record has
+    them. "" for a record without forward timings."""
+    cells = []
+    for s in shapes:
+        if "stable fwd" not in s or "sdpa_cudnn fwd" not in s:
+            return ""
+        bwd = ((s["sdpa_cudnn fwd+bwd"]["ms"] - s["sdpa_cudnn fwd"]["ms"])
+               / (s["stable fwd+bwd"]["ms"] - s["stable fwd"]["ms"]))
+        cells.append(f"{'·'.join(map(str, s['shape']))}: forward {s['ratios']['stable over sdpa_cudnn fwd (speed-up)']:.2f}×, "
+                     f"backward {bwd:.2f}×")
+    out = ("Speed-up over cuDNN per shape, of our forward alone and of our backward (forward + backward less "
+           "forward, from the medians): " + "; ".join(cells) + ".")
+    tiles = [_config_words(s["configs"]["fwd"][0]) for s in shapes if s.get("configs", {}).get("fwd")]
+    if tiles:
+        same = len(set(tiles)) == 1
+        out += (" The autotuner chose, for the forward, " + (f"{tiles[0]} at every shape" if same else
+                                                             "; ".join(tiles)) + ".")
+    return out
 
 
 def bench_numbers(res) -> dict:
@@ -731,8 +762,10 @@ def gpu_dq_numbers(check: dict | None) -> dict:
 
 
 def dq_numbers(log: dict) -> dict:
-    """Glue names of the dQ difference recorded in the development log ("dq_…")."""
+    """Glue names of the dQ difference recorded in the development log ("dq_…"); "dq_run": that run in words (its
+    date and GPU, from the log's header and benchmark record)."""
     dq = log["dq"]
+    date = re.search(r"\d{4}-\d{2}-\d{2}", log["header"])
     c, c2 = dq["counts"], dq["counts_their_fwd"]
     names = {"o": "O", "lse": "LSE", "delta": "δ", "dk": "dK", "dv": "dV"}
     diffs = [abs(a - b) for _, a, b in dq["examples"]]
@@ -741,7 +774,9 @@ def dq_numbers(log: dict) -> dict:
             "dq_their_fwd_diff": f"{c2['dq'][0]:,}", "dq_rows_total": dq["rows_total"],
             "dq_rows_head0": _ranges(dq["rows_head0"]), "dq_rows_all": c["lse"][1],
             "dq_ex_diff": f"{max(diffs):.3f}" if diffs else "", "dq_ex_n": len(diffs),
-            "dq_tests_failed": log["tests"].count("F"), "dq_tests_n": len(log["tests"])}
+            "dq_tests_failed": log["tests"].count("F"), "dq_tests_n": len(log["tests"]),
+            "dq_run": (f"the development run of the user kernel's speed ({date.group(0) + ', ' if date else ''}one "
+                       f"{log['bench']['meta']['device']})")}
 
 
 # FlashAttention's FLOP convention, as the benchmarks count it: a backward is 2.5 forwards (a test ties the two).
