@@ -5,6 +5,8 @@ over a row, because LSE is FP32 on a grid 2⁻⁷ wide near 10⁵; rowsum(dP∘P
 Divide δ by the backward's own ΣP and the excess is gone: not BF16 rounding of P or dP, not the row sum's FP32
 accumulation, not the causal mask (those would survive the division), and not the reference (FP64 dK is large here,
 unlike dQ on tied rows)."""
+import re
+
 import pytest
 
 from lib.book import registry, results
@@ -58,11 +60,17 @@ def test_the_reference_and_the_yardstick_are_sound(res, data):
 
 
 def test_the_cpu_rerun_reproduces_the_gpu_record(res, data):
+    """In size, not in digits: which rows' LSE rounds up or down near 10⁵ follows the order of the FP32 sums of QKᵀ
+    (the CPU's BLAS blocking, which varies with the CPU model — 2.14·10⁵ on one CI CPU, 1.63·10⁵ on an AMD EPYC — and
+    the GPU's tensor cores), so the CPU rerun is outside FlashAttention's limit as the GPU record is, within a factor
+    of two of it."""
     n = gc.dp_p_numbers(res, data)
     r = next(r for r in data["rows"] if r["variant"] == gc.DP_P and r["input"] == res["input"])
     assert r["err"]["dk_max"] > 2 * r["sdpa"]["dk_max"]                   # the recorded violation
-    assert res["err"]["dp_p"]["dk_max"] == pytest.approx(r["err"]["dk_max"], abs=res["dk_grid"])  # to BF16's rounding
-    assert (n["gpu_dk"], n["gpu_sdpa_dk"], n["dk_dpp"], n["sum_p"]) == ("2.21·10⁵", "5.49·10⁴", "2.14·10⁵", "7.3·10⁻³")
+    assert res["err"]["dp_p"]["dk_max"] - res["dk_grid"] > 2 * r["sdpa"]["dk_max"]    # the CPU's, BF16 rounding aside
+    assert 0.5 < res["err"]["dp_p"]["dk_max"] / r["err"]["dk_max"] < 2
+    assert (n["gpu_dk"], n["gpu_sdpa_dk"], n["sum_p"]) == ("2.21·10⁵", "5.49·10⁴", "7.3·10⁻³")
+    assert re.fullmatch(r"[12]\.\d\d·10⁵", n["dk_dpp"])          # the CPU's own, three figures
     assert gc.dp_p_numbers(res, {"rows": []})["gpu_dk"] == "—"
 
 
