@@ -388,6 +388,17 @@ def _clean_figure():
     return fig, ax
 
 
+def test_the_stamp_names_devices_and_commits_not_results():
+    """Readers see the device and the commit, never a result's code name; several results: each device and commit
+    once; a reduced-size run says so."""
+    two = [STAMP, dict(STAMP, name="gpt2_arms_s1", device="NVIDIA H200", git_commit="fedcba98" * 5), STAMP]
+    assert plotting.provenance_text(STAMP) == "NVIDIA H100 80GB HBM3 · commit 01234567"
+    assert plotting.provenance_text(two) == "NVIDIA H100 80GB HBM3, NVIDIA H200 · commits 01234567, fedcba98"
+    assert "gpt2_arms" not in plotting.provenance_text(two)
+    assert plotting.provenance_text(dict(STAMP, scale="ci")).startswith("reduced-size run · ")
+    assert plotting.provenance_text([]) == plotting.provenance_text([None]) == ""
+
+
 def test_check_passes_a_clean_figure_with_a_stamp():
     fig, _ = _clean_figure()
     assert plotting.check_figure(fig) == []

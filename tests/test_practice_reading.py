@@ -238,7 +238,7 @@ def test_the_cost_of_delta_from_the_fp32_o_against_its_target():
     data = {"device": "planted GPU", "rounds": 5, "shapes": [shape([32, 12, 1024, 64], 0.021),
                                                              shape([1, 32, 16384, 64], 0.034)]}
     text = delta_cost_words(data)
-    assert text == ("On one planted GPU it adds to a forward + backward, over plain `stable_attention` (medians of 5 "
+    assert text == ("On one planted GPU it adds to a forward + backward, over the user kernel without it (medians of 5 "
                     "rounds): +2.1 % at 32·12·1024·64; +3.4 % at 1·32·16384·64 (target ≤ 3 %: met at 1 of 2 shapes).")
     data["shapes"][1]["delta_fp32_o_cost"]["fwd+bwd"] = -0.004
     assert delta_cost_words(data).endswith("−0.4 % at 1·32·16384·64 (target ≤ 3 %: met at every shape).")
@@ -265,6 +265,11 @@ def test_the_registered_benchmark_replaces_the_development_figures(log):
     assert n["dev_ceiling"].startswith(f"A BF16 matmul of 8192³ on the same GPU reached 600 TFLOP/s, "
                                        f"{100 * 600 / rd.H100_SXM_DENSE_BF16_TFLOPS:.0f} % of that peak")
     assert f"{220.44637924100488 / 600 * 100:.0f} %" in n["dev_md"]
+    # four shapes: two tables of two shape columns each, every row in both (the column of the book holds two)
+    four = rd.speed_numbers(meta, shapes + json.loads(json.dumps(shapes)), "2026-12-07", cite="x", matmul=matmul)
+    tables = four["dev_md"].split("\n\n")
+    assert len(tables) == 2 and all(t.splitlines()[0].count("|") == 4 for t in tables)
+    assert [t.count("\n") for t in tables] == [n["dev_md"].count("\n")] * 2
 
 
 def test_the_gpu_dq_check_is_read_from_the_test_log(tmp_path):

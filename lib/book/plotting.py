@@ -84,21 +84,28 @@ def figure(nrows: int = 1, ncols: int = 1, width: float = WIDTH, height: float =
     return out
 
 
+# A result's scale in reader words ("full": the registered size; "ci": the reduced size CI runs on a CPU).
+SCALE_WORDS = {"full": "", "ci": "reduced-size run"}
+
+
 def provenance_text(meta) -> str:
-    """'scale · device · commit' of one result's meta, or of several (a list): 'scale · device · name commit, …'."""
-    if isinstance(meta, (list, tuple)):
-        metas = [m for m in meta if m]
-        if not metas:
-            return ""
-        m0 = metas[0]
-        return (f"{m0.get('scale', '?')} · {m0.get('device', '?')} · "
-                + ", ".join(f"{m.get('name', '?')} {str(m.get('git_commit', '?'))[:7]}" for m in metas))
-    return f"{meta.get('scale', '?')} · {meta.get('device', '?')} · {str(meta.get('git_commit', '?'))[:8]}"
+    """'device · commit' of one result's meta (preceded by the scale in words where it is not the full size), or of
+    several (a list): their distinct devices, then their distinct commits. No result names: readers see the figure,
+    the commit finds the code."""
+    metas = [m for m in (meta if isinstance(meta, (list, tuple)) else [meta]) if m]
+    if not metas:
+        return ""
+    scales = [SCALE_WORDS.get(str(m.get("scale", "?")), str(m.get("scale", "?"))) for m in metas]
+    devices = list(dict.fromkeys(str(m.get("device", "?")) for m in metas))
+    commits = list(dict.fromkeys(str(m.get("git_commit", "?"))[:8] for m in metas))
+    parts = [", ".join(dict.fromkeys(x for x in scales if x)), ", ".join(devices),
+             ("commit " if len(commits) == 1 else "commits ") + ", ".join(commits)]
+    return " · ".join(p for p in parts if p)
 
 
 def label_provenance(fig, meta) -> None:
-    """Stamp 'scale · device · commit' of a result (or of a list of results' metas) as a caption-like line under
-    the axes, right-aligned. It is the figure's `supxlabel`, so the constrained layout reserves a strip for it and it
+    """Stamp 'device · commit' (`provenance_text`) of a result (or of a list of results' metas) as a caption-like
+    line under the axes, right-aligned. It is the figure's `supxlabel`, so the constrained layout reserves a strip for it and it
     covers nothing. A figure that already has a supxlabel gets the stamp as a second line of it."""
     if not meta:
         return

@@ -179,9 +179,11 @@ class Result:
 
     @property
     def label(self) -> str:
-        """'full · NVIDIA H100 80GB HBM3 · a1b2c3d4 · 2026-11-22' for captions."""
+        """'NVIDIA H100 80GB HBM3, 2026-11-22, commit a1b2c3d4' for captions and prose (no internal words: a result of
+        another scale than the full one starts 'reduced-size run, ')."""
         m = self.meta
-        return f"{m.get('scale')} · {m.get('device')} · {str(m.get('git_commit'))[:8]} · {str(m.get('created_utc', ''))[:10]}"
+        return (("" if m.get("scale", "full") == "full" else "reduced-size run, ")
+                + f"{m.get('device')}, {str(m.get('created_utc', ''))[:10]}, commit {str(m.get('git_commit'))[:8]}")
 
     @property
     def warning(self) -> str:

@@ -165,6 +165,7 @@ def kernel_table_numbers(res) -> dict:
     95 % interval from Student's t over problems), what it is ("kt_what"), its size, the intervals' degrees of freedom
     and how much wider they are than the normal approximation ("kt_dof", "kt_widen"), and the full table's kernels
     it does not hold ("kt_missing")."""
+    from lib.book import catalogue
     from lib.studies.practice import kernel_table as kt
     d = res.data
     kinds = [k for k in KINDS if any(k in row for row in d["table"].values())]      # the table's, not the check's
@@ -183,7 +184,7 @@ def kernel_table_numbers(res) -> dict:
     diffuse = [abs(row["diffuse"]["mean"]) for row in d["table"].values() if "diffuse" in row]
     return {"kt_md": "\n".join(lines),
             "kt_what": ("a live run on this machine's CPU (Triton's interpreter, BF16 rounding emulated bit for bit)"
-                        if on_cpu else f"the run on {d['device']} ({res.label})"),
+                        if on_cpu else catalogue.cite(res)),
             "kt_on_gpu": not on_cpu, "kt_shape": f"{B}·{H}·{T}·{D}",
             "kt_n_problems": " or ".join(str(x) for x in n),
             "kt_dof": " or ".join(str(x - 1) for x in n),
@@ -636,8 +637,12 @@ def speed_numbers(meta: dict, shapes: list[dict], date: str, cite: str | None = 
     if matmul and all(f"matmul {i}" in p for p in per for i in impls):
         rows.append((f"fraction of the measured matmul ceiling ({matmul['tflops']:.0f} TFLOP/s)",
                      [", ".join(f"{100 * p[f'matmul {i}']:.0f} %" for i in impls) for p in per]))
-    md = ["| B·H·T·D | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
-    md += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in rows]
+    # At most two shapes a table: with more, a table's unbreakable headers and cells outgrow the book's column.
+    md = []
+    for i in range(0, len(names), 2):
+        md += ([""] if md else []) + ["| B·H·T·D | " + " | ".join(names[i:i + 2]) + " |",
+                                      "|---" * (len(names[i:i + 2]) + 1) + "|"]
+        md += [f"| {label} | " + " | ".join(cells[i:i + 2]) + " |" for label, cells in rows]
     verdicts = [p[k] for p in per for k in ("cudnn", "flash", "fix fwd+bwd", "fix fwd")]
 
     def where(key):
@@ -717,7 +722,7 @@ def delta_cost_words(data: dict | None) -> str:
     bad = [x for _, x in cells if x > TARGETS["delta"]]
     verdict = ("met at every shape" if not bad else "met at no shape" if len(bad) == len(cells)
                else f"met at {len(cells) - len(bad)} of {len(cells)} shapes")
-    return (f"On one {data['device']} it adds to a forward + backward, over plain `stable_attention` (medians of "
+    return (f"On one {data['device']} it adds to a forward + backward, over the user kernel without it (medians of "
             f"{data['rounds']} rounds): " + "; ".join(f"{_num(100 * x, '+.1f')} % at {'·'.join(map(str, sh))}"
                                                      for sh, x in cells)
             + f" (target ≤ {100 * TARGETS['delta']:g} %: {verdict}).")
