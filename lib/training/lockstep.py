@@ -25,8 +25,8 @@ import torch
 
 from lib.training import data as data_mod
 from lib.training.model import GPT
-from lib.training.train import TrainConfig, _autocast_dtype, _device, _set_determinism, lr_at, make_optimizer, \
-    versions
+from lib.training.runtime import autocast_dtype, device_of, lr_at, set_determinism, versions
+from lib.training.train import TrainConfig, make_optimizer
 
 __all__ = ["train_lockstep", "SHARED_FIELDS"]
 
@@ -57,8 +57,8 @@ def train_lockstep(arms: dict, *, on_record=None, record_every: int = 50, max_wa
     if isinstance(record_every, bool) or not isinstance(record_every, int) or record_every < 1:
         raise ValueError(f"record_every must be a positive int, got {record_every!r}")
     c0 = _check(arms)
-    device = _device(c0, 0)
-    _set_determinism(c0)
+    device = device_of(c0, 0)
+    set_determinism(c0)
     train_bytes, _ = data_mod.split(data_mod.load_corpus(), c0.val_fraction)
     starts = data_mod.batch_starts(len(train_bytes), c0.seq_len, c0.batch_size, c0.steps, c0.data_seed)
     runs = {}
@@ -66,7 +66,7 @@ def train_lockstep(arms: dict, *, on_record=None, record_every: int = 50, max_wa
         torch.manual_seed(cfg.seed)
         model = GPT(cfg.model_config()).to(device)
         model.train()
-        runs[name] = dict(cfg=cfg, model=model, opt=make_optimizer(model, cfg), amp=_autocast_dtype(cfg, device),
+        runs[name] = dict(cfg=cfg, model=model, opt=make_optimizer(model, cfg), amp=autocast_dtype(cfg, device),
                           loss=[], gn=[], pending=[], stopped=None)
     models = {n: r["model"] for n, r in runs.items()}
     out = dict(recorded_steps=[], truncated_at=None)

@@ -12,7 +12,7 @@ batch, forward and backward under BF16 autocast, clip, observers, update, evalua
   at the start of every window (their own targets are ignored), the lever of the positive control: with
   `pos="none"` they share one hidden state in every layer, so their keys tie exactly and their V rows are equal.
 * **Optimiser**: AdamW (β = (0.9, 0.95), fused on CUDA) or Muon for the 2-D weight matrices of the blocks with AdamW
-  for the rest (`optimizer="muon"`); linear warm-up, then constant or cosine (`lib.training.train.lr_at`).
+  for the rest (`optimizer="muon"`); linear warm-up, then constant or cosine (`lib.training.runtime.lr_at`).
 * **Observers** (the census): every `census_every` steps the loop runs the eager model without gradient on the
   first `census_rows` windows of the step's batch, with capture on, and hands q, k, v of every layer to each
   observer's `observe(step, model) -> dict`. The default observer is the census of the bias's preconditions
@@ -47,7 +47,7 @@ import torch
 
 from lib.training import data as data_mod
 from lib.training.model import GPTConfig, build_lm
-from lib.training.train import _agree, _autocast_dtype, _device, _dist_info, lr_at, versions
+from lib.training.runtime import agree, autocast_dtype, device_of, dist_info, lr_at, versions
 
 OPTIMIZERS = ("adamw", "muon")
 
@@ -285,11 +285,11 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
     "loss"}, "census" {"step": [...], key: (E, L, H) arrays}, "stopped_at", "truncated_at", "wall_s",
     "tokens_per_s", "steps_per_s", "world_size", "resumed_from", and "grad_accum" when above 1 (a step hook then
     sees the step's last micro-batch)."""
-    rank, world, local_rank = _dist_info()
-    device = _device(cfg, local_rank)
+    rank, world, local_rank = dist_info()
+    device = device_of(cfg, local_rank)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    amp_dtype = _autocast_dtype(cfg, device)
+    amp_dtype = autocast_dtype(cfg, device)
     observers = [CensusObserver(cfg.census_placements)] if observers is None else list(observers)
     probe = None
     if step_hook is None and cfg.probe_every:
@@ -424,7 +424,7 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
             res["val"]["loss"].append(_evaluate(model, val_tok, cfg, device, amp_dtype))
         now = time.perf_counter()
         if (step + 1) % 10 == 0:
-            if cfg.max_wall_s and _agree(now - t0 > cfg.max_wall_s, world, device):
+            if cfg.max_wall_s and agree(now - t0 > cfg.max_wall_s, world, device):
                 res["truncated_at"] = step + 1
                 break
             if cfg.max_tokens and (step + 1) * tokens_per_step >= cfg.max_tokens:
@@ -495,9 +495,9 @@ def run_many(cfgs: list[RunConfig], workers: int = 1) -> list[dict]:
 
 def save_json(res: dict, path: Path | str) -> Path:
     """The result without the model, as JSON (non-finite floats as strings)."""
-    from lib.training.train import _jsonable
+    from lib.training.runtime import jsonable
     path = Path(path)
-    path.write_text(json.dumps(_jsonable({k: v for k, v in res.items() if k != "model"})))
+    path.write_text(json.dumps(jsonable({k: v for k, v in res.items() if k != "model"})))
     return path
 
 

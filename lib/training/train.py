@@ -26,7 +26,6 @@ import dataclasses
 import json
 import math
 import os
-import platform
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -42,6 +41,8 @@ from lib.fp.fix import BETA, MAX_SHIFT, TIE_TOL  # noqa: E402
 from lib.training import data as data_mod  # noqa: E402
 from lib.training.metrics import bf16_row_ties, bf16_tile_ties, spectral_norm  # noqa: E402
 from lib.training.model import GPT, GPTConfig, naive_attention  # noqa: E402
+from lib.training.runtime import (agree, autocast_dtype, device_of, dist_info, jsonable, lr_at,  # noqa: E402,F401
+                                  set_determinism, versions)
 from lib.training.zero_rows import fix_row_stats  # noqa: E402
 
 _SCHEDULES = ("constant", "cosine")
@@ -124,32 +125,9 @@ class TrainConfig:
                          zero_at=self.zero_at, qk_norm=self.qk_norm)
 
 
-def lr_at(cfg: TrainConfig, step: int) -> float:
-    """Learning rate of optimiser step `step` (0-based)."""
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    if cfg.schedule == "constant":
-        return cfg.lr
-    span = max(1, cfg.steps - cfg.warmup)
-    frac = min(1.0, (step - cfg.warmup) / span)
-    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * frac)) * (cfg.lr - cfg.min_lr)
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # telemetry
 # ----------------------------------------------------------------------------------------------------------------
-def versions() -> dict:
-    v = dict(python=platform.python_version(), torch=torch.__version__, numpy=np.__version__,
-             cuda=torch.version.cuda, device=(torch.cuda.get_device_name(0) if torch.cuda.is_available()
-                                              else f"cpu ({platform.machine()})"))
-    try:
-        import triton
-        v["triton"] = triton.__version__
-    except ImportError:  # pragma: no cover
-        pass
-    return v
-
-
 def score_stats(q: torch.Tensor, k: torch.Tensor, scale: float, chunk_elems: int = 1 << 26,
                 tile: int = TIE_TILE) -> dict:
     """Max causal attention logit and BF16 tie statistics from q, k of shape (B, H, T, D).
@@ -258,54 +236,6 @@ def collect_telemetry(model: GPT) -> dict:
 # ----------------------------------------------------------------------------------------------------------------
 # set-up helpers
 # ----------------------------------------------------------------------------------------------------------------
-def _dist_info():
-    """(rank, world_size, local_rank), initialising the process group from torchrun's environment if needed."""
-    import torch.distributed as dist
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", dist.get_rank()))
-    ws = int(os.environ.get("WORLD_SIZE", "1"))
-    if ws > 1:
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend=backend)
-        return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", dist.get_rank()))
-    return 0, 1, 0
-
-
-def _agree(flag: bool, world: int, device) -> bool:
-    """Rank 0's `flag` on every rank (so all ranks stop at the same step)."""
-    if world == 1:
-        return bool(flag)
-    import torch.distributed as dist
-    t = torch.tensor([1.0 if flag else 0.0], device=device)
-    dist.broadcast(t, src=0)
-    return bool(t.item())
-
-
-def _device(cfg: TrainConfig, local_rank: int) -> torch.device:
-    if cfg.device == "cpu" or (cfg.device == "auto" and not torch.cuda.is_available()):
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise RuntimeError("device='cuda' but CUDA is not available")
-    torch.cuda.set_device(local_rank)
-    return torch.device("cuda", local_rank)
-
-
-def _autocast_dtype(cfg: TrainConfig, device: torch.device):
-    if cfg.autocast == "bf16" or (cfg.autocast == "auto" and device.type == "cuda"):
-        return torch.bfloat16
-    return None
-
-
-def _set_determinism(cfg: TrainConfig):
-    on = cfg.deterministic != "off"
-    torch.use_deterministic_algorithms(on, warn_only=cfg.deterministic == "warn")
-    torch.backends.cudnn.deterministic = on
-    torch.backends.cudnn.benchmark = False
-    # TF32 off, as in the paper's code: FP32 matmuls (naive attention, telemetry) stay FP32.
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-
-
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
     # Fused AdamW on CUDA (as in the paper's code; elementwise, so deterministic, and few launches for a small,
     # launch-bound model); the default implementation on the CPU.
@@ -330,20 +260,6 @@ def _evaluate(model: GPT, val: np.ndarray, cfg: TrainConfig, device, amp_dtype) 
     return tot / len(starts)
 
 
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return _jsonable(x.tolist())
-    if isinstance(x, float) and not math.isfinite(x):
-        return str(x)
-    if isinstance(x, (np.floating, np.integer)):
-        return _jsonable(x.item())
-    return x
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # the loop
 # ----------------------------------------------------------------------------------------------------------------
@@ -363,10 +279,10 @@ def train(cfg: TrainConfig, step_hook=None) -> dict:
     the gradient clipping, before the optimizer step (`lib.training.capture.CaptureHook` copies activations and
     gradients there).
     """
-    rank, world, local_rank = _dist_info()
-    device = _device(cfg, local_rank)
-    _set_determinism(cfg)
-    amp_dtype = _autocast_dtype(cfg, device)
+    rank, world, local_rank = dist_info()
+    device = device_of(cfg, local_rank)
+    set_determinism(cfg)
+    amp_dtype = autocast_dtype(cfg, device)
 
     corpus = data_mod.load_corpus()
     train_bytes, val_bytes = data_mod.split(corpus, cfg.val_fraction)
@@ -486,7 +402,7 @@ def train(cfg: TrainConfig, step_hook=None) -> dict:
             # The wall budget is checked every 10 steps, not only at telemetry steps: a slow run (the emulated kernel
             # path, many runs sharing one GPU) could otherwise overrun it by a whole telemetry interval.
             if cfg.max_wall_s and (step + 1) % 10 == 0 \
-                    and _agree(time.perf_counter() - t0 > cfg.max_wall_s, world, device):
+                    and agree(time.perf_counter() - t0 > cfg.max_wall_s, world, device):
                 result["truncated_at"] = step + 1
                 bar.update(1)
                 break
@@ -518,7 +434,7 @@ def train(cfg: TrainConfig, step_hook=None) -> dict:
         device=str(device), autocast=str(amp_dtype) if amp_dtype else "none")
     if out_dir is not None and rank == 0:
         save_ckpt(len(result["loss"]))
-        (out_dir / "telemetry.json").write_text(json.dumps(_jsonable(result)))
+        (out_dir / "telemetry.json").write_text(json.dumps(jsonable(result)))
     result["model"] = model
     return result
 

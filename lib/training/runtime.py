@@ -1,0 +1,105 @@
+"""What both training loops need of the machine and the run around the step: the process group and the device, the
+autocast dtype, determinism, the learning-rate schedule, the software versions a result records, and JSON-safe
+values. `lib.training.train` (the proxy studies' loop, `TrainConfig`) and `lib.training.loop` (the GPT-2 loop,
+`RunConfig`) read the same fields of their configs here (device, autocast, deterministic, lr, min_lr, warmup,
+schedule, steps), so one definition serves both.
+"""
+from __future__ import annotations
+
+import math
+import os
+import platform
+
+import numpy as np
+import torch
+
+
+def lr_at(cfg, step: int) -> float:
+    """Learning rate of optimiser step `step` (0-based): linear warm-up over `cfg.warmup` steps, then constant or a
+    cosine to `cfg.min_lr` at `cfg.steps` (`cfg.schedule`)."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    if cfg.schedule == "constant":
+        return cfg.lr
+    span = max(1, cfg.steps - cfg.warmup)
+    frac = min(1.0, (step - cfg.warmup) / span)
+    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * frac)) * (cfg.lr - cfg.min_lr)
+
+
+def versions() -> dict:
+    """Python, torch, numpy, CUDA and Triton versions and the device name, as a result records them."""
+    v = dict(python=platform.python_version(), torch=torch.__version__, numpy=np.__version__,
+             cuda=torch.version.cuda, device=(torch.cuda.get_device_name(0) if torch.cuda.is_available()
+                                              else f"cpu ({platform.machine()})"))
+    try:
+        import triton
+        v["triton"] = triton.__version__
+    except ImportError:  # pragma: no cover
+        pass
+    return v
+
+
+def dist_info():
+    """(rank, world_size, local_rank), initialising the process group from torchrun's environment if needed."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", dist.get_rank()))
+    ws = int(os.environ.get("WORLD_SIZE", "1"))
+    if ws > 1:
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend=backend)
+        return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", dist.get_rank()))
+    return 0, 1, 0
+
+
+def agree(flag: bool, world: int, device) -> bool:
+    """Rank 0's `flag` on every rank (so all ranks stop at the same step)."""
+    if world == 1:
+        return bool(flag)
+    import torch.distributed as dist
+    t = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.broadcast(t, src=0)
+    return bool(t.item())
+
+
+def device_of(cfg, local_rank: int) -> torch.device:
+    """The run's device from `cfg.device` ("cpu", "cuda" or "auto"); on CUDA this rank's GPU, made current."""
+    if cfg.device == "cpu" or (cfg.device == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError("device='cuda' but CUDA is not available")
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
+
+
+def autocast_dtype(cfg, device: torch.device):
+    """torch.bfloat16 when `cfg.autocast` asks for BF16 autocast ("bf16", or "auto" on CUDA), else None."""
+    if cfg.autocast == "bf16" or (cfg.autocast == "auto" and device.type == "cuda"):
+        return torch.bfloat16
+    return None
+
+
+def set_determinism(cfg):
+    """Deterministic algorithms per `cfg.deterministic` ("on", "warn" or "off"); TF32 off either way."""
+    on = cfg.deterministic != "off"
+    torch.use_deterministic_algorithms(on, warn_only=cfg.deterministic == "warn")
+    torch.backends.cudnn.deterministic = on
+    torch.backends.cudnn.benchmark = False
+    # TF32 off, as in the paper's code: FP32 matmuls (naive attention, telemetry) stay FP32.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
+def jsonable(x):
+    """`x` with numpy arrays and scalars as Python values and non-finite floats as strings ("nan", "inf")."""
+    if isinstance(x, dict):
+        return {k: jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return jsonable(x.tolist())
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if isinstance(x, (np.floating, np.integer)):
+        return jsonable(x.item())
+    return x
