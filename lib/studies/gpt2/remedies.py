@@ -153,13 +153,13 @@ def _arm_outcome(r: dict) -> str:
     """`outcome_words` of an `arm_rows` row, saying when its wall budget stopped it short of the horizon."""
     cut, horizon = r.get("cut"), r.get("horizon")
     return (outcome_words(r["fail"], r["back"], r["steps"])
-            + (f" (its wall budget stopped it short of the {horizon:,}-step horizon)"
+            + (f", where its wall budget stopped it short of the {horizon:,}-step horizon"
                if cut is not None and horizon and cut < horizon else ""))
 
 
 def _run_words(r: dict) -> str:
-    return (f"seed {r['seed']}: {_arm_outcome(r)} (the unremedied "
-            f"{r['base_words']}: {outcome_words(r['base_fail'], r['base_back'], r['base_steps'])})"
+    return (f"seed {r['seed']}: {_arm_outcome(r)} — unremedied, "
+            f"{r['base_words']}: {outcome_words(r['base_fail'], r['base_back'], r['base_steps'])}"
             if r["base_steps"] is not None else f"seed {r['seed']}: {_arm_outcome(r)} "
                                                 f"(its baseline not run at this seed)")
 
