@@ -108,6 +108,26 @@ def test_phase_2_saves_an_entry_once_all_its_arms_have_finished(tmp_path, monkey
     assert campaign.save_finished([a, b], tmp_path, saved) == [] and calls == ["a"]      # once
 
 
+def test_an_entry_saved_by_an_earlier_call_is_not_saved_again(disk, monkeypatch, capsys):
+    """Phase 2 saves the entry whose arms finished and marks it on the machine's disk; phase 3 then saves only what
+    is left (here nothing) and runs its extras; an entry saved by no earlier call is still saved."""
+    calls = []
+    monkeypatch.setattr(campaign, "save", lambda name, out, env=None: calls.append(name) or 0)
+    cfg = entry(S2)
+    for lab in ("fp32:s2", "paper:s2"):
+        finished(cfg, lab, 60)
+    out = str(disk / "out")
+    assert campaign.main(["2", "--out", out, "--entry", S2, "--skip-checks", "--wait", "30"]) == 0
+    assert calls == [S2] and campaign.saved_earlier([cfg]) == {S2: 0}
+    calls.clear()
+    assert campaign.main(["3", "--out", out, "--entry", S2, "--wait", "0", "--extra", "train_step_gpt2"]) == 0
+    assert calls == ["train_step_gpt2"]
+    assert f"{S2} was saved in an earlier call" in capsys.readouterr().out
+    campaign._saved_marker(cfg).unlink()
+    calls.clear()
+    assert campaign.main(["3", "--out", out, "--entry", S2, "--wait", "0"]) == 0 and calls == [S2]
+
+
 def test_a_phase_on_a_bare_machine_restarts_nothing(disk, monkeypatch, capsys):
     """Phase 3 saves the entry whose arms are on the disk and not the one whose machine was lost (saving it would
     start its arms from step 0); phase 2 with only lost entries exits 3 at once. Nothing starts."""

@@ -18,8 +18,9 @@ The arms of the named entries go one per GPU, in order (entry after entry), so t
   of the SDPA arm, or of the paper arm where no entry has SDPA, and run the registered `gradient_checks` with it on
   GPU 1, then each result named by `--extra` on the last GPU, beside the arms; wait, saving each entry as soon as
   all its arms have finished (so a machine lost before phase 3 loses only the entries still training).
-* phase 3: wait for the arms (their wall budget stops them in time) and save every entry; then each result named by
-  `--extra` with every GPU visible (the arms have stopped, so a benchmark finds its GPUs idle).
+* phase 3: wait for the arms (their wall budget stops them in time) and save every entry that no earlier call saved
+  (a marker in its workdir says so: its result came back with that call); then each result named by `--extra` with
+  every GPU visible (the arms have stopped, so a benchmark finds its GPUs idle).
 
 A lost machine. The machine and its disk go back soon after a call; if they are lost between calls, the next phase
 runs on a bare machine, where saving an entry would start its arms again from step 0 and wait for nothing. So
@@ -189,8 +190,25 @@ def save_finished(cfgs, out: Path, saved: dict) -> list[str]:
         saved[cfg["_entry"]] = rc = save(cfg["_entry"], out)
         print(f"{cfg['_entry']} saved as its arms finished: exit status {rc}", flush=True)
         if rc == 0:
+            mark_saved(cfg)
             say_reused(cfg)
     return [cfg["_entry"] for cfg in done]
+
+
+def _saved_marker(cfg) -> Path:
+    return Path(cfg["workdir"]) / "saved.json"
+
+
+def mark_saved(cfg) -> None:
+    """Record on the machine's disk that the entry's result was written into a call's $OUT (which comes back with
+    that call), so that a later phase does not save it again — a second save costs a minute of device time and
+    returns a copy that differs only in its creation time."""
+    _saved_marker(cfg).write_text(json.dumps({"entry": cfg["_entry"], "at": time.time()}))
+
+
+def saved_earlier(cfgs) -> dict:
+    """{entry: 0} for each entry an earlier call saved (`mark_saved`), to seed a phase's `saved`."""
+    return {cfg["_entry"]: 0 for cfg in cfgs if _saved_marker(cfg).exists()}
 
 
 def missing_arms(cfg) -> list[str]:
@@ -690,7 +708,9 @@ def main(argv=None) -> int:
         cfgs = kept
         a.beside = [name for name in a.beside if name not in lost]
     slots = _slots(cfgs)
-    saved: dict = {}
+    saved: dict = saved_earlier(cfgs) if a.phase != 1 else {}
+    for name in saved:
+        print(f"{name} was saved in an earlier call (its result came back with it); not saved again", flush=True)
     if a.phase == 1 and emulated_arms(cfgs):
         print("NOT NATIVE (no arm started): our kernel runs these arms only on its emulated path, far too slow to "
               "train in a campaign: " + "; ".join(emulated_arms(cfgs)), flush=True)
@@ -754,10 +774,13 @@ def main(argv=None) -> int:
             print(f"{name} exit status {rc} after {time.time() - t0:.0f} s", flush=True)
     else:
         for cfg in cfgs:
+            if cfg["_entry"] in saved:
+                continue
             os.environ["BOOK_WAIT_S"] = str(max(0.0, a.wait - (time.time() - t0)))
             saved[cfg["_entry"]] = rc = save(cfg["_entry"], out)
             print(f"{cfg['_entry']} exit status {rc} after {time.time() - t0:.0f} s", flush=True)
             if rc == 0:
+                mark_saved(cfg)
                 say_reused(cfg)
         # Before the benchmarks, which may run to the end of the call: the finished arms of unsaved entries.
         pack_finished(cfgs, out, {name for name, rc in saved.items() if rc == 0})
