@@ -256,6 +256,8 @@ def test_fix_words_say_what_each_form_of_the_fix_did_and_on_how_many_seeds():
     assert (r["horizon"], r["cut"]) == (10 * STEPS, STEPS)
     said = f"seed 1: no failure in {STEPS} steps, where its wall budget stopped it short of the {10 * STEPS:,}-step horizon"
     assert said in remedies.fix_words([r]) and said in remedies.advice_words([r], ("paper_fix_b2_exact",))
+    assert remedies.brief_words([r], ("paper_fix_b2_exact",)).startswith(
+        f"exact-rule fix (β = 2), seed 1: no failure in {STEPS} steps, stopped by its wall budget (unremedied")
     whole = remedies.arm_rows([b7], chain)[0]
     assert whole["cut"] is None and "wall budget" not in remedies.fix_words([whole])
     o32_spec = "paper/round_block=512/round_o=false"

@@ -252,13 +252,16 @@ def _seeds_words(seeds) -> str:
 
 def brief_words(rows: list[dict], arms) -> str:
     """The arms `arms` in a few words for a table cell: per arm its outcome over the seeds it ran (one phrase when
-    every seed's is the same), then the unremedied arm's failure step in each of those seeds; "" when none ran."""
+    every seed's is the same; "stopped by its wall budget" where that cut it short of the horizon), then the
+    unremedied arm's failure step in each of those seeds; "" when none ran."""
     parts, fails = [], {}
     for a in arms:
         mine = sorted((r for r in rows if r["arm"] == a), key=lambda r: r["seed"])
         if not mine:
             continue
-        words = [outcome_words(r["fail"], r["back"], r["steps"]) for r in mine]
+        words = [outcome_words(r["fail"], r["back"], r["steps"])
+                 + (", stopped by its wall budget" if r.get("cut") is not None and r.get("horizon")
+                    and r["cut"] < r["horizon"] else "") for r in mine]
         name = _change(a)
         parts.append(f"{name}, {_seeds_words(r['seed'] for r in mine)}: {words[0]}" if len(set(words)) == 1
                      else f"{name}: " + "; ".join(f"seed {r['seed']}: {w}" for w, r in zip(words, mine)))
