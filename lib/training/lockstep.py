@@ -25,7 +25,8 @@ import torch
 
 from lib.training import data as data_mod
 from lib.training.model import GPT
-from lib.training.runtime import autocast_dtype, device_of, lr_at, set_determinism, versions
+from lib.training.runtime import (autocast_dtype, device_of, forward_backward, grad_norm, lr_at, set_determinism,
+                                  versions)
 from lib.training.train import TrainConfig, make_optimizer
 
 __all__ = ["train_lockstep", "SHARED_FIELDS"]
@@ -103,14 +104,8 @@ def train_lockstep(arms: dict, *, on_record=None, record_every: int = 50, max_wa
                 cfg, model, opt = r["cfg"], r["model"], r["opt"]
                 for g in opt.param_groups:
                     g["lr"] = lr_at(cfg, step)
-                with torch.autocast(device_type=device.type, dtype=r["amp"] or torch.float32,
-                                    enabled=r["amp"] is not None):
-                    _, loss = model(x, y)
-                loss.backward()
-                if cfg.grad_clip > 0:
-                    gn = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-                else:
-                    gn = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))
+                loss = forward_backward(model, x, y, device, r["amp"])
+                gn = grad_norm(model, cfg.grad_clip)
                 opt.step()
                 opt.zero_grad(set_to_none=True)
                 r["pending"].append((loss.detach(), gn.detach()))

@@ -47,7 +47,8 @@ import torch
 
 from lib.training import data as data_mod
 from lib.training.model import GPTConfig, build_lm
-from lib.training.runtime import agree, autocast_dtype, device_of, dist_info, lr_at, versions
+from lib.training.runtime import (agree, autocast_dtype, device_of, dist_info, forward_backward, grad_norm, lr_at,
+                                  versions)
 
 OPTIMIZERS = ("adamw", "muon")
 
@@ -325,25 +326,6 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
     if cfg.compile:
         fwd = torch.compile(fwd)
 
-    def forward_backward(f, x, y):
-        """This rank's forward and backward of the step on windows x, y; returns the loss (their mean)."""
-        if accum == 1:
-            with torch.autocast(device_type=device.type, dtype=amp_dtype or torch.float32,
-                                enabled=amp_dtype is not None):
-                _, loss = f(x, y)
-            loss.backward()
-            return loss
-        losses = []
-        for xs, ys in zip(x.chunk(accum), y.chunk(accum)):
-            if world > 1:     # DDP all-reduces the summed gradients after the last micro-batch only (as no_sync)
-                ddp.require_backward_grad_sync = len(losses) == accum - 1
-            with torch.autocast(device_type=device.type, dtype=amp_dtype or torch.float32,
-                                enabled=amp_dtype is not None):
-                _, loss = f(xs, ys)
-            (loss / accum).backward()
-            losses.append(loss.detach())
-        return torch.stack(losses).mean()
-
     def save(step):
         if ckpt is None or rank != 0:
             return
@@ -395,7 +377,7 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
         if step_hook is not None and rank == 0:
             step_hook.before_forward(step, model)
         try:
-            loss = forward_backward(fwd, x, y)
+            loss = forward_backward(fwd, x, y, device, amp_dtype, accum, ddp if world > 1 else None)
         except Exception as e:  # noqa: BLE001  (a compiler failure at the first step: train eagerly, say so)
             if fwd is ddp or step != step0:
                 raise
@@ -405,8 +387,8 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
             for o in opts:
                 o.zero_grad(set_to_none=True)
             fwd = ddp
-            loss = forward_backward(fwd, x, y)
-        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
+            loss = forward_backward(fwd, x, y, device, amp_dtype, accum, ddp if world > 1 else None)
+        gn = grad_norm(model, cfg.grad_clip)
         if step_hook is not None and rank == 0:
             step_hook.after_backward(step, model, opts[-1])
         for o in opts:

@@ -1,8 +1,9 @@
-"""What both training loops need of the machine and the run around the step: the process group and the device, the
-autocast dtype, determinism, the learning-rate schedule, the software versions a result records, and JSON-safe
-values. `lib.training.train` (the proxy studies' loop, `TrainConfig`) and `lib.training.loop` (the GPT-2 loop,
+"""What every training loop needs of the machine and the run, and the step they share: the process group and the
+device, the autocast dtype, determinism, the learning-rate schedule, the forward and backward of a step and its
+gradient norm, the software versions a result records, and JSON-safe values. `lib.training.train` (the proxy studies' loop, `TrainConfig`) and `lib.training.loop` (the GPT-2 loop,
 `RunConfig`) read the same fields of their configs here (device, autocast, deterministic, lr, min_lr, warmup,
-schedule, steps), so one definition serves both.
+schedule, steps), so one definition serves both; the lock-step driver of several runs (`lib.training.lockstep`) takes
+its step from here too.
 """
 from __future__ import annotations
 
@@ -24,6 +25,37 @@ def lr_at(cfg, step: int) -> float:
     span = max(1, cfg.steps - cfg.warmup)
     frac = min(1.0, (step - cfg.warmup) / span)
     return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * frac)) * (cfg.lr - cfg.min_lr)
+
+
+def forward_backward(f, x, y, device: torch.device, amp_dtype, accum: int = 1, ddp=None) -> torch.Tensor:
+    """One step's forward and backward of the windows x, y (batch, seq_len) through `f` (the model, or its compiled
+    or DDP-wrapped form) under autocast to `amp_dtype` (None: none); returns the loss (a 0-d tensor, nats per token).
+    With `accum` > 1 the windows go as that many micro-batches, each backward of loss/accum, and `ddp` (given under
+    DDP) all-reduces the summed gradients after the last only; the loss is then the micro-batches' mean."""
+    if accum == 1:
+        with torch.autocast(device_type=device.type, dtype=amp_dtype or torch.float32,
+                            enabled=amp_dtype is not None):
+            _, loss = f(x, y)
+        loss.backward()
+        return loss
+    losses = []
+    for xs, ys in zip(x.chunk(accum), y.chunk(accum)):
+        if ddp is not None:     # as no_sync: DDP all-reduces after the last micro-batch only
+            ddp.require_backward_grad_sync = len(losses) == accum - 1
+        with torch.autocast(device_type=device.type, dtype=amp_dtype or torch.float32,
+                            enabled=amp_dtype is not None):
+            _, loss = f(xs, ys)
+        (loss / accum).backward()
+        losses.append(loss.detach())
+    return torch.stack(losses).mean()
+
+
+def grad_norm(model: torch.nn.Module, grad_clip: float) -> torch.Tensor:
+    """The global norm of `model`'s gradients before clipping (a 0-d tensor); with `grad_clip` > 0 the gradients are
+    clipped to that norm."""
+    if grad_clip > 0:
+        return torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    return torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))
 
 
 def versions() -> dict:

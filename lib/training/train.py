@@ -41,8 +41,8 @@ from lib.fp.fix import BETA, MAX_SHIFT, TIE_TOL  # noqa: E402
 from lib.training import data as data_mod  # noqa: E402
 from lib.training.metrics import bf16_row_ties, bf16_tile_ties, spectral_norm  # noqa: E402
 from lib.training.model import GPT, GPTConfig, naive_attention  # noqa: E402
-from lib.training.runtime import (agree, autocast_dtype, device_of, dist_info, jsonable, lr_at,  # noqa: E402,F401
-                                  set_determinism, versions)
+from lib.training.runtime import (agree, autocast_dtype, device_of, dist_info, forward_backward,  # noqa: E402,F401
+                                  grad_norm, jsonable, lr_at, set_determinism, versions)
 from lib.training.zero_rows import fix_row_stats  # noqa: E402
 
 _SCHEDULES = ("constant", "cosine")
@@ -364,14 +364,8 @@ def train(cfg: TrainConfig, step_hook=None) -> dict:
             model.set_capture(is_tele and rank == 0)
             if step_hook is not None and rank == 0:
                 step_hook.before_forward(step, model)
-            with torch.autocast(device_type=device.type, dtype=amp_dtype or torch.float32,
-                                enabled=amp_dtype is not None):
-                _, loss = ddp(x, y)
-            loss.backward()
-            if cfg.grad_clip > 0:
-                gn = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            else:
-                gn = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))
+            loss = forward_backward(ddp, x, y, device, amp_dtype)
+            gn = grad_norm(model, cfg.grad_clip)
             pending_loss.append(loss.detach())
             pending_gn.append(gn.detach())
             result["lr"].append(lr)
