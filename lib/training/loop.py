@@ -47,6 +47,7 @@ import torch
 
 from lib.training import data as data_mod
 from lib.training.model import GPTConfig, build_lm
+from lib.training import runtime
 from lib.training.runtime import (agree, autocast_dtype, device_of, dist_info, forward_backward, grad_norm, lr_at,
                                   versions)
 
@@ -468,11 +469,7 @@ def _worker(cfg: RunConfig) -> dict:
 def run_many(cfgs: list[RunConfig], workers: int = 1) -> list[dict]:
     """Run `cfgs` in order (workers = 1) or as that many concurrent spawned processes (one GPU shared); a run that
     raises gives {"error", "traceback", "config"}."""
-    if workers <= 1 or len(cfgs) <= 1:
-        return [_worker(c) for c in cfgs]
-    import multiprocessing as mp
-    with mp.get_context("spawn").Pool(processes=min(workers, len(cfgs))) as pool:
-        return pool.map(_worker, cfgs, chunksize=1)
+    return runtime.run_many(_worker, cfgs, workers)
 
 
 def save_json(res: dict, path: Path | str) -> Path:

@@ -1,6 +1,6 @@
 """What every training loop needs of the machine and the run, and the step they share: the process group and the
 device, the autocast dtype, determinism, the learning-rate schedule, the forward and backward of a step and its
-gradient norm, the software versions a result records, and JSON-safe values. `lib.training.train` (the proxy studies' loop, `TrainConfig`) and `lib.training.loop` (the GPT-2 loop,
+gradient norm, several runs at once (`run_many`), the software versions a result records, and JSON-safe values. `lib.training.train` (the proxy studies' loop, `TrainConfig`) and `lib.training.loop` (the GPT-2 loop,
 `RunConfig`) read the same fields of their configs here (device, autocast, deterministic, lr, min_lr, warmup,
 schedule, steps), so one definition serves both; the lock-step driver of several runs (`lib.training.lockstep`) takes
 its step from here too.
@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import platform
+import time
 
 import numpy as np
 import torch
@@ -135,3 +136,30 @@ def jsonable(x):
     if isinstance(x, (np.floating, np.integer)):
         return jsonable(x.item())
     return x
+
+
+def run_many(worker, cfgs: list, workers: int = 1, status_every_s: float = 0.0, labels=None, init=None,
+             lines=None) -> list:
+    """`worker(cfg)` for each of `cfgs`, results in order: one after another in this process (workers ≤ 1), or as
+    that many concurrent spawned processes (on one GPU they share it). With `init` (a function of one shared dict,
+    run in each process first, where the loop reports its progress) and `status_every_s` > 0, every so many seconds
+    the parent prints `lines(progress, labels)`: one line per run."""
+    if workers <= 1 or len(cfgs) <= 1:
+        return [worker(c) for c in cfgs]
+    import multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    if init is None:
+        with ctx.Pool(processes=min(workers, len(cfgs))) as pool:
+            return pool.map(worker, cfgs, chunksize=1)
+    with ctx.Manager() as manager:
+        progress = manager.dict()
+        with ctx.Pool(processes=min(workers, len(cfgs)), initializer=init, initargs=(progress,)) as pool:
+            job = pool.map_async(worker, cfgs, chunksize=1)
+            t0 = time.perf_counter()
+            while not job.ready():
+                job.wait(status_every_s)
+                if not job.ready():
+                    snap = dict(progress)
+                    print("\n".join([f"[run_many] {time.perf_counter() - t0:.0f} s"] + lines(snap, labels)),
+                          flush=True)
+            return job.get()

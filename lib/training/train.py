@@ -41,6 +41,7 @@ from lib.fp.fix import BETA, MAX_SHIFT, TIE_TOL  # noqa: E402
 from lib.training import data as data_mod  # noqa: E402
 from lib.training.metrics import bf16_row_ties, bf16_tile_ties, spectral_norm  # noqa: E402
 from lib.training.model import GPT, GPTConfig, naive_attention  # noqa: E402
+from lib.training import runtime  # noqa: E402
 from lib.training.runtime import (agree, autocast_dtype, device_of, dist_info, forward_backward,  # noqa: E402,F401
                                   grad_norm, jsonable, lr_at, set_determinism, versions)
 from lib.training.zero_rows import fix_row_stats  # noqa: E402
@@ -480,23 +481,8 @@ def run_many(cfgs: list[TrainConfig], workers: int = 1, status_every_s: float = 
     GPU they share it, which is what keeps a many-arm experiment within minutes for a small model); every
     `status_every_s` seconds the parent prints one line per run (steps done, last loss, steps/s), from the runs'
     loss flushes (every telemetry step, so it costs no extra GPU synchronisation)."""
-    if workers <= 1 or len(cfgs) <= 1:
-        return [_worker(c) for c in cfgs]
-    import multiprocessing as mp
-    ctx = mp.get_context("spawn")
-    labels = [c.label or c.attn for c in cfgs]
-    with ctx.Manager() as manager:
-        progress = manager.dict()
-        with ctx.Pool(processes=min(workers, len(cfgs)), initializer=_init_worker, initargs=(progress,)) as pool:
-            job = pool.map_async(_worker, cfgs, chunksize=1)
-            t0 = time.perf_counter()
-            while not job.ready():
-                job.wait(status_every_s)
-                if not job.ready():
-                    snap = dict(progress)
-                    print("\n".join([f"[run_many] {time.perf_counter() - t0:.0f} s"]
-                                     + progress_lines(snap, labels)), flush=True)
-            return job.get()
+    return runtime.run_many(_worker, cfgs, workers, status_every_s, [c.label or c.attn for c in cfgs], _init_worker,
+                            progress_lines)
 
 
 # ----------------------------------------------------------------------------------------------------------------
