@@ -264,21 +264,11 @@ def run_observers(observers, step: int, model, x: torch.Tensor, amp_dtype) -> di
 # the loop
 # ----------------------------------------------------------------------------------------------------------------
 def _evaluate(model, val, cfg: RunConfig, device, amp_dtype) -> float:
-    """Mean validation loss over `eval_batches` batches of `batch_size` windows (in pieces of `micro_batch`)."""
+    """Mean validation loss over `eval_batches` batches of `batch_size` windows (in pieces of `micro_batch`;
+    `runtime.evaluate`)."""
     starts = data_mod.batch_starts(len(val), cfg.seq_len, cfg.batch_size, cfg.eval_batches, cfg.data_seed + 1)
-    was = model.training
-    model.eval()
-    tot = 0.0
-    with torch.no_grad():
-        for row in starts:
-            x, y = get_batch(val, row, cfg, device)
-            with torch.autocast(device_type=device.type, dtype=amp_dtype or torch.float32,
-                                enabled=amp_dtype is not None):
-                parts = [model(xs, ys)[1].item() for xs, ys in zip(x.split(cfg.micro_batch or len(x)),
-                                                                  y.split(cfg.micro_batch or len(y)))]
-                tot += sum(parts) / len(parts)
-    model.train(was)
-    return tot / len(starts)
+    return runtime.evaluate(model, (get_batch(val, row, cfg, device) for row in starts), device, amp_dtype,
+                            cfg.micro_batch)
 
 
 def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:

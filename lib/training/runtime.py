@@ -51,6 +51,25 @@ def forward_backward(f, x, y, device: torch.device, amp_dtype, accum: int = 1, d
     return torch.stack(losses).mean()
 
 
+def evaluate(model: torch.nn.Module, batches, device: torch.device, amp_dtype, micro_batch: int = 0) -> float:
+    """Mean loss (nats per token) of `model` over `batches` (an iterable of windows x, y), without gradients, in eval
+    mode (restored after), under autocast to `amp_dtype` (None: none); each batch in pieces of `micro_batch` windows
+    (0: whole), its loss the pieces' mean."""
+    was = model.training
+    model.eval()
+    tot, n = 0.0, 0
+    with torch.no_grad():
+        for x, y in batches:
+            with torch.autocast(device_type=device.type, dtype=amp_dtype or torch.float32,
+                                enabled=amp_dtype is not None):
+                parts = [model(xs, ys)[1].item() for xs, ys in zip(x.split(micro_batch or len(x)),
+                                                                  y.split(micro_batch or len(y)))]
+                tot += sum(parts) / len(parts)
+            n += 1
+    model.train(was)
+    return tot / n
+
+
 def grad_norm(model: torch.nn.Module, grad_clip: float) -> torch.Tensor:
     """The global norm of `model`'s gradients before clipping (a 0-d tensor); with `grad_clip` > 0 the gradients are
     clipped to that norm."""

@@ -246,19 +246,10 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Adam
 
 
 def _evaluate(model: GPT, val: np.ndarray, cfg: TrainConfig, device, amp_dtype) -> float:
+    """Mean validation loss over `eval_batches` batches of `batch_size` windows (`runtime.evaluate`)."""
     starts = data_mod.batch_starts(len(val), cfg.seq_len, cfg.batch_size, cfg.eval_batches, cfg.data_seed + 1)
-    was = model.training
-    model.eval()
-    tot = 0.0
-    with torch.no_grad():
-        for row in starts:
-            x, y = data_mod.get_batch(val, row, cfg.seq_len, device)
-            with torch.autocast(device_type=device.type, dtype=amp_dtype or torch.float32,
-                                enabled=amp_dtype is not None):
-                _, loss = model(x, y)
-            tot += loss.item()
-    model.train(was)
-    return tot / len(starts)
+    return runtime.evaluate(model, (data_mod.get_batch(val, row, cfg.seq_len, device) for row in starts), device,
+                            amp_dtype)
 
 
 # ----------------------------------------------------------------------------------------------------------------
