@@ -258,6 +258,12 @@ def test_fix_words_say_what_each_form_of_the_fix_did_and_on_how_many_seeds():
     assert said in remedies.fix_words([r]) and said in remedies.advice_words([r], ("paper_fix_b2_exact",))
     assert remedies.brief_words([r], ("paper_fix_b2_exact",)).startswith(
         f"exact-rule fix (β = 2), seed 1: no failure in {STEPS} steps, stopped by its wall budget (unremedied")
+    # an arm on another GPU model than its unremedied arm says so; the same GPU, or an unknown one, says nothing
+    assert remedies.device_words([r]) == ""
+    other = dict(r, device="GPU A", base_device="GPU B")
+    assert remedies.device_words([other, dict(r, device="GPU B", base_device="GPU B")]).startswith(
+        "Not every arm trained on the GPU model of its unremedied arm: exact-rule fix (β = 2), seed 1, on one GPU A "
+        "(unremedied: one GPU B).")
     whole = remedies.arm_rows([b7], chain)[0]
     assert whole["cut"] is None and "wall budget" not in remedies.fix_words([whole])
     o32_spec = "paper/round_block=512/round_o=false"

@@ -25,7 +25,7 @@ from lib.studies.gpt2.reading import (CHAIN_ARMS, FOCUS_LAYER, at_step, cfg_of, 
                                       outcomes)
 
 __all__ = ["REMEDY_GROUPS", "CLAIM_ARMS", "SHORT", "PAPER_REMEDIES", "FIX_ARMS", "advice_words", "pending_words",
-           "step_costs", "merge_benches", "cost_words", "fix_words", "brief_words", "outcome_words", "growth_words",
+           "step_costs", "merge_benches", "cost_words", "fix_words", "device_words", "brief_words", "outcome_words", "growth_words",
            "pending", "arm_rows", "verdicts", "claim_verdicts", "table", "glue_numbers", "seed_view"]
 
 # The registry's groups of channel and remedy entries this module reads (the injection is read by its own rule).
@@ -91,10 +91,12 @@ def arm_rows(remedies, chain, layer: int = FOCUS_LAYER) -> list[dict]:
     `layer`'s largest logit over FP32 attention's at that step), "spread" (FP32 attention's own seed-to-seed spread
     of that ratio there, None with one FP32 seed), "grown" ((n, k): the baseline grows n (growth step, layer) pairs'
     largest logits beyond that spread, the arm stays within it in k of them: it removes the growth when k = n > 0),
-    "horizon" (the registered steps, None where the configuration has none), "cut" (the step its wall budget stopped it at, before the horizon, or None)}.
+    "horizon" (the registered steps, None where the configuration has none), "cut" (the step its wall budget
+    stopped it at, before the horizon, or None), "device" and "base_device" (the GPU each trained on, None unknown)}.
     Arms whose baseline or FP32 run of the same seed is absent get
     None in those fields."""
     base_oc = outcomes(chain)
+    base_gpu = {r["label"]: (r.get("versions") or {}).get("device") for r in chain.data["runs"]}
     crules = cfg_of(chain)["rules"]
     spread = fp32_spread(chain.arrays, chain.data["runs"], crules)
     base_spec = {a["label"]: a["attn"] for a in cfg_of(chain)["arms"]}
@@ -104,6 +106,7 @@ def arm_rows(remedies, chain, layer: int = FOCUS_LAYER) -> list[dict]:
         rules, spec = cfg["rules"], {a["label"]: a["attn"] for a in cfg["arms"]}
         oc = outcomes(res)
         cut = {r["label"]: r.get("truncated_at") for r in res.data["runs"]}
+        gpu = {r["label"]: (r.get("versions") or {}).get("device") for r in res.data["runs"]}
         arrays = dict(chain.arrays) | dict(res.arrays)
         for arm in spec:
             base = rules["baseline"][arm]
@@ -120,6 +123,7 @@ def arm_rows(remedies, chain, layer: int = FOCUS_LAYER) -> list[dict]:
                     entry=getattr(res, "name", cfg.get("_entry", "")), arm=arm, words=_words(spec[arm]), seed=seed,
                     spec=spec[arm], base_spec=base_spec.get(base),
                     steps=steps, fail=fail, back=back, base=base, horizon=cfg.get("steps"), cut=cut.get(lab),
+                    device=gpu.get(lab), base_device=base_gpu.get(blab),
                     base_words=CHAIN_ARMS.get(base, _words(base_spec[base]) if base in base_spec else base),
                     base_steps=b and b[1], base_fail=b and b[2], base_back=b and b[3], step=step,
                     ratio=_ratio_at(arrays, lab, ref, step, layer) if step else None,
@@ -149,12 +153,28 @@ def outcome_words(fail, back, steps) -> str:
     return f"failed at step {fail:,}" + (f", back {back:,} steps later" if back is not None else ", never back")
 
 
+def _cut_short(r: dict) -> bool:
+    """Whether an `arm_rows` row's wall budget stopped it before its horizon."""
+    return r.get("cut") is not None and bool(r.get("horizon")) and r["cut"] < r["horizon"]
+
+
 def _arm_outcome(r: dict) -> str:
     """`outcome_words` of an `arm_rows` row, saying when its wall budget stopped it short of the horizon."""
-    cut, horizon = r.get("cut"), r.get("horizon")
     return (outcome_words(r["fail"], r["back"], r["steps"])
-            + (f", where its wall budget stopped it short of the {horizon:,}-step horizon"
-               if cut is not None and horizon and cut < horizon else ""))
+            + (f", where its wall budget stopped it short of the {r['horizon']:,}-step horizon" if _cut_short(r)
+               else ""))
+
+
+def device_words(rows: list[dict]) -> str:
+    """For a reader: each arm and seed that trained on another GPU model than its unremedied arm of the same seed
+    (same code for the same chip generation, but not the same machine); "" when none did or it is unknown."""
+    odd = [r for r in rows if r.get("device") and r.get("base_device") and r["device"] != r["base_device"]]
+    if not odd:
+        return ""
+    return ("Not every arm trained on the GPU model of its unremedied arm: " + "; ".join(
+        f"{_change(r['arm'])}, seed {r['seed']}, on one {r['device']} (unremedied: one {r['base_device']})"
+        for r in odd) + ". The code and the compiled kernels are the same; which launch configurations the "
+        "autotuner picks, and so the order of some FP32 sums, may not be.")
 
 
 def _run_words(r: dict) -> str:
@@ -259,9 +279,8 @@ def brief_words(rows: list[dict], arms) -> str:
         mine = sorted((r for r in rows if r["arm"] == a), key=lambda r: r["seed"])
         if not mine:
             continue
-        words = [outcome_words(r["fail"], r["back"], r["steps"])
-                 + (", stopped by its wall budget" if r.get("cut") is not None and r.get("horizon")
-                    and r["cut"] < r["horizon"] else "") for r in mine]
+        words = [outcome_words(r["fail"], r["back"], r["steps"]) + (", stopped by its wall budget" if _cut_short(r)
+                                                                     else "") for r in mine]
         name = _change(a)
         parts.append(f"{name}, {_seeds_words(r['seed'] for r in mine)}: {words[0]}" if len(set(words)) == 1
                      else f"{name}: " + "; ".join(f"seed {r['seed']}: {w}" for w, r in zip(words, mine)))

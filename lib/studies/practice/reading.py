@@ -677,7 +677,8 @@ def _config_words(conf: str) -> str:
     """'BLOCK_M: 64, BLOCK_N: 64, …, num_warps: 4, …' (Triton's config string) -> 'tiles of 64 query rows × 64 keys
     at 4 warps'."""
     kv = dict(re.findall(r"(\w+): (\w+)", conf))
-    return f"tiles of {kv.get('BLOCK_M', '?')} query rows × {kv.get('BLOCK_N', '?')} keys at {kv.get('num_warps', '?')} warps"
+    return (f"tiles of {kv.get('BLOCK_M', '?')} query rows × {kv.get('BLOCK_N', '?')} keys at "
+            f"{kv.get('num_warps', '?')} warps")
 
 
 def split_words(shapes: list[dict]) -> str:
@@ -691,8 +692,8 @@ def split_words(shapes: list[dict]) -> str:
             return ""
         bwd = ((s["sdpa_cudnn fwd+bwd"]["ms"] - s["sdpa_cudnn fwd"]["ms"])
                / (s["stable fwd+bwd"]["ms"] - s["stable fwd"]["ms"]))
-        cells.append(f"{'·'.join(map(str, s['shape']))}: forward {s['ratios']['stable over sdpa_cudnn fwd (speed-up)']:.2f}×, "
-                     f"backward {bwd:.2f}×")
+        fwd = s["ratios"]["stable over sdpa_cudnn fwd (speed-up)"]
+        cells.append(f"{'·'.join(map(str, s['shape']))}: forward {fwd:.2f}×, backward {bwd:.2f}×")
     out = ("Speed-up over cuDNN per shape, of our forward alone and of our backward (forward + backward less "
            "forward, from the medians): " + "; ".join(cells) + ".")
     tiles = [_config_words(s["configs"]["fwd"][0]) for s in shapes if s.get("configs", {}).get("fwd")]
