@@ -217,7 +217,19 @@ def test_the_cost_of_each_change_that_prevented_the_failure():
     text = remedies.cost_words(rows, bench)
     assert text.startswith("A compiled GPT-2 124M training step (one planted GPU) with each change that prevented "
                            "the failure takes, against the unremedied paper placement's: O in FP32 0.98× (1.26× ")
-    assert text.endswith("The cheapest: O in FP32.") and "guarded fix" not in text
+    assert text.endswith("Of those that prevented it in two seeds or more, the cheapest: O in FP32.")
+    assert "guarded fix" not in text and "rounds" not in text         # no per-round times: no range
+    assert set(remedies.established(rows)) == {"paper_o32", "paper_delta_fp32_o"}
+    # with per-round times, each ratio's range; a change whose range overlaps the cheapest's is named level with it
+    timed = dict(bench, groups=[[dict(x, ms=[x["ms_median"] * f for f in (0.99, 1.0, 1.01)]) for x in g]
+                                for g in bench["groups"]])
+    text = remedies.cost_words(rows, timed)
+    assert "O in FP32 0.98× (rounds 0.96–1.00×; 1.26× SDPA's compiled step)" in text
+    assert text.endswith("the cheapest: O in FP32.")           # δ from an FP32 O (1.17–1.22×) is not level
+    near = dict(timed, groups=[[dict(x, ms=[89.0, 90.0, 91.0]) if x["attn"].endswith("fp32_o") else x
+                                for x in timed["groups"][0]]])
+    assert remedies.cost_words(rows, near).endswith(
+        "the cheapest: O in FP32, level within the rounds' range with δ from an FP32 O.")
     uncompiled = dict(bench, groups=[[dict(x, compile=False) for x in bench["groups"][0]]])
     assert remedies.step_costs(rows, uncompiled) == {}
     assert remedies.cost_words(rows, None) == "What O in FP32 and δ from an FP32 O cost in a training step is not measured yet."
@@ -272,7 +284,8 @@ def test_fix_words_say_what_each_form_of_the_fix_did_and_on_how_many_seeds():
     bench = dict(device="planted GPU", groups=[[rec("sdpa", 70.0), rec("paper/round_block=512", 90.0),
                                                 rec(o32_spec, 90.0)]])
     assert remedies.cost_words(both, bench).endswith(
-        "The cheapest of those timed: O in FP32. Not timed yet: exact-rule fix (β = 7).")
+        "None has prevented it in two seeds yet; the cheapest of those timed: O in FP32. Not timed yet: "
+        "exact-rule fix (β = 7).")
 
 
 def test_merged_benchmarks_cost_each_arm_within_its_own_group_and_name_their_gpus():
