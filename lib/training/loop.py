@@ -48,8 +48,7 @@ import torch
 from lib.training import data as data_mod
 from lib.training.model import GPTConfig, build_lm
 from lib.training import runtime
-from lib.training.runtime import (agree, autocast_dtype, device_of, dist_info, forward_backward, grad_norm, lr_at,
-                                  versions)
+from lib.training.runtime import agree, autocast_dtype, device_of, dist_info, lr_at, train_step, versions
 
 OPTIMIZERS = ("adamw", "muon")
 
@@ -351,11 +350,18 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
     t0 = last_ckpt = time.perf_counter()
     model.train()
     step = step0
+
+    def eager(e):           # a compiler failure at the first step: train eagerly, say so
+        nonlocal fwd
+        res["compile_error"] = f"{type(e).__name__}: {str(e)[:500]}"
+        print(f"[{cfg.label}] torch.compile failed at the first step, training eagerly: {res['compile_error']}",
+              flush=True)
+        fwd = ddp
+        return fwd
+
     for step in range(step0, cfg.steps):
         lr = lr_at(cfg, step)
-        for o in opts:
-            for g in o.param_groups:
-                g["lr"] = lr * (cfg.muon_lr / cfg.lr if isinstance(o, getattr(torch.optim, "Muon", ())) else 1.0)
+        lrs = [lr * (cfg.muon_lr / cfg.lr if isinstance(o, getattr(torch.optim, "Muon", ())) else 1.0) for o in opts]
         x, y = get_batch(train_tok, my_starts[step], cfg, device)
         census_step = cfg.census_every and (step % cfg.census_every == 0 or step == cfg.steps - 1)
         if census_step and rank == 0:
@@ -365,26 +371,9 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
                 res["census"].setdefault(k_, []).append(v_)
         if needs_step:
             model.set_step(step, cfg.seed)
-        if step_hook is not None and rank == 0:
-            step_hook.before_forward(step, model)
-        try:
-            loss = forward_backward(fwd, x, y, device, amp_dtype, accum, ddp if world > 1 else None)
-        except Exception as e:  # noqa: BLE001  (a compiler failure at the first step: train eagerly, say so)
-            if fwd is ddp or step != step0:
-                raise
-            res["compile_error"] = f"{type(e).__name__}: {str(e)[:500]}"
-            print(f"[{cfg.label}] torch.compile failed at the first step, training eagerly: {res['compile_error']}",
-                  flush=True)
-            for o in opts:
-                o.zero_grad(set_to_none=True)
-            fwd = ddp
-            loss = forward_backward(fwd, x, y, device, amp_dtype, accum, ddp if world > 1 else None)
-        gn = grad_norm(model, cfg.grad_clip)
-        if step_hook is not None and rank == 0:
-            step_hook.after_backward(step, model, opts[-1])
-        for o in opts:
-            o.step()
-            o.zero_grad(set_to_none=True)
+        loss, gn = train_step(fwd, model, opts, x, y, lrs, device, amp_dtype, cfg.grad_clip, step=step,
+                              hook=step_hook if rank == 0 else None, accum=accum, ddp=ddp if world > 1 else None,
+                              fallback=eager if fwd is not ddp and step == step0 else None)
         pending.append(torch.stack([loss.detach().float(), gn.detach().float()]))
         res["lr"].append(lr)
         if len(pending) >= 50 or step == cfg.steps - 1 or census_step:

@@ -43,7 +43,7 @@ from lib.training.metrics import bf16_row_ties, bf16_tile_ties, spectral_norm  #
 from lib.training.model import GPT, GPTConfig, naive_attention  # noqa: E402
 from lib.training import runtime  # noqa: E402
 from lib.training.runtime import (agree, autocast_dtype, device_of, dist_info, forward_backward,  # noqa: E402,F401
-                                  grad_norm, jsonable, lr_at, set_determinism, versions)
+                                  grad_norm, jsonable, lr_at, set_determinism, train_step, versions)
 from lib.training.zero_rows import fix_row_stats  # noqa: E402
 
 _SCHEDULES = ("constant", "cosine")
@@ -349,25 +349,22 @@ def train(cfg: TrainConfig, step_hook=None) -> dict:
         for step in range(step0, cfg.steps):
             is_tele = cfg.telemetry_every > 0 and (step % cfg.telemetry_every == 0 or step == cfg.steps - 1)
             lr = lr_at(cfg, step)
-            for g in opt.param_groups:
-                g["lr"] = lr
             x, y = data_mod.get_batch(train_bytes, my_starts[step], cfg.seq_len, device)
             model.set_step(step, cfg.seed)
             model.set_capture(is_tele and rank == 0)
-            if step_hook is not None and rank == 0:
-                step_hook.before_forward(step, model)
-            loss = forward_backward(ddp, x, y, device, amp_dtype)
-            gn = grad_norm(model, cfg.grad_clip)
+            tel = {}
+
+            def read_telemetry():   # weights as used in this step's forward (before the update)
+                tel.update(collect_telemetry(model))
+                model.set_capture(False)
+
+            loss, gn = train_step(ddp, model, [opt], x, y, lr, device, amp_dtype, cfg.grad_clip, step=step,
+                                  hook=step_hook if rank == 0 else None,
+                                  before_update=read_telemetry if is_tele and rank == 0 else None)
             pending_loss.append(loss.detach())
             pending_gn.append(gn.detach())
             result["lr"].append(lr)
-            if step_hook is not None and rank == 0:
-                step_hook.after_backward(step, model, opt)
-            if is_tele and rank == 0:
-                t = collect_telemetry(model)  # weights as used in this step's forward (before the update)
-                model.set_capture(False)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            t = tel
             if is_tele:
                 flush()
                 if rank == 0:
