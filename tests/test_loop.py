@@ -1,4 +1,5 @@
-"""The new studies' training loop (`lib.training.loop`) on the CPU: it trains, resumes exactly, honours its limits."""
+"""The one training loop (`lib.training.loop`) on the CPU: it trains, resumes exactly, honours its limits, takes the
+proxy studies' configs and records the step's own telemetry."""
 import numpy as np
 import pytest
 import torch
@@ -115,3 +116,45 @@ def test_configs_from_regimes_and_the_probe_in_the_loop():
     assert probe["step"].tolist() == [0, 3, 5] and probe["dg_norm"].shape == (3, 2, 2)
     # layer 1 head 1 gets the injected error; layer 0 (FP32 attention) only FP32's own rounding against FP64
     assert (probe["dg_norm"][:, 1, 1] > 0).all() and (probe["dg_norm"][:, 0] < 1e-3 * probe["dg_norm"][:, 1, 1:]).all()
+
+
+def test_the_proxy_config_maps_every_field_onto_the_one_loop():
+    """`lib.training.train.run_config`: each of the proxy's flat fields reaches the loop (changing it changes the
+    RunConfig, its model or the LoopOptions), with the proxy's build, corpus and read-back schedule; the loop's
+    defaults are the GPT-2 studies' loop."""
+    from dataclasses import fields, replace
+    from lib.training.train import TrainConfig, run_config
+    tc = TrainConfig(n_layer=2, n_head=2, n_embd=32, seq_len=32, batch_size=4, steps=5, warmup=2)
+    rc, ways = run_config(tc)
+    assert (ways.build, rc.data, rc.census_every, ways.flush_every, rc.label) == ("gpt", "bytes", 0, 0, "sdpa")
+    assert rc.model == tc.model_config() and ways.deterministic == "warn"
+    changed = dict(n_layer=3, n_head=4, n_embd=64, seq_len=16, attn="naive", beta=3.0, tie_tol=0.01, max_shift=None,
+                   zero_at=5.0, qk_norm=True, steps=6, batch_size=8, lr=1e-3, warmup=3, schedule="cosine", min_lr=1e-5,
+                   beta1=0.8, beta2=0.9, adam_eps=1e-6, weight_decay=0.1, grad_clip=0.5, device="cpu", autocast="bf16",
+                   deterministic="off", seed=1, data_seed=2, val_fraction=0.1, starts_path="s.npy",
+                   telemetry_every=3, eval_every=2, eval_batches=2, out_dir="o", ckpt_every=2, resume="r.pt",
+                   progress=not tc.progress, stop_on_nonfinite=False, max_wall_s=9.0, label="x")
+    assert set(changed) == {f.name for f in fields(TrainConfig)}
+    for name, value in changed.items():
+        assert run_config(replace(tc, **{name: value})) != (rc, ways), name
+    assert loop.LoopOptions() == loop.LoopOptions(build="lm", telemetry_every=0, flush_every=50, deterministic=None)
+    with pytest.raises(ValueError, match="build"):
+        loop.LoopOptions(build="other")
+
+
+def test_telemetry_of_the_step_and_the_nonfinite_stop_at_its_read_backs():
+    """`telemetry_every`: the step's own telemetry at step 0, every n-th and the last, with that step's loss; losses
+    read back only there (flush_every = 0), so a non-finite loss stops the run at the next telemetry step, and one
+    that no read-back checked is still recorded as stopped_at."""
+    ways = loop.LoopOptions(telemetry_every=3, flush_every=0, build="gpt")
+    r = loop.train(_cfg(steps=7, eval_batches=0), observers=[], options=ways)
+    tel = r["telemetry"]
+    assert tel["step"] == [0, 3, 6] and tel["loss"] == [r["loss"][s] for s in (0, 3, 6)]
+    assert len(tel["max_logit"]) == 3 and len(tel["max_logit"][0]) == TINY["n_layer"]
+    boom = loop.train(_cfg(steps=7, lr=1e6, warmup=0, grad_clip=0.0, eval_batches=0), observers=[], options=ways)
+    bad = next(i for i, v in enumerate(boom["loss"]) if not np.isfinite(v))
+    assert boom["stopped_at"] == min(s for s in (0, 3, 6) if s >= bad) and len(boom["loss"]) == boom["stopped_at"] + 1
+    quiet = loop.train(_cfg(steps=7, lr=1e6, warmup=0, grad_clip=0.0, eval_batches=0), observers=[],
+                       options=loop.LoopOptions(flush_every=0))
+    assert len(quiet["loss"]) == 7 and quiet["stopped_at"] == next(
+        i for i, v in enumerate(quiet["loss"]) if not np.isfinite(v))

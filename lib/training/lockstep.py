@@ -25,8 +25,7 @@ import torch
 
 from lib.training import data as data_mod
 from lib.training.model import GPT
-from lib.training.runtime import (autocast_dtype, device_of, forward_backward, grad_norm, lr_at, set_determinism,
-                                  versions)
+from lib.training.runtime import autocast_dtype, device_of, lr_at, set_determinism, train_step, versions
 from lib.training.train import TrainConfig, make_optimizer
 
 __all__ = ["train_lockstep", "SHARED_FIELDS"]
@@ -101,13 +100,9 @@ def train_lockstep(arms: dict, *, on_record=None, record_every: int = 50, max_wa
             for r in runs.values():
                 if r["stopped"] is not None:
                     continue
-                cfg, model, opt = r["cfg"], r["model"], r["opt"]
-                for g in opt.param_groups:
-                    g["lr"] = lr_at(cfg, step)
-                loss = forward_backward(model, x, y, device, r["amp"])
-                gn = grad_norm(model, cfg.grad_clip)
-                opt.step()
-                opt.zero_grad(set_to_none=True)
+                cfg, model = r["cfg"], r["model"]
+                loss, gn = train_step(model, model, [r["opt"]], x, y, lr_at(cfg, step), device, r["amp"],
+                                      cfg.grad_clip)
                 r["pending"].append((loss.detach(), gn.detach()))
             done = step + 1
             bar.update(1)

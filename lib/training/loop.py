@@ -1,9 +1,11 @@
-"""The training loop of the new studies: `train_lm(RunConfig(...)) -> dict`, nanoGPT's loop with a census.
+"""The one training loop: `train(RunConfig(...), observers, step_hook) -> dict`, nanoGPT's loop with a census.
 
-One loop for every run from here on — the byte-level proxy, GPT-2 124M on a BPE token corpus, the positive control
-and the bias injection — read top to bottom: data, model, optimiser, then `for step in range(...)`: learning rate,
-batch, forward and backward under BF16 autocast, clip, observers, update, evaluation, checkpoint. The older
-`lib.training.train.train` stays for the results committed with it (their fingerprints reach its code).
+Every training run of the book goes through it — the byte-level proxy (`lib.training.train.TrainConfig` maps the
+proxy studies' flat fields onto `RunConfig`), GPT-2 124M on a BPE token corpus, the positive control and the bias
+injection — read top to bottom: data, model, optimiser, then `for step in range(...)`: learning rate, batch, census,
+the optimiser step (`lib.training.runtime.train_step`: forward and backward under BF16 autocast, clip, the step
+hook, the step's own telemetry, update), the losses read back, evaluation, limits, checkpoint. (`train_lm` is the
+same function under the name the GPT-2 studies knew it by.)
 
 * **Config**: `RunConfig` nests the model's `GPTConfig` (`model=GPTConfig(...)`), so the model's fields are declared
   once. `asdict(cfg)` is the record.
@@ -21,6 +23,11 @@ batch, forward and backward under BF16 autocast, clip, observers, update, evalua
   sees the training step itself (the injection study measures Δδ and the dW_Q error there).
 * **Speed**: `compile=True` wraps the model in `torch.compile` (observers use the eager module, which shares the
   parameters); TF32 off, so FP32 matmuls stay FP32.
+* **The step's own telemetry** (`telemetry_every`, the proxy studies'): that step's forward runs with capture on
+  and `lib.training.telemetry.collect_telemetry` reads it after the clipping, before the update, into
+  "telemetry". Losses are read back from the device every `flush_every` steps and at the last, and at every census
+  and telemetry step (`flush_every=0`: only there, as the proxy loop did); a non-finite loss stops the run at the
+  read-back that sees it (`stop_on_nonfinite`), and one no read-back saw is still recorded as "stopped_at".
 * **Length**: `steps`, and two machine limits recorded when they bind: `max_wall_s` (`truncated_at`) and
   `max_tokens`. `ckpt_path` + `ckpt_every_s`: a checkpoint (model, optimiser, result so far) on local disk every so
   many seconds and at the end; a run whose checkpoint exists resumes from it, so a run longer than one GPU call is
@@ -35,6 +42,7 @@ records as arrays); outcomes are judged when results are read (`lib.training.out
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -46,10 +54,11 @@ import numpy as np
 import torch
 
 from lib.training import data as data_mod
-from lib.training.model import GPTConfig, build_lm
+from lib.training.model import GPT, GPTConfig, build_lm
 from lib.training import runtime
-from lib.training.runtime import (agree, autocast_dtype, device_of, dist_info, forward_backward, grad_norm, lr_at,
+from lib.training.runtime import (agree, autocast_dtype, device_of, dist_info, lr_at, set_determinism, train_step,
                                   versions)
+from lib.training.telemetry import collect_telemetry
 
 OPTIMIZERS = ("adamw", "muon")
 
@@ -151,6 +160,31 @@ class RunConfig:
         d["census_placements"] = list(self.census_placements)
         d["probe_layers"] = None if self.probe_layers is None else list(self.probe_layers)
         return d
+
+
+@dataclass
+class LoopOptions:
+    """What the proxy studies ask of the loop besides their run's config (`lib.training.train.run_config` sets them
+    from a `TrainConfig`); the defaults are the loop as the GPT-2 studies run it. Kept apart from `RunConfig`, whose
+    record the GPT-2 results carry."""
+    build: str = "lm"                # "lm": `build_lm` (custom ops, the two-stage build's draws); "gpt": GPT(model)
+    telemetry_every: int = 0         # the telemetry of the step itself (`lib.training.telemetry`) every N steps
+    flush_every: int = 50            # losses read back (and checked) every N steps and at the last (0: only at
+                                     # census and telemetry steps)
+    stop_on_nonfinite: bool = True   # stop at the first read-back that sees a non-finite loss
+    deterministic: str | None = None  # "warn", "strict" or "off" (`runtime.set_determinism`); None: as they are
+    starts_path: str = ""            # replay a saved batch order (.npy, (steps, batch)) instead of drawing one
+    out_dir: str = ""                # starts.npy, ckpt.pt at the end and ckpt_step<N>.pt every `ckpt_every` steps
+    ckpt_every: int = 0
+    resume: str = ""                 # a checkpoint to resume from (besides `ckpt_path`'s own)
+    progress: bool = False           # a progress bar
+
+    def __post_init__(self):
+        if self.build not in ("lm", "gpt"):
+            raise ValueError(f"build must be 'lm' or 'gpt', got {self.build!r}")
+        for name in ("telemetry_every", "flush_every", "ckpt_every"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -271,14 +305,57 @@ def _evaluate(model, val, cfg: RunConfig, device, amp_dtype) -> float:
                             cfg.micro_batch)
 
 
-def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
+def every(n: int, step: int, steps: int) -> bool:
+    """Whether `step` (0-based, of `steps`) is an event of a schedule every `n` steps: step 0, every n-th and the
+    last; never when n = 0."""
+    return bool(n) and (step % n == 0 or step == steps - 1)
+
+
+_PROGRESS = None   # a shared dict {run label: (steps done, steps, last loss, seconds)} set in run_many's workers
+
+
+def _init_worker(progress) -> None:
+    global _PROGRESS
+    _PROGRESS = progress
+
+
+def progress_lines(progress: dict, labels: list[str]) -> list[str]:
+    """One line per run: label, steps done / steps, last loss, steps/s (runs not started yet say so)."""
+    out = []
+    for lab in labels:
+        if lab in progress:
+            done, total, loss, secs = progress[lab]
+            rate = done / secs if secs > 0 else float("nan")
+            out.append(f"  {lab:40s} {done:6d}/{total:<6d} loss {loss:7.4f}  {rate:6.2f} steps/s")
+        else:
+            out.append(f"  {lab:40s} waiting")
+    return out
+
+
+def _load_starts(cfg: RunConfig, n_train: int, starts_path: str = "") -> np.ndarray:
+    """The run's batch order, (steps, batch_size) window starts: replayed from `starts_path` (.npy), or drawn."""
+    if starts_path:
+        starts = data_mod.load_starts(starts_path)
+        if starts.shape[0] < cfg.steps or starts.shape[1] != cfg.batch_size:
+            raise ValueError(f"{starts_path}: batch order {starts.shape} does not cover {cfg.steps} steps of "
+                             f"batch {cfg.batch_size}")
+        return starts[:cfg.steps]
+    return data_mod.batch_starts(n_train, cfg.seq_len - cfg.n_bos, cfg.batch_size, cfg.steps, cfg.data_seed)
+
+
+def train(cfg: RunConfig, observers=None, step_hook=None, options: LoopOptions | None = None) -> dict:
     """Run one training run (module docstring); returns the result dict: "config", "seeds", "versions", "n_params",
     "data" (what identifies the corpus), "loss", "grad_norm", "lr" (per step), "tokens_per_step", "val" {"step",
-    "loss"}, "census" {"step": [...], key: (E, L, H) arrays}, "stopped_at", "truncated_at", "wall_s",
-    "tokens_per_s", "steps_per_s", "world_size", "resumed_from", and "grad_accum" when above 1 (a step hook then
-    sees the step's last micro-batch)."""
+    "loss"}, "census" {"step": [...], key: (E, L, H) arrays}, "telemetry" {"step", "loss", "grad_norm", and per
+    telemetry step the lists of `lib.training.telemetry.collect_telemetry`}, "stopped_at", "truncated_at",
+    "wall_s", "tokens_per_s", "steps_per_s", "world_size", "resumed_from", "starts_sha256", "device", "autocast",
+    and "grad_accum" when above 1 (a step hook then sees the step's last micro-batch). `options`: the proxy studies'
+    ways (`LoopOptions`; None: the defaults)."""
+    opt = LoopOptions() if options is None else options
     rank, world, local_rank = dist_info()
     device = device_of(cfg, local_rank)
+    if opt.deterministic is not None:
+        set_determinism(opt)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     amp_dtype = autocast_dtype(cfg, device)
@@ -290,22 +367,28 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
                                        steps=(cfg.steps - 1,))
 
     train_tok, val_tok, data_info = load_data(cfg)
-    starts = data_mod.batch_starts(len(train_tok), cfg.seq_len - cfg.n_bos, cfg.batch_size, cfg.steps, cfg.data_seed)
+    starts = _load_starts(cfg, len(train_tok), opt.starts_path)
     my_starts = data_mod.rank_slice(starts, rank, world)
+    out_dir = Path(opt.out_dir) if opt.out_dir else None
+    if out_dir is not None and rank == 0:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        data_mod.save_starts(out_dir / "starts.npy", starts)
 
     torch.manual_seed(cfg.seed)
-    model = build_lm(cfg.model).to(device)
+    model = (build_lm(cfg.model) if opt.build == "lm" else GPT(cfg.model)).to(device)
     opts = make_optimizers(model, cfg)
-    res = dict(loss=[], grad_norm=[], lr=[], val=dict(step=[], loss=[]), census=dict(step=[]), probe=[],
-               stopped_at=None, truncated_at=None, resumed_from=None)
+    res = dict(loss=[], grad_norm=[], lr=[], val=dict(step=[], loss=[]), census=dict(step=[]), telemetry={},
+               probe=[], stopped_at=None, truncated_at=None, resumed_from=None)
     step0 = 0
     ckpt = Path(cfg.ckpt_path) if cfg.ckpt_path else None
-    if ckpt is not None and ckpt.exists():
-        ck = torch.load(ckpt, map_location=device, weights_only=False)
+    resume = Path(opt.resume) if opt.resume else ckpt if ckpt is not None and ckpt.exists() else None
+    if resume is not None:
+        ck = torch.load(resume, map_location=device, weights_only=False)
         model.load_state_dict(ck["model"])
-        for o, s in zip(opts, ck["optimizers"]):
-            o.load_state_dict(s)
+        for o, st in zip(opts, ck["optimizers"]):
+            o.load_state_dict(st)
         res, step0 = ck["result"], ck["step"]
+        res.setdefault("telemetry", {})
         res["resumed_from"] = step0
         if probe is not None:
             probe.records = res["probe"]
@@ -317,22 +400,24 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
     if cfg.compile:
         fwd = torch.compile(fwd)
 
-    def save(step):
-        if ckpt is None or rank != 0:
+    def save(step, path):
+        if path is None or rank != 0:
             return
         if probe is not None:
             res["probe"] = probe.records
-        ckpt.parent.mkdir(parents=True, exist_ok=True)
-        tmp = ckpt.with_suffix(".tmp")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
         torch.save(dict(model=model.state_dict(), optimizers=[o.state_dict() for o in opts], step=step,
                         config=cfg.record(), result=res), tmp)
-        tmp.replace(ckpt)
+        tmp.replace(path)
 
     tokens_per_step = cfg.batch_size * (cfg.seq_len - cfg.n_bos)
     # Only the dose and injection backends read the step (their random signs and rows); others never see it, and a
     # compiled graph would otherwise be guarded on an object that changes every step.
     needs_step = any(getattr(s, "backend", None) in ("inject", "dose") for s in cfg.model.layer_specs())
     pending = []
+    tele = res["telemetry"]
+    label = cfg.label or cfg.model.attn
 
     def flush():
         """The pending (loss, grad norm) pairs into the result; the loss as the mean over ranks (a collective: every
@@ -347,17 +432,29 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
         res["loss"].extend(v[0] for v in vals)
         res["grad_norm"].extend(v[1] for v in vals)
         pending.clear()
+        if _PROGRESS is not None and rank == 0:     # a parent process shows every run's progress (run_many)
+            _PROGRESS[label] = (len(res["loss"]), cfg.steps, res["loss"][-1], time.perf_counter() - t0)
 
+    def eager(e):           # a compiler failure at the first step: train eagerly, say so
+        nonlocal fwd
+        res["compile_error"] = f"{type(e).__name__}: {str(e)[:500]}"
+        print(f"[{cfg.label}] torch.compile failed at the first step, training eagerly: {res['compile_error']}",
+              flush=True)
+        fwd = ddp
+        return fwd
+
+    from tqdm.auto import tqdm
+    bar = tqdm(total=cfg.steps, initial=step0, disable=not opt.progress or rank != 0, mininterval=1.0, desc=label,
+               dynamic_ncols=True)
+    log_tele = bool(os.environ.get("TRAIN_LOG_TELEMETRY")) and not opt.progress
     t0 = last_ckpt = time.perf_counter()
     model.train()
     step = step0
     for step in range(step0, cfg.steps):
         lr = lr_at(cfg, step)
-        for o in opts:
-            for g in o.param_groups:
-                g["lr"] = lr * (cfg.muon_lr / cfg.lr if isinstance(o, getattr(torch.optim, "Muon", ())) else 1.0)
+        lrs = [lr * (cfg.muon_lr / cfg.lr if isinstance(o, getattr(torch.optim, "Muon", ())) else 1.0) for o in opts]
         x, y = get_batch(train_tok, my_starts[step], cfg, device)
-        census_step = cfg.census_every and (step % cfg.census_every == 0 or step == cfg.steps - 1)
+        census_step = every(cfg.census_every, step, cfg.steps)
         if census_step and rank == 0:
             rec = run_observers(observers, step, model, x[:cfg.census_rows], amp_dtype)
             res["census"]["step"].append(step)
@@ -365,37 +462,44 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
                 res["census"].setdefault(k_, []).append(v_)
         if needs_step:
             model.set_step(step, cfg.seed)
-        if step_hook is not None and rank == 0:
-            step_hook.before_forward(step, model)
-        try:
-            loss = forward_backward(fwd, x, y, device, amp_dtype, accum, ddp if world > 1 else None)
-        except Exception as e:  # noqa: BLE001  (a compiler failure at the first step: train eagerly, say so)
-            if fwd is ddp or step != step0:
-                raise
-            res["compile_error"] = f"{type(e).__name__}: {str(e)[:500]}"
-            print(f"[{cfg.label}] torch.compile failed at the first step, training eagerly: {res['compile_error']}",
-                  flush=True)
-            for o in opts:
-                o.zero_grad(set_to_none=True)
-            fwd = ddp
-            loss = forward_backward(fwd, x, y, device, amp_dtype, accum, ddp if world > 1 else None)
-        gn = grad_norm(model, cfg.grad_clip)
-        if step_hook is not None and rank == 0:
-            step_hook.after_backward(step, model, opts[-1])
-        for o in opts:
-            o.step()
-            o.zero_grad(set_to_none=True)
+        # The step's own telemetry: its forward captures q, k, v, O (and the backward dO), read after the clipping.
+        tele_step = every(opt.telemetry_every, step, cfg.steps)
+        if opt.telemetry_every:
+            model.set_capture(tele_step and rank == 0)
+        seen = {}
+
+        def read_telemetry():   # weights as used in this step's forward (before the update)
+            seen.update(collect_telemetry(model))
+            model.set_capture(False)
+
+        loss, gn = train_step(fwd, model, opts, x, y, lrs, device, amp_dtype, cfg.grad_clip, step=step,
+                              hook=step_hook if rank == 0 else None, accum=accum, ddp=ddp if world > 1 else None,
+                              fallback=eager if fwd is not ddp and step == step0 else None,
+                              before_update=read_telemetry if tele_step and rank == 0 else None)
         pending.append(torch.stack([loss.detach().float(), gn.detach().float()]))
         res["lr"].append(lr)
-        if len(pending) >= 50 or step == cfg.steps - 1 or census_step:
+        if census_step or tele_step or (opt.flush_every and (len(pending) >= opt.flush_every
+                                                             or step == cfg.steps - 1)):
             flush()
-            if not math.isfinite(res["loss"][-1]):
+            if tele_step and rank == 0:
+                for k_, v_ in dict(step=step, loss=res["loss"][-1], grad_norm=res["grad_norm"][-1], **seen).items():
+                    tele.setdefault(k_, []).append(v_)
+                bar.set_postfix(loss=f"{res['loss'][-1]:.3f}", gn=f"{res['grad_norm'][-1]:.2g}",
+                                tie=f"{max(seen['tie_rate']):.3f}", refresh=False)
+                if log_tele:   # one line per telemetry step for logs of concurrent runs (no progress bar)
+                    print(f"[{label}] step {step} loss {res['loss'][-1]:.4f} gn {res['grad_norm'][-1]:.3g} "
+                          f"{time.perf_counter() - t0:.0f} s", flush=True)
+            if opt.stop_on_nonfinite and not math.isfinite(res["loss"][-1]):
                 res["stopped_at"] = step
+                bar.update(1)
                 break
         if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and cfg.eval_batches:
             res["val"]["step"].append(step + 1)
             res["val"]["loss"].append(_evaluate(model, val_tok, cfg, device, amp_dtype))
+        bar.update(1)
         now = time.perf_counter()
+        # The limits are checked every 10 steps, not only at telemetry steps: a slow run (the emulated kernel path,
+        # many runs sharing one GPU) could otherwise overrun its wall budget by a whole telemetry interval.
         if (step + 1) % 10 == 0:
             if cfg.max_wall_s and agree(now - t0 > cfg.max_wall_s, world, device):
                 res["truncated_at"] = step + 1
@@ -404,12 +508,17 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
                 res["truncated_at"] = step + 1
                 break
             if cfg.ckpt_every_s and now - last_ckpt > cfg.ckpt_every_s:
-                save(step + 1)
+                save(step + 1, ckpt)
                 last_ckpt = now
+        if opt.ckpt_every and (step + 1) % opt.ckpt_every == 0:
+            flush()
+            save(step + 1, None if out_dir is None else out_dir / f"ckpt_step{step + 1}.pt")
     if probe is not None:
         res["probe"] = probe.records
     if pending:
         flush()
+    if res["stopped_at"] is None and opt.stop_on_nonfinite:     # a non-finite loss no read-back checked
+        res["stopped_at"] = next((i for i, v in enumerate(res["loss"]) if not math.isfinite(v)), None)
     done = len(res["loss"])
     if cfg.eval_batches and (not res["val"]["step"] or res["val"]["step"][-1] != done):
         res["val"]["step"].append(done)
@@ -417,16 +526,24 @@ def train_lm(cfg: RunConfig, observers=None, step_hook=None) -> dict:
     if device.type == "cuda":
         torch.cuda.synchronize()
     wall = time.perf_counter() - t0
-    save(done)
+    bar.close()
+    model.set_capture(False)
+    save(done, ckpt)
+    save(done, None if out_dir is None else out_dir / "ckpt.pt")
     steps_run = done - step0
     res.update(config=cfg.record(), seeds=dict(torch=cfg.seed, data=cfg.data_seed), versions=versions(),
                n_params=model.num_params(), data=data_info, tokens_per_step=tokens_per_step, world_size=world,
                wall_s=wall, steps_per_s=steps_run / wall if wall > 0 else float("nan"),
-               tokens_per_s=steps_run * tokens_per_step / wall if wall > 0 else float("nan"))
+               tokens_per_s=steps_run * tokens_per_step / wall if wall > 0 else float("nan"),
+               starts_sha256=hashlib.sha256(np.ascontiguousarray(starts).tobytes()).hexdigest(), device=str(device),
+               autocast=str(amp_dtype) if amp_dtype else "none")
     if accum > 1:
         res["grad_accum"] = accum
     res["model"] = model
     return res
+
+
+train_lm = train    # the name its callers knew it by
 
 
 def census_arrays(census: dict) -> dict:

@@ -1,6 +1,6 @@
 """What every training loop needs of the machine and the run, and the step they share: the process group and the
 device, the autocast dtype, determinism, the learning-rate schedule, the forward and backward of a step and its
-gradient norm, several runs at once (`run_many`), the software versions a result records, and JSON-safe values. `lib.training.train` (the proxy studies' loop, `TrainConfig`) and `lib.training.loop` (the GPT-2 loop,
+gradient norm, the optimiser step built from them (`train_step`), several runs at once (`run_many`), the software versions a result records, and JSON-safe values. `lib.training.train` (the proxy studies' loop, `TrainConfig`) and `lib.training.loop` (the GPT-2 loop,
 `RunConfig`) read the same fields of their configs here (device, autocast, deterministic, lr, min_lr, warmup,
 schedule, steps), so one definition serves both; the lock-step driver of several runs (`lib.training.lockstep`) takes
 its step from here too.
@@ -76,6 +76,43 @@ def grad_norm(model: torch.nn.Module, grad_clip: float) -> torch.Tensor:
     if grad_clip > 0:
         return torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     return torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))
+
+
+def train_step(f, model: torch.nn.Module, opts: list, x, y, lr, device: torch.device, amp_dtype,
+               grad_clip: float, *, step: int = 0, hook=None, accum: int = 1, ddp=None, fallback=None,
+               before_update=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimiser step of every loop, in this order: the learning rate `lr` (one float, or one per optimiser of
+    `opts`) into every parameter group; ``hook.before_forward(step, model)``; the forward and backward of the
+    windows x, y (batch, seq_len) through `f` (`forward_backward`, with `accum` micro-batches and DDP's `ddp`);
+    the gradient norm and clipping to `grad_clip` (`grad_norm`); ``hook.after_backward(step, model, opts[-1])``;
+    `before_update()` (a reader of this step's captures, such as the proxy loop's telemetry); then each optimiser's
+    step and ``zero_grad``. `fallback(error)`, given, is called when the forward and backward raise (a compiler
+    failure): it returns the module to train with instead, and the step is redone through it from zeroed
+    gradients (the hook is not called again). Returns (loss, gradient norm before clipping), 0-d tensors."""
+    lrs = lr if isinstance(lr, (list, tuple)) else [lr] * len(opts)
+    for o, lr_o in zip(opts, lrs):
+        for g in o.param_groups:
+            g["lr"] = lr_o
+    if hook is not None:
+        hook.before_forward(step, model)
+    try:
+        loss = forward_backward(f, x, y, device, amp_dtype, accum, ddp)
+    except Exception as e:  # noqa: BLE001  (only with a fallback: a compiler failure, said by the caller)
+        if fallback is None:
+            raise
+        f = fallback(e)
+        for o in opts:
+            o.zero_grad(set_to_none=True)
+        loss = forward_backward(f, x, y, device, amp_dtype, accum, ddp)
+    gn = grad_norm(model, grad_clip)
+    if hook is not None:
+        hook.after_backward(step, model, opts[-1])
+    if before_update is not None:
+        before_update()
+    for o in opts:
+        o.step()
+        o.zero_grad(set_to_none=True)
+    return loss, gn
 
 
 def versions() -> dict:
