@@ -304,3 +304,46 @@ def test_merged_benchmarks_cost_each_arm_within_its_own_group_and_name_their_gpu
     mixed = remedies.merge_benches([one, dict(two, device="GPU B")])
     assert mixed["device"] is None and "(one GPU per benchmark: GPU A, GPU B)" in remedies.cost_words(rows, mixed)
     assert remedies.merge_benches([]) is None
+
+
+def _probe(res, label, per_pair, along, pairs=10.0, steps=(0, 100, 200, 300)):
+    """Plant a chain probe on run `label` of `res`: every event `pairs` conjunction pairs per (layer, head), each
+    erring `per_pair` ULP along sign(V), a share `along` of them along it."""
+    E = len(steps)
+    n = np.full((E, L, H), pairs)
+    res.arrays.update({f"{label}__probe__step": np.asarray(steps), f"{label}__probe__n_conj": n,
+                       f"{label}__probe__err_v_sum": n * per_pair, f"{label}__probe__err_v_agree": n * along})
+
+
+def test_o_error_on_the_conjunction_pairs_and_what_zeroed_rows_give():
+    """`conj_error` pools the chain probe's O error along sign(V) over events before a step; each arm is read beside
+    its unchanged arm over the steps before that arm failed; the exact rule's errors in the range of a zeroed output
+    (−2⁸ to −2⁷ ULP) and against sign(V) read as rows set to zero, the guarded fix's as the unremedied sign."""
+    assert remedies.zeroed_range() == (128, 256)
+    chain = _chain()
+    _probe(chain, "paper:s1", 6.0, 0.5)
+    chain.arrays["paper:s1__probe__err_v_sum"][-1] = 1e6         # after the failure at ≈ 250: left out
+    exact = _remedy("b7", "paper_fix_b7_exact", "paper/round_block=512/beta=7/tie_tol=0.001/max_shift=none+fix",
+                    "paper", [1])
+    _probe(exact, "paper_fix_b7_exact:s1", -180.0, 0.01)
+    guarded = _remedy("b2", "paper_fix_b2", "paper/round_block=512/beta=2/tie_tol=0.001+fix", "paper", [1])
+    _probe(guarded, "paper_fix_b2:s1", 5.0, 0.47)
+    rows = remedies.arm_rows([exact, guarded], chain)
+    r = next(r for r in rows if r["arm"] == "paper_fix_b7_exact")
+    f = r["base_fail"]
+    assert 250 <= f < 260 and r["base_o_err"] == dict(events=3, n=3 * L * H * 10, mean=pytest.approx(6.0),
+                                                       along=pytest.approx(0.5))
+    assert r["o_err"]["mean"] == pytest.approx(-180.0) and r["o_err"]["events"] == 3
+    assert remedies.conj_error(chain.arrays, "paper:s1")["mean"] > 1e3          # all events: the planted outlier
+    assert remedies.conj_error(chain.arrays, "fp32:s1") is None                 # no probe
+    words = remedies.o_error_words(rows)
+    assert words.startswith(f"exact-rule fix (β = 7), seed 1: −180 ULP, 1.0 % of 180 pairs along sign(V) — "
+                            f"unremedied before step {f:,}: +6.0 ULP, 50 % of 180 pairs; guarded fix (β = 2), seed 1")
+    said = remedies.zeroed_words(rows)
+    assert said.startswith("Every exact-rule arm's error is in the range of a zeroed output (between −256 and −128 ULP)")
+    assert said.endswith("leaves the error along sign(V) as the unremedied arm had it.")
+    _probe(exact, "paper_fix_b7_exact:s1", -60.0, 0.2)
+    rows = remedies.arm_rows([exact, guarded], chain)
+    assert remedies.zeroed_words(rows).startswith("The exact rule's errors are not all in the range")
+    assert remedies.zeroed_words([r for r in rows if r["arm"] == "paper_fix_b2"]) == ""
+    assert remedies.zeroed(rows) is False and remedies.zeroed([]) is None

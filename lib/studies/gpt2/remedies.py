@@ -25,7 +25,7 @@ from lib.studies.gpt2.reading import (CHAIN_ARMS, FOCUS_LAYER, at_step, cfg_of, 
                                       outcomes)
 
 __all__ = ["REMEDY_GROUPS", "CLAIM_ARMS", "SHORT", "PAPER_REMEDIES", "FIX_ARMS", "advice_words", "pending_words",
-           "step_costs", "established", "merge_benches", "cost_words", "fix_words", "device_words", "brief_words", "outcome_words", "growth_words",
+           "step_costs", "established", "merge_benches", "conj_error", "o_error_words", "zeroed_range", "zeroed", "zeroed_words", "cost_words", "fix_words", "device_words", "brief_words", "outcome_words", "growth_words",
            "pending", "arm_rows", "verdicts", "claim_verdicts", "table", "glue_numbers", "seed_view"]
 
 # The registry's groups of channel and remedy entries this module reads (the injection is read by its own rule).
@@ -81,6 +81,26 @@ def _growth(arrays: dict, lab: str, blab: str, ref: str, steps, spread) -> tuple
     return grown, within
 
 
+def conj_error(arrays: dict, label: str, until: int | None = None) -> dict | None:
+    """O's error along sign(V) on the conjunction pairs that the chain probe of run `label` measured in its own
+    training forward (`lib.training.chain_probe`: "err_v_sum", "err_v_agree", "n_conj" per event, probed layer and
+    head), pooled over the events at steps below `until` (None: all): {"events", "n" (pairs), "mean" (ULP of O;
+    positive along sign(V), away from zero), "along" (share of pairs whose error lies along sign(V))}; None without
+    the probe or without a pair."""
+    pre = f"{label}__probe__"
+    if pre + "err_v_sum" not in arrays:
+        return None
+    steps = np.asarray(arrays[pre + "step"])
+    keep = steps < until if until is not None else np.ones(len(steps), dtype=bool)
+    ev, ag, n = (np.asarray(arrays[pre + k], dtype=np.float64)[keep] for k in ("err_v_sum", "err_v_agree", "n_conj"))
+    ok = np.isfinite(ev) & np.isfinite(ag)
+    total = float(n[ok].sum())
+    if not total:
+        return None
+    return dict(events=int(keep.sum()), n=int(total), mean=float(ev[ok].sum()) / total,
+                along=float(ag[ok].sum()) / total)
+
+
 def arm_rows(remedies, chain, layer: int = FOCUS_LAYER) -> list[dict]:
     """One row per arm and seed of the channel and remedy results `remedies` (`Result`s), read against `chain` (the
     comparison, a `merge_seeds` reading of every seed): {"entry", "arm", "words" (its spec in words), "spec" (the
@@ -92,7 +112,9 @@ def arm_rows(remedies, chain, layer: int = FOCUS_LAYER) -> list[dict]:
     of that ratio there, None with one FP32 seed), "grown" ((n, k): the baseline grows n (growth step, layer) pairs'
     largest logits beyond that spread, the arm stays within it in k of them: it removes the growth when k = n > 0),
     "horizon" (the registered steps, None where the configuration has none), "cut" (the step its wall budget
-    stopped it at, before the horizon, or None), "device" and "base_device" (the GPU each trained on, None unknown)}.
+    stopped it at, before the horizon, or None), "device" and "base_device" (the GPU each trained on, None unknown),
+    "o_err" and "base_o_err" (`conj_error` of the arm and of its baseline over the steps before the baseline failed,
+    or all steps where it did not)}.
     Arms whose baseline or FP32 run of the same seed is absent get
     None in those fields."""
     base_oc = outcomes(chain)
@@ -130,7 +152,9 @@ def arm_rows(remedies, chain, layer: int = FOCUS_LAYER) -> list[dict]:
                     base_ratio=_ratio_at(arrays, blab, ref, step, layer) if step else None,
                     spread=(float(spread[step]["logit"][layer - 1]) if spread and step in spread else None),
                     grown=_growth(arrays, lab, blab, ref, crules["growth_steps"], spread) if len(have) == 3
-                    else (0, 0)))
+                    else (0, 0),
+                    # both over the steps before the unchanged arm failed (after it, another regime)
+                    o_err=conj_error(arrays, lab, b and b[2]), base_o_err=conj_error(arrays, blab, b and b[2])))
     return sorted(rows, key=lambda r: (r["seed"], r["entry"], r["arm"]))
 
 
@@ -447,6 +471,65 @@ def cost_words(rows: list[dict], bench: dict | None) -> str:
             + f": {_change(best)}"
             + (f", level within the rounds' range with {' and '.join(level)}" if level else "") + ".")
     return out + (f" Not timed yet: {', '.join(untimed)}." if untimed else "")
+
+
+def o_error_words(rows: list[dict], arms=("paper_fix_b7_exact", "paper_fix_b2_exact", "paper_fix_b2")) -> str:
+    """For a reader: per arm of `arms` and seed, O's error along sign(V) on the conjunction pairs its chain probe
+    measured in training (`conj_error`), beside its unchanged arm's over the same steps (before that arm failed);
+    "" when no row has both."""
+    parts = []
+    for r in sorted((r for r in rows if r["arm"] in arms and r.get("o_err") and r.get("base_o_err")),
+                    key=lambda r: ((arms + (r["arm"],)).index(r["arm"]), r["seed"])):
+        a, b = r["o_err"], r["base_o_err"]
+        until = f" before step {r['base_fail']:,}" if r["base_fail"] is not None else ""
+        am, bm = (f"{x:+.{d}f}".replace("-", "−") for x, d in ((a["mean"], 0), (b["mean"], 1)))
+        parts.append(f"{_change(r['arm'])}, seed {r['seed']}: {am} ULP, {100 * a['along']:.1f} % of "
+                     f"{a['n']:,} pairs along sign(V) — unremedied{until}: {bm} ULP, "
+                     f"{100 * b['along']:.0f} % of {b['n']:,} pairs")
+    return "; ".join(parts)
+
+
+def zeroed_range() -> tuple[int, int]:
+    """(lo, hi): an output of zero errs by −|O|, and |O| is between `lo` and `hi` ULPs of itself in BF16 (2^7 to
+    2^8 for its 7 stored mantissa bits), so a zeroed output errs between −hi and −lo ULP along sign(V)."""
+    from lib.fp.bf16 import MANTISSA_BF16
+    return 2 ** MANTISSA_BF16, 2 ** (MANTISSA_BF16 + 1)
+
+
+def zeroed(rows: list[dict], exact=("paper_fix_b7_exact", "paper_fix_b2_exact"), against: float = 0.05) -> bool | None:
+    """Whether every exact-rule arm of `rows` with a chain probe erred on the conjunction pairs as outputs set to
+    zero do: its mean error (`conj_error`) within −hi … −lo ULP (`zeroed_range`) and fewer than `against` of its
+    pairs along sign(V); None when no such arm has a probe."""
+    lo, hi = zeroed_range()
+    ex = [r for r in rows if r["arm"] in exact and r.get("o_err")]
+    if not ex:
+        return None
+    return all(-hi <= r["o_err"]["mean"] <= -lo and r["o_err"]["along"] < against for r in ex)
+
+
+def zeroed_words(rows: list[dict], exact=("paper_fix_b7_exact", "paper_fix_b2_exact"), guarded=("paper_fix_b2",),
+                 against: float = 0.05) -> str:
+    """For a reader: whether O's error on the conjunction pairs (`conj_error`) says the exact rule zeroed those
+    rows — every exact-rule arm's mean error within the range of a zeroed output (`zeroed_range`) and fewer than
+    `against` of its pairs along sign(V) — while the guarded fix kept the unremedied arm's sign (its mean along
+    sign(V), as its baseline's). The sentence says what the numbers show, and nothing when there are none."""
+    lo, hi = zeroed_range()
+    gu = [r for r in rows if r["arm"] in guarded and r.get("o_err") and r.get("base_o_err")]
+    z = zeroed(rows, exact, against)
+    if z is None:
+        return ""
+    kept = bool(gu) and all(r["o_err"]["mean"] > 0 and r["base_o_err"]["mean"] > 0 for r in gu)
+    if not z:
+        return ("The exact rule's errors are not all in the range of a zeroed output, so these numbers do not say "
+                "whether it drops rows.")
+    out = (f"Every exact-rule arm's error is in the range of a zeroed output (between −{hi} and −{lo} ULP), against "
+           f"sign(V) on more than {100 * (1 - against):.0f} % of its pairs: what rows set to zero give — when β·max "
+           "is so large that every P̄ of a tied row underflows, ℓ = 0 and our kernel returns O = 0 for the row — "
+           "rather than a corrected rounding.")
+    if kept:
+        out += (" The guarded fix, whose capped shift keeps those rows, leaves the error along sign(V) as the "
+                "unremedied arm had it.")
+    return out
 
 
 # The forms of the β fix, the paper's exact rule first (fix_words).
