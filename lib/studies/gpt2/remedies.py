@@ -213,7 +213,8 @@ def claim_verdicts(rows: list[dict]) -> dict:
     where its baseline failed (`verdicts`). Status: "not reproduced" when every deciding arm failed where its
     baseline failed; "partly" when arms disagree, or when they prevent the failure in only one seed; "reproduced"
     when every deciding arm prevents it in two or more seeds; "not yet tested" when no arm decides (no failure to
-    prevent in the seeds run). Evidence per arm and seed, in words, and the claim's arms not run yet."""
+    prevent in the seeds run). Evidence per arm and seed, in words, and the claim's arms not run yet; for the β fix,
+    what its arms did to O on the conjunction pairs (`zeroed_words`)."""
     v = verdicts(rows)
     out = {}
     for cid, arms in CLAIM_ARMS.items():
@@ -245,6 +246,8 @@ def claim_verdicts(rows: list[dict]) -> dict:
                  "attention's seed-to-seed spread, each kept within it: " + "; ".join(grown)
                  + (" (so none removes the growth by the registered rule)"
                     if all(r["grown"][1] < r["grown"][0] for r in mine if r["grown"][0]) else "") if grown else ""))
+        if cid == "fix_stabilises" and zeroed_words(mine):     # how the fix that held the failure off did it
+            ev += ". " + zeroed_words(mine)
         out[cid] = dict(status=status, evidence=ev)
     return out
 
