@@ -1,0 +1,273 @@
+"""The GPU certificate of the training loop: every distinct run the committed training results made, a few steps in
+an old tree and in this one, compared bit for bit on the GPU.
+
+The ci certificates (`lib.book.certify`) show that moving the training code into one loop changed no number at ci
+scale on the CPU. What they cannot show is the GPU: BF16 autocast, tensor-core kernels, `torch.compile`, code taken
+only on CUDA. This tool rebuilds the runs the committed results made from what they recorded, at their own size, and
+trains each distinct one a few steps in both trees on one GPU:
+
+* **plan** (CPU, no training): one run configuration per distinct combination, from the results named (default:
+  every result under ``results/full/``) — a GPT-2-style result records each run's `RunConfig` (``runs[].config``); a
+  proxy result records its base `TrainConfig` in ``meta["config"]`` and each run's spec, seeds and LR
+  (``runs[].attn``, ``seed``, ``data_seed``, ``lr``, and ``beta``/``max_shift`` where a run sets them). Two runs are
+  the same combination when they agree on everything but seeds, LR, length and limits (`KEY_DROP`); the plan
+  keeps the first. A result that records neither form is listed as not covered (its ci certificate is what there
+  is).
+* **run** (GPU): each planned run `--steps` steps (the census, telemetry and probe schedules shortened to fit, wall
+  limits and checkpoints off) in the tree that produced its result (the commit the result records, extracted with
+  ``git archive``; ``--old-commit`` for one tree for all) and in this one, each in its own subprocess with that
+  tree as its working directory and ``PYTHONPATH``; the per-step loss and gradient norm (and the census or telemetry
+  records) compared bit for bit (`lib.book.certify.compare_arrays`). Progress is written after every run to
+  ``OUT/loop_certificate.json`` and a later call resumes from it, so the certificate can span calls of ≤ 10
+  minutes. The record names the device, both commits, every combination, its results, and whether it was
+  bit-identical.
+
+    python -m lib.training.loop_certificate plan [NAME ...]
+    python -m lib.training.loop_certificate run --out DIR [--old-commit C] [--steps 100] [--max-s S] [--shard K/N]
+                                                [NAME ...]
+
+`--shrink` (tests, CPU) replaces each run's model and batch by a tiny one, so the plumbing runs in seconds; a
+record made with it says so and certifies nothing about the GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from lib.book import results
+from lib.book.certify import compare_arrays
+from lib.book.provenance import PACKAGES
+from lib.book.rekey import old_tree
+
+ROOT = results.ROOT
+RECORD = "loop_certificate.json"
+# What two runs may differ in and still be one combination: seeds, LR and schedule lengths, limits, paths, labels.
+KEY_DROP = frozenset({"seed", "data_seed", "lr", "steps", "warmup", "max_wall_s", "max_tokens", "ckpt_path",
+                      "ckpt_every_s", "corpus_dir", "label", "eval_every", "eval_batches", "min_lr", "muon_lr",
+                      "out_dir", "progress", "resume", "starts_path", "ckpt_every", "workers", "lr_source", "plan"})
+# The run-level fields a proxy result records that change its TrainConfig.
+PROXY_RUN_FIELDS = ("attn", "seed", "data_seed", "lr", "beta", "max_shift")
+SHRINK = dict(n_layer=2, n_head=2, n_embd=32, seq_len=32, batch_size=2)
+
+# Run in a subprocess with cwd = PYTHONPATH = the tree; writes the run's per-step records (npz).
+_CHILD = """
+import json, sys
+import numpy as np
+import lib.book.setup
+kind, cfg, out = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+arrays = {}
+if kind == "proxy":
+    from dataclasses import fields
+    from lib.training.train import TrainConfig, train
+    r = train(TrainConfig(**{k: v for k, v in cfg.items() if k in {f.name for f in fields(TrainConfig)}}))
+    for k, v in r["telemetry"].items():
+        try:
+            arrays["telemetry__" + k] = np.asarray(v, dtype=np.float64)
+        except (TypeError, ValueError):
+            pass
+else:
+    from dataclasses import fields
+    from lib.training.loop import RunConfig, census_arrays, train_lm
+    r = train_lm(RunConfig(**{k: v for k, v in cfg.items() if k in {f.name for f in fields(RunConfig)}}))
+    for k, v in census_arrays(r["census"]).items():
+        arrays["census__" + k] = np.asarray(v)
+arrays["loss"] = np.asarray(r["loss"], dtype=np.float32)
+arrays["grad_norm"] = np.asarray(r["grad_norm"], dtype=np.float32)
+arrays["val"] = np.asarray(r["val"]["loss"], dtype=np.float64)
+np.savez(out, **arrays)
+"""
+
+
+def _proxy_runs(name: str, res: dict) -> list[dict] | None:
+    from lib.training.train import TrainConfig
+    from dataclasses import fields
+    base, runs = res["meta"].get("config") or {}, (res.get("data") or {}).get("runs")
+    names = {f.name for f in fields(TrainConfig)}
+    if not isinstance(runs, list) or not {"n_layer", "attn"} <= set(base):
+        return None
+    out = []
+    for r in runs:
+        if isinstance(r, dict) and "attn" in r and "error" not in r:
+            cfg = {k: v for k, v in base.items() if k in names} | {k: r[k] for k in PROXY_RUN_FIELDS if k in r}
+            out.append(dict(kind="proxy", result=name, commit=res["meta"].get("git_commit"),
+                            label=r.get("id") or r.get("tag") or r["attn"], cfg=cfg))
+    return out or None
+
+
+def _lm_runs(name: str, res: dict) -> list[dict] | None:
+    runs = (res.get("data") or {}).get("runs")
+    if not isinstance(runs, list):
+        return None
+    out = [dict(kind="lm", result=name, commit=res["meta"].get("git_commit"), label=r.get("label", ""),
+                cfg=dict(r["config"])) for r in runs
+           if isinstance(r, dict) and isinstance(r.get("config"), dict) and "model" in r["config"]]
+    return out or None
+
+
+def _key(run: dict) -> str:
+    cfg = {k: v for k, v in run["cfg"].items() if k not in KEY_DROP}
+    return json.dumps([run["kind"], cfg], sort_keys=True, default=str)
+
+
+def plan(names=None, root: Path = ROOT) -> dict:
+    """{"runs": one per distinct combination ({"kind": "proxy" | "lm", "result", "label", "cfg", "also": the other
+    results with the same combination}), "not_covered": results that record no run configuration}."""
+    paths = sorted((root / "results" / "full").glob("*.json"))
+    if names:
+        paths = [p for p in paths if p.stem in set(names)]
+    seen, runs, not_covered = {}, [], []
+    for path in paths:
+        res = json.loads(path.read_text())
+        got = _lm_runs(path.stem, res) or _proxy_runs(path.stem, res)
+        if got is None:
+            not_covered.append(path.stem)
+            continue
+        for run in got:
+            key = _key(run)
+            if key in seen:
+                if run["result"] not in seen[key]["also"] and run["result"] != seen[key]["result"]:
+                    seen[key]["also"].append(run["result"])
+                continue
+            seen[key] = dict(run, also=[])
+            runs.append(seen[key])
+    return dict(runs=runs, not_covered=not_covered)
+
+
+def shortened(run: dict, steps: int, shrink: bool = False) -> dict:
+    """The run's configuration for `steps` steps: limits, checkpoints and files off; every schedule (census,
+    telemetry, probe, evaluation) at most every `steps` // 2 steps, so the shortened run still takes it; with
+    `shrink`, a tiny model and batch (`SHRINK`)."""
+    cfg = dict(run["cfg"], steps=steps, max_wall_s=0.0)
+    half = max(1, steps // 2)
+    for k in ("census_every", "telemetry_every", "probe_every", "eval_every"):
+        if cfg.get(k):
+            cfg[k] = min(int(cfg[k]), half)
+    if run["kind"] == "proxy":
+        cfg.update(out_dir="", ckpt_every=0, resume="", starts_path="", progress=False, eval_batches=1,
+                   warmup=min(int(cfg.get("warmup", 0)), half))
+        if shrink:
+            cfg.update(SHRINK)
+    else:
+        cfg.update(max_tokens=0, ckpt_path="", ckpt_every_s=0.0, eval_batches=1,
+                   warmup=min(int(cfg.get("warmup", 0)), half), census_rows=min(int(cfg.get("census_rows", 1)), 2))
+        if shrink:
+            model = dict(cfg["model"], n_layer=2, n_head=2, n_embd=32, block_size=32)
+            cfg.update(model=model, batch_size=2, compile=False)
+    return cfg
+
+
+def run_in(tree: Path, run: dict, cfg: dict, out: Path) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0")
+    p = subprocess.run([sys.executable, "-c", _CHILD, run["kind"], json.dumps(cfg), str(out)], cwd=tree, env=env,
+                       capture_output=True, text=True)
+    if p.returncode:
+        raise RuntimeError(f"the run in {tree} failed:\n{(p.stdout + p.stderr)[-3000:]}")
+    with np.load(out) as z:
+        return {k: z[k] for k in z.files}
+
+
+def _corpus(cfg: dict, shrink: bool) -> None:
+    """Build the token corpus a GPT-2-style run reads, where it is missing: the interpreter's standard library and
+    site-packages (as the runs built it), or with `shrink` a few files of this repository."""
+    from lib.training import token_corpus
+    out = Path(cfg["corpus_dir"])
+    if cfg.get("data") == "tokens" and not (out / "manifest.json").exists():
+        token_corpus.build_token_corpus(roots=[str(ROOT / "lib" / "training")] if shrink else None, out_dir=out,
+                                        max_files=20 if shrink else None)
+
+
+def run(old_commit: str | None, out: Path, steps: int = 100, names=None, max_s: float = 0.0, shrink: bool = False,
+        repo: Path = ROOT, shard: tuple[int, int] = (0, 1)) -> dict:
+    """Train every planned combination `steps` steps in the tree that produced its result (its recorded commit; or
+    `old_commit` for all) and in `repo`, compare, and write the record to OUT/loop_certificate.json after each
+    (resuming the combinations it already holds); stop starting new ones after `max_s` seconds (0: no limit).
+    `shard` (k, n): only the combinations k, k + n, k + 2n, … of the plan, recorded in OUT/loop_certificate.k.json
+    (one process a GPU: `CUDA_VISIBLE_DEVICES` per shard). Returns the record."""
+    import torch
+    out.mkdir(parents=True, exist_ok=True)
+    k, n = shard
+    path = out / (RECORD if n == 1 else RECORD.replace(".json", f".{k}.json"))
+    rec = json.loads(path.read_text()) if path.exists() else None
+    new_commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    if rec is None or rec.get("old_commit") != old_commit or rec.get("steps") != steps:
+        p = plan(names, repo)
+        rec = dict(old_commit=old_commit, new_commit=new_commit, steps=steps, shrunk=shrink,
+                   device=torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+                   date_utc=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                   not_covered=p["not_covered"], shard=[k, n],
+                   runs=[dict(r, done=False) for i, r in enumerate(p["runs"]) if i % n == k])
+    t0 = time.perf_counter()
+    trees = {}
+    with tempfile.TemporaryDirectory(prefix="loopcert_") as tmp:
+        for r in rec["runs"]:
+            if r["done"]:
+                continue
+            if max_s and time.perf_counter() - t0 > max_s:
+                break
+            cfg = shortened(r, steps, shrink)
+            if shrink and r["kind"] == "lm":
+                cfg["corpus_dir"] = str(Path(tmp) / "corpus")
+            t1 = time.perf_counter()
+            try:
+                r["old"] = commit = old_commit or r["commit"]
+                if commit not in trees:
+                    trees[commit] = old_tree(commit, Path(tmp) / f"old_{len(trees)}", PACKAGES + ("data",), repo)
+                if r["kind"] == "lm":
+                    _corpus(cfg, shrink)
+                a = run_in(trees[commit], r, cfg, Path(tmp) / "old.npz")
+                b = run_in(repo, r, cfg, Path(tmp) / "new.npz")
+                counts, diffs = compare_arrays(a, b)
+                r.update(bit_identical=not diffs, diffs=diffs[:5], compared=counts, error=None)
+            except (RuntimeError, subprocess.CalledProcessError) as e:
+                r.update(bit_identical=False, diffs=[], error=str(e)[-1500:])
+            r.update(done=True, seconds=round(time.perf_counter() - t1, 1))
+            path.write_text(json.dumps(rec, indent=1, default=str))
+            print(f"{r['kind']:5s} {r['result']:28s} {r['label']:28s} "
+                  f"{'bit-identical' if r['bit_identical'] else 'DIFFERS' if not r['error'] else 'ERROR'} "
+                  f"{r['seconds']:.0f} s", flush=True)
+    path.write_text(json.dumps(rec, indent=1, default=str))
+    return rec
+
+
+def summary(rec: dict) -> str:
+    done = [r for r in rec["runs"] if r["done"]]
+    ok = [r for r in done if r["bit_identical"]]
+    return (f"{len(ok)} of {len(done)} combinations bit-identical ({len(rec['runs']) - len(done)} not run yet; "
+            f"{rec['steps']} steps each, {rec['device']}{', shrunk: certifies nothing' if rec['shrunk'] else ''}); "
+            f"results not covered: {', '.join(rec['not_covered']) or 'none'}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m lib.training.loop_certificate", description=__doc__.split("\n\n")[0])
+    ap.add_argument("what", choices=("plan", "run"))
+    ap.add_argument("names", nargs="*", help="results (default: every result under results/full)")
+    ap.add_argument("--old-commit", help="compare against this tree (default: each result's recorded commit)")
+    ap.add_argument("--out", type=Path, default=Path("."))
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--max-s", type=float, default=0.0, help="start no new combination after this many seconds")
+    ap.add_argument("--shrink", action="store_true", help="tiny models (tests): certifies nothing")
+    ap.add_argument("--shard", default="0/1", help="K/N: only every N-th combination from the K-th (one per GPU)")
+    a = ap.parse_intermixed_args(argv)
+    if a.what == "plan":
+        p = plan(a.names or None)
+        for r in p["runs"]:
+            print(f"{r['kind']:5s} {r['result']:28s} {r['label']:28s} also: {', '.join(r['also']) or '-'}")
+        print(f"{len(p['runs'])} combinations; not covered: {', '.join(p['not_covered']) or 'none'}")
+        return 0
+    k, n = (int(x) for x in a.shard.split("/"))
+    rec = run(a.old_commit, a.out, a.steps, a.names or None, a.max_s, a.shrink, shard=(k, n))
+    print(summary(rec))
+    return 0 if all(r.get("bit_identical") for r in rec["runs"] if r["done"]) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,55 @@
+"""lib/training/loop_certificate.py: the training runs the committed results made, rebuilt from their records, deduplicated,
+shortened, and compared bit for bit between two trees (here HEAD against the working tree, shrunk to tiny models)."""
+import json
+
+import numpy as np
+
+from lib.training import loop_certificate as lc
+
+
+def test_plan_rebuilds_one_run_per_combination_from_the_records():
+    p = lc.plan()
+    kinds = {r["kind"] for r in p["runs"]}
+    assert kinds == {"proxy", "lm"} and len(p["runs"]) == len({lc._key(r) for r in p["runs"]})
+    assert all(r["commit"] for r in p["runs"])                        # each run's old tree: its result's commit
+    assert {"train_step_gpt2", "capture_overhead_bench"} <= set(p["not_covered"])   # timings record no run
+    lm = next(r for r in p["runs"] if r["kind"] == "lm")
+    assert "model" in lm["cfg"] and lm["cfg"]["data"] == "tokens"
+    proxy = next(r for r in p["runs"] if r["kind"] == "proxy")
+    assert {"n_layer", "attn", "seed", "lr"} <= set(proxy["cfg"])
+    # seeds and LR do not make a new combination; the spec does
+    same = dict(proxy, cfg=dict(proxy["cfg"], seed=proxy["cfg"]["seed"] + 1, lr=1.0))
+    assert lc._key(same) == lc._key(proxy) and lc._key(dict(proxy, cfg=dict(proxy["cfg"], attn="x"))) != lc._key(proxy)
+
+
+def test_shortened_runs_take_every_schedule_within_their_steps():
+    run = dict(kind="lm", cfg=dict(model=dict(n_layer=12), steps=10000, census_every=200, probe_every=200,
+                                   eval_every=1000, warmup=500, max_wall_s=1320.0, ckpt_path="/tmp/x.pt",
+                                   ckpt_every_s=120, census_rows=16, max_tokens=0))
+    cfg = lc.shortened(run, 100)
+    assert (cfg["steps"], cfg["census_every"], cfg["probe_every"], cfg["eval_every"], cfg["warmup"]) == (100, 50, 50,
+                                                                                                         50, 50)
+    assert (cfg["max_wall_s"], cfg["ckpt_path"], cfg["ckpt_every_s"], cfg["census_rows"]) == (0.0, "", 0.0, 2)
+    assert lc.shortened(run, 100, shrink=True)["model"]["n_layer"] == 2
+
+
+def test_run_compares_two_trees_resumes_and_reports_differences(tmp_path, monkeypatch):
+    name = next(r["result"] for r in lc.plan()["runs"] if r["kind"] == "proxy")
+    rec = lc.run("HEAD", tmp_path, steps=2, names=[name], shrink=True)
+    assert rec["shrunk"] and all(r["done"] and r["bit_identical"] for r in rec["runs"]), rec["runs"]
+    assert "certifies nothing" in lc.summary(rec)
+    saved = json.loads((tmp_path / lc.RECORD).read_text())
+    assert saved["runs"] == rec["runs"] and saved["old_commit"] == "HEAD"
+    calls = []
+    monkeypatch.setattr(lc, "run_in", lambda *a: calls.append(a) or {})
+    assert lc.run("HEAD", tmp_path, steps=2, names=[name], shrink=True)["runs"] == rec["runs"] and not calls  # resumed
+    outs = iter([{"loss": np.zeros(2, np.float32)}, {"loss": np.ones(2, np.float32)}] * 50)
+    monkeypatch.setattr(lc, "run_in", lambda *a: next(outs))
+    diff = lc.run("HEAD", tmp_path / "again", steps=2, names=[name], shrink=True)
+    assert not diff["runs"][0]["bit_identical"] and "differ" in diff["runs"][0]["diffs"][0]
+    # shards: every combination in exactly one of them, each with its own record
+    monkeypatch.setattr(lc, "run_in", lambda *a: {"loss": np.zeros(1, np.float32)})
+    parts = [lc.run("HEAD", tmp_path / "sh", steps=2, names=["gpt2_arms"], shrink=True, shard=(k, 3)) for k in range(3)]
+    labels = [r["label"] for p in parts for r in p["runs"]]
+    assert sorted(labels) == sorted(r["label"] for r in lc.plan(["gpt2_arms"])["runs"])
+    assert all((tmp_path / "sh" / f"loop_certificate.{k}.json").exists() for k in range(3))
