@@ -341,7 +341,7 @@ def test_o_error_on_the_conjunction_pairs_and_what_zeroed_rows_give():
                             f"unremedied before step {f:,}: +6.0 ULP, 50 % of 180 pairs; guarded fix (β = 2), seed 1")
     said = remedies.zeroed_words(rows)
     assert remedies.claim_verdicts(rows)["fix_stabilises"]["evidence"].endswith(". " + said)
-    assert said.startswith("Every exact-rule arm's error is in the range of a zeroed output (between −256 and −128 ULP)")
+    assert said.startswith("By a reading made after the runs, every exact-rule arm's error is in the range of a zeroed output (between −256 and −128 ULP)")
     assert said.endswith("leaves the error along sign(V) as the unremedied arm had it.")
     _probe(exact, "paper_fix_b7_exact:s1", -60.0, 0.2)
     rows = remedies.arm_rows([exact, guarded], chain)

@@ -1,7 +1,7 @@
 """The one training loop: `train(RunConfig(...), observers, step_hook) -> dict`, nanoGPT's loop with a census.
 
-Every training run of the book goes through it — the byte-level proxy (`lib.training.train.TrainConfig` maps the
-proxy studies' flat fields onto `RunConfig`), GPT-2 124M on a BPE token corpus, the positive control and the bias
+Every training run of the book goes through it — the byte-level proxy (`lib.training.train.run_config` maps the
+proxy studies' flat `TrainConfig` onto `RunConfig` and `LoopOptions`), GPT-2 124M on a BPE token corpus, the positive control and the bias
 injection — read top to bottom: data, model, optimiser, then `for step in range(...)`: learning rate, batch, census,
 the optimiser step (`lib.training.runtime.train_step`: forward and backward under BF16 autocast, clip, the step
 hook, the step's own telemetry, update), the losses read back, evaluation, limits, checkpoint. (`train_lm` is the
@@ -23,9 +23,9 @@ same function under the name the GPT-2 studies knew it by.)
   sees the training step itself (the injection study measures Δδ and the dW_Q error there).
 * **Speed**: `compile=True` wraps the model in `torch.compile` (observers use the eager module, which shares the
   parameters); TF32 off, so FP32 matmuls stay FP32.
-* **The step's own telemetry** (`telemetry_every`, the proxy studies'): that step's forward runs with capture on
+* **The step's own telemetry** (`LoopOptions.telemetry_every`, the proxy studies'): that step's forward runs with capture on
   and `lib.training.telemetry.collect_telemetry` reads it after the clipping, before the update, into
-  "telemetry". Losses are read back from the device every `flush_every` steps and at the last, and at every census
+  "telemetry". Losses are read back from the device every `LoopOptions.flush_every` steps and at the last, and at every census
   and telemetry step (`flush_every=0`: only there, as the proxy loop did); a non-finite loss stops the run at the
   read-back that sees it (`stop_on_nonfinite`), and one no read-back saw is still recorded as "stopped_at".
 * **Length**: `steps`, and two machine limits recorded when they bind: `max_wall_s` (`truncated_at`) and

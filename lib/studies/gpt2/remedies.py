@@ -25,8 +25,9 @@ from lib.studies.gpt2.reading import (CHAIN_ARMS, FOCUS_LAYER, at_step, cfg_of, 
                                       outcomes)
 
 __all__ = ["REMEDY_GROUPS", "CLAIM_ARMS", "SHORT", "PAPER_REMEDIES", "FIX_ARMS", "advice_words", "pending_words",
-           "step_costs", "established", "merge_benches", "conj_error", "o_error_words", "zeroed_range", "zeroed", "zeroed_words", "cost_words", "fix_words", "device_words", "brief_words", "outcome_words", "growth_words",
-           "pending", "arm_rows", "verdicts", "claim_verdicts", "table", "glue_numbers", "seed_view"]
+           "EXACT_ARMS", "step_costs", "established", "merge_benches", "conj_error", "o_error_words", "zeroed_range",
+           "zeroed", "zeroed_words", "cost_words", "fix_words", "device_words", "brief_words", "outcome_words",
+           "growth_words", "pending", "arm_rows", "verdicts", "claim_verdicts", "table", "glue_numbers", "seed_view"]
 
 # The registry's groups of channel and remedy entries this module reads (the injection is read by its own rule).
 REMEDY_GROUPS = ("gpt2_delta", "gpt2_remedy_o32", "gpt2_remedy_fix", "gpt2_qknorm", "gpt2_authors_compiled",
@@ -35,6 +36,10 @@ REMEDY_GROUPS = ("gpt2_delta", "gpt2_remedy_o32", "gpt2_remedy_fix", "gpt2_qknor
 CLAIM_ARMS = {"delta_only_channel": ("paper_delta_fp32_o", "fa2_delta_dp_p_norm"),
               "fp32_o_stabilises": ("paper_o32",),
               "fix_stabilises": ("paper_fix_b2", "paper_fix_b2_exact", "paper_fix_b7_exact")}
+
+# The forms of the β fix, the paper's exact rule first (fix_words, o_error_words), and those by the exact rule.
+FIX_ARMS = ("paper_fix_b7_exact", "paper_fix_b2_exact", "paper_fix_b2")
+EXACT_ARMS = FIX_ARMS[:2]
 
 # Short names for a figure's legend (the tables use the full description of each arm's spec).
 SHORT = {"paper_delta_fp32_o": "paper placement, δ from an FP32 O", "fa2_delta_dp_p_norm": "FA2 placement, exact δ",
@@ -246,8 +251,9 @@ def claim_verdicts(rows: list[dict]) -> dict:
                  "attention's seed-to-seed spread, each kept within it: " + "; ".join(grown)
                  + (" (so none removes the growth by the registered rule)"
                     if all(r["grown"][1] < r["grown"][0] for r in mine if r["grown"][0]) else "") if grown else ""))
-        if cid == "fix_stabilises" and zeroed_words(mine):     # how the fix that held the failure off did it
-            ev += ". " + zeroed_words(mine)
+        how = zeroed_words(mine) if cid == "fix_stabilises" else ""    # how the fix that held the failure off did it
+        if how:
+            ev += ". " + how
         out[cid] = dict(status=status, evidence=ev)
     return out
 
@@ -476,7 +482,7 @@ def cost_words(rows: list[dict], bench: dict | None) -> str:
     return out + (f" Not timed yet: {', '.join(untimed)}." if untimed else "")
 
 
-def o_error_words(rows: list[dict], arms=("paper_fix_b7_exact", "paper_fix_b2_exact", "paper_fix_b2")) -> str:
+def o_error_words(rows: list[dict], arms=FIX_ARMS) -> str:
     """For a reader: per arm of `arms` and seed, O's error along sign(V) on the conjunction pairs its chain probe
     measured in training (`conj_error`), beside its unchanged arm's over the same steps (before that arm failed);
     "" when no row has both."""
@@ -499,7 +505,7 @@ def zeroed_range() -> tuple[int, int]:
     return 2 ** MANTISSA_BF16, 2 ** (MANTISSA_BF16 + 1)
 
 
-def zeroed(rows: list[dict], exact=("paper_fix_b7_exact", "paper_fix_b2_exact"), against: float = 0.05) -> bool | None:
+def zeroed(rows: list[dict], exact=EXACT_ARMS, against: float = 0.05) -> bool | None:
     """Whether every exact-rule arm of `rows` with a chain probe erred on the conjunction pairs as outputs set to
     zero do: its mean error (`conj_error`) within −hi … −lo ULP (`zeroed_range`) and fewer than `against` of its
     pairs along sign(V); None when no such arm has a probe."""
@@ -510,12 +516,12 @@ def zeroed(rows: list[dict], exact=("paper_fix_b7_exact", "paper_fix_b2_exact"),
     return all(-hi <= r["o_err"]["mean"] <= -lo and r["o_err"]["along"] < against for r in ex)
 
 
-def zeroed_words(rows: list[dict], exact=("paper_fix_b7_exact", "paper_fix_b2_exact"), guarded=("paper_fix_b2",),
-                 against: float = 0.05) -> str:
+def zeroed_words(rows: list[dict], exact=EXACT_ARMS, guarded=("paper_fix_b2",), against: float = 0.05) -> str:
     """For a reader: whether O's error on the conjunction pairs (`conj_error`) says the exact rule zeroed those
     rows — every exact-rule arm's mean error within the range of a zeroed output (`zeroed_range`) and fewer than
     `against` of its pairs along sign(V) — while the guarded fix kept the unremedied arm's sign (its mean along
-    sign(V), as its baseline's). The sentence says what the numbers show, and nothing when there are none."""
+    sign(V), as its baseline's). The sentence says what the numbers show, and nothing when there are none; it
+    says too that this is a reading made after the runs (no rule for it was registered before them)."""
     lo, hi = zeroed_range()
     gu = [r for r in rows if r["arm"] in guarded and r.get("o_err") and r.get("base_o_err")]
     z = zeroed(rows, exact, against)
@@ -525,7 +531,7 @@ def zeroed_words(rows: list[dict], exact=("paper_fix_b7_exact", "paper_fix_b2_ex
     if not z:
         return ("The exact rule's errors are not all in the range of a zeroed output, so these numbers do not say "
                 "whether it drops rows.")
-    out = (f"Every exact-rule arm's error is in the range of a zeroed output (between −{hi} and −{lo} ULP), against "
+    out = (f"By a reading made after the runs, every exact-rule arm's error is in the range of a zeroed output (between −{hi} and −{lo} ULP), against "
            f"sign(V) on more than {100 * (1 - against):.0f} % of its pairs: what rows set to zero give — when β·max "
            "is so large that every P̄ of a tied row underflows, ℓ = 0 and our kernel returns O = 0 for the row — "
            "rather than a corrected rounding.")
@@ -533,10 +539,6 @@ def zeroed_words(rows: list[dict], exact=("paper_fix_b7_exact", "paper_fix_b2_ex
         out += (" The guarded fix, whose capped shift keeps those rows, leaves the error along sign(V) as the "
                 "unremedied arm had it.")
     return out
-
-
-# The forms of the β fix, the paper's exact rule first (fix_words).
-FIX_ARMS = ("paper_fix_b7_exact", "paper_fix_b2_exact", "paper_fix_b2")
 
 
 def fix_words(rows: list[dict], arms=FIX_ARMS) -> str:
