@@ -396,3 +396,35 @@ def test_low_rank_reading_on_the_committed_runs():
             and not any(e["alike"] for e in fp32.values()) else "not reproduced")
     assert reading.link_readings(m)["low_rank"]["status"] == want
     # (the claims table's link-5 evidence starting with this reading: tests/test_claims_contrast.py)
+
+
+def _ends(**ends):
+    """`arms_numbers`-style glue for the four arms: `ends` maps an arm to "failed", "back within the margin" or
+    "never failed"."""
+    n = {}
+    for a, e in ends.items():
+        n.update({f"{a}_ends": e, f"{a}_steps": "10,000", f"{a}_cut": "the whole horizon",
+                  f"{a}_failed_at": "—" if e == "never failed" else "step 6,302",
+                  f"{a}_recovered": "80 steps later" if e == "back within the margin" else "not by the end of the run",
+                  f"{a}_n_failures": "0" if e == "never failed" else "1"})
+    return n
+
+
+def test_failure_words_group_the_arms_by_how_their_runs_ended():
+    n = _ends(fp32="never failed", sdpa="back within the margin", ours_fa2="back within the margin", paper="failed")
+    n["fp32_cut"], n["fp32_steps"] = "cut by the wall limit", "9,090"
+    head, body = reading.failure_words(n, reading.CHAIN_ARMS)
+    assert head == ("Our kernel, paper placement (512-key blocks) ends its run failed; PyTorch flash SDPA (BF16) and "
+                    "our kernel, FA2 placement fail and come back; FP32 attention never fails.")
+    assert body.startswith("FP32 attention did not fail in its 9,090 steps (cut by its wall limit); ")
+    assert "paper placement (512-key blocks) failed at step 6,302 and was not back by the end of its run." in body
+    assert "FA2 placement failed at step 6,302 and was back within the rule's margin 80 steps later, a spike" in body
+    assert reading.failure_reading(n).startswith("In this seed the paper placement's run ends failed where FP32")
+    assert "fail later and come back" in reading.failure_reading(n)
+
+
+def test_failure_reading_is_neutral_unless_only_the_bf16_arms_end_failed():
+    assert "neither supports nor refutes" in reading.failure_reading(_ends(fp32="never failed", paper="never failed"))
+    assert "neither supports" in reading.failure_reading(_ends(fp32="failed", paper="failed"))
+    both = reading.failure_reading(_ends(fp32="never failed", sdpa="failed", paper="failed"))
+    assert "but PyTorch flash SDPA (BF16) ends failed too" in both

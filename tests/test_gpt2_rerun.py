@@ -10,7 +10,7 @@ import pytest
 from lib.book import results
 from lib.studies.gpt2 import reading as g2r
 
-pytestmark = pytest.mark.skipif(not results.exists("gpt2_arms", "full"), reason="no committed GPT-2 comparison")
+_COMMITTED = pytest.mark.skipif(not results.exists("gpt2_arms", "full"), reason="no committed GPT-2 comparison")
 
 
 def _rerun(res, label: str, steps: int, device: str):
@@ -23,6 +23,7 @@ def _rerun(res, label: str, steps: int, device: str):
     return dataclasses.replace(res, data=data, arrays=arrays, meta=dict(res.meta, device=device))
 
 
+@_COMMITTED
 def test_a_rerun_replaces_a_truncated_run_and_says_so():
     a = results.load("gpt2_arms", "full")
     paper = next(r for r in a.data["runs"] if r["label"] == "paper:s0")
@@ -39,9 +40,54 @@ def test_a_rerun_replaces_a_truncated_run_and_says_so():
     assert g2r.replaced_words(g2r.merge_seeds([a])) == ""
 
 
+@_COMMITTED
 def test_two_full_runs_of_one_arm_are_refused():
     a = results.load("gpt2_arms", "full")
     sdpa = next(r for r in a.data["runs"] if r["label"] == "sdpa:s0")
     assert sdpa["truncated_at"] is None
     with pytest.raises(ValueError, match="appears twice"):
         g2r.merge_seeds([a, _rerun(a, "sdpa:s0", sdpa["steps"] + 100, "GPU B")])
+
+
+class _Planted:
+    """A one-seed result of two arms with planted losses (nats), as `merge_seeds` reads it."""
+    def __init__(self, losses: dict, truncated: dict, device: str):
+        rules = dict(failure_window=10, failure_rise=0.3, growth_steps=[10], reference="fp32")
+        self.data = dict(runs=[dict(label=k, steps=len(v), truncated_at=truncated.get(k)) for k, v in losses.items()],
+                         telemetry={})
+        self.arrays = {f"{k}__loss": np.asarray(v, dtype=np.float32) for k, v in losses.items()}
+        self.meta = dict(device=device, config=dict(rules=rules, seeds=[0], arms=[], steps=200))
+
+
+def test_a_rerun_that_fails_where_its_first_run_did_not_is_read_as_run_to_run_variation():
+    """Losses equal to step 4, then apart by 0.01 nats; the rerun steps up by 1 nat at step 100 (a failure) where the
+    first run, cut at 150 steps, never did: the words give where they part, the median gap beside the arms' gap, and
+    the lower bound on the failure step's spread (150 − the rerun's failure step)."""
+    base = 3.0 + np.zeros(200)
+    first = base[:150].copy()
+    first[5:] += 0.01
+    rerun = base.copy()
+    rerun[100:] += 1.0
+    other = base + 0.002                                    # a second arm of the seed, 0.002 from the rerun
+    a = _Planted({"paper:s0": first, "sdpa:s0": other}, {"paper:s0": 150}, "GPU A")
+    b = _Planted({"paper:s0": rerun}, {}, "GPU B")
+    m = g2r.merge_seeds([a, b])
+    rep = m.data["replaced"][0]
+    fa = g2r.failure_step(rerun, 10, 0.3)
+    assert 100 <= fa < 110                                  # the rule fires once the 10-step mean is 0.3 up
+    assert (rep["first_diff"], rep["failed_at"], rep["set_aside_failed_at"], rep["upto"]) == (5, fa, None, fa)
+    assert abs(rep["gap"] - 0.01) < 1e-5
+    words = g2r.replaced_words(m)
+    assert "agree bit for bit to step 4 and differ from step 5" in words
+    assert "differ by 0.010 nats (median), where two different arms of that seed differ by 0.002–0.002" in words
+    assert "variation is larger than the differences between arms" in words
+    assert f"failed at step {fa}, where the first run had not failed by step 150" in words
+    assert f"by {150 - fa} steps or more" in words
+
+
+def test_a_bit_identical_rerun_adds_no_variation_words():
+    loss = 3.0 + np.zeros(200)
+    a = _Planted({"paper:s0": loss[:150]}, {"paper:s0": 150}, "GPU A")
+    m = g2r.merge_seeds([a, _Planted({"paper:s0": loss}, {}, "GPU A")])
+    assert m.data["replaced"][0]["first_diff"] is None
+    assert "one trajectory" not in g2r.replaced_words(m) and "read from its rerun" in g2r.replaced_words(m)

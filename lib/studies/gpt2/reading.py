@@ -204,7 +204,9 @@ def merge_seeds(results) -> "SimpleNamespace":
                 keep = old if full is a else (run, r)
                 drop = old if full is b else (run, r)
                 replaced.append(dict(label=run["label"], steps=full["steps"], set_aside=short["steps"],
-                                     device=keep[1].meta.get("device"), set_aside_device=drop[1].meta.get("device")))
+                                     device=keep[1].meta.get("device"), set_aside_device=drop[1].meta.get("device"),
+                                     **rerun_compare(keep[1].arrays.get(f"{run['label']}__loss"),
+                                                     drop[1].arrays.get(f"{run['label']}__loss"), cfg["rules"])))
                 chosen[run["label"]] = keep
             else:
                 chosen[run["label"]] = (run, r)
@@ -220,6 +222,43 @@ def merge_seeds(results) -> "SimpleNamespace":
                            meta=[r.meta for r in results], cfg=dict(base, arms=arms, seeds=sorted(seeds)))
 
 
+def _moving_mean(loss, w: int):
+    return np.convolve(np.asarray(loss, dtype=np.float64), np.ones(w) / w, mode="valid")
+
+
+def rerun_compare(kept, set_aside, rules: dict) -> dict:
+    """How a rerun of one arm (same initialisation, batches and rules) compares with the run it replaces, from their
+    per-step losses (nats, 0-based steps): `first_diff`, the first step whose losses are not bit-identical (None:
+    identical over the steps both ran); `upto`, the steps both ran before either failed; `gap`, the median over
+    those steps of the difference of their `failure_window`-step mean losses (nats; None when `upto` is shorter than
+    the window); `failed_at` and `set_aside_failed_at`, each run's first failure (`failure_step`; None: none in its
+    steps). Every value None without both losses."""
+    out = dict(first_diff=None, upto=None, gap=None, failed_at=None, set_aside_failed_at=None)
+    if kept is None or set_aside is None:
+        return out
+    a, b = np.asarray(kept, dtype=np.float64), np.asarray(set_aside, dtype=np.float64)
+    w, rise = rules["failure_window"], rules["failure_rise"]
+    out["failed_at"], out["set_aside_failed_at"] = failure_step(a, w, rise), failure_step(b, w, rise)
+    n = min(len(a), len(b))
+    # Bitwise: equal floats, or NaN in both at one step.
+    same = (a[:n] == b[:n]) | (np.isnan(a[:n]) & np.isnan(b[:n]))
+    if not same.all():
+        out["first_diff"] = int(np.flatnonzero(~same)[0])
+    out["upto"] = upto = min([n] + [f for f in (out["failed_at"], out["set_aside_failed_at"]) if f is not None])
+    if upto >= w:
+        out["gap"] = float(np.nanmedian(np.abs(_moving_mean(a[:upto], w) - _moving_mean(b[:upto], w))))
+    return out
+
+
+def arm_gaps(arrays: dict, seed: str, upto: int, window: int) -> list[float]:
+    """The median over steps 0…`upto` − 1 of the difference of two arms' `window`-step mean losses (nats), for every
+    pair of arms of one seed in `arrays` (labels "<arm>:s<seed>") that ran that far without a non-finite loss."""
+    series = [_moving_mean(v[:upto], window) for k, v in sorted(arrays.items())
+              if k.endswith("__loss") and k.split("__")[0].split(":s")[-1] == str(seed) and len(v) >= upto]
+    return [float(np.nanmedian(np.abs(x - y))) for i, x in enumerate(series) for y in series[i + 1:]
+            if len(x) and np.isfinite(x).all() and np.isfinite(y).all()]
+
+
 def replaced_words(res) -> str:
     """One sentence per run a rerun replaced in a `merge_seeds` reading ("" when none): which arm, the steps of the
     run read and of the run set aside, and both devices (a rerun shares the initialisation and batches, not the
@@ -231,7 +270,42 @@ def replaced_words(res) -> str:
                    f"{rep['device'] or 'an unrecorded device'}) in place of its first run, which the wall budget "
                    f"stopped at {rep['set_aside']:,} steps on {rep['set_aside_device'] or 'an unrecorded device'}; "
                    "same initialisation, batches and rules.")
+        if rep.get("first_diff") is not None:
+            w = cfg_of(res)["rules"]["failure_window"]
+            gaps = arm_gaps(res.arrays, seed, rep["upto"], w) if rep.get("upto") else []
+            out.append(rerun_words(rep, gaps, w))
     return " ".join(out)
+
+
+def rerun_words(rep: dict, gaps: list[float] | None = None, window: int = 100) -> str:
+    """What a rerun and the run it replaced show about run-to-run variation (`rerun_compare`'s fields in a
+    `merge_seeds` replacement): where their losses part, how far apart their moving mean losses are before either
+    fails beside the differences between arms of that seed (`gaps`, `arm_gaps`), and whether they failed at
+    different steps."""
+    first = rep["first_diff"]
+    agree = f"agree bit for bit to step {first - 1:,} and " if first else ""
+    words = (f"The two runs are one experiment but not one trajectory: their losses {agree}differ from step "
+             f"{first:,} on (the training asks for no deterministic algorithms on the GPU, and the two were made by "
+             "versions of the code shown identical only on the CPU)")
+    if rep.get("gap") is not None:
+        words += (f"; over the {rep['upto']:,} steps before either failed their {window}-step mean losses differ "
+                  f"by {rep['gap']:.3f} nats (median)")
+        if gaps:
+            lo, hi = min(gaps), max(gaps)
+            size = ("larger than" if rep["gap"] > hi else "as large as" if rep["gap"] >= lo else "smaller than")
+            words += (f", where two different arms of that seed differ by {lo:.3f}–{hi:.3f} nats: before a failure, "
+                      f"run-to-run variation is {size} the differences between arms")
+    fa, fb = rep.get("failed_at"), rep.get("set_aside_failed_at")
+    if fa is not None and fb is None and fa < rep["set_aside"]:
+        words += (f". The rerun failed at step {fa:,}, where the first run had not failed by step "
+                  f"{rep['set_aside']:,}: the step at which one seed fails varies from run to run by "
+                  f"{rep['set_aside'] - fa:,} steps or more, so the arms are compared on whether they fail over seeds, "
+                  "not on the step of one run")
+    elif fa is not None and fb is not None:
+        words += f". They failed at steps {fb:,} (first run) and {fa:,} (rerun)"
+    elif fb is not None:
+        words += f". The first run failed at step {fb:,}; the rerun {'at step ' + format(fa, ',') if fa else 'not'}"
+    return words + "."
 
 
 def numbers(res) -> dict:
@@ -677,6 +751,64 @@ def seeds_words(res) -> str:
         parts.append(f"{who} ran {what}" if not parts else f"{who} {what}")
     out = "; ".join(parts)
     return out[:1].upper() + out[1:]
+
+
+def _names(arms) -> str:
+    xs = [CHAIN_ARMS.get(a, a) for a in arms]
+    return xs[0] if len(xs) == 1 else ", ".join(xs[:-1]) + " and " + xs[-1]
+
+
+def failure_words(n: dict, arms) -> tuple[str, str]:
+    """The failure rule's outcome in one seed, from `arms_numbers` glue `n` for the arms in `arms` (in that order):
+    (a heading — which arms end their run failed, which failed and came back, which never failed — and one clause per
+    arm). Whether a run *ended* failed is a reading made after the runs (`failure_episodes`), not a registered rule."""
+    groups = {"failed": [], "back within the margin": [], "never failed": []}
+    clauses = []
+    for a in arms:
+        if f"{a}_ends" not in n:
+            continue
+        groups[n[f"{a}_ends"]].append(a)
+        name = CHAIN_ARMS.get(a, a)
+        if n[f"{a}_ends"] == "never failed":
+            cut = " (cut by its wall limit)" if n[f"{a}_cut"] == "cut by the wall limit" else ""
+            clauses.append(f"{name} did not fail in its {n[f'{a}_steps']} steps{cut}")
+        elif n[f"{a}_ends"] == "failed":
+            more = int(n[f"{a}_n_failures"]) - 1
+            clauses.append(f"{name} failed at {n[f'{a}_failed_at']} and was not back by the end of its run"
+                           + (f" ({more} later failure{'s' if more > 1 else ''} after coming back once)"
+                              if more > 0 and n[f"{a}_recovered"] != "not by the end of the run" else ""))
+        else:
+            clauses.append(f"{name} failed at {n[f'{a}_failed_at']} and was back within the rule's margin "
+                           f"{n[f'{a}_recovered']}, a spike")
+    parts = []
+    for key, one, many in (("failed", "ends its run failed", "end their runs failed"),
+                           ("back within the margin", "fails and comes back", "fail and come back"),
+                           ("never failed", "never fails", "never fail")):
+        if groups[key]:
+            parts.append(f"{_names(groups[key])} {one if len(groups[key]) == 1 else many}")
+    head = "; ".join(parts)
+    head = head[:1].upper() + head[1:] + "."
+    body = "; ".join(clauses)
+    return head, body[:1].upper() + body[1:] + "."
+
+
+def failure_reading(n: dict) -> str:
+    """What one seed's failures say of the paper's attribution (`arms_numbers` glue `n`): its placement ending its
+    run failed where FP32 attention never failed agrees with it; anything else neither supports nor refutes it."""
+    ends = {a: n.get(f"{a}_ends") for a in CHAIN_ARMS}
+    if ends["paper"] == "failed" and ends["fp32"] == "never failed":
+        spiked = [a for a in ("sdpa", "ours_fa2") if ends[a] == "back within the margin"]
+        exploded = [a for a in ("sdpa", "ours_fa2") if ends[a] == "failed"]
+        out = ("In this seed the paper placement's run ends failed where FP32 attention's does not, as the paper's "
+               "attribution to its placement's rounding expects")
+        if exploded:
+            out += f"; but {_names(exploded)} end{'s' if len(exploded) == 1 else ''} failed too"
+        elif spiked:
+            out += (f"; {_names(spiked)} {'fails' if len(spiked) == 1 else 'fail'} later and "
+                    f"{'comes' if len(spiked) == 1 else 'come'} back")
+        return out + "."
+    return ("The paper attributes the failure to its placement's biased rounding; this seed neither supports nor "
+            "refutes that.")
 
 
 def arms_table(res) -> str:
