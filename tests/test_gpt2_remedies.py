@@ -348,3 +348,25 @@ def test_o_error_on_the_conjunction_pairs_and_what_zeroed_rows_give():
     assert remedies.zeroed_words(rows).startswith("The exact rule's errors are not all in the range")
     assert remedies.zeroed_words([r for r in rows if r["arm"] == "paper_fix_b2"]) == ""
     assert remedies.zeroed(rows) is False and remedies.zeroed([]) is None
+
+
+def test_margins_past_the_baseline_failure_against_the_run_to_run_spread():
+    """The paper arm of seed 1 fails near step 250 and the remedy trains to 400 (a margin of ~150 steps). A rerun that
+    moved a failure step by 100 steps (only one of the two runs failed: a bound) leaves the margin larger; one that
+    moved it by 200 makes the margin as much as the spread; without a rerun nothing is said."""
+    chain = _chain()
+    rows = remedies.arm_rows([_remedy("o32", "paper_o32", "paper/round_block=512/round_o=false", "paper", [1])],
+                             chain)
+    margin = 400 - rows[0]["base_fail"]
+    assert remedies.margin_words(rows, chain) == ""                       # no rerun: no spread measured
+    chain.data["replaced"] = [dict(label="paper:s0", steps=400, set_aside=300, failed_at=200,
+                                   set_aside_failed_at=None)]
+    assert remedies.rerun_spread(chain) == (100, True)
+    words = remedies.margin_words(rows, chain)
+    assert words.startswith(f"The arms that did not fail trained {margin:,}–{margin:,} steps past")
+    assert "moved by at least 100 steps (above), less than every margin — but that is one pair of runs" in words
+    chain.data["replaced"] = [dict(label="paper:s0", steps=400, set_aside=400, failed_at=100,
+                                   set_aside_failed_at=300)]
+    assert remedies.rerun_spread(chain) == (200, False)
+    words = remedies.margin_words(rows, chain)
+    assert "moved by 200 steps (above), as much as the margin of paper placement, O in FP32 (seed 1)" in words, words

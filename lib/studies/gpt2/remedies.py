@@ -360,6 +360,45 @@ def pending_words(rows: list[dict], chain, arms=PAPER_REMEDIES) -> str:
     return out or "none"
 
 
+def rerun_spread(chain) -> tuple[int, bool] | None:
+    """The widest run-to-run difference of one seed's failure step that the comparison `chain` (a `merge_seeds`
+    reading) holds, in steps, and whether it is only a lower bound: for each arm read from a rerun, |rerun's failure −
+    first run's| where both failed (exact), or the other run's steps − the failure where only one run failed before
+    the other stopped (a bound: the other might have failed later); None when no rerun shows one."""
+    out = []
+    for rep in chain.data.get("replaced", []):
+        fa, fb = rep.get("failed_at"), rep.get("set_aside_failed_at")
+        if fa is not None and fb is not None:
+            out.append((abs(fa - fb), False))
+        elif fa is not None and fa < rep["set_aside"]:
+            out.append((rep["set_aside"] - fa, True))
+        elif fb is not None and fb < rep["steps"]:
+            out.append((rep["steps"] - fb, True))
+    return max(out) if out else None
+
+
+def margin_words(rows: list[dict], chain) -> str:
+    """How far each arm that did not fail trained past its unremedied arm's failure in the same seed, beside the
+    run-to-run spread of a failure step (`rerun_spread`): which margins exceed it. "" when no arm outlived a failing
+    baseline or no rerun measured a spread."""
+    got = rerun_spread(chain)
+    past = [(r, r["steps"] - r["base_fail"]) for r in rows
+            if r["fail"] is None and r.get("base_fail") is not None and r["steps"] > r["base_fail"]]
+    if got is None or not past:
+        return ""
+    spread, bound = got
+    lo, hi = min(m for _, m in past), max(m for _, m in past)
+    short = [r for r, m in past if m <= spread]
+    out = (f"The arms that did not fail trained {lo:,}–{hi:,} steps past the step where their unremedied arm failed "
+           f"in the same seed; between two runs of one seed, the failure step moved by "
+           f"{'at least ' if bound else ''}{spread:,} steps (above)")
+    if not short:
+        return out + (", less than every margin — but that is one pair of runs, and a lower bound." if bound else
+                      ", less than every margin — one pair of runs.")
+    names = ", ".join(f"{SHORT.get(r['arm'], r['arm'])} (seed {r['seed']})" for r in short)
+    return out + f", as much as the margin of {names}: there, surviving could be run-to-run variation."
+
+
 def advice_words(rows: list[dict], arms=PAPER_REMEDIES) -> str:
     """One sentence for a practitioner: against the paper placement's failure in GPT-2, which of `arms` prevented
     it and which did not (the registered rule, `verdicts`), in how many seeds, and which have not run."""
