@@ -53,3 +53,40 @@ def test_run_compares_two_trees_resumes_and_reports_differences(tmp_path, monkey
     labels = [r["label"] for p in parts for r in p["runs"]]
     assert sorted(labels) == sorted(r["label"] for r in lc.plan(["gpt2_arms"])["runs"])
     assert all((tmp_path / "sh" / f"loop_certificate.{k}.json").exists() for k in range(3))
+
+
+def test_prepared_trees_stand_in_for_git(tmp_path):
+    """`prepare` writes the old tree as an archive (data/ left out where it equals this tree's) and this tree's
+    commit; `run --trees` reads them instead of git and certifies as it did with git; a commit git lacks is
+    listed."""
+    import subprocess
+    name = next(r["result"] for r in lc.plan()["runs"] if r["kind"] == "proxy")
+    got = lc.prepare(tmp_path / "trees", [name], "HEAD")
+    assert set(got["trees"]) == {"HEAD"} and got["missing"] == []
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=lc.ROOT, capture_output=True, text=True).stdout.strip()
+    assert (tmp_path / "trees" / "HEAD").read_text().strip() == head
+    import tarfile
+    with tarfile.open(tmp_path / "trees" / "HEAD.tar.gz") as t:
+        names = t.getnames()
+    assert any(n.startswith("lib/training/") for n in names) and not any(n.startswith("data/") for n in names)
+    rec = lc.run("HEAD", tmp_path / "out", steps=2, names=[name], shrink=True, trees=tmp_path / "trees")
+    assert rec["new_commit"] == head and all(r["bit_identical"] for r in rec["runs"]), rec["runs"]
+    assert lc.prepare(tmp_path / "t2", [name], "0" * 40)["missing"] == ["0" * 40]
+    bad = lc.run("0" * 40, tmp_path / "out2", steps=2, names=[name], shrink=True, trees=tmp_path / "t2")
+    assert all(lc._verdict(r) == "ERROR" and "prepare it" in r["error"] for r in bad["runs"])
+
+
+def test_a_difference_is_told_from_run_to_run_variation(tmp_path, monkeypatch):
+    """Old and new differ: a second run of the new tree that repeats it makes the combination DIFFERS (a real
+    difference); one that differs from it too makes it VARIES, with both loss differences recorded."""
+    name = next(r["result"] for r in lc.plan()["runs"] if r["kind"] == "proxy")
+    z, o, h = (np.full(2, v, np.float32) for v in (0.0, 1.0, 0.5))
+    by_file = {"old.npz": z, "new.npz": o, "again.npz": o}      # what each of the three runs gives
+    monkeypatch.setattr(lc, "run_in", lambda tree, run, cfg, out: {"loss": by_file[out.name]})
+    rec = lc.run("HEAD", tmp_path / "a", steps=2, names=[name], shrink=True)
+    r = rec["runs"][0]
+    assert lc._verdict(r) == "DIFFERS" and r["reproducible"] and (r["loss_diff"], r["self_loss_diff"]) == (1.0, 0.0)
+    by_file["again.npz"] = h
+    r = lc.run("HEAD", tmp_path / "b", steps=2, names=[name], shrink=True)["runs"][0]
+    assert lc._verdict(r) == "VARIES" and r["self_loss_diff"] == 0.5
+    assert "1 vary from run to run" in lc.summary(dict(rec, runs=[r]))

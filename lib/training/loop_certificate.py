@@ -22,9 +22,22 @@ trains each distinct one a few steps in both trees on one GPU:
   minutes. The record names the device, both commits, every combination, its results, and whether it was
   bit-identical.
 
+* **On a machine without the repository's history** (the GPU machine gets the working tree, not ``.git``): first,
+  here, ``prepare --trees DIR`` writes each old tree's sources as ``DIR/<commit>.tar.gz`` (its ``data/`` only where
+  it differs from this tree's, which every run then shares) and this tree's commit as ``DIR/HEAD``; there, ``run
+  --trees DIR`` reads them instead of git (``DIR`` an ignored folder named in the call's carry). A commit git no
+  longer has is listed in ``DIR/missing.json`` and its combinations are recorded as errors.
+* **Run-to-run variation.** Both trees run with deterministic algorithms asked for (warnings only where an op has
+  none) and cuBLAS's deterministic workspace; a GPU run may still differ from itself (the GPT-2 runs recorded
+  without deterministic algorithms did). So where the two trees differ, this tree runs the combination once more:
+  the record says whether it reproduced itself, with the largest per-step loss difference of each pair — a
+  combination that differs between the trees but not from itself is a real difference; one that differs from
+  itself as much as between the trees certifies nothing either way.
+
     python -m lib.training.loop_certificate plan [NAME ...]
+    python -m lib.training.loop_certificate prepare --trees DIR [--old-commit C] [NAME ...]
     python -m lib.training.loop_certificate run --out DIR [--old-commit C] [--steps 100] [--max-s S] [--shard K/N]
-                                                [NAME ...]
+                                                [--trees DIR] [NAME ...]
 
 `--shrink` (tests, CPU) replaces each run's model and batch by a tiny one, so the plumbing runs in seconds; a
 record made with it says so and certifies nothing about the GPU.
@@ -37,6 +50,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -63,7 +77,11 @@ _CHILD = """
 import json, sys
 import numpy as np
 import lib.book.setup
+import torch
 kind, cfg, out = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+# Both trees alike: deterministic algorithms where torch has them (a loop that sets its own keeps its setting).
+torch.use_deterministic_algorithms(True, warn_only=True)
+torch.backends.cudnn.deterministic = True
 arrays = {}
 if kind == "proxy":
     from dataclasses import fields
@@ -166,13 +184,74 @@ def shortened(run: dict, steps: int, shrink: bool = False) -> dict:
 
 
 def run_in(tree: Path, run: dict, cfg: dict, out: Path) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0")
+    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0", CUBLAS_WORKSPACE_CONFIG=":4096:8")
     p = subprocess.run([sys.executable, "-c", _CHILD, run["kind"], json.dumps(cfg), str(out)], cwd=tree, env=env,
                        capture_output=True, text=True)
     if p.returncode:
         raise RuntimeError(f"the run in {tree} failed:\n{(p.stdout + p.stderr)[-3000:]}")
     with np.load(out) as z:
         return {k: z[k] for k in z.files}
+
+
+def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+
+
+def _blobs(repo: Path, commit: str) -> dict:
+    """{path: blob} of `commit`'s data/ ({} where it has none)."""
+    out = _git(repo, "ls-tree", "-r", commit, "data").stdout.split("\n")
+    return {ln.split("\t")[1]: ln.split()[2] for ln in out if "\t" in ln}
+
+
+def prepare(trees: Path, names=None, old_commit: str | None = None, repo: Path = ROOT) -> dict:
+    """For `run --trees` on a machine without git history: write `trees`/<commit>.tar.gz for each old tree the plan
+    of `names` needs (`old_commit` for all, else each result's commit) — the sources provenance indexes, and data/
+    only where a file of it differs from this tree's (the runs otherwise share this tree's) —, `trees`/HEAD (this
+    tree's commit) and `trees`/missing.json (commits git does not have). Returns {"trees": {commit: bytes},
+    "missing": [commit, …]}."""
+    trees.mkdir(parents=True, exist_ok=True)
+    head = _git(repo, "rev-parse", "HEAD").stdout.strip()
+    head_data = _blobs(repo, "HEAD")
+    commits = list(dict.fromkeys(old_commit or r["commit"] for r in plan(names, repo)["runs"]))
+    out, missing = {}, []
+    for c in commits:
+        if _git(repo, "cat-file", "-e", f"{c}^{{commit}}").returncode:
+            missing.append(c)
+            continue
+        data = _blobs(repo, c)
+        paths = list(PACKAGES) + (["data"] if any(head_data.get(k) != v for k, v in data.items()) else [])
+        tar = subprocess.run(["git", "archive", "--format=tar.gz", c, *paths], cwd=repo, capture_output=True,
+                             check=True).stdout
+        (trees / f"{c}.tar.gz").write_bytes(tar)
+        out[c] = len(tar)
+    (trees / "HEAD").write_text(head + "\n")
+    (trees / "missing.json").write_text(json.dumps(missing))
+    return dict(trees=out, missing=missing)
+
+
+def _unpack(commit: str, dest: Path, trees: Path | None, repo: Path) -> Path:
+    """The old tree of `commit` in `dest`: from git, or from `prepare`'s archive in `trees` (data/ this tree's where
+    the archive has none)."""
+    if trees is None:
+        return old_tree(commit, dest, PACKAGES + ("data",), repo)
+    arc = trees / f"{commit}.tar.gz"
+    if not arc.exists():
+        raise RuntimeError(f"no tree for commit {commit} in {trees}: prepare it where git has that commit")
+    with tarfile.open(arc) as t:
+        t.extractall(dest, filter="data")
+    if not (dest / "data").exists():
+        (dest / "data").symlink_to(Path(repo).resolve() / "data")
+    return dest
+
+
+def _loss_diff(a: dict, b: dict) -> float | None:
+    """The largest |difference| of two runs' per-step losses (nats; NaN in both counts as equal), None without both."""
+    if "loss" not in a or "loss" not in b or len(a["loss"]) != len(b["loss"]):
+        return None
+    x, y = np.asarray(a["loss"], np.float64), np.asarray(b["loss"], np.float64)
+    d = np.abs(x - y)
+    d[np.isnan(x) & np.isnan(y)] = 0.0
+    return float(np.nanmax(d)) if np.isfinite(d).any() else float("nan")
 
 
 def _corpus(cfg: dict, shrink: bool) -> None:
@@ -186,18 +265,22 @@ def _corpus(cfg: dict, shrink: bool) -> None:
 
 
 def run(old_commit: str | None, out: Path, steps: int = 100, names=None, max_s: float = 0.0, shrink: bool = False,
-        repo: Path = ROOT, shard: tuple[int, int] = (0, 1)) -> dict:
+        repo: Path = ROOT, shard: tuple[int, int] = (0, 1), trees: Path | None = None) -> dict:
     """Train every planned combination `steps` steps in the tree that produced its result (its recorded commit; or
     `old_commit` for all) and in `repo`, compare, and write the record to OUT/loop_certificate.json after each
     (resuming the combinations it already holds); stop starting new ones after `max_s` seconds (0: no limit).
     `shard` (k, n): only the combinations k, k + n, k + 2n, … of the plan, recorded in OUT/loop_certificate.k.json
-    (one process a GPU: `CUDA_VISIBLE_DEVICES` per shard). Returns the record."""
+    (one process a GPU: `CUDA_VISIBLE_DEVICES` per shard). `trees`: `prepare`'s folder, read instead of git. Where
+    the two trees differ, `repo` runs the combination again: "reproducible" (whether it gave the same bits twice),
+    "loss_diff" (old against new) and "self_loss_diff" (new against new), the largest per-step loss differences.
+    Returns the record."""
     import torch
     out.mkdir(parents=True, exist_ok=True)
     k, n = shard
     path = out / (RECORD if n == 1 else RECORD.replace(".json", f".{k}.json"))
     rec = json.loads(path.read_text()) if path.exists() else None
-    new_commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    new_commit = ((trees / "HEAD").read_text().strip() if trees is not None
+                  else _git(repo, "rev-parse", "HEAD").stdout.strip())
     if rec is None or rec.get("old_commit") != old_commit or rec.get("steps") != steps:
         p = plan(names, repo)
         rec = dict(old_commit=old_commit, new_commit=new_commit, steps=steps, shrunk=shrink,
@@ -206,7 +289,7 @@ def run(old_commit: str | None, out: Path, steps: int = 100, names=None, max_s: 
                    not_covered=p["not_covered"], shard=[k, n],
                    runs=[dict(r, done=False) for i, r in enumerate(p["runs"]) if i % n == k])
     t0 = time.perf_counter()
-    trees = {}
+    unpacked = {}
     with tempfile.TemporaryDirectory(prefix="loopcert_") as tmp:
         for r in rec["runs"]:
             if r["done"]:
@@ -219,36 +302,49 @@ def run(old_commit: str | None, out: Path, steps: int = 100, names=None, max_s: 
             t1 = time.perf_counter()
             try:
                 r["old"] = commit = old_commit or r["commit"]
-                if commit not in trees:
-                    trees[commit] = old_tree(commit, Path(tmp) / f"old_{len(trees)}", PACKAGES + ("data",), repo)
+                if commit not in unpacked:
+                    unpacked[commit] = _unpack(commit, Path(tmp) / f"old_{len(unpacked)}", trees, repo)
                 if r["kind"] == "lm":
                     _corpus(cfg, shrink)
-                a = run_in(trees[commit], r, cfg, Path(tmp) / "old.npz")
+                a = run_in(unpacked[commit], r, cfg, Path(tmp) / "old.npz")
                 b = run_in(repo, r, cfg, Path(tmp) / "new.npz")
                 counts, diffs = compare_arrays(a, b)
                 r.update(bit_identical=not diffs, diffs=diffs[:5], compared=counts, error=None)
+                if diffs:        # a real difference, or does this tree differ from itself as well?
+                    c = run_in(repo, r, cfg, Path(tmp) / "again.npz")
+                    r.update(reproducible=not compare_arrays(b, c)[1], loss_diff=_loss_diff(a, b),
+                             self_loss_diff=_loss_diff(b, c))
             except (RuntimeError, subprocess.CalledProcessError) as e:
                 r.update(bit_identical=False, diffs=[], error=str(e)[-1500:])
             r.update(done=True, seconds=round(time.perf_counter() - t1, 1))
             path.write_text(json.dumps(rec, indent=1, default=str))
-            print(f"{r['kind']:5s} {r['result']:28s} {r['label']:28s} "
-                  f"{'bit-identical' if r['bit_identical'] else 'DIFFERS' if not r['error'] else 'ERROR'} "
-                  f"{r['seconds']:.0f} s", flush=True)
+            print(f"{r['kind']:5s} {r['result']:28s} {r['label']:28s} {_verdict(r)} {r['seconds']:.0f} s", flush=True)
     path.write_text(json.dumps(rec, indent=1, default=str))
     return rec
 
 
+def _verdict(r: dict) -> str:
+    """One combination's outcome: "bit-identical", "ERROR", "DIFFERS" (the new tree reproduced itself, so the trees
+    differ) or "VARIES" (the new tree differed from itself too: run-to-run variation, certifying nothing)."""
+    if r.get("error"):
+        return "ERROR"
+    if r["bit_identical"]:
+        return "bit-identical"
+    return "DIFFERS" if r.get("reproducible", True) else "VARIES"
+
+
 def summary(rec: dict) -> str:
     done = [r for r in rec["runs"] if r["done"]]
-    ok = [r for r in done if r["bit_identical"]]
-    return (f"{len(ok)} of {len(done)} combinations bit-identical ({len(rec['runs']) - len(done)} not run yet; "
+    n = {v: sum(_verdict(r) == v for r in done) for v in ("bit-identical", "DIFFERS", "VARIES", "ERROR")}
+    return (f"{n['bit-identical']} of {len(done)} combinations bit-identical, {n['DIFFERS']} differ between the trees, "
+            f"{n['VARIES']} vary from run to run, {n['ERROR']} errors ({len(rec['runs']) - len(done)} not run yet; "
             f"{rec['steps']} steps each, {rec['device']}{', shrunk: certifies nothing' if rec['shrunk'] else ''}); "
             f"results not covered: {', '.join(rec['not_covered']) or 'none'}")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lib.training.loop_certificate", description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=("plan", "run"))
+    ap.add_argument("what", choices=("plan", "prepare", "run"))
     ap.add_argument("names", nargs="*", help="results (default: every result under results/full)")
     ap.add_argument("--old-commit", help="compare against this tree (default: each result's recorded commit)")
     ap.add_argument("--out", type=Path, default=Path("."))
@@ -256,6 +352,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-s", type=float, default=0.0, help="start no new combination after this many seconds")
     ap.add_argument("--shrink", action="store_true", help="tiny models (tests): certifies nothing")
     ap.add_argument("--shard", default="0/1", help="K/N: only every N-th combination from the K-th (one per GPU)")
+    ap.add_argument("--trees", type=Path, help="prepare: write the old trees here; run: read them from here")
     a = ap.parse_intermixed_args(argv)
     if a.what == "plan":
         p = plan(a.names or None)
@@ -263,8 +360,15 @@ def main(argv=None) -> int:
             print(f"{r['kind']:5s} {r['result']:28s} {r['label']:28s} also: {', '.join(r['also']) or '-'}")
         print(f"{len(p['runs'])} combinations; not covered: {', '.join(p['not_covered']) or 'none'}")
         return 0
+    if a.what == "prepare":
+        if a.trees is None:
+            ap.error("prepare needs --trees DIR")
+        got = prepare(a.trees, a.names or None, a.old_commit)
+        print(f"{len(got['trees'])} trees, {sum(got['trees'].values()) / 2**20:.1f} MiB in {a.trees}; "
+              f"not in this repository: {', '.join(got['missing']) or 'none'}")
+        return 0
     k, n = (int(x) for x in a.shard.split("/"))
-    rec = run(a.old_commit, a.out, a.steps, a.names or None, a.max_s, a.shrink, shard=(k, n))
+    rec = run(a.old_commit, a.out, a.steps, a.names or None, a.max_s, a.shrink, shard=(k, n), trees=a.trees)
     print(summary(rec))
     return 0 if all(r.get("bit_identical") for r in rec["runs"] if r["done"]) else 1
 
