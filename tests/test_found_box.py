@@ -136,6 +136,8 @@ def test_gpt2_chain_reads_the_committed_comparison():
         assert f"≤ {fp32_max:,.0f}" in f.text, f.text
         booms = [o for o in oc["paper"] if o[2] is not None and o[3] is None]
         assert all(f"{o[2]:,}" in f.text for o in booms) and f"exploded in {len(booms)} seed" in f.head
+        # every seed exploded: the head counts them, the text gives only the steps (the box's first screen is short)
+        assert ("fails for good at steps" in f.text) == (1 < len(booms) == len(oc["paper"])), f.text
         fa2 = [o for a in ("sdpa", "ours_fa2") for o in oc.get(a, [])]
         if fa2 and all(o[2] is None or o[3] is not None for o in fa2):     # none of them exploded: said in short
             spiked = sorted({o[0] for o in fa2 if o[2] is not None})
@@ -191,7 +193,7 @@ def test_gpt2_chain_names_the_changes_that_prevented_the_failure(tmp_path):
     seeds = sorted({r["seed"] for r in rows if r["arm"] in ok and r["base_fail"] is not None})
     booms = [o[0] for o in g2r.outcomes(chain)["paper"] if o[2] is not None and o[3] is None]
     assert ok and all(found.REMEDY_WORDS[a] in f.text for a in ok) and len(seeds) >= 2
-    assert (f"), where {found.REMEDY_WORDS[ok[0]]}" in f.text if sorted(booms) == seeds
+    assert (f", where {found.REMEDY_WORDS[ok[0]]}" in f.text if sorted(booms) == seeds
             else f"prevents it in seeds {found._list(seeds)}" in f.text)
     assert {r.name for r in rem} <= {r.name for r in f.results}
     import shutil

@@ -265,8 +265,11 @@ def gpt2_chain(root=None) -> Finding:
         quiet = fa2 and all(o[2] is None or o[3] is not None for o in fa2)
         text = (f"FP32 attention's logits stay ≤ {fp32_max:,.0f}; the paper placement "
                 f"grows {g['paper_grown_logit_every']} beyond FP32's seed-to-seed spread"
-                + (f" and fails for good in seed{'s' if len(boom) > 1 else ''} {_list([o[0] for o in boom])} "
-                   f"(step{'s' if len(boom) > 1 else ''} {_list([f'{o[2]:,}' for o in boom])})" if boom else "")
+                # the head names how many seeds; where it is every one, the steps alone say when
+                + ((f" and fails for good at steps {_list([f'{o[2]:,}' for o in boom])}" if len(boom) > 1 and
+                    len(boom) == len(oc["paper"]) else
+                    f" and fails for good in seed{'s' if len(boom) > 1 else ''} {_list([o[0] for o in boom])} "
+                    f"(step{'s' if len(boom) > 1 else ''} {_list([f'{o[2]:,}' for o in boom])})") if boom else "")
                 + "{remedies}."
                 + (f" {_cap(_list([words[a] for a in fates]))} never exploded"
                    + (f" (seed{'s' if len(spiked) > 1 else ''} {_list(spiked)}: spikes that recovered)" if spiked else "")
