@@ -91,3 +91,17 @@ def test_a_bit_identical_rerun_adds_no_variation_words():
     m = g2r.merge_seeds([a, _Planted({"paper:s0": loss}, {}, "GPU A")])
     assert m.data["replaced"][0]["first_diff"] is None
     assert "one trajectory" not in g2r.replaced_words(m) and "read from its rerun" in g2r.replaced_words(m)
+
+
+def test_a_rerun_with_a_longer_wall_budget_is_the_same_comparison():
+    """The wall budget is a machine limit, not a rule: a rerun given a longer one still merges, and is read in place of
+    the run the shorter one stopped; another rule does not merge."""
+    loss = 3.0 + np.zeros(200)
+    a = _Planted({"fp32:s0": loss[:150]}, {"fp32:s0": 150}, "GPU A")
+    b = _Planted({"fp32:s0": loss}, {}, "GPU A")
+    a.meta["config"]["max_wall_s"], b.meta["config"]["max_wall_s"] = 1320, 1620
+    m = g2r.merge_seeds([a, b])
+    assert m.data["runs"][0]["steps"] == 200 and m.data["replaced"][0]["set_aside"] == 150
+    b.meta["config"]["rules"] = dict(b.meta["config"]["rules"], failure_rise=0.5)
+    with pytest.raises(ValueError, match="different recipes"):
+        g2r.merge_seeds([a, b])

@@ -169,9 +169,12 @@ def cfg_of(res) -> dict:
 
 
 def recipe(cfg: dict) -> dict:
-    """What must agree for GPT-2 results to be one comparison: the configuration without its arms, seeds and
-    working directory, and without the probe's `split` (it adds measurements beside the step, changing none)."""
-    out = {k: v for k, v in cfg.items() if k not in ("arms", "seeds", "workdir", "_entry")}
+    """What must agree for GPT-2 results to be one comparison: the configuration without its arms, seeds, working
+    directory and wall budget, and without the probe's `split` (it adds measurements beside the step, changing
+    none)."""
+    # max_wall_s is a machine limit, not a rule: a run it stops records truncated_at, and a rerun with a longer one
+    # is read in its place (`merge_seeds`).
+    out = {k: v for k, v in cfg.items() if k not in ("arms", "seeds", "workdir", "_entry", "max_wall_s")}
     if isinstance(out.get("probe"), dict):
         out["probe"] = {k: v for k, v in out["probe"].items() if k != "split"}
     return out
@@ -830,7 +833,7 @@ def arms_table(res) -> str:
 # The explosion claim in GPT-2: what the registered comparison's seeds say, read together
 # ---------------------------------------------------------------------------------------------------------------
 CHAIN_RESULTS = ("gpt2_arms", "gpt2_arms_s1", "gpt2_arms_s1_fa2", "gpt2_arms_s2", "gpt2_arms_s2_fa2",
-                 "gpt2_arms_s0_paper")
+                 "gpt2_arms_s0_paper", "gpt2_arms_s0_fp32", "gpt2_arms_s1_fp32")
 
 
 def outcomes(res) -> dict:
