@@ -370,3 +370,26 @@ def test_margins_past_the_baseline_failure_against_the_run_to_run_spread():
     assert remedies.rerun_spread(chain) == (200, False)
     words = remedies.margin_words(rows, chain)
     assert "moved by 200 steps (above), as much as the margin of paper placement, O in FP32 (seed 1)" in words, words
+    assert "(chapter 2c)" in remedies.margin_words(rows, chain, where="chapter 2c")
+
+
+def test_an_earlier_failure_within_the_run_to_run_spread_is_not_called_earlier():
+    chain = _chain()
+    rem = _remedy("fix", "paper_fix_b2", "paper/round_block=512/beta=2/tie_tol=0.001+fix", "paper", [1],
+                  fail_at=120, logit_scale=300.0)
+    rows = remedies.arm_rows([rem], chain)
+    d = rows[0]["base_fail"] - rows[0]["fail"]                 # ≈ 130 steps earlier than the unremedied arm
+    assert remedies.earlier_words(rows, chain) == ""            # no rerun: no spread to compare with
+    chain.data["replaced"] = [dict(label="paper:s0", steps=400, set_aside=400, failed_at=100,
+                                   set_aside_failed_at=300)]  # a failure that moved 200 steps
+    words = remedies.earlier_words(rows, chain)
+    assert words == (f"Paper placement, guarded fix (β = 2) failed {d:,} steps before its unremedied arm (seed 1), "
+                     "within the 200 steps that a failure step moved between two runs: whether it fails earlier "
+                     "is not established."), words
+    chain.data["replaced"][0]["set_aside_failed_at"] = 150     # 50 steps: the earlier failure is beyond it
+    assert remedies.earlier_words(rows, chain).endswith("beyond the 50 steps that a failure step moved between two "
+                                                        "runs.")
+    chain.data["replaced"][0]["set_aside_failed_at"] = None   # only one run failed: 300 − 100 = 200, a bound
+    chain.data["replaced"][0].update(set_aside=150, failed_at=100)
+    assert "beyond the 50 steps or more" in remedies.earlier_words(rows, chain)
+    assert remedies.earlier_words(rows, chain).endswith("a lower bound, so not established either.")

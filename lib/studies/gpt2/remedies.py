@@ -377,10 +377,10 @@ def rerun_spread(chain) -> tuple[int, bool] | None:
     return max(out) if out else None
 
 
-def margin_words(rows: list[dict], chain) -> str:
+def margin_words(rows: list[dict], chain, where: str = "above") -> str:
     """How far each arm that did not fail trained past its unremedied arm's failure in the same seed, beside the
-    run-to-run spread of a failure step (`rerun_spread`): which margins exceed it. "" when no arm outlived a failing
-    baseline or no rerun measured a spread."""
+    run-to-run spread of a failure step (`rerun_spread`; `where` the reader finds the two runs): which margins exceed
+    it. "" when no arm outlived a failing baseline or no rerun measured a spread."""
     got = rerun_spread(chain)
     past = [(r, r["steps"] - r["base_fail"]) for r in rows
             if r["fail"] is None and r.get("base_fail") is not None and r["steps"] > r["base_fail"]]
@@ -391,12 +391,32 @@ def margin_words(rows: list[dict], chain) -> str:
     short = [r for r, m in past if m <= spread]
     out = (f"The arms that did not fail trained {lo:,}–{hi:,} steps past the step where their unremedied arm failed "
            f"in the same seed; between two runs of one seed, the failure step moved by "
-           f"{'at least ' if bound else ''}{spread:,} steps (above)")
+           f"{'at least ' if bound else ''}{spread:,} steps ({where})")
     if not short:
         return out + (", less than every margin — but that is one pair of runs, and a lower bound." if bound else
                       ", less than every margin — one pair of runs.")
     names = ", ".join(f"{SHORT.get(r['arm'], r['arm'])} (seed {r['seed']})" for r in short)
     return out + f", as much as the margin of {names}: there, surviving could be run-to-run variation."
+
+
+def earlier_words(rows: list[dict], chain) -> str:
+    """For each arm that failed where its unremedied arm failed too, whether it failed earlier or later by more than
+    the run-to-run spread of a failure step (`rerun_spread`): "" without such an arm or without a measured spread."""
+    got = rerun_spread(chain)
+    both = [r for r in rows if r["fail"] is not None and r.get("base_fail") is not None]
+    if got is None or not both:
+        return ""
+    spread, bound = got
+    out = []
+    for r in both:
+        d = r["fail"] - r["base_fail"]
+        when = f"{abs(d):,} steps {'before' if d < 0 else 'after'} its unremedied arm (seed {r['seed']})"
+        inside = abs(d) <= spread
+        out.append(f"{SHORT.get(r['arm'], r['arm'])} failed {when}, " + ("within" if inside else "beyond")
+                   + f" the {spread:,} steps{' or more' if bound else ''} that a failure step moved between two runs"
+                   + (f": whether it fails {'earlier' if d < 0 else 'later'} is not established" if inside else
+                      " — a lower bound, so not established either" if bound else ""))
+    return "; ".join(o[:1].upper() + o[1:] for o in out) + "."
 
 
 def advice_words(rows: list[dict], arms=PAPER_REMEDIES) -> str:
