@@ -105,3 +105,30 @@ def test_a_rerun_with_a_longer_wall_budget_is_the_same_comparison():
     b.meta["config"]["rules"] = dict(b.meta["config"]["rules"], failure_rise=0.5)
     with pytest.raises(ValueError, match="different recipes"):
         g2r.merge_seeds([a, b])
+
+
+def test_the_rerun_figure_draws_both_runs_and_the_other_arms():
+    """Both runs of the rerun arm on top (first run dashed), each other arm of the seed thin; below, each one's
+    difference from the rerun before either failed; no figure without a run set aside."""
+    import matplotlib.pyplot as plt
+    from lib.book import plotting
+    from lib.studies.gpt2 import figures
+    steps = np.arange(1200)
+    base = 1.0 + 3.0 * np.exp(-steps / 200)
+    rerun = base.copy()
+    rerun[900:] += 1.0
+    a = _Planted({"paper:s0": base[:1000] + 0.01, "fp32:s0": base + 0.005}, {"paper:s0": 1000}, "GPU A")
+    b = _Planted({"paper:s0": rerun}, {}, "GPU A")
+    m = g2r.merge_seeds([a, b])
+    assert np.array_equal(m.set_aside["paper:s0"], np.asarray(base[:1000] + 0.01, np.float32))
+    fig = figures.rerun_figure(m)
+    top, bottom = fig.axes[:2] if len(fig.axes) == 2 else (fig.axes[0], fig.axes[1])
+    labels = [ln.get_label() for ln in top.lines if not ln.get_label().startswith("_")]
+    assert labels == ["FP32 attention", "our kernel, paper placement (512-key blocks), first run",
+                      "our kernel, paper placement (512-key blocks), rerun"]
+    assert len(bottom.lines) == 3                 # the other arm, the first run, the zero line
+    upto = m.data["replaced"][0]["upto"]
+    assert bottom.lines[1].get_xdata()[-1] == upto          # the differences stop where the first failure was
+    assert plotting.check_figure(fig) == []
+    plt.close(fig)
+    assert figures.rerun_figure(g2r.merge_seeds([b])) is None

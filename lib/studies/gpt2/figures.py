@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from lib.book import plotting
-from lib.studies.gpt2.reading import ARM_WORDS, CHAIN_ARMS, cfg_of, failure_step, layer_series
+from lib.studies.gpt2.reading import ARM_WORDS, CHAIN_ARMS, cfg_of, failure_step, layer_series, rerun_compare
 
 _STYLE = {"sdpa": "C0", "fa2": "C3"}
 
@@ -118,3 +118,56 @@ def remedy_figure(view, words: dict):
     dashed where δ or O is computed otherwise, dash-dot for the β fix), each remedy arm named by `words` ({arm: its
     label})."""
     return chain_figure(view, words, arm_ls=_REMEDY_LS)
+
+
+def _mean(loss, w: int):
+    loss = np.asarray(loss, dtype=np.float64)
+    return np.arange(w, len(loss) + 1), np.convolve(loss, np.ones(w) / w, mode="valid")
+
+
+def rerun_figure(res):
+    """Two runs of one arm and seed (a `merge_seeds` reading with a run set aside for its rerun): above, the
+    `failure_window`-step mean training loss of the first run (dashed) and the rerun (solid) with each failure step
+    (dotted), and the seed's other arms (thin); below, the difference of each from the rerun's mean, up to the steps
+    both ran before either failed (`rerun_compare`'s `upto`) — the rerun's first run beside the other arms. One
+    column per run set aside; None when none was."""
+    rules = cfg_of(res)["rules"]
+    w = rules["failure_window"]
+    reps = [rep for rep in res.data.get("replaced", []) if res.set_aside.get(rep["label"]) is not None]
+    if not reps:
+        return None
+    fig, axes = plotting.figure(2, len(reps), height=5.2, sharex="col", squeeze=False)
+    for j, rep in enumerate(reps):
+        lab = rep["label"]
+        arm, seed = lab.split(":s")
+        colour = _CHAIN_STYLE.get(arm, "C7")
+        rerun, first = res.arrays[f"{lab}__loss"], res.set_aside[lab]
+        cmp = rerun_compare(rerun, first, rules)
+        top, bottom = axes[0][j], axes[1][j]
+        x, m_re = _mean(rerun, w)
+        others = [r["label"] for r in res.data["runs"] if r["label"].endswith(f":s{seed}") and r["label"] != lab
+                  and "error" not in r]
+        for olab in others:
+            ox, om = _mean(res.arrays[f"{olab}__loss"], w)
+            top.plot(ox, om, color=_CHAIN_STYLE.get(olab.split(":s")[0], "C7"), lw=0.7, alpha=0.6,
+                     label=f"{CHAIN_ARMS.get(olab.split(':s')[0], olab)}")
+            n = min(len(om), len(m_re), max(0, (cmp["upto"] or 0) - w + 1))
+            bottom.plot(ox[:n], om[:n] - m_re[:n], color=_CHAIN_STYLE.get(olab.split(":s")[0], "C7"), lw=0.7,
+                        alpha=0.6)
+        fx, m_first = _mean(first, w)
+        top.plot(fx, m_first, color=colour, ls="--", lw=1.1, label=f"{CHAIN_ARMS.get(arm, arm)}, first run")
+        top.plot(x, m_re, color=colour, lw=1.1, label=f"{CHAIN_ARMS.get(arm, arm)}, rerun")
+        for f, ls in ((cmp["failed_at"], ":"), (cmp["set_aside_failed_at"], "-.")):
+            if f is not None:
+                top.axvline(f, color=colour, lw=0.8, ls=ls)
+        n = min(len(m_first), len(m_re), max(0, (cmp["upto"] or 0) - w + 1))
+        bottom.plot(fx[:n], m_first[:n] - m_re[:n], color=colour, ls="--", lw=1.1)
+        bottom.axhline(0.0, color="0.5", lw=0.6)
+        # the first steps' losses (up to ≈ 10 nats) would flatten the rest: the axis starts at step 500's scale
+        late = [m[min(len(m) - 1, 500):] for m in (m_re, m_first)]
+        top.set_ylim(0.97 * min(float(np.nanmin(m)) for m in late), 1.03 * max(float(np.nanmax(m)) for m in late))
+        top.set(ylabel=f"training loss\n(nats, {w}-step mean)")
+        bottom.set(ylabel="minus the rerun's\n(nats)", xlabel="training step")
+        plotting.legend_above(top, ncol=1, handles=top.get_legend_handles_labels()[0], title=f"seed {seed}")
+    plotting.label_provenance(fig, res.meta)
+    return fig

@@ -187,12 +187,13 @@ def merge_seeds(results) -> "SimpleNamespace":
     lists each). Refuses results whose recipe or rules differ (`recipe`), and two runs with one label unless one
     was stopped short of the horizon by its wall budget (`truncated_at`) and the other ran further: that one is read
     in its place (a rerun of the arm, same initialisation and batches), and `data["replaced"]` names it (label, steps
-    of the run read, steps of the run set aside, and their results' devices)."""
+    of the run read, steps of the run set aside, their results' devices, and `rerun_compare`'s fields); `set_aside`
+    holds the per-step loss of each run set aside ({label: loss}), for `figures.rerun_figure`."""
     from types import SimpleNamespace
     chosen: dict = {}                    # label -> (run, result)
     arms, seeds = [], []
     base = recipe(cfg_of(results[0]))
-    replaced = []
+    replaced, set_aside = [], {}
     for r in results:
         cfg = cfg_of(r)
         if recipe(cfg) != base:
@@ -210,6 +211,7 @@ def merge_seeds(results) -> "SimpleNamespace":
                                      device=keep[1].meta.get("device"), set_aside_device=drop[1].meta.get("device"),
                                      **rerun_compare(keep[1].arrays.get(f"{run['label']}__loss"),
                                                      drop[1].arrays.get(f"{run['label']}__loss"), cfg["rules"])))
+                set_aside[run["label"]] = drop[1].arrays.get(f"{run['label']}__loss")
                 chosen[run["label"]] = keep
             else:
                 chosen[run["label"]] = (run, r)
@@ -222,7 +224,8 @@ def merge_seeds(results) -> "SimpleNamespace":
         if label in r.data.get("telemetry", {}):
             tel[label] = r.data["telemetry"][label]
     return SimpleNamespace(data=dict(runs=runs, telemetry=tel, replaced=replaced), arrays=arrays,
-                           meta=[r.meta for r in results], cfg=dict(base, arms=arms, seeds=sorted(seeds)))
+                           meta=[r.meta for r in results], cfg=dict(base, arms=arms, seeds=sorted(seeds)),
+                           set_aside=set_aside)
 
 
 def _moving_mean(loss, w: int):
@@ -232,11 +235,12 @@ def _moving_mean(loss, w: int):
 def rerun_compare(kept, set_aside, rules: dict) -> dict:
     """How a rerun of one arm (same initialisation, batches and rules) compares with the run it replaces, from their
     per-step losses (nats, 0-based steps): `first_diff`, the first step whose losses are not bit-identical (None:
-    identical over the steps both ran); `upto`, the steps both ran before either failed; `gap`, the median over
-    those steps of the difference of their `failure_window`-step mean losses (nats; None when `upto` is shorter than
-    the window); `failed_at` and `set_aside_failed_at`, each run's first failure (`failure_step`; None: none in its
-    steps). Every value None without both losses."""
-    out = dict(first_diff=None, upto=None, gap=None, failed_at=None, set_aside_failed_at=None)
+    identical over the steps both ran); `upto`, the steps both ran before either failed; `gap_steps`, the first half
+    of those (a run's loss may already climb towards its failure in the second: chapter 2c's seed-0 rerun does);
+    `gap`, the median over the first `gap_steps` steps of the difference of their `failure_window`-step mean losses
+    (nats; None when that is shorter than the window); `failed_at` and `set_aside_failed_at`, each run's first
+    failure (`failure_step`; None: none in its steps). Every value None without both losses."""
+    out = dict(first_diff=None, upto=None, gap_steps=None, gap=None, failed_at=None, set_aside_failed_at=None)
     if kept is None or set_aside is None:
         return out
     a, b = np.asarray(kept, dtype=np.float64), np.asarray(set_aside, dtype=np.float64)
@@ -248,8 +252,9 @@ def rerun_compare(kept, set_aside, rules: dict) -> dict:
     if not same.all():
         out["first_diff"] = int(np.flatnonzero(~same)[0])
     out["upto"] = upto = min([n] + [f for f in (out["failed_at"], out["set_aside_failed_at"]) if f is not None])
-    if upto >= w:
-        out["gap"] = float(np.nanmedian(np.abs(_moving_mean(a[:upto], w) - _moving_mean(b[:upto], w))))
+    out["gap_steps"] = half = upto // 2
+    if half >= w:
+        out["gap"] = float(np.nanmedian(np.abs(_moving_mean(a[:half], w) - _moving_mean(b[:half], w))))
     return out
 
 
@@ -275,7 +280,7 @@ def replaced_words(res) -> str:
                    "same initialisation, batches and rules.")
         if rep.get("first_diff") is not None:
             w = cfg_of(res)["rules"]["failure_window"]
-            gaps = arm_gaps(res.arrays, seed, rep["upto"], w) if rep.get("upto") else []
+            gaps = arm_gaps(res.arrays, seed, rep["gap_steps"], w) if rep.get("gap_steps") else []
             out.append(rerun_words(rep, gaps, w))
     return " ".join(out)
 
@@ -291,13 +296,13 @@ def rerun_words(rep: dict, gaps: list[float] | None = None, window: int = 100) -
              f"{first:,} on (the training asks for no deterministic algorithms on the GPU, and the two were made by "
              "versions of the code shown identical only on the CPU)")
     if rep.get("gap") is not None:
-        words += (f"; over the {rep['upto']:,} steps before either failed their {window}-step mean losses differ "
-                  f"by {rep['gap']:.3f} nats (median)")
+        words += (f"; over the first {rep['gap_steps']:,} steps (the first half of those before either failed: a loss "
+                  f"may already climb towards its failure in the second) their {window}-step mean losses differ by {rep['gap']:.3f} nats (median)")
         if gaps:
             lo, hi = min(gaps), max(gaps)
             size = ("larger than" if rep["gap"] > hi else "as large as" if rep["gap"] >= lo else "smaller than")
-            words += (f", where two different arms of that seed differ by {lo:.3f}–{hi:.3f} nats: before a failure, "
-                      f"run-to-run variation is {size} the differences between arms")
+            words += (f", where two different arms of that seed differ by {lo:.3f}–{hi:.3f} nats (median per pair): "
+                      f"in this pair, run-to-run variation is {size} the differences between arms")
     fa, fb = rep.get("failed_at"), rep.get("set_aside_failed_at")
     if fa is not None and fb is None and fa < rep["set_aside"]:
         words += (f". The rerun failed at step {fa:,}, where the first run had not failed by step "
