@@ -35,21 +35,21 @@ def test_shortened_runs_take_every_schedule_within_their_steps():
 
 def test_run_compares_two_trees_resumes_and_reports_differences(tmp_path, monkeypatch):
     name = next(r["result"] for r in lc.plan()["runs"] if r["kind"] == "proxy")
-    rec = lc.run("HEAD", tmp_path, steps=2, names=[name], shrink=True)
+    rec = lc.certify_runs("HEAD", tmp_path, steps=2, names=[name], shrink=True)
     assert rec["shrunk"] and all(r["done"] and r["bit_identical"] for r in rec["runs"]), rec["runs"]
     assert "certifies nothing" in lc.summary(rec)
     saved = json.loads((tmp_path / lc.RECORD).read_text())
     assert saved["runs"] == rec["runs"] and saved["old_commit"] == "HEAD"
     calls = []
     monkeypatch.setattr(lc, "run_in", lambda *a: calls.append(a) or {})
-    assert lc.run("HEAD", tmp_path, steps=2, names=[name], shrink=True)["runs"] == rec["runs"] and not calls  # resumed
+    assert lc.certify_runs("HEAD", tmp_path, steps=2, names=[name], shrink=True)["runs"] == rec["runs"] and not calls  # resumed
     outs = iter([{"loss": np.zeros(2, np.float32)}, {"loss": np.ones(2, np.float32)}] * 50)
     monkeypatch.setattr(lc, "run_in", lambda *a: next(outs))
-    diff = lc.run("HEAD", tmp_path / "again", steps=2, names=[name], shrink=True)
+    diff = lc.certify_runs("HEAD", tmp_path / "again", steps=2, names=[name], shrink=True)
     assert not diff["runs"][0]["bit_identical"] and "differ" in diff["runs"][0]["diffs"][0]
     # shards: every combination in exactly one of them, each with its own record
     monkeypatch.setattr(lc, "run_in", lambda *a: {"loss": np.zeros(1, np.float32)})
-    parts = [lc.run("HEAD", tmp_path / "sh", steps=2, names=["gpt2_arms"], shrink=True, shard=(k, 3)) for k in range(3)]
+    parts = [lc.certify_runs("HEAD", tmp_path / "sh", steps=2, names=["gpt2_arms"], shrink=True, shard=(k, 3)) for k in range(3)]
     labels = [r["label"] for p in parts for r in p["runs"]]
     assert sorted(labels) == sorted(r["label"] for r in lc.plan(["gpt2_arms"])["runs"])
     assert all((tmp_path / "sh" / f"loop_certificate.{k}.json").exists() for k in range(3))
@@ -69,10 +69,10 @@ def test_prepared_trees_stand_in_for_git(tmp_path):
     with tarfile.open(tmp_path / "trees" / "HEAD.tar.gz") as t:
         names = t.getnames()
     assert any(n.startswith("lib/training/") for n in names) and not any(n.startswith("data/") for n in names)
-    rec = lc.run("HEAD", tmp_path / "out", steps=2, names=[name], shrink=True, trees=tmp_path / "trees")
+    rec = lc.certify_runs("HEAD", tmp_path / "out", steps=2, names=[name], shrink=True, trees=tmp_path / "trees")
     assert rec["new_commit"] == head and all(r["bit_identical"] for r in rec["runs"]), rec["runs"]
     assert lc.prepare(tmp_path / "t2", [name], "0" * 40)["missing"] == ["0" * 40]
-    bad = lc.run("0" * 40, tmp_path / "out2", steps=2, names=[name], shrink=True, trees=tmp_path / "t2")
+    bad = lc.certify_runs("0" * 40, tmp_path / "out2", steps=2, names=[name], shrink=True, trees=tmp_path / "t2")
     assert all(lc._verdict(r) == "ERROR" and "prepare it" in r["error"] for r in bad["runs"])
 
 
@@ -83,10 +83,28 @@ def test_a_difference_is_told_from_run_to_run_variation(tmp_path, monkeypatch):
     z, o, h = (np.full(2, v, np.float32) for v in (0.0, 1.0, 0.5))
     by_file = {"old.npz": z, "new.npz": o, "again.npz": o}      # what each of the three runs gives
     monkeypatch.setattr(lc, "run_in", lambda tree, run, cfg, out: {"loss": by_file[out.name]})
-    rec = lc.run("HEAD", tmp_path / "a", steps=2, names=[name], shrink=True)
+    rec = lc.certify_runs("HEAD", tmp_path / "a", steps=2, names=[name], shrink=True)
     r = rec["runs"][0]
     assert lc._verdict(r) == "DIFFERS" and r["reproducible"] and (r["loss_diff"], r["self_loss_diff"]) == (1.0, 0.0)
     by_file["again.npz"] = h
-    r = lc.run("HEAD", tmp_path / "b", steps=2, names=[name], shrink=True)["runs"][0]
+    r = lc.certify_runs("HEAD", tmp_path / "b", steps=2, names=[name], shrink=True)["runs"][0]
     assert lc._verdict(r) == "VARIES" and r["self_loss_diff"] == 0.5
     assert "1 vary from run to run" in lc.summary(dict(rec, runs=[r]))
+
+
+def test_the_registered_certificate_records_counts_and_resumes(tmp_path, monkeypatch):
+    """`run(scale, cfg)` (the registry's entry point): the record so far as the result's data with its counts; a second
+    call resumes from the workdir; without the prepared trees folder it reads git."""
+    from lib.book import registry
+    cfg = dict(registry.resolve("loop_certificate", "full"), workdir=str(tmp_path / "w"), trees="no-such-folder",
+               names=["gpt2_arms"], steps=2)
+    calls = []
+    monkeypatch.setattr(lc, "_unpack", lambda commit, dest, trees, repo: calls.append(trees) or dest)
+    monkeypatch.setattr(lc, "_corpus", lambda cfg, shrink: None)
+    monkeypatch.setattr(lc, "run_in", lambda tree, run, c, out: {"loss": np.zeros(2, np.float32)})
+    got = lc.run("full", cfg)["data"]
+    n = len(lc.plan(["gpt2_arms"])["runs"])
+    assert got["counts"]["bit-identical"] == n and got["n_left"] == 0 and f"{n} of {n}" in got["summary"]
+    assert calls and all(t is None for t in calls)                 # no prepared folder: git
+    monkeypatch.setattr(lc, "run_in", lambda *a: (_ for _ in ()).throw(AssertionError("ran again")))
+    assert lc.run("full", cfg)["data"]["counts"] == got["counts"]  # resumed, nothing trained twice

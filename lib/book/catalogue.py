@@ -74,6 +74,7 @@ TITLES = {
     "gpt2_arms_s2_fa2": "the chain in GPT-2 124M, seed 2: flash SDPA and our FA2 placement",
     "gpt2_arms_s0_paper": "the chain in GPT-2 124M, seed 0: the paper placement to the full horizon",
     "gpt2_arms_s0_fp32": "the chain in GPT-2 124M, seed 0: FP32 attention to the full horizon",
+    "loop_certificate": "the one training loop against the code of every committed training run, on the GPU",
     "gpt2_arms_s1_fp32": "the chain in GPT-2 124M, seed 1: FP32 attention to the full horizon",
     "gpt2_delta": "the δ channel in GPT-2 124M: δ from an FP32 O and δ = rowsum(dP∘P) / ΣP, seed 0",
     "gpt2_delta_s1": "the δ channel in GPT-2 124M: δ from an FP32 O and δ = rowsum(dP∘P) / ΣP, seed 1",

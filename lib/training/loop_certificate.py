@@ -264,8 +264,9 @@ def _corpus(cfg: dict, shrink: bool) -> None:
                                         max_files=20 if shrink else None)
 
 
-def run(old_commit: str | None, out: Path, steps: int = 100, names=None, max_s: float = 0.0, shrink: bool = False,
-        repo: Path = ROOT, shard: tuple[int, int] = (0, 1), trees: Path | None = None) -> dict:
+def certify_runs(old_commit: str | None, out: Path, steps: int = 100, names=None, max_s: float = 0.0,
+                 shrink: bool = False, repo: Path = ROOT, shard: tuple[int, int] = (0, 1),
+                 trees: Path | None = None) -> dict:
     """Train every planned combination `steps` steps in the tree that produced its result (its recorded commit; or
     `old_commit` for all) and in `repo`, compare, and write the record to OUT/loop_certificate.json after each
     (resuming the combinations it already holds); stop starting new ones after `max_s` seconds (0: no limit).
@@ -342,6 +343,22 @@ def summary(rec: dict) -> str:
             f"results not covered: {', '.join(rec['not_covered']) or 'none'}")
 
 
+def run(scale: str, cfg: dict) -> dict:
+    """The certificate as a registered result (`python -m lib.experiments loop_certificate --scale full --out DIR`),
+    one call of ≤ 10 minutes after another on one machine. cfg: steps (per combination), workdir (the record, resumed
+    from the machine's disk by the next call), trees (`prepare`'s folder, relative to the repository; git where it is
+    absent), max_s (start no new combination after this many seconds of the call), names (results; default every
+    one). The result's data is the record so far — each combination with its verdict — and its `summary`; the
+    last call's holds every combination."""
+    trees = ROOT / cfg["trees"] if cfg.get("trees") and (ROOT / cfg["trees"]).is_dir() else None
+    rec = certify_runs(None, Path(cfg["workdir"]), int(cfg["steps"]), cfg.get("names") or None,
+                       float(cfg.get("max_s", 0.0)), trees=trees)
+    counts = {v: sum(_verdict(r) == v for r in rec["runs"] if r["done"])
+              for v in ("bit-identical", "DIFFERS", "VARIES", "ERROR")}
+    return {"data": dict(rec, summary=summary(rec), counts=counts,
+                         n_left=sum(not r["done"] for r in rec["runs"])), "seeds": []}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lib.training.loop_certificate", description=__doc__.split("\n\n")[0])
     ap.add_argument("what", choices=("plan", "prepare", "run"))
@@ -368,7 +385,7 @@ def main(argv=None) -> int:
               f"not in this repository: {', '.join(got['missing']) or 'none'}")
         return 0
     k, n = (int(x) for x in a.shard.split("/"))
-    rec = run(a.old_commit, a.out, a.steps, a.names or None, a.max_s, a.shrink, shard=(k, n), trees=a.trees)
+    rec = certify_runs(a.old_commit, a.out, a.steps, a.names or None, a.max_s, a.shrink, shard=(k, n), trees=a.trees)
     print(summary(rec))
     return 0 if all(r.get("bit_identical") for r in rec["runs"] if r["done"]) else 1
 
