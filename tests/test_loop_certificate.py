@@ -96,15 +96,20 @@ def test_the_registered_certificate_records_counts_and_resumes(tmp_path, monkeyp
     """`run(scale, cfg)` (the registry's entry point): the record so far as the result's data with its counts; a second
     call resumes from the workdir; without the prepared trees folder it reads git."""
     from lib.book import registry
-    cfg = dict(registry.resolve("loop_certificate", "full"), workdir=str(tmp_path / "w"), trees="no-such-folder",
-               names=["gpt2_arms"], steps=2)
+    cfg = dict(registry.resolve("loop_certificate_gpt2", "full"), workdir=str(tmp_path / "w"),
+               trees="no-such-folder", names=["gpt2_arms", "authors_code"], steps=2)
     calls = []
     monkeypatch.setattr(lc, "_unpack", lambda commit, dest, trees, repo: calls.append(trees) or dest)
     monkeypatch.setattr(lc, "_corpus", lambda cfg, shrink: None)
     monkeypatch.setattr(lc, "run_in", lambda tree, run, c, out: {"loss": np.zeros(2, np.float32)})
     got = lc.run("full", cfg)["data"]
-    n = len(lc.plan(["gpt2_arms"])["runs"])
+    n = len(lc.plan(["gpt2_arms"])["runs"])                         # its GPT-2 runs only, not the proxy's
+    assert {r["kind"] for r in got["runs"]} == {"lm"} and got["kinds"] == ["lm"]
     assert got["counts"]["bit-identical"] == n and got["n_left"] == 0 and f"{n} of {n}" in got["summary"]
     assert calls and all(t is None for t in calls)                 # no prepared folder: git
     monkeypatch.setattr(lc, "run_in", lambda *a: (_ for _ in ()).throw(AssertionError("ran again")))
     assert lc.run("full", cfg)["data"]["counts"] == got["counts"]  # resumed, nothing trained twice
+    proxy = dict(registry.resolve("loop_certificate_proxy", "full"), workdir=str(tmp_path / "p"),
+                 trees="no-such-folder", names=["gpt2_arms", "authors_code"], steps=2)
+    monkeypatch.setattr(lc, "run_in", lambda tree, run, c, out: {"loss": np.zeros(2, np.float32)})
+    assert {r["kind"] for r in lc.run("full", proxy)["data"]["runs"]} == {"proxy"}

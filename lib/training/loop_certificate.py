@@ -266,12 +266,13 @@ def _corpus(cfg: dict, shrink: bool) -> None:
 
 def certify_runs(old_commit: str | None, out: Path, steps: int = 100, names=None, max_s: float = 0.0,
                  shrink: bool = False, repo: Path = ROOT, shard: tuple[int, int] = (0, 1),
-                 trees: Path | None = None) -> dict:
+                 trees: Path | None = None, kinds=None) -> dict:
     """Train every planned combination `steps` steps in the tree that produced its result (its recorded commit; or
     `old_commit` for all) and in `repo`, compare, and write the record to OUT/loop_certificate.json after each
     (resuming the combinations it already holds); stop starting new ones after `max_s` seconds (0: no limit).
     `shard` (k, n): only the combinations k, k + n, k + 2n, … of the plan, recorded in OUT/loop_certificate.k.json
-    (one process a GPU: `CUDA_VISIBLE_DEVICES` per shard). `trees`: `prepare`'s folder, read instead of git. Where
+    (one process a GPU: `CUDA_VISIBLE_DEVICES` per shard). `kinds`: only the combinations of these kinds ("proxy",
+    "lm"; None: all). `trees`: `prepare`'s folder, read instead of git. Where
     the two trees differ, `repo` runs the combination again: "reproducible" (whether it gave the same bits twice),
     "loss_diff" (old against new) and "self_loss_diff" (new against new), the largest per-step loss differences.
     Returns the record."""
@@ -282,12 +283,15 @@ def certify_runs(old_commit: str | None, out: Path, steps: int = 100, names=None
     rec = json.loads(path.read_text()) if path.exists() else None
     new_commit = ((trees / "HEAD").read_text().strip() if trees is not None
                   else _git(repo, "rev-parse", "HEAD").stdout.strip())
-    if rec is None or rec.get("old_commit") != old_commit or rec.get("steps") != steps:
+    kinds = sorted(kinds) if kinds else None
+    if (rec is None or rec.get("old_commit") != old_commit or rec.get("steps") != steps
+            or rec.get("kinds") != kinds):
         p = plan(names, repo)
+        p["runs"] = [r for r in p["runs"] if kinds is None or r["kind"] in kinds]
         rec = dict(old_commit=old_commit, new_commit=new_commit, steps=steps, shrunk=shrink,
                    device=torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
                    date_utc=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                   not_covered=p["not_covered"], shard=[k, n],
+                   not_covered=p["not_covered"], shard=[k, n], kinds=kinds,
                    runs=[dict(r, done=False) for i, r in enumerate(p["runs"]) if i % n == k])
     t0 = time.perf_counter()
     unpacked = {}
@@ -344,15 +348,16 @@ def summary(rec: dict) -> str:
 
 
 def run(scale: str, cfg: dict) -> dict:
-    """The certificate as a registered result (`python -m lib.experiments loop_certificate --scale full --out DIR`),
-    one call of ≤ 10 minutes after another on one machine. cfg: steps (per combination), workdir (the record, resumed
-    from the machine's disk by the next call), trees (`prepare`'s folder, relative to the repository; git where it is
-    absent), max_s (start no new combination after this many seconds of the call), names (results; default every
-    one). The result's data is the record so far — each combination with its verdict — and its `summary`; the
-    last call's holds every combination."""
+    """The certificate as a registered result (`python -m lib.experiments loop_certificate_gpt2 --scale full --out
+    DIR`; its proxy half likewise), one call of ≤ 10 minutes after another on one machine. cfg: kinds (which
+    combinations: "proxy", "lm"), steps (per combination), workdir (the record, resumed from the machine's disk by
+    the next call), trees (`prepare`'s folder, relative to the repository; git where it is absent), max_s (start no
+    new combination after this many seconds of the call), names (results; default every one). The result's data is
+    the record so far — each combination with its verdict — and its `summary`; the last call's holds every
+    combination."""
     trees = ROOT / cfg["trees"] if cfg.get("trees") and (ROOT / cfg["trees"]).is_dir() else None
     rec = certify_runs(None, Path(cfg["workdir"]), int(cfg["steps"]), cfg.get("names") or None,
-                       float(cfg.get("max_s", 0.0)), trees=trees)
+                       float(cfg.get("max_s", 0.0)), trees=trees, kinds=cfg.get("kinds"))
     counts = {v: sum(_verdict(r) == v for r in rec["runs"] if r["done"])
               for v in ("bit-identical", "DIFFERS", "VARIES", "ERROR")}
     return {"data": dict(rec, summary=summary(rec), counts=counts,
