@@ -132,3 +132,17 @@ def test_the_rerun_figure_draws_both_runs_and_the_other_arms():
     assert plotting.check_figure(fig) == []
     plt.close(fig)
     assert figures.rerun_figure(g2r.merge_seeds([b])) is None
+
+
+def test_rerun_words_say_which_run_failed_when():
+    rep = dict(first_diff=3, gap=None, steps=200, set_aside=150)
+    assert g2r.rerun_words(dict(rep, failed_at=90, set_aside_failed_at=120)).endswith(
+        "They failed at steps 120 (first run) and 90 (rerun).")
+    assert g2r.rerun_words(dict(rep, failed_at=170, set_aside_failed_at=None)).endswith(
+        "The rerun failed at step 170, after the 150 steps of the first run.")
+    assert g2r.rerun_words(dict(rep, failed_at=None, set_aside_failed_at=0)).endswith(
+        "The first run failed at step 0; the rerun did not fail in its 200 steps.")
+    assert g2r.rerun_words(dict(rep, failed_at=None, set_aside_failed_at=None)).endswith("GPU, and the two were made "
+                                                                                         "by versions of the code "
+                                                                                         "shown identical only on the "
+                                                                                         "CPU).")

@@ -297,7 +297,8 @@ def rerun_words(rep: dict, gaps: list[float] | None = None, window: int = 100) -
              "versions of the code shown identical only on the CPU)")
     if rep.get("gap") is not None:
         words += (f"; over the first {rep['gap_steps']:,} steps (the first half of those before either failed: a loss "
-                  f"may already climb towards its failure in the second) their {window}-step mean losses differ by {rep['gap']:.3f} nats (median)")
+                  f"may already climb towards its failure in the second) their {window}-step mean losses differ by "
+                  f"{rep['gap']:.3f} nats (median)")
         if gaps:
             lo, hi = min(gaps), max(gaps)
             size = ("larger than" if rep["gap"] > hi else "as large as" if rep["gap"] >= lo else "smaller than")
@@ -311,8 +312,10 @@ def rerun_words(rep: dict, gaps: list[float] | None = None, window: int = 100) -
                   "not on the step of one run")
     elif fa is not None and fb is not None:
         words += f". They failed at steps {fb:,} (first run) and {fa:,} (rerun)"
+    elif fa is not None:
+        words += f". The rerun failed at step {fa:,}, after the {rep['set_aside']:,} steps of the first run"
     elif fb is not None:
-        words += f". The first run failed at step {fb:,}; the rerun {'at step ' + format(fa, ',') if fa else 'not'}"
+        words += f". The first run failed at step {fb:,}; the rerun did not fail in its {rep['steps']:,} steps"
     return words + "."
 
 
@@ -768,8 +771,8 @@ def _names(arms) -> str:
 
 def failure_words(n: dict, arms) -> tuple[str, str]:
     """The failure rule's outcome in one seed, from `arms_numbers` glue `n` for the arms in `arms` (in that order):
-    (a heading — which arms end their run failed, which failed and came back, which never failed — and one clause per
-    arm). Whether a run *ended* failed is a reading made after the runs (`failure_episodes`), not a registered rule."""
+    (a heading — which arms end their run failed, which failed and came back, which never failed — and one clause
+    per arm). Whether a run *ended* failed is a reading made after the runs (`failure_episodes`), not a registered rule."""
     groups = {"failed": [], "back within the margin": [], "never failed": []}
     clauses = []
     for a in arms:
