@@ -54,9 +54,10 @@ def finished(cfg, lab: str, steps: int) -> None:
     torch.save(dict(loss=[3.0] * steps, truncated_at=None, stopped_at=None), campaign._file(cfg, lab, "result"))
 
 
-def fake_phase_1(disk, monkeypatch):
+def fake_phase_1(disk, monkeypatch, tests_rc=0):
     """Phase 1 on fake arms that pass step 50 at once (their files written where `arms._start` writes them) and a GPU
-    test run that ends at once: ([(arm label, GPU) started], [CUDA_VISIBLE_DEVICES of each test run])."""
+    test run that ends at once with exit status `tests_rc`: ([(arm label, GPU) started], [CUDA_VISIBLE_DEVICES of
+    each test run])."""
     begun, tests = [], []
 
     def start(rc, gpu, workdir, probe=None):
@@ -70,7 +71,7 @@ def fake_phase_1(disk, monkeypatch):
             tests.append(kw["env"]["CUDA_VISIBLE_DEVICES"])
 
         def wait(self):
-            return 0
+            return tests_rc
 
     monkeypatch.setattr(arms, "build_corpus", lambda cfg: (str(disk / "corpus"), {}))
     monkeypatch.setattr(arms, "_start", start)
@@ -492,3 +493,20 @@ def test_phase_1_puts_the_gpu_tests_beside_every_arm_but_the_first_on_a_full_mac
     _, seen = fake_phase_1(disk, monkeypatch)
     assert campaign.main(["1", "--out", str(disk / "out"), "--entry", S2, S2_FA2, "--wait", "0"]) == 0
     assert seen == ["1,2,3"]
+
+
+def test_a_failed_gpu_suite_beside_the_only_arm_ends_the_campaign(disk, monkeypatch, capsys):
+    """One GPU, one arm (FP32 attention to the horizon): the suite runs on that GPU beside it; when the suite fails,
+    phase 1 stops the arm and exits 2; when it passes, the arm trains on."""
+    monkeypatch.setattr(campaign.torch.cuda, "device_count", lambda: 1)
+    stopped = []
+    monkeypatch.setattr(campaign, "stop_arms", lambda cfgs: stopped.append([c["_entry"] for c in cfgs]))
+    begun, gpu_tests = fake_phase_1(disk, monkeypatch, tests_rc=1)
+    out = disk / "out"
+    assert campaign.main(["1", "--out", str(out), "--entry", "gpt2_arms_s0_fp32", "--wait", "0"]) == 2
+    assert begun == [("fp32:s0", 0)] and gpu_tests == ["0"] and stopped == [["gpt2_arms_s0_fp32"]]
+    assert "GPU TESTS FAILED: stopping the arms" in capsys.readouterr().out
+    shutil.rmtree(disk / "machine")
+    begun, gpu_tests = fake_phase_1(disk, monkeypatch, tests_rc=0)
+    assert campaign.main(["1", "--out", str(out), "--entry", "gpt2_arms_s0_fp32", "--wait", "0"]) == 0
+    assert stopped == [["gpt2_arms_s0_fp32"]] and "FAILED" not in capsys.readouterr().out

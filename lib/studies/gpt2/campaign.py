@@ -13,7 +13,9 @@ The arms of the named entries go one per GPU, in order (entry after entry), so t
   sharded over the GPUs no arm uses, or where every GPU has an arm over those of every arm but the first (the first
   entry's first arm — FP32 attention, the slowest — is not slowed; `--no-gpu-tests`: none, when the call ran `make gpu-tests` alone before phase 1, as on a one-GPU
   machine), log in $OUT; the smoke check: every training arm past step 50 with finite gradients, else stop the
-  arms and exit 2 (the campaign ends early); then wait.
+  arms and exit 2 (the campaign ends early); the GPU tests' exit status, and on a failure likewise; then wait. On a
+  one-GPU machine the suite runs beside the only arm (which it slows for its few minutes): the way an arm too long
+  for a hold after the suite, FP32 attention's 10,000 steps, fits one.
 * phase 2: wait; capture one GPT-2 layer (q, k, v, dO of layer 2, 1-based) from the latest checkpoint (≥ 3,000 steps)
   of the SDPA arm, or of the paper arm where no entry has SDPA, and run the registered `gradient_checks` with it on
   GPU 1, then each result named by `--extra` on the last GPU, beside the arms; wait, saving each entry as soon as
@@ -757,6 +759,11 @@ def main(argv=None) -> int:
                 if (scratch / f).exists():
                     shutil.copy(scratch / f, out / f)
             print(f"GPU tests exit status {rc} after {time.time() - t0:.0f} s", flush=True)
+            if rc != 0:       # the instrument failed: the campaign ends here, before the budget is spent
+                print("GPU TESTS FAILED: stopping the arms", flush=True)
+                stop_arms(cfgs)
+                pack_finished(cfgs, out)
+                return 2
     elif a.phase == 2:
         src_cfg, src = capture_source(cfgs)
         cap = Path(src_cfg["workdir"]) / "gpt2_capture.pt"
