@@ -14,8 +14,8 @@ The arms of the named entries go one per GPU, in order (entry after entry), so t
   entry's first arm — FP32 attention, the slowest — is not slowed; `--no-gpu-tests`: none, when the call ran `make gpu-tests` alone before phase 1, as on a one-GPU
   machine), log in $OUT; the smoke check: every training arm past step 50 with finite gradients, else stop the
   arms and exit 2 (the campaign ends early); the GPU tests' exit status, and on a failure likewise; then wait. On a
-  one-GPU machine the suite runs beside the only arm (which it slows for its few minutes): the way an arm too long
-  for a hold after the suite, FP32 attention's 10,000 steps, fits one.
+  one-GPU machine the suite runs beside the only arm, which it slows for its few minutes (`--no-gpu-tests` after the
+  suite ran alone on the idle GPU keeps the arm's timing clean).
 * phase 2: wait; capture one GPT-2 layer (q, k, v, dO of layer 2, 1-based) from the latest checkpoint (≥ 3,000 steps)
   of the SDPA arm, or of the paper arm where no entry has SDPA, and run the registered `gradient_checks` with it on
   GPU 1, then each result named by `--extra` on the last GPU, beside the arms; wait, saving each entry as soon as
