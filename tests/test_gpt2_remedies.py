@@ -364,7 +364,7 @@ def test_margins_past_the_baseline_failure_against_the_run_to_run_spread():
     assert remedies.rerun_spread(chain) == (100, True)
     words = remedies.margin_words(rows, chain)
     assert words.startswith(f"The arms that did not fail trained {margin:,}–{margin:,} steps past")
-    assert "moved by at least 100 steps (above), less than every margin — but that is one pair of runs" in words
+    assert "moved by at least 100 steps (above), less than every margin — but from 1 pair of runs, and a lower bound." in words
     chain.data["replaced"] = [dict(label="paper:s0", steps=400, set_aside=400, failed_at=100,
                                    set_aside_failed_at=300)]
     assert remedies.rerun_spread(chain) == (200, False)

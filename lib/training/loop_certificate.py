@@ -338,9 +338,15 @@ def _verdict(r: dict) -> str:
     return "DIFFERS" if r.get("reproducible", True) else "VARIES"
 
 
+def counts(rec: dict) -> dict:
+    """{verdict: how many combinations done have it} (`_verdict`)."""
+    done = [r for r in rec["runs"] if r["done"]]
+    return {v: sum(_verdict(r) == v for r in done) for v in ("bit-identical", "DIFFERS", "VARIES", "ERROR")}
+
+
 def summary(rec: dict) -> str:
     done = [r for r in rec["runs"] if r["done"]]
-    n = {v: sum(_verdict(r) == v for r in done) for v in ("bit-identical", "DIFFERS", "VARIES", "ERROR")}
+    n = counts(rec)
     return (f"{n['bit-identical']} of {len(done)} combinations bit-identical, {n['DIFFERS']} differ between the trees, "
             f"{n['VARIES']} vary from run to run, {n['ERROR']} errors ({len(rec['runs']) - len(done)} not run yet; "
             f"{rec['steps']} steps each, {rec['device']}{', shrunk: certifies nothing' if rec['shrunk'] else ''}); "
@@ -358,9 +364,7 @@ def run(scale: str, cfg: dict) -> dict:
     trees = ROOT / cfg["trees"] if cfg.get("trees") and (ROOT / cfg["trees"]).is_dir() else None
     rec = certify_runs(None, Path(cfg["workdir"]), int(cfg["steps"]), cfg.get("names") or None,
                        float(cfg.get("max_s", 0.0)), trees=trees, kinds=cfg.get("kinds"))
-    counts = {v: sum(_verdict(r) == v for r in rec["runs"] if r["done"])
-              for v in ("bit-identical", "DIFFERS", "VARIES", "ERROR")}
-    return {"data": dict(rec, summary=summary(rec), counts=counts,
+    return {"data": dict(rec, summary=summary(rec), counts=counts(rec),
                          n_left=sum(not r["done"] for r in rec["runs"])), "seeds": []}
 
 

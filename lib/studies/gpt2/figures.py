@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from lib.book import plotting
-from lib.studies.gpt2.reading import ARM_WORDS, CHAIN_ARMS, cfg_of, failure_step, layer_series, rerun_compare
+from lib.studies.gpt2.reading import ARM_WORDS, CHAIN_ARMS, cfg_of, failure_step, layer_series, moving_mean, rerun_compare
 
 _STYLE = {"sdpa": "C0", "fa2": "C3"}
 
@@ -121,8 +121,8 @@ def remedy_figure(view, words: dict):
 
 
 def _mean(loss, w: int):
-    loss = np.asarray(loss, dtype=np.float64)
-    return np.arange(w, len(loss) + 1), np.convolve(loss, np.ones(w) / w, mode="valid")
+    """(steps, `moving_mean`): each window's mean placed at its last step (1-based, as `chain_figure` draws)."""
+    return np.arange(w, len(loss) + 1), moving_mean(loss, w)
 
 
 def rerun_figure(res):

@@ -228,7 +228,8 @@ def merge_seeds(results) -> "SimpleNamespace":
                            set_aside=set_aside)
 
 
-def _moving_mean(loss, w: int):
+def moving_mean(loss, w: int):
+    """The `w`-step moving mean of per-step losses (nats), one value per full window."""
     return np.convolve(np.asarray(loss, dtype=np.float64), np.ones(w) / w, mode="valid")
 
 
@@ -254,14 +255,14 @@ def rerun_compare(kept, set_aside, rules: dict) -> dict:
     out["upto"] = upto = min([n] + [f for f in (out["failed_at"], out["set_aside_failed_at"]) if f is not None])
     out["gap_steps"] = half = upto // 2
     if half >= w:
-        out["gap"] = float(np.nanmedian(np.abs(_moving_mean(a[:half], w) - _moving_mean(b[:half], w))))
+        out["gap"] = float(np.nanmedian(np.abs(moving_mean(a[:half], w) - moving_mean(b[:half], w))))
     return out
 
 
 def arm_gaps(arrays: dict, seed: str, upto: int, window: int) -> list[float]:
     """The median over steps 0…`upto` − 1 of the difference of two arms' `window`-step mean losses (nats), for every
     pair of arms of one seed in `arrays` (labels "<arm>:s<seed>") that ran that far without a non-finite loss."""
-    series = [_moving_mean(v[:upto], window) for k, v in sorted(arrays.items())
+    series = [moving_mean(v[:upto], window) for k, v in sorted(arrays.items())
               if k.endswith("__loss") and k.split("__")[0].split(":s")[-1] == str(seed) and len(v) >= upto]
     return [float(np.nanmedian(np.abs(x - y))) for i, x in enumerate(series) for y in series[i + 1:]
             if len(x) and np.isfinite(x).all() and np.isfinite(y).all()]
@@ -292,7 +293,8 @@ def rerun_words(rep: dict, gaps: list[float] | None = None, window: int = 100) -
     different steps."""
     first = rep["first_diff"]
     agree = f"agree bit for bit to step {first - 1:,} and " if first else ""
-    words = (f"The two runs are one experiment but not one trajectory: their losses {agree}differ from step "
+    words = (f"The two runs (compared here in a reading made after the runs) are one experiment but not one "
+             f"trajectory: their losses {agree}differ from step "
              f"{first:,} on (the training asks for no deterministic algorithms on the GPU, and the two were made by "
              "versions of the code shown identical only on the CPU)")
     if rep.get("gap") is not None:
@@ -772,7 +774,8 @@ def _names(arms) -> str:
 def failure_words(n: dict, arms) -> tuple[str, str]:
     """The failure rule's outcome in one seed, from `arms_numbers` glue `n` for the arms in `arms` (in that order):
     (a heading — which arms end their run failed, which failed and came back, which never failed — and one clause
-    per arm). Whether a run *ended* failed is a reading made after the runs (`failure_episodes`), not a registered rule."""
+    per arm). Whether a run *ended* failed is a reading made after the runs (`failure_episodes`), not a registered
+    rule."""
     groups = {"failed": [], "back within the margin": [], "never failed": []}
     clauses = []
     for a in arms:

@@ -392,9 +392,10 @@ def margin_words(rows: list[dict], chain, where: str = "above") -> str:
     out = (f"The arms that did not fail trained {lo:,}–{hi:,} steps past the step where their unremedied arm failed "
            f"in the same seed; between two runs of one seed, the failure step moved by "
            f"{'at least ' if bound else ''}{spread:,} steps ({where})")
+    pairs = len(chain.data.get("replaced", []))
     if not short:
-        return out + (", less than every margin — but that is one pair of runs, and a lower bound." if bound else
-                      ", less than every margin — one pair of runs.")
+        return out + (f", less than every margin — but from {pairs} pair{'s' if pairs > 1 else ''} of runs"
+                      + (", and a lower bound." if bound else "."))
     names = ", ".join(f"{SHORT.get(r['arm'], r['arm'])} (seed {r['seed']})" for r in short)
     return out + f", as much as the margin of {names}: there, surviving could be run-to-run variation."
 
