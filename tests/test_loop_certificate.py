@@ -82,7 +82,7 @@ def test_a_difference_is_told_from_run_to_run_variation(tmp_path, monkeypatch):
     name = next(r["result"] for r in lc.plan()["runs"] if r["kind"] == "proxy")
     z, o, h = (np.full(2, v, np.float32) for v in (0.0, 1.0, 0.5))
     by_file = {"old.npz": z, "new.npz": o, "again.npz": o}      # what each of the three runs gives
-    monkeypatch.setattr(lc, "run_in", lambda tree, run, cfg, out: {"loss": by_file[out.name]})
+    monkeypatch.setattr(lc, "run_in", lambda tree, run, cfg, out, mode="strict": {"loss": by_file[out.name]})
     rec = lc.certify_runs("HEAD", tmp_path / "a", steps=2, names=[name], shrink=True)
     r = rec["runs"][0]
     assert lc._verdict(r) == "DIFFERS" and r["reproducible"] and (r["loss_diff"], r["self_loss_diff"]) == (1.0, 0.0)
@@ -101,7 +101,7 @@ def test_the_registered_certificate_records_counts_and_resumes(tmp_path, monkeyp
     calls = []
     monkeypatch.setattr(lc, "_unpack", lambda commit, dest, trees, repo: calls.append(trees) or dest)
     monkeypatch.setattr(lc, "_corpus", lambda cfg, shrink: None)
-    monkeypatch.setattr(lc, "run_in", lambda tree, run, c, out: {"loss": np.zeros(2, np.float32)})
+    monkeypatch.setattr(lc, "run_in", lambda tree, run, c, out, mode="strict": {"loss": np.zeros(2, np.float32)})
     got = lc.run("full", cfg)["data"]
     n = len(lc.plan(["gpt2_arms"])["runs"])                         # its GPT-2 runs only, not the proxy's
     assert {r["kind"] for r in got["runs"]} == {"lm"} and got["kinds"] == ["lm"]
@@ -111,5 +111,38 @@ def test_the_registered_certificate_records_counts_and_resumes(tmp_path, monkeyp
     assert lc.run("full", cfg)["data"]["counts"] == got["counts"]  # resumed, nothing trained twice
     proxy = dict(registry.resolve("loop_certificate_proxy", "full"), workdir=str(tmp_path / "p"),
                  trees="no-such-folder", names=["gpt2_arms", "authors_code"], steps=2)
-    monkeypatch.setattr(lc, "run_in", lambda tree, run, c, out: {"loss": np.zeros(2, np.float32)})
+    monkeypatch.setattr(lc, "run_in", lambda tree, run, c, out, mode="strict": {"loss": np.zeros(2, np.float32)})
     assert {r["kind"] for r in lc.run("full", proxy)["data"]["runs"]} == {"proxy"}
+
+
+def test_strict_determinism_first_and_warn_where_an_op_has_none(tmp_path, monkeypatch):
+    """Both trees run with every op deterministic; where strict raises (an op without a deterministic form), both run
+    again with warnings only, and the record names the mode, the strict error and the warnings (kept out of the
+    comparison); a third run of this tree uses the mode the pair used."""
+    name = next(r["result"] for r in lc.plan()["runs"] if r["kind"] == "proxy")
+    modes = []
+
+    def fake(tree, run, cfg, out, mode="strict"):
+        modes.append((out.name, mode))
+        if mode == "strict":
+            raise RuntimeError("index_add_cuda_ does not have a deterministic implementation")
+        return {"loss": np.zeros(2, np.float32), lc.WARNINGS: [f"{out.name}: index_add_cuda_ nondeterministic"]}
+    monkeypatch.setattr(lc, "run_in", fake)
+    rec = lc.certify_runs("HEAD", tmp_path / "a", steps=2, names=[name], shrink=True)
+    r = rec["runs"][0]
+    assert modes == [("old.npz", "strict"), ("old.npz", "warn"), ("new.npz", "warn")] * len(rec["runs"])
+    assert r["determinism"] == "warn" and "deterministic implementation" in r["strict_error"]
+    assert r["determinism_warnings"] == ["new.npz: index_add_cuda_ nondeterministic", "old.npz: index_add_cuda_ nondeterministic"]
+    assert lc._verdict(r) == "bit-identical" and "0 of 1 with every op deterministic" in lc.summary(
+        {"runs": [r], "steps": 2, "device": "cpu", "shrunk": True, "not_covered": []})
+    # strict that runs: no fallback; a difference re-runs this tree in strict
+    modes.clear()
+    outs = {"old.npz": np.zeros(2, np.float32), "new.npz": np.ones(2, np.float32), "again.npz": np.ones(2, np.float32)}
+    monkeypatch.setattr(lc, "run_in", lambda tree, run, cfg, out, mode="strict": modes.append(mode) or {"loss": outs[out.name]})
+    rec = lc.certify_runs("HEAD", tmp_path / "b", steps=2, names=[name], shrink=True)
+    r = rec["runs"][0]
+    assert modes == ["strict"] * 3 * len(rec["runs"]) and r["determinism"] == "strict" and lc._verdict(r) == "DIFFERS"
+    import pytest
+    monkeypatch.undo()
+    with pytest.raises(ValueError):
+        lc.run_in(lc.ROOT, {"kind": "proxy"}, {}, tmp_path / "x.npz", "sometimes")

@@ -27,10 +27,13 @@ trains each distinct one a few steps in both trees on one GPU:
   it differs from this tree's, which every run then shares) and this tree's commit as ``DIR/HEAD``; there, ``run
   --trees DIR`` reads them instead of git (``DIR`` an ignored folder named in the call's carry). A commit git no
   longer has is listed in ``DIR/missing.json`` and its combinations are recorded as errors.
-* **Run-to-run variation.** Both trees run with deterministic algorithms asked for (warnings only where an op has
-  none) and cuBLAS's deterministic workspace; a GPU run may still differ from itself (the GPT-2 runs recorded
-  without deterministic algorithms did). So where the two trees differ, this tree runs the combination once more:
-  the record says whether it reproduced itself, with the largest per-step loss difference of each pair — a
+* **Run-to-run variation.** Both trees run with every op deterministic ("strict": `torch.use_deterministic_algorithms`
+  without warn_only, which is what puts SDPA's flash and memory-efficient backwards on their deterministic paths)
+  and cuBLAS's deterministic workspace; where an op has no deterministic form (strict raises), the combination runs
+  again in both trees with warnings only ("warn"), and the record names the mode, the strict error and the
+  warnings. The first GPU call ran in "warn" only: FP32 attention's GPT-2 combination (the memory-efficient
+  backward) differed from itself within 100 steps. Where the two trees differ, this tree runs the combination once
+  more: the record says whether it reproduced itself, with the largest per-step loss difference of each pair — a
   combination that differs between the trees but not from itself is a real difference; one that differs from
   itself as much as between the trees certifies nothing either way.
 
@@ -72,37 +75,49 @@ KEY_DROP = frozenset({"seed", "data_seed", "lr", "steps", "warmup", "max_wall_s"
 PROXY_RUN_FIELDS = ("attn", "seed", "data_seed", "lr", "beta", "max_shift")
 SHRINK = dict(n_layer=2, n_head=2, n_embd=32, seq_len=32, batch_size=2)
 
-# Run in a subprocess with cwd = PYTHONPATH = the tree; writes the run's per-step records (npz).
+# Run in a subprocess with cwd = PYTHONPATH = the tree; writes the run's per-step records (npz) and, beside them
+# (OUT.warnings.json), the determinism warnings torch gave.
 _CHILD = """
-import json, sys
+import json, sys, warnings
 import numpy as np
 import lib.book.setup
 import torch
-kind, cfg, out = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
-# Both trees alike: deterministic algorithms where torch has them (a loop that sets its own keeps its setting).
-torch.use_deterministic_algorithms(True, warn_only=True)
+kind, cfg, out, mode = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
+# Both trees alike. "strict": every op deterministic or an error — SDPA's flash and memory-efficient backwards take
+# their deterministic paths only then (under warn_only they split over keys and add with atomics); "warn":
+# deterministic where torch has it, a warning where it has not. The proxy's loop sets its own (`deterministic`).
+torch.use_deterministic_algorithms(True, warn_only=mode == "warn")
 torch.backends.cudnn.deterministic = True
+cfg["deterministic"] = mode
 arrays = {}
-if kind == "proxy":
-    from dataclasses import fields
-    from lib.training.train import TrainConfig, train
-    r = train(TrainConfig(**{k: v for k, v in cfg.items() if k in {f.name for f in fields(TrainConfig)}}))
-    for k, v in r["telemetry"].items():
-        try:
-            arrays["telemetry__" + k] = np.asarray(v, dtype=np.float64)
-        except (TypeError, ValueError):
-            pass
-else:
-    from dataclasses import fields
-    from lib.training.loop import RunConfig, census_arrays, train_lm
-    r = train_lm(RunConfig(**{k: v for k, v in cfg.items() if k in {f.name for f in fields(RunConfig)}}))
-    for k, v in census_arrays(r["census"]).items():
-        arrays["census__" + k] = np.asarray(v)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    if kind == "proxy":
+        from dataclasses import fields
+        from lib.training.train import TrainConfig, train
+        r = train(TrainConfig(**{k: v for k, v in cfg.items() if k in {f.name for f in fields(TrainConfig)}}))
+        for k, v in r["telemetry"].items():
+            try:
+                arrays["telemetry__" + k] = np.asarray(v, dtype=np.float64)
+            except (TypeError, ValueError):
+                pass
+    else:
+        from dataclasses import fields
+        from lib.training.loop import RunConfig, census_arrays, train_lm
+        r = train_lm(RunConfig(**{k: v for k, v in cfg.items() if k in {f.name for f in fields(RunConfig)}
+                                  and k != "deterministic"}))
+        for k, v in census_arrays(r["census"]).items():
+            arrays["census__" + k] = np.asarray(v)
 arrays["loss"] = np.asarray(r["loss"], dtype=np.float32)
 arrays["grad_norm"] = np.asarray(r["grad_norm"], dtype=np.float32)
 arrays["val"] = np.asarray(r["val"]["loss"], dtype=np.float64)
 np.savez(out, **arrays)
+with open(out + ".warnings.json", "w") as f:
+    json.dump(sorted({str(w.message)[:300] for w in caught if "determinis" in str(w.message)}), f)
 """
+# Where run_in puts the child's determinism warnings in what it returns (not an array: left out of the comparison).
+WARNINGS = "_determinism_warnings"
+MODES = ("strict", "warn")
 
 
 def _proxy_runs(name: str, res: dict) -> list[dict] | None:
@@ -183,14 +198,21 @@ def shortened(run: dict, steps: int, shrink: bool = False) -> dict:
     return cfg
 
 
-def run_in(tree: Path, run: dict, cfg: dict, out: Path) -> dict:
+def run_in(tree: Path, run: dict, cfg: dict, out: Path, mode: str = "strict") -> dict:
+    """Train `cfg` in `tree` (a subprocess) with deterministic algorithms in `mode` (`MODES`); its arrays, and under
+    `WARNINGS` the determinism warnings it gave."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0", CUBLAS_WORKSPACE_CONFIG=":4096:8")
-    p = subprocess.run([sys.executable, "-c", _CHILD, run["kind"], json.dumps(cfg), str(out)], cwd=tree, env=env,
-                       capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-c", _CHILD, run["kind"], json.dumps(cfg), str(out), mode], cwd=tree,
+                       env=env, capture_output=True, text=True)
     if p.returncode:
         raise RuntimeError(f"the run in {tree} failed:\n{(p.stdout + p.stderr)[-3000:]}")
     with np.load(out) as z:
-        return {k: z[k] for k in z.files}
+        got = {k: z[k] for k in z.files}
+    w = Path(str(out) + ".warnings.json")
+    got[WARNINGS] = json.loads(w.read_text()) if w.exists() else []
+    return got
 
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
@@ -264,6 +286,11 @@ def _corpus(cfg: dict, shrink: bool) -> None:
                                         max_files=20 if shrink else None)
 
 
+def _pair(old: Path, new: Path, run: dict, cfg: dict, tmp: Path, mode: str) -> tuple[dict, dict]:
+    """The combination trained in the old tree and in this one, both in determinism `mode`."""
+    return run_in(old, run, cfg, tmp / "old.npz", mode), run_in(new, run, cfg, tmp / "new.npz", mode)
+
+
 def certify_runs(old_commit: str | None, out: Path, steps: int = 100, names=None, max_s: float = 0.0,
                  shrink: bool = False, repo: Path = ROOT, shard: tuple[int, int] = (0, 1),
                  trees: Path | None = None, kinds=None) -> dict:
@@ -311,12 +338,18 @@ def certify_runs(old_commit: str | None, out: Path, steps: int = 100, names=None
                     unpacked[commit] = _unpack(commit, Path(tmp) / f"old_{len(unpacked)}", trees, repo)
                 if r["kind"] == "lm":
                     _corpus(cfg, shrink)
-                a = run_in(unpacked[commit], r, cfg, Path(tmp) / "old.npz")
-                b = run_in(repo, r, cfg, Path(tmp) / "new.npz")
+                try:        # strict first; where an op has no deterministic form, both trees again in "warn"
+                    a, b = _pair(unpacked[commit], repo, r, cfg, Path(tmp), "strict")
+                    r.update(determinism="strict", strict_error=None)
+                except (RuntimeError, subprocess.CalledProcessError) as e:
+                    r.update(determinism="warn", strict_error=str(e)[-600:])
+                    a, b = _pair(unpacked[commit], repo, r, cfg, Path(tmp), "warn")
+                r["determinism_warnings"] = sorted(set(a.pop(WARNINGS, [])) | set(b.pop(WARNINGS, [])))[:8]
                 counts, diffs = compare_arrays(a, b)
                 r.update(bit_identical=not diffs, diffs=diffs[:5], compared=counts, error=None)
                 if diffs:        # a real difference, or does this tree differ from itself as well?
-                    c = run_in(repo, r, cfg, Path(tmp) / "again.npz")
+                    c = run_in(repo, r, cfg, Path(tmp) / "again.npz", r["determinism"])
+                    c.pop(WARNINGS, None)
                     r.update(reproducible=not compare_arrays(b, c)[1], loss_diff=_loss_diff(a, b),
                              self_loss_diff=_loss_diff(b, c))
             except (RuntimeError, subprocess.CalledProcessError) as e:
@@ -347,9 +380,11 @@ def counts(rec: dict) -> dict:
 def summary(rec: dict) -> str:
     done = [r for r in rec["runs"] if r["done"]]
     n = counts(rec)
+    strict = sum(r.get("determinism") == "strict" for r in done)
     return (f"{n['bit-identical']} of {len(done)} combinations bit-identical, {n['DIFFERS']} differ between the trees, "
             f"{n['VARIES']} vary from run to run, {n['ERROR']} errors ({len(rec['runs']) - len(done)} not run yet; "
-            f"{rec['steps']} steps each, {rec['device']}{', shrunk: certifies nothing' if rec['shrunk'] else ''}); "
+            f"{rec['steps']} steps each, {rec['device']}{', shrunk: certifies nothing' if rec['shrunk'] else ''}; "
+            f"{strict} of {len(done)} with every op deterministic); "
             f"results not covered: {', '.join(rec['not_covered']) or 'none'}")
 
 
