@@ -132,13 +132,14 @@ def test_strict_determinism_first_and_warn_where_an_op_has_none(tmp_path, monkey
     r = rec["runs"][0]
     assert modes == [("old.npz", "strict"), ("old.npz", "warn"), ("new.npz", "warn")] * len(rec["runs"])
     assert r["determinism"] == "warn" and "deterministic implementation" in r["strict_error"]
-    assert r["determinism_warnings"] == ["new.npz: index_add_cuda_ nondeterministic", "old.npz: index_add_cuda_ nondeterministic"]
+    assert r["determinism_warnings"] == [f"{f}: index_add_cuda_ nondeterministic" for f in ("new.npz", "old.npz")]
     assert lc._verdict(r) == "bit-identical" and "0 of 1 with every op deterministic" in lc.summary(
         {"runs": [r], "steps": 2, "device": "cpu", "shrunk": True, "not_covered": []})
     # strict that runs: no fallback; a difference re-runs this tree in strict
     modes.clear()
     outs = {"old.npz": np.zeros(2, np.float32), "new.npz": np.ones(2, np.float32), "again.npz": np.ones(2, np.float32)}
-    monkeypatch.setattr(lc, "run_in", lambda tree, run, cfg, out, mode="strict": modes.append(mode) or {"loss": outs[out.name]})
+    monkeypatch.setattr(lc, "run_in",
+                        lambda tree, run, cfg, out, mode="strict": modes.append(mode) or {"loss": outs[out.name]})
     rec = lc.certify_runs("HEAD", tmp_path / "b", steps=2, names=[name], shrink=True)
     r = rec["runs"][0]
     assert modes == ["strict"] * 3 * len(rec["runs"]) and r["determinism"] == "strict" and lc._verdict(r) == "DIFFERS"

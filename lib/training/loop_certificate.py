@@ -31,8 +31,8 @@ trains each distinct one a few steps in both trees on one GPU:
   without warn_only, which is what puts SDPA's flash and memory-efficient backwards on their deterministic paths)
   and cuBLAS's deterministic workspace; where an op has no deterministic form (strict raises), the combination runs
   again in both trees with warnings only ("warn"), and the record names the mode, the strict error and the
-  warnings. The first GPU call ran in "warn" only: FP32 attention's GPT-2 combination (the memory-efficient
-  backward) differed from itself within 100 steps. Where the two trees differ, this tree runs the combination once
+  warnings. The first GPU call ran in "warn" only: FP32 attention's GPT-2 combination (whose backward is SDPA's
+  memory-efficient one) differed from itself within 100 steps. Where the two trees differ, this tree runs the combination once
   more: the record says whether it reproduced itself, with the largest per-step loss difference of each pair — a
   combination that differs between the trees but not from itself is a real difference; one that differs from
   itself as much as between the trees certifies nothing either way.
@@ -88,13 +88,13 @@ kind, cfg, out, mode = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.ar
 # deterministic where torch has it, a warning where it has not. The proxy's loop sets its own (`deterministic`).
 torch.use_deterministic_algorithms(True, warn_only=mode == "warn")
 torch.backends.cudnn.deterministic = True
-cfg["deterministic"] = mode
 arrays = {}
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     if kind == "proxy":
         from dataclasses import fields
         from lib.training.train import TrainConfig, train
+        cfg["deterministic"] = mode         # the proxy's loop applies its own setting: the same mode
         r = train(TrainConfig(**{k: v for k, v in cfg.items() if k in {f.name for f in fields(TrainConfig)}}))
         for k, v in r["telemetry"].items():
             try:
@@ -104,8 +104,7 @@ with warnings.catch_warnings(record=True) as caught:
     else:
         from dataclasses import fields
         from lib.training.loop import RunConfig, census_arrays, train_lm
-        r = train_lm(RunConfig(**{k: v for k, v in cfg.items() if k in {f.name for f in fields(RunConfig)}
-                                  and k != "deterministic"}))
+        r = train_lm(RunConfig(**{k: v for k, v in cfg.items() if k in {f.name for f in fields(RunConfig)}}))
         for k, v in census_arrays(r["census"]).items():
             arrays["census__" + k] = np.asarray(v)
 arrays["loss"] = np.asarray(r["loss"], dtype=np.float32)
