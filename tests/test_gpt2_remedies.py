@@ -136,7 +136,8 @@ def test_the_advice_names_what_prevented_the_failure_and_what_has_not_run():
     text = remedies.advice_words(rows)
     assert "O in FP32 — prevented it (seed 1: no failure in 400 steps)" in text
     assert "guarded fix (β = 2) — did not prevent it (seed 1: failed at step" in text
-    assert text.endswith("Not run yet: δ from an FP32 O, exact-rule fix (β = 2), exact-rule fix (β = 7).")
+    assert text.endswith("Not run yet: δ from an FP32 O, exact-rule fix (β = 2), exact-rule fix (β = 7), capped "
+                         "QK-norm.")
     assert remedies.advice_words([]) == "No remedy has been trained in GPT-2 yet."
 
 
@@ -393,3 +394,73 @@ def test_an_earlier_failure_within_the_run_to_run_spread_is_not_called_earlier()
     chain.data["replaced"][0].update(set_aside=150, failed_at=100)
     assert "beyond the 50 steps or more" in remedies.earlier_words(rows, chain)
     assert remedies.earlier_words(rows, chain).endswith("a lower bound, so not established either.")
+
+
+QK_MODEL = dict(n_layer=L, n_head=12, n_embd=768, qk_norm="capped", qk_gain=2.0)
+
+
+def _with_census(run, n_conj: float, max_logit: float, tie: float):
+    """A planted run with the paper placement's census: `n_conj` conjunction pairs per layer and head per event."""
+    r, a = run
+    lab = r["label"]
+    shape = (len(CENSUS), L, H)
+    a.update({f"{lab}__census__authors/n_conj": np.full(shape, n_conj),
+              f"{lab}__census__authors/max_logit": np.full(shape, max_logit),
+              f"{lab}__census__authors/tie_rate": np.full(shape, tie)})
+    return r, a
+
+
+def _qk(seeds=(1,), reference_too=False):
+    """The capped QK-norm entry: the paper placement with a bound on the logits, its registered reference FP32
+    attention with the same bound (`fp32_qk`), in a separate entry when `reference_too`."""
+    runs = [_with_census(_run(f"paper_qk:s{s}", logit_scale=1.0), 2.0, 30.0, 0.3) for s in seeds]
+    rules = dict(RULES, reference="fp32_qk", baseline={"paper_qk": "paper"})
+    rem = _res("qk", runs, {"paper_qk": "paper/round_block=512"}, rules, list(seeds))
+    rem.cfg["model"] = QK_MODEL
+    out = [rem]
+    if reference_too:
+        ref = _res("qk_fp32", [_run(f"fp32_qk:s{s}", seed_jitter=0.5) for s in seeds], {"fp32_qk": "fp32_flash"},
+                   dict(rules, baseline={"fp32_qk": "fp32"}), list(seeds))
+        ref.cfg["model"] = QK_MODEL
+        out.append(ref)
+    return out
+
+
+def test_model_words_name_the_bound_on_the_logits():
+    assert remedies.model_words(QK_MODEL, dict(QK_MODEL, qk_norm=False)) == "a capped QK-norm (every logit at most 32)"
+    assert remedies.model_words(dict(QK_MODEL, qk_norm="fixed", qk_gain=1.0)) == ("a QK-norm of fixed gain (every "
+                                                                                 "logit at most 8)")
+    assert remedies.model_words(QK_MODEL, QK_MODEL) == "" and remedies.model_words(None, None) == ""
+    assert remedies.model_words({"pos": "none"}) == "no positional embedding"
+
+
+def test_a_bounded_arm_is_read_against_its_own_reference_and_its_census():
+    chain = _chain()
+    base = chain.arrays
+    # the unbounded paper placement's census: many conjunction pairs, large logits, more tied rows
+    for s in (0, 1):
+        _with_census((dict(label=f"paper:s{s}"), base), 5000.0, 7e4, 0.8)
+    (r,) = remedies.arm_rows(_qk(), chain)
+    assert r["words"].endswith(", a capped QK-norm (every logit at most 32)") and r["reference"] == "fp32_qk"
+    assert r["fail"] is None and remedies.verdicts([r]) == {"paper_qk": True}
+    # its reference has not run: the growth is not read against unbounded FP32 attention
+    assert not r["ref_ran"] and r["step"] is None and r["grown"] == (0, 0)
+    assert remedies.growth_words(r).startswith("not measured yet: its reference, FP32 attention with a capped")
+    assert remedies.table([r]).splitlines()[-1].endswith("| — | — |")
+    # the census before the unbounded arm failed (step 250 + a window: events 0, 100, 200)
+    events = int((CENSUS < r["base_fail"]).sum())
+    assert r["census"] == dict(events=events, n_conj=int(2 * L * H * events), max_logit=30.0,
+                               tie_rate=pytest.approx(0.3))
+    assert r["base_census"]["n_conj"] == 5000 * L * H * events
+    words = remedies.bound_words([r])
+    assert words.startswith("With a capped QK-norm (every logit at most 32), seed 1, over the 3 census events before "
+                            f"step {r['base_fail']:,}: {2 * L * H * events:,} conjunction pairs")
+    assert "2,500× fewer" in words and "the largest logit 30 against 70,000" in words and "30 % of a head" in words
+    assert remedies.bound_removes_conjunction([r]) is True
+    assert remedies.bound_removes_conjunction([dict(r, census=dict(r["census"], n_conj=r["base_census"]["n_conj"]))]) \
+        is False
+    assert remedies.bound_removes_conjunction([dict(r, model="")]) is None and remedies.bound_words([]) == ""
+    # with its reference committed (another entry), the growth is read against it
+    (r2,) = [x for x in remedies.arm_rows(_qk(reference_too=True), chain) if x["arm"] == "paper_qk"]
+    assert r2["ref_ran"] and r2["step"] == 400 and r2["ratio"] == pytest.approx(2.0)
+    assert remedies.growth_words(r2).startswith("2.0× FP32 attention's with a capped QK-norm")

@@ -25,6 +25,7 @@ from lib.studies.gpt2.reading import (CHAIN_ARMS, FOCUS_LAYER, at_step, cfg_of, 
                                       outcomes)
 
 __all__ = ["REMEDY_GROUPS", "CLAIM_ARMS", "SHORT", "PAPER_REMEDIES", "FIX_ARMS", "advice_words", "pending_words",
+           "model_words", "census_totals", "bound_words", "bound_removes_conjunction",
            "EXACT_ARMS", "step_costs", "established", "merge_benches", "conj_error", "o_error_words", "zeroed_range",
            "zeroed", "zeroed_words", "cost_words", "fix_words", "device_words", "brief_words", "outcome_words",
            "growth_words", "pending", "arm_rows", "verdicts", "claim_verdicts", "table", "glue_numbers", "seed_view"]
@@ -45,7 +46,28 @@ EXACT_ARMS = FIX_ARMS[:2]
 SHORT = {"paper_delta_fp32_o": "paper placement, δ from an FP32 O", "fa2_delta_dp_p_norm": "FA2 placement, exact δ",
          "paper_o32": "paper placement, O in FP32", "paper_fix_b2": "paper placement, guarded fix (β = 2)",
          "paper_fix_b2_exact": "paper placement, exact-rule fix (β = 2)",
-         "paper_fix_b7_exact": "paper placement, exact-rule fix (β = 7)"}
+         "paper_fix_b7_exact": "paper placement, exact-rule fix (β = 7)",
+         "paper_qk": "paper placement, capped QK-norm"}
+
+
+def model_words(model: dict | None, base: dict | None = None) -> str:
+    """What an arm's model (its configuration's ``model``) changes against the comparison's `base`, in words ("" where
+    nothing a reader needs): the QK-norm, with the bound it puts on every logit (√D·g² for head dim D and gain or cap
+    g: `lib.training.model`), and the positional code."""
+    model, base = model or {}, base or {}
+    out = []
+    qk = model.get("qk_norm", False)
+    if qk != base.get("qk_norm", False):
+        bound = None
+        if qk in ("fixed", "capped") and model.get("n_embd") and model.get("n_head"):
+            bound = (model["n_embd"] // model["n_head"]) ** 0.5 * float(model.get("qk_gain", 1.0)) ** 2
+        out.append({"capped": "a capped QK-norm", "fixed": "a QK-norm of fixed gain", True: "QK-norm (LayerNorm on q "
+                    "and k)", False: "no QK-norm"}.get(qk, f"QK-norm {qk}")
+                   + (f" (every logit at most {bound:g})" if bound else ""))
+    pos = model.get("pos", "learned")
+    if pos != base.get("pos", "learned"):
+        out.append({"none": "no positional embedding", "rope": "rotary positions"}.get(pos, f"positions {pos}"))
+    return ", ".join(out)
 
 
 def _change(arm: str) -> str:
@@ -55,6 +77,8 @@ def _change(arm: str) -> str:
 
 def _words(spec: str) -> str:
     from lib.training.spec import describe
+    if spec == "fp32_flash":        # a model-level spec (`lib.training.model.parse_spec`) the spec grammar lacks
+        return CHAIN_ARMS["fp32"]
     return describe(spec, detail=True)
 
 
@@ -106,6 +130,37 @@ def conj_error(arrays: dict, label: str, until: int | None = None) -> dict | Non
                 along=float(ag[ok].sum()) / total)
 
 
+def census_totals(arrays: dict, label: str, until: int | None = None, placement: str = "authors") -> dict | None:
+    """The census of run `label` in `placement` ("authors": the paper's rounding placement; "fa2") pooled over its
+    events at steps below `until` (None: all): {"events", "n_conj" (conjunction pairs — tied maximum, the other keys'
+    P̄V only in the sticky bit, V one-signed over the tied keys — summed over events, layers and heads), "max_logit"
+    (the largest |S| any layer and head had), "tie_rate" (the largest share of a head's rows with a repeated
+    maximum)}; None without a census or an event."""
+    pre = f"{label}__census__"
+    if pre + f"{placement}/n_conj" not in arrays:
+        return None
+    steps = np.asarray(arrays[pre + "step"])
+    keep = steps < until if until is not None else np.ones(len(steps), dtype=bool)
+    if not keep.any():
+        return None
+    n, big, tie = (np.asarray(arrays[pre + f"{placement}/{k}"], dtype=np.float64)[keep]
+                   for k in ("n_conj", "max_logit", "tie_rate"))
+    return dict(events=int(keep.sum()), n_conj=int(np.nansum(n)), max_logit=float(np.nanmax(big)),
+                tie_rate=float(np.nanmax(tie)))
+
+
+def _with(arrays: dict, label: str, results) -> dict:
+    """`arrays` with run `label`'s arrays from the first of `results` that has them, where `arrays` lacks them (an
+    entry's own reference arm may be another entry's: the QK-norm's FP32 attention with the same bound)."""
+    key = f"{label}__census__step"
+    if key in arrays:
+        return arrays
+    for res in results:
+        if key in res.arrays:
+            return arrays | {k: v for k, v in res.arrays.items() if k.split("__")[0] == label}
+    return arrays
+
+
 def arm_rows(remedies, chain, layer: int = FOCUS_LAYER) -> list[dict]:
     """One row per arm and seed of the channel and remedy results `remedies` (`Result`s), read against `chain` (the
     comparison, a `merge_seeds` reading of every seed): {"entry", "arm", "words" (its spec in words), "spec" (the
@@ -119,8 +174,11 @@ def arm_rows(remedies, chain, layer: int = FOCUS_LAYER) -> list[dict]:
     "horizon" (the registered steps, None where the configuration has none), "cut" (the step its wall budget
     stopped it at, before the horizon, or None), "device" and "base_device" (the GPU each trained on, None unknown),
     "o_err" and "base_o_err" (`conj_error` of the arm and of its baseline over the steps before the baseline failed,
-    or all steps where it did not)}.
-    Arms whose baseline or FP32 run of the same seed is absent get
+    or all steps where it did not), "census" and "base_census" (`census_totals` over the same steps), "model"
+    (`model_words`: what the arm's model changes, "" where nothing), "reference" (the FP32-attention arm its growth
+    is read against: its entry's registered reference, the comparison's by default — a QK-norm arm's is FP32
+    attention with the same bound), "ref_ran" (whether that reference ran at this seed)}.
+    Arms whose baseline or reference run of the same seed is absent get
     None in those fields."""
     base_oc = outcomes(chain)
     base_gpu = {r["label"]: (r.get("versions") or {}).get("device") for r in chain.data["runs"]}
@@ -134,20 +192,25 @@ def arm_rows(remedies, chain, layer: int = FOCUS_LAYER) -> list[dict]:
         oc = outcomes(res)
         cut = {r["label"]: r.get("truncated_at") for r in res.data["runs"]}
         gpu = {r["label"]: (r.get("versions") or {}).get("device") for r in res.data["runs"]}
-        arrays = dict(chain.arrays) | dict(res.arrays)
+        model = model_words(cfg.get("model"), cfg_of(chain).get("model"))
+        reference = rules.get("reference", crules["reference"])
         for arm in spec:
             base = rules["baseline"][arm]
             for seed, steps, fail, back in oc.get(arm, []):
                 b = next((o for o in base_oc.get(base, []) if o[0] == seed), None)
-                lab, blab, ref = f"{arm}:s{seed}", f"{base}:s{seed}", f"{crules['reference']}:s{seed}"
+                lab, blab, ref = f"{arm}:s{seed}", f"{base}:s{seed}", f"{reference}:s{seed}"
+                arrays = _with(dict(chain.arrays) | dict(res.arrays), ref, remedies)
                 have = [x for x in (lab, blab, ref) if f"{x}__census__step" in arrays]
+                ref_ran = f"{ref}__census__step" in arrays
                 step = None
                 if len(have) == 3:
                     reached = min(int(np.max(arrays[f"{x}__census__step"])) for x in have)
                     done = [s for s in crules["growth_steps"] if s <= reached]
                     step = done[-1] if done else None
                 rows.append(dict(
-                    entry=getattr(res, "name", cfg.get("_entry", "")), arm=arm, words=_words(spec[arm]), seed=seed,
+                    entry=getattr(res, "name", cfg.get("_entry", "")), arm=arm, seed=seed, model=model,
+                    words=_words(spec[arm]) + (f", {model}" if model else ""), reference=reference,
+                    ref_ran=ref_ran,
                     spec=spec[arm], base_spec=base_spec.get(base),
                     steps=steps, fail=fail, back=back, base=base, horizon=cfg.get("steps"), cut=cut.get(lab),
                     device=gpu.get(lab), base_device=base_gpu.get(blab),
@@ -159,7 +222,9 @@ def arm_rows(remedies, chain, layer: int = FOCUS_LAYER) -> list[dict]:
                     grown=_growth(arrays, lab, blab, ref, crules["growth_steps"], spread) if len(have) == 3
                     else (0, 0),
                     # both over the steps before the unchanged arm failed (after it, another regime)
-                    o_err=conj_error(arrays, lab, b and b[2]), base_o_err=conj_error(arrays, blab, b and b[2])))
+                    o_err=conj_error(arrays, lab, b and b[2]), base_o_err=conj_error(arrays, blab, b and b[2]),
+                    census=census_totals(arrays, lab, b and b[2]),
+                    base_census=census_totals(arrays, blab, b and b[2])))
     return sorted(rows, key=lambda r: (r["seed"], r["entry"], r["arm"]))
 
 
@@ -275,7 +340,7 @@ def table(rows: list[dict], layer: int = FOCUS_LAYER) -> str:
         at = f"{_ratio(r['ratio'])} ({_ratio(r['base_ratio'])}) at step {r['step']:,}" if r["step"] else "—"
         n, k = r["grown"]
         out.append(f"| {r['words']} | {r['seed']} | {outcome_words(r['fail'], r['back'], r['steps'])} ({base}) | {at} | "
-                   + (f"{k} of {n}" if n else "nothing to keep") + " |")
+                   + (f"{k} of {n}" if n else "nothing to keep" if r["step"] else "—") + " |")
     return "\n".join(out)
 
 
@@ -327,17 +392,22 @@ def brief_words(rows: list[dict], arms) -> str:
 def growth_words(row: dict) -> str:
     """One row's growth reading in words: its layer's largest logit over FP32 attention's at the row's step, the
     baseline's, and the registered "removes the growth" rule over every grown (step, layer) pair."""
+    ref = "FP32 attention's" + (f" with {row['model']}" if row.get("model") else "")
     if not row["step"]:
+        if row.get("model") and row.get("ref_ran") is False:
+            return f"not measured yet: its reference, FP32 attention with {row['model']}, has not run at this seed"
         return "not measured"
     n, k = row["grown"]
-    return (f"{_ratio(row['ratio'])}× FP32 attention's at step {row['step']:,}, against "
+    return (f"{_ratio(row['ratio'])}× {ref} at step {row['step']:,}, against "
             f"{_ratio(row['base_ratio'])}× without the change; of the {n} (growth step, layer) pairs where the "
             f"unchanged arm grows beyond FP32 attention's spread it keeps {k} within it, so by the rule it "
             + ("removes" if n and k == n else "does not remove") + " the growth")
 
 
-# The changes to the paper placement a practitioner would choose between (advice_words, pending_words).
-PAPER_REMEDIES = ("paper_o32", "paper_delta_fp32_o", "paper_fix_b2", "paper_fix_b2_exact", "paper_fix_b7_exact")
+# The changes to the paper placement a practitioner would choose between (advice_words, pending_words): the
+# paper's own, then the generic bound on the logits.
+PAPER_REMEDIES = ("paper_o32", "paper_delta_fp32_o", "paper_fix_b2", "paper_fix_b2_exact", "paper_fix_b7_exact",
+                  "paper_qk")
 
 
 def pending(rows: list[dict], chain, arms=PAPER_REMEDIES, base: str = "paper") -> dict:
@@ -632,3 +702,30 @@ def fix_words(rows: list[dict], arms=FIX_ARMS) -> str:
     missing = [_change(a) for a in arms if a not in v]
     return ("In GPT-2 (chapter 2c) the " + ". The ".join(parts) + "."
             + (f" Not run yet: {', '.join(missing)}." if missing else ""))
+
+
+def bound_words(rows: list[dict]) -> str:
+    """For a reader: what each arm that changes the model (`model_words`: a bound on the logits) did to the census
+    of the first link's preconditions — conjunction pairs, largest logit, share of tied rows — beside its unchanged
+    arm over the same steps (`census_totals`, before that arm failed); "" when no such arm has both censuses."""
+    parts = []
+    for r in (r for r in rows if r.get("model") and r.get("census") and r.get("base_census")):
+        a, b = r["census"], r["base_census"]
+        until = f" before step {r['base_fail']:,}" if r["base_fail"] is not None else ""
+        fewer = (f", {b['n_conj'] / a['n_conj']:,.0f}× fewer" if a["n_conj"] else ", none at all")
+        parts.append(f"with {r['model']}, seed {r['seed']}, over the {a['events']} census events{until}: "
+                     f"{a['n_conj']:,} conjunction pairs in the paper's rounding placement against {b['n_conj']:,} "
+                     f"without it{fewer}; the largest logit {a['max_logit']:,.0f} against {b['max_logit']:,.0f}; "
+                     f"rows with a repeated maximum up to {100 * a['tie_rate']:.0f} % of a head's rows against "
+                     f"{100 * b['tie_rate']:.0f} %")
+    return "; ".join(p[:1].upper() + p[1:] for p in parts) + ("." if parts else "")
+
+
+def bound_removes_conjunction(rows: list[dict], factor: float = 10.0) -> bool | None:
+    """Whether every arm that changes the model (`bound_words`) had at least `factor` times fewer conjunction pairs
+    than its unchanged arm over the same census events (an order of magnitude: "takes the conjunction away"); None
+    when no such arm has both censuses."""
+    got = [r for r in rows if r.get("model") and r.get("census") and r.get("base_census")]
+    if not got:
+        return None
+    return all(r["census"]["n_conj"] * factor <= r["base_census"]["n_conj"] for r in got)
