@@ -460,6 +460,11 @@ def test_a_bounded_arm_is_read_against_its_own_reference_and_its_census():
     assert remedies.bound_removes_conjunction([dict(r, census=dict(r["census"], n_conj=r["base_census"]["n_conj"]))]) \
         is False
     assert remedies.bound_removes_conjunction([dict(r, model="")]) is None and remedies.bound_words([]) == ""
+    # the book's control, by the prevents rule: one seed where the unbounded arm failed reads "partly"
+    v = remedies.claim_verdicts([r])["gpt2_logit_bound"]
+    assert v["status"] == "partly" and v["evidence"].endswith(words)
+    failed = dict(r, fail=r["base_fail"] - 50)
+    assert remedies.claim_verdicts([failed])["gpt2_logit_bound"]["status"] == "not reproduced"
     # with its reference committed (another entry), the growth is read against it
     (r2,) = [x for x in remedies.arm_rows(_qk(reference_too=True), chain) if x["arm"] == "paper_qk"]
     assert r2["ref_ran"] and r2["step"] == 400 and r2["ratio"] == pytest.approx(2.0)

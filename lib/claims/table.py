@@ -72,6 +72,9 @@ CLAIMS = [
     Claim("generic_8e3", "Our earlier failure at LR 8e-3 is generic attention-logit growth, not the paper's mechanism: "
           "with QK-norm every arm, FP32 attention included, trains (a control of ours, not a claim of the paper).",
           "chapters/06-loss-explosion"),
+    Claim("gpt2_logit_bound", "In GPT-2 a bound on the attention logits (a QK-norm with a capped gain) prevents the "
+          "paper placement's failure, as it should any failure driven by logit growth (a control of ours, not a "
+          "claim of the paper).", "chapters/02c-the-chain-in-gpt2"),
     Claim("bias_not_coarseness", "It is the rounding's bias that breaks training, not its coarseness (the paper's causal "
           "claim: unbiased stochastic rounding at the same precision should train where round-to-nearest-even fails).",
           "chapters/06-loss-explosion"),

@@ -338,6 +338,9 @@ MAX_ROWS = 13
 CONTROLS = (
     Row("At LR {control_lr} the proxy's failure is generic logit growth", ("generic_8e3",), n_generic,
         "proxy at LR {control_lr}", "chapters/06-loss-explosion"),
+    Row("In GPT-2 a bound on the logits prevents the paper placement's failure", ("gpt2_logit_bound",),
+        lambda root=None: gpt2_remedy_words(("paper_qk",), root) or "—", "GPT-2",
+        "chapters/02c-the-chain-in-gpt2"),
 )
 CONTROL_WORDS = {"reproduced": "held", "partly": "partly held", "not reproduced": "did not hold"}
 

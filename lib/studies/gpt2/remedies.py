@@ -36,7 +36,8 @@ REMEDY_GROUPS = ("gpt2_delta", "gpt2_remedy_o32", "gpt2_remedy_fix", "gpt2_qknor
 # The paper's claims and the arms that test each: an arm decides a claim in the seeds where its baseline fails.
 CLAIM_ARMS = {"delta_only_channel": ("paper_delta_fp32_o", "fa2_delta_dp_p_norm"),
               "fp32_o_stabilises": ("paper_o32",),
-              "fix_stabilises": ("paper_fix_b2", "paper_fix_b2_exact", "paper_fix_b7_exact")}
+              "fix_stabilises": ("paper_fix_b2", "paper_fix_b2_exact", "paper_fix_b7_exact"),
+              "gpt2_logit_bound": ("paper_qk",)}       # the book's control, read by the same rule
 
 # The forms of the β fix, the paper's exact rule first (fix_words, o_error_words), and those by the exact rule.
 FIX_ARMS = ("paper_fix_b7_exact", "paper_fix_b2_exact", "paper_fix_b2")
@@ -316,7 +317,8 @@ def claim_verdicts(rows: list[dict]) -> dict:
                  "attention's seed-to-seed spread, each kept within it: " + "; ".join(grown)
                  + (" (so none removes the growth by the registered rule)"
                     if all(r["grown"][1] < r["grown"][0] for r in mine if r["grown"][0]) else "") if grown else ""))
-        how = zeroed_words(mine) if cid == "fix_stabilises" else ""    # how the fix that held the failure off did it
+        # how the fix that held the failure off did it; what the bound did to the preconditions
+        how = zeroed_words(mine) if cid == "fix_stabilises" else bound_words(mine) if cid == "gpt2_logit_bound" else ""
         if how:
             ev += ". " + how
         out[cid] = dict(status=status, evidence=ev)
