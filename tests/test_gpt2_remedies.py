@@ -427,9 +427,10 @@ def _qk(seeds=(1,), reference_too=False):
 
 
 def test_model_words_name_the_bound_on_the_logits():
-    assert remedies.model_words(QK_MODEL, dict(QK_MODEL, qk_norm=False)) == "a capped QK-norm (every logit at most 32)"
-    assert remedies.model_words(dict(QK_MODEL, qk_norm="fixed", qk_gain=1.0)) == ("a QK-norm of fixed gain (every "
-                                                                                 "logit at most 8)")
+    assert (remedies.model_words(QK_MODEL, dict(QK_MODEL, qk_norm=False))
+            == "a capped QK-norm that bounds every logit at 32")
+    assert remedies.model_words(dict(QK_MODEL, qk_norm="fixed", qk_gain=1.0)) == ("a QK-norm of fixed gain that "
+                                                                                 "bounds every logit at 8")
     assert remedies.model_words(QK_MODEL, QK_MODEL) == "" and remedies.model_words(None, None) == ""
     assert remedies.model_words({"pos": "none"}) == "no positional embedding"
 
@@ -441,19 +442,21 @@ def test_a_bounded_arm_is_read_against_its_own_reference_and_its_census():
     for s in (0, 1):
         _with_census((dict(label=f"paper:s{s}"), base), 5000.0, 7e4, 0.8)
     (r,) = remedies.arm_rows(_qk(), chain)
-    assert r["words"].endswith(", a capped QK-norm (every logit at most 32)") and r["reference"] == "fp32_qk"
+    assert r["words"].endswith(", a capped QK-norm that bounds every logit at 32") and r["reference"] == "fp32_qk"
     assert r["fail"] is None and remedies.verdicts([r]) == {"paper_qk": True}
     # its reference has not run: the growth is not read against unbounded FP32 attention
     assert not r["ref_ran"] and r["step"] is None and r["grown"] == (0, 0)
     assert remedies.growth_words(r).startswith("not measured yet: its reference, FP32 attention with a capped")
     assert remedies.table([r]).splitlines()[-1].endswith("| — | — |")
+    assert remedies.glue_numbers([r])["paper_qk_at"] == remedies.growth_words(r)
     # the census before the unbounded arm failed (step 250 + a window: events 0, 100, 200)
     events = int((CENSUS < r["base_fail"]).sum())
     assert r["census"] == dict(events=events, n_conj=int(2 * L * H * events), max_logit=30.0,
                                tie_rate=pytest.approx(0.3))
     assert r["base_census"]["n_conj"] == 5000 * L * H * events
     words = remedies.bound_words([r])
-    assert words.startswith("With a capped QK-norm (every logit at most 32), seed 1, over the 3 census events before "
+    assert words.startswith("With a capped QK-norm that bounds every logit at 32, seed 1, over the 3 census events "
+                            "before "
                             f"step {r['base_fail']:,}: {2 * L * H * events:,} conjunction pairs")
     assert "2,500× fewer" in words and "the largest logit 30 against 70,000" in words and "30 % of a head" in words
     assert remedies.bound_removes_conjunction([r]) is True

@@ -64,7 +64,7 @@ def model_words(model: dict | None, base: dict | None = None) -> str:
             bound = (model["n_embd"] // model["n_head"]) ** 0.5 * float(model.get("qk_gain", 1.0)) ** 2
         out.append({"capped": "a capped QK-norm", "fixed": "a QK-norm of fixed gain", True: "QK-norm (LayerNorm on q "
                     "and k)", False: "no QK-norm"}.get(qk, f"QK-norm {qk}")
-                   + (f" (every logit at most {bound:g})" if bound else ""))
+                   + (f" that bounds every logit at {bound:g}" if bound else ""))
     pos = model.get("pos", "learned")
     if pos != base.get("pos", "learned"):
         out.append({"none": "no positional embedding", "rope": "rotary positions"}.get(pos, f"positions {pos}"))
@@ -359,8 +359,9 @@ def glue_numbers(rows: list[dict]) -> dict:
         out[f"{arm}_prevents"] = {True: "prevents", False: "does not prevent",
                                   None: "cannot yet say whether it prevents"}[v[arm]]
         at = [r for r in mine if r["step"]]
+        # where no seed was read, the first row says why (a reference not run yet, or nothing measured)
         out[f"{arm}_at"] = ("; ".join(f"(seed {r['seed']}) {growth_words(r)}" for r in at) if len(at) > 1
-                            else growth_words(at[0]) if at else "not measured")
+                            else growth_words(at[0]) if at else growth_words(mine[0]))
     return out
 
 
