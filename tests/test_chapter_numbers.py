@@ -70,8 +70,9 @@ def test_chapter_7_glues_only_what_numbers_gives(ch7):
 
 
 def test_the_name_finder_can_fail():
-    # the clause and the three statuses from the claims layer
-    assert page_glued("06-loss-explosion.md") == {"gx_text", "ch6_delta", "ch6_o32", "ch6_bias"}
+    # the clause and the three statuses from the claims layer, and GPT-2's logit-bound control beside the proxy's
+    assert page_glued("06-loss-explosion.md") == {"gx_text", "ch6_delta", "ch6_o32", "ch6_bias", "ch6_bound",
+                                                  "ch6_bound_verdict"}
     assert glued_names("06-loss-explosion.md") >= {"hh_paper", "fig-healthy", "rg_table_md", "hh_table_md"}
 
 
