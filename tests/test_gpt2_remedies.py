@@ -236,6 +236,11 @@ def test_the_cost_of_each_change_that_prevented_the_failure():
     assert remedies.cost_words(rows, None) == "What O in FP32 and δ from an FP32 O cost in a training step is not measured yet."
     assert remedies.cost_words([r for r in rows if r["arm"] == "paper_fix_b2"], bench).startswith(
         "No change has prevented")
+    # a bound on the logits keeps the unremedied attention spec: the benchmark, which times specs on the unchanged
+    # model, says nothing of its cost
+    (qk,) = remedies.arm_rows(_qk(), chain)
+    assert qk["spec"] == qk["base_spec"] and "paper_qk" not in remedies.step_costs(rows + [qk], bench)
+    assert remedies.cost_words(rows + [qk], bench).endswith(" Not timed yet: capped QK-norm.")
 
 
 def test_fix_words_say_what_each_form_of_the_fix_did_and_on_how_many_seeds():

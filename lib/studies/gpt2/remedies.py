@@ -539,10 +539,12 @@ def step_costs(rows: list[dict], bench: dict | None) -> dict:
     SDPA's compiled step, "range": (lowest, highest) ratio any two of their rounds give, or None}} for every arm of
     `rows` that a group of the training-step benchmark `bench` (its data: {"groups": [[{"attn", "compile",
     "ms_median", "ratio_to_baseline", "ms" (ms per round, optional)}, …], …]}) times compiled beside its baseline's
-    spec; the two in one group, so one process on one GPU."""
+    spec; the two in one group, so one process on one GPU. An arm that changes the model (`model_words`, a QK-norm)
+    has no cost here, whatever its attention spec."""
     out = {}
     for r in rows:
-        if r["arm"] in out or not bench or r.get("base_spec") is None:
+        # the benchmark times attention specs on the unchanged model: an arm that changes the model is not timed there
+        if r["arm"] in out or not bench or r.get("base_spec") is None or r.get("model"):
             continue
         for g in bench["groups"]:
             mine = next((x for x in g if x["attn"] == r["spec"] and x["compile"]), None)
