@@ -21,7 +21,8 @@ PAIRS = ["gpt2_delta", "gpt2_remedy_o32", "gpt2_remedy_fix", "gpt2_qknorm", "gpt
 SEED2 = {"gpt2_delta": {"gpt2_delta_s2": ("paper_delta_fp32_o",)},
          "gpt2_remedy_o32": {"gpt2_remedy_o32_s2": ("paper_o32",)},
          "gpt2_remedy_fix": {"gpt2_remedy_fix_s2": ("paper_fix_b7_exact",),
-                             "gpt2_remedy_fix_b2_s2": ("paper_fix_b2_exact",)}}
+                             "gpt2_remedy_fix_b2_s2": ("paper_fix_b2_exact",)},
+         "gpt2_qknorm": {"gpt2_qknorm_s2": ("paper_qk",)}}
 # group: its seed-1 twin split into one entry an arm (the first keeps the `_s1` name), so that a one-GPU machine can
 # decide one arm a campaign: arm labels of each, in order
 SPLIT_S1 = {"gpt2_remedy_fix": {"gpt2_remedy_fix_s1": ("paper_fix_b7_exact",),
@@ -124,7 +125,11 @@ def test_the_seed_2_entries_run_the_arms_that_decide(group, name, labels):
     assert {k: cfg["rules"][k] for k in RULES + ("reference", "spread_from")} == \
         {k: twin["rules"][k] for k in RULES + ("reference", "spread_from")}
     assert cfg["rules"]["baseline"] == {label: "paper" for label in labels}
-    assert cfg["rules"]["baseline_from"] == cfg["rules"]["reference_from"] == ["gpt2_arms_s2"]
+    assert cfg["rules"]["baseline_from"] == ["gpt2_arms_s2"]
+    if twin["rules"]["reference"] == "fp32":            # the comparison's FP32 arm of seed 2
+        assert cfg["rules"]["reference_from"] == ["gpt2_arms_s2"]
+    else:                                               # its own group's reference (FP32 attention with the bound)
+        assert "reference_from" not in cfg["rules"]
     assert _cfg("gpt2_arms_s2", "full")["seeds"] == [2]
 
 
