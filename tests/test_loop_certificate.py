@@ -147,3 +147,59 @@ def test_strict_determinism_first_and_warn_where_an_op_has_none(tmp_path, monkey
     monkeypatch.undo()
     with pytest.raises(ValueError):
         lc.run_in(lc.ROOT, {"kind": "proxy"}, {}, tmp_path / "x.npz", "sometimes")
+
+
+def test_a_combination_of_the_same_code_carries_over_from_an_earlier_record(tmp_path, monkeypatch):
+    """A record from another hold whose new tree ran the same code (`tree_fingerprint`), on the same GPU model and
+    versions, lends its bit-identical combinations without training them again; a different fingerprint, versions or
+    verdict does not."""
+    name = next(r["result"] for r in lc.plan()["runs"] if r["kind"] == "proxy")
+    monkeypatch.setattr(lc, "run_in", lambda tree, run, cfg, out, mode="strict": {"loss": np.zeros(2, np.float32)})
+    first = lc.certify_runs("HEAD", tmp_path / "a", steps=2, names=[name], shrink=True)
+    fp = lc.tree_fingerprint("proxy")
+    assert all(r["new_fingerprint"] == fp and "carried_from" not in r for r in first["runs"])
+    assert first["versions"]["torch"] and len(fp) == 64
+    prior = tmp_path / "a" / lc.RECORD
+    monkeypatch.setattr(lc, "run_in", lambda *a, **k: (_ for _ in ()).throw(AssertionError("trained again")))
+    again = lc.certify_runs("HEAD", tmp_path / "b", steps=2, names=[name], shrink=True, carry=prior)
+    assert all(r["done"] and r["bit_identical"] and r["carried_from"]["new_commit"] == first["new_commit"]
+               for r in again["runs"])
+    assert f"{len(again['runs'])} carried from an earlier run of the same code" in lc.summary(again)
+    # what must match: the code, the machine's versions, a bit-identical verdict, the steps
+    run = again["runs"][0]
+    rec = json.loads(prior.read_text())
+    c = rec["runs"][0]
+    args = (run, rec, fp, rec["versions"], 2, "HEAD", True)
+    assert lc.carried(*args) is not None
+    assert lc.carried(run, rec, "0" * 64, *args[3:]) is None
+    assert lc.carried(run, rec, fp, dict(rec["versions"], torch="0.0"), 2, "HEAD", True) is None
+    assert lc.carried(run, rec, fp, rec["versions"], 3, "HEAD", True) is None
+    assert lc.carried(run, rec, fp, rec["versions"], 2, "HEAD", False) is None      # a shrunk record certifies nothing
+    assert lc.carried(run, dict(rec, runs=[dict(c, bit_identical=False)]), *args[2:]) is None
+    assert lc.carried(run, dict(rec, runs=[dict(c, old="0" * 40)]), *args[2:]) is None
+    # a fingerprint that differs trains again
+    calls = []
+    monkeypatch.setattr(lc, "tree_fingerprint", lambda kind, tree=lc.ROOT: "f" * 64)
+    monkeypatch.setattr(lc, "run_in", lambda tree, run, cfg, out, mode="strict": calls.append(out.name) or
+                        {"loss": np.zeros(2, np.float32)})
+    fresh = lc.certify_runs("HEAD", tmp_path / "c", steps=2, names=[name], shrink=True, carry=prior)
+    assert calls and not any(r.get("carried_from") for r in fresh["runs"])
+
+
+def test_the_fingerprint_follows_the_code_the_child_reaches(tmp_path):
+    """`tree_fingerprint` changes with a definition the child reaches (the kernel included) and not with code it
+    never reaches."""
+    import shutil
+    for d in ("lib", "kernels", "benchmarks"):
+        shutil.copytree(lc.ROOT / d, tmp_path / d, ignore=shutil.ignore_patterns("__pycache__"))
+    base = {k: lc.tree_fingerprint(k, tmp_path) for k in ("lm", "proxy")}
+    assert base == {k: lc.tree_fingerprint(k) for k in ("lm", "proxy")}
+    reading = tmp_path / "lib" / "studies" / "gpt2" / "remedies.py"      # reading code: no run reaches it
+    reading.write_text(reading.read_text().replace("def _change(", "def _unused():\n    return 1\n\n\ndef _change(", 1))
+    assert "_unused" in reading.read_text()
+    assert {k: lc.tree_fingerprint(k, tmp_path) for k in base} == base
+    kern = tmp_path / "kernels" / "attention.py"          # a setting of the kernel that every training run reaches
+    src = kern.read_text()
+    assert '\nWIDE_PRODUCT = "ieee"\n' in src
+    kern.write_text(src.replace('\nWIDE_PRODUCT = "ieee"\n', '\nWIDE_PRODUCT = "bf16_split"\n'))
+    assert all(lc.tree_fingerprint(k, tmp_path) != base[k] for k in base)

@@ -27,6 +27,12 @@ trains each distinct one a few steps in both trees on one GPU:
   it differs from this tree's, which every run then shares) and this tree's commit as ``DIR/HEAD``; there, ``run
   --trees DIR`` reads them instead of git (``DIR`` an ignored folder named in the call's carry). A commit git no
   longer has is listed in ``DIR/missing.json`` and its combinations are recorded as errors.
+* **Across machine holds.** A combination certified bit-identical in an earlier record (`carry`) is taken over,
+  not trained again, when that record's tree ran the same code: the same old tree, steps, GPU model, torch and
+  Triton, and the same fingerprint of everything the child reaches in the new tree (`tree_fingerprint`: the
+  provenance index's fingerprints of the child's entry points, `lib.book.setup` and the child script itself). The
+  combination then says where it was carried from. Identical code under deterministic algorithms gives identical
+  bits, so a certificate can be assembled over several holds while only unrelated code changed between them.
 * **Run-to-run variation.** Both trees run with every op deterministic ("strict": `torch.use_deterministic_algorithms`
   without warn_only, which is what puts SDPA's flash and memory-efficient backwards on their deterministic paths)
   and cuBLAS's deterministic workspace; where an op has no deterministic form (strict raises), the combination runs
@@ -40,7 +46,7 @@ trains each distinct one a few steps in both trees on one GPU:
     python -m lib.training.loop_certificate plan [NAME ...]
     python -m lib.training.loop_certificate prepare --trees DIR [--old-commit C] [NAME ...]
     python -m lib.training.loop_certificate run --out DIR [--old-commit C] [--steps 100] [--max-s S] [--shard K/N]
-                                                [--trees DIR] [NAME ...]
+                                                [--trees DIR] [--carry RECORD] [NAME ...]
 
 `--shrink` (tests, CPU) replaces each run's model and batch by a tiny one, so the plumbing runs in seconds; a
 record made with it says so and certifies nothing about the GPU.
@@ -62,7 +68,7 @@ import numpy as np
 
 from lib.book import results
 from lib.book.certify import compare_arrays
-from lib.book.provenance import PACKAGES
+from lib.book.provenance import PACKAGES, code_fingerprint
 from lib.book.rekey import old_tree
 
 ROOT = results.ROOT
@@ -114,6 +120,9 @@ np.savez(out, **arrays)
 with open(out + ".warnings.json", "w") as f:
     json.dump(sorted({str(w.message)[:300] for w in caught if "determinis" in str(w.message)}), f)
 """
+# What the child reaches in the tree it runs in, by kind of run (`tree_fingerprint`).
+CHILD_ENTRIES = {"proxy": ("lib.training.train:train",),
+                 "lm": ("lib.training.loop:train_lm", "lib.training.loop:census_arrays")}
 # Where run_in puts the child's determinism warnings in what it returns (not an array: left out of the comparison).
 WARNINGS = "_determinism_warnings"
 MODES = ("strict", "warn")
@@ -214,6 +223,43 @@ def run_in(tree: Path, run: dict, cfg: dict, out: Path, mode: str = "strict") ->
     return got
 
 
+def tree_fingerprint(kind: str, tree: Path = ROOT) -> str:
+    """sha256 hex of what a child of `kind` ("proxy", "lm") runs in `tree`: the provenance fingerprints of its entry
+    points (`CHILD_ENTRIES`, everything they reach, kernels included), `lib/book/setup.py` and the child script."""
+    import hashlib
+    parts = dict(code_fingerprint(CHILD_ENTRIES[kind], tree), setup=(Path(tree) / "lib/book/setup.py").read_text(),
+                 child=_CHILD)
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _versions() -> dict:
+    """{"device", "torch", "triton"} of this machine (what a carried combination must share)."""
+    import torch
+    try:
+        import triton
+        tv = triton.__version__
+    except ImportError:
+        tv = None
+    return dict(device=torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+                torch=torch.__version__, triton=tv)
+
+
+def carried(run: dict, carry: dict | None, fingerprint: str, versions: dict, steps: int, old: str,
+            shrunk: bool = False) -> dict | None:
+    """The combination of `carry` (an earlier record) that certifies `run` here without training it: done,
+    bit-identical, the same combination (`_key`), old tree `old`, `steps`, shrinking, device, torch and Triton
+    (`versions`) and new-tree `fingerprint`; None when there is none."""
+    if not carry or carry.get("steps") != steps or bool(carry.get("shrunk")) != shrunk:
+        return None
+    if any((carry.get("versions") or {}).get(k) != v for k, v in versions.items()):
+        return None
+    for c in carry.get("runs", []):
+        if (c.get("done") and c.get("bit_identical") and not c.get("error") and c.get("old") == old
+                and c.get("new_fingerprint") == fingerprint and _key(c) == _key(run)):
+            return c
+    return None
+
+
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
 
@@ -292,7 +338,7 @@ def _pair(old: Path, new: Path, run: dict, cfg: dict, tmp: Path, mode: str) -> t
 
 def certify_runs(old_commit: str | None, out: Path, steps: int = 100, names=None, max_s: float = 0.0,
                  shrink: bool = False, repo: Path = ROOT, shard: tuple[int, int] = (0, 1),
-                 trees: Path | None = None, kinds=None) -> dict:
+                 trees: Path | None = None, kinds=None, carry: Path | None = None) -> dict:
     """Train every planned combination `steps` steps in the tree that produced its result (its recorded commit; or
     `old_commit` for all) and in `repo`, compare, and write the record to OUT/loop_certificate.json after each
     (resuming the combinations it already holds); stop starting new ones after `max_s` seconds (0: no limit).
@@ -301,7 +347,9 @@ def certify_runs(old_commit: str | None, out: Path, steps: int = 100, names=None
     "lm"; None: all). `trees`: `prepare`'s folder, read instead of git. Where
     the two trees differ, `repo` runs the combination again: "reproducible" (whether it gave the same bits twice),
     "loss_diff" (old against new) and "self_loss_diff" (new against new), the largest per-step loss differences.
-    Returns the record."""
+    `carry`: an earlier record (JSON) whose bit-identical combinations are taken over where `carried` allows
+    ("carried_from": its new commit and date). Every combination records "new_fingerprint" (`tree_fingerprint` of
+    `repo`). Returns the record."""
     import torch
     out.mkdir(parents=True, exist_ok=True)
     k, n = shard
@@ -314,16 +362,32 @@ def certify_runs(old_commit: str | None, out: Path, steps: int = 100, names=None
             or rec.get("kinds") != kinds):
         p = plan(names, repo)
         p["runs"] = [r for r in p["runs"] if kinds is None or r["kind"] in kinds]
-        rec = dict(old_commit=old_commit, new_commit=new_commit, steps=steps, shrunk=shrink,
+        rec = dict(old_commit=old_commit, new_commit=new_commit, steps=steps, shrunk=shrink, versions=_versions(),
                    device=torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
                    date_utc=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                    not_covered=p["not_covered"], shard=[k, n], kinds=kinds,
                    runs=[dict(r, done=False) for i, r in enumerate(p["runs"]) if i % n == k])
     t0 = time.perf_counter()
     unpacked = {}
+    prior = json.loads(Path(carry).read_text()) if carry is not None and Path(carry).exists() else None
+    versions = rec.get("versions") or _versions()
+    prints = {}
     with tempfile.TemporaryDirectory(prefix="loopcert_") as tmp:
         for r in rec["runs"]:
             if r["done"]:
+                continue
+            if r["kind"] not in prints:
+                prints[r["kind"]] = tree_fingerprint(r["kind"], repo)
+            r["new_fingerprint"] = prints[r["kind"]]
+            c = carried(r, prior, r["new_fingerprint"], versions, steps, old_commit or r["commit"], shrink)
+            if c is not None:           # the same code certified before: taken over, not trained again
+                r.update({k: c[k] for k in ("old", "determinism", "strict_error", "determinism_warnings",
+                                            "bit_identical", "diffs", "compared", "error", "seconds") if k in c},
+                         done=True, carried_from=dict(new_commit=prior.get("new_commit"),
+                                                      date_utc=prior.get("date_utc")))
+                path.write_text(json.dumps(rec, indent=1, default=str))
+                print(f"{r['kind']:5s} {r['result']:28s} {r['label']:28s} {_verdict(r)} (carried from "
+                      f"{str(prior.get('new_commit'))[:8]})", flush=True)
                 continue
             if max_s and time.perf_counter() - t0 > max_s:
                 break
@@ -380,10 +444,12 @@ def summary(rec: dict) -> str:
     done = [r for r in rec["runs"] if r["done"]]
     n = counts(rec)
     strict = sum(r.get("determinism") == "strict" for r in done)
+    took = sum(bool(r.get("carried_from")) for r in done)
     return (f"{n['bit-identical']} of {len(done)} combinations bit-identical, {n['DIFFERS']} differ between the trees, "
             f"{n['VARIES']} vary from run to run, {n['ERROR']} errors ({len(rec['runs']) - len(done)} not run yet; "
             f"{rec['steps']} steps each, {rec['device']}{', shrunk: certifies nothing' if rec['shrunk'] else ''}; "
-            f"{strict} of {len(done)} with every op deterministic); "
+            f"{strict} of {len(done)} with every op deterministic"
+            + (f"; {took} carried from an earlier run of the same code" if took else "") + "); "
             f"results not covered: {', '.join(rec['not_covered']) or 'none'}")
 
 
@@ -392,12 +458,14 @@ def run(scale: str, cfg: dict) -> dict:
     DIR`; its proxy half likewise), one call of ≤ 10 minutes after another on one machine. cfg: kinds (which
     combinations: "proxy", "lm"), steps (per combination), workdir (the record, resumed from the machine's disk by
     the next call), trees (`prepare`'s folder, relative to the repository; git where it is absent), max_s (start no
-    new combination after this many seconds of the call), names (results; default every one). The result's data is
+    new combination after this many seconds of the call), names (results; default every one), carry (an earlier
+    record, relative to the repository, whose combinations `carried` allows taking over). The result's data is
     the record so far — each combination with its verdict — and its `summary`; the last call's holds every
     combination."""
     trees = ROOT / cfg["trees"] if cfg.get("trees") and (ROOT / cfg["trees"]).is_dir() else None
+    carry = ROOT / cfg["carry"] if cfg.get("carry") else None
     rec = certify_runs(None, Path(cfg["workdir"]), int(cfg["steps"]), cfg.get("names") or None,
-                       float(cfg.get("max_s", 0.0)), trees=trees, kinds=cfg.get("kinds"))
+                       float(cfg.get("max_s", 0.0)), trees=trees, kinds=cfg.get("kinds"), carry=carry)
     return {"data": dict(rec, summary=summary(rec), counts=counts(rec),
                          n_left=sum(not r["done"] for r in rec["runs"])), "seeds": []}
 
@@ -413,6 +481,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shrink", action="store_true", help="tiny models (tests): certifies nothing")
     ap.add_argument("--shard", default="0/1", help="K/N: only every N-th combination from the K-th (one per GPU)")
     ap.add_argument("--trees", type=Path, help="prepare: write the old trees here; run: read them from here")
+    ap.add_argument("--carry", type=Path, help="run: an earlier record whose combinations of the same code carry over")
     a = ap.parse_intermixed_args(argv)
     if a.what == "plan":
         p = plan(a.names or None)
@@ -428,7 +497,8 @@ def main(argv=None) -> int:
               f"not in this repository: {', '.join(got['missing']) or 'none'}")
         return 0
     k, n = (int(x) for x in a.shard.split("/"))
-    rec = certify_runs(a.old_commit, a.out, a.steps, a.names or None, a.max_s, a.shrink, shard=(k, n), trees=a.trees)
+    rec = certify_runs(a.old_commit, a.out, a.steps, a.names or None, a.max_s, a.shrink, shard=(k, n), trees=a.trees,
+                       carry=a.carry)
     print(summary(rec))
     return 0 if all(r.get("bit_identical") for r in rec["runs"] if r["done"]) else 1
 
