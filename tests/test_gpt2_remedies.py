@@ -451,7 +451,7 @@ def test_a_bounded_arm_is_read_against_its_own_reference_and_its_census():
     assert r["fail"] is None and remedies.verdicts([r]) == {"paper_qk": True}
     # its reference has not run: the growth is not read against unbounded FP32 attention
     assert not r["ref_ran"] and r["step"] is None and r["grown"] == (0, 0)
-    assert remedies.growth_words(r).startswith("not measured yet: its reference, FP32 attention with a capped")
+    assert remedies.growth_words(r).startswith("not measured yet (its reference, FP32 attention with a capped")
     assert remedies.table([r]).splitlines()[-1].endswith("| — | — |")
     assert remedies.glue_numbers([r])["paper_qk_at"] == remedies.growth_words(r)
     # the census before the unbounded arm failed (step 250 + a window: events 0, 100, 200)

@@ -398,7 +398,7 @@ def growth_words(row: dict) -> str:
     ref = "FP32 attention's" + (f" with {row['model']}" if row.get("model") else "")
     if not row["step"]:
         if row.get("model") and row.get("ref_ran") is False:
-            return f"not measured yet: its reference, FP32 attention with {row['model']}, has not run at this seed"
+            return f"not measured yet (its reference, FP32 attention with {row['model']}, has not run at this seed)"
         return "not measured"
     n, k = row["grown"]
     return (f"{_ratio(row['ratio'])}× {ref} at step {row['step']:,}, against "
