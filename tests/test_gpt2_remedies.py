@@ -468,6 +468,9 @@ def test_a_bounded_arm_is_read_against_its_own_reference_and_its_census():
     assert remedies.bound_removes_conjunction([dict(r, census=dict(r["census"], n_conj=r["base_census"]["n_conj"]))]) \
         is False
     assert remedies.bound_removes_conjunction([dict(r, model="")]) is None and remedies.bound_words([]) == ""
+    # two seeds read as one sentence: only its first word is capitalised
+    two = remedies.bound_words([r, dict(r, seed=2)])
+    assert two.startswith(words[:-1] + "; with a capped QK-norm") and two.count("With") == 1
     # the book's control, by the prevents rule: one seed where the unbounded arm failed reads "partly"
     v = remedies.claim_verdicts([r])["gpt2_logit_bound"]
     assert v["status"] == "partly" and v["evidence"].endswith(words)

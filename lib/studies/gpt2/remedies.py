@@ -723,7 +723,8 @@ def bound_words(rows: list[dict]) -> str:
                      f"without it{fewer}; the largest logit {a['max_logit']:,.0f} against {b['max_logit']:,.0f}; "
                      f"rows with a repeated maximum up to {100 * a['tie_rate']:.0f} % of a head's rows against "
                      f"{100 * b['tie_rate']:.0f} %")
-    return "; ".join(p[:1].upper() + p[1:] for p in parts) + ("." if parts else "")
+    text = "; ".join(parts)
+    return text[:1].upper() + text[1:] + ("." if parts else "")
 
 
 # "Takes the conjunction away": at least this many times fewer conjunction pairs than the unchanged arm. An order of
