@@ -203,3 +203,42 @@ def test_the_fingerprint_follows_the_code_the_child_reaches(tmp_path):
     assert '\nWIDE_PRODUCT = "ieee"\n' in src
     kern.write_text(src.replace('\nWIDE_PRODUCT = "ieee"\n', '\nWIDE_PRODUCT = "bf16_split"\n'))
     assert all(lc.tree_fingerprint(k, tmp_path) != base[k] for k in base)
+
+
+def test_several_combinations_at_once_merge_into_the_plan_order(tmp_path, monkeypatch):
+    """`in_parallel`: J shards at once, each combination in exactly one, merged back in plan order; on a machine of
+    several GPUs each shard's children see one GPU; the registered proxy half runs that way and resumes."""
+    from lib.book import registry
+    seen = []
+    monkeypatch.setattr(lc, "_corpus", lambda cfg, shrink: None)
+
+    def fake(tree, run, c, out, mode="strict"):
+        seen.append((run["label"], lc._SHARD.gpu))
+        return {"loss": np.zeros(2, np.float32)}
+    monkeypatch.setattr(lc, "run_in", fake)
+    want = [r["label"] for r in lc.plan(["gpt2_arms"])["runs"]]
+    rec = lc.in_parallel(3, "HEAD", tmp_path / "a", steps=2, names=["gpt2_arms"], shrink=True, gpus=2)
+    assert [r["label"] for r in rec["runs"]] == want and rec["jobs"] == 3 and rec["shard"] == [0, 1]
+    assert all(r["done"] and r["bit_identical"] for r in rec["runs"]) and lc.counts(rec)["bit-identical"] == len(want)
+    # shard k's children ran on GPU k mod 2: the plan's i-th combination on GPU (i mod 3) mod 2
+    gpu_of = dict((label, g) for label, g in seen)
+    assert [gpu_of[label] for label in want] == [(i % 3) % 2 for i in range(len(want))]
+    seen.clear()
+    lc.in_parallel(2, "HEAD", tmp_path / "b", steps=2, names=["gpt2_arms"], shrink=True, gpus=1)
+    assert {g for _, g in seen} == {None}                          # one GPU: every shard shares it
+    try:
+        lc.merge_shards([rec, rec])
+    except ValueError as e:
+        assert "shards 0 … 1 of 2" in str(e)
+    else:
+        raise AssertionError("merged two copies of one record")
+    cfg = dict(registry.resolve("loop_certificate_proxy", "full"), workdir=str(tmp_path / "p"), trees="no-such-folder",
+               names=["authors_code"], steps=2)
+    assert cfg["jobs"] > 1
+    monkeypatch.setattr(lc, "_unpack", lambda commit, dest, trees, repo: dest)
+    got = lc.run("full", cfg)["data"]
+    assert got["jobs"] == cfg["jobs"] and [r["label"] for r in got["runs"]] == [
+        r["label"] for r in lc.plan(["authors_code"])["runs"] if r["kind"] == "proxy"]
+    assert all((tmp_path / "p" / f"loop_certificate.{k}.json").exists() for k in range(cfg["jobs"]))
+    monkeypatch.setattr(lc, "run_in", lambda *a: (_ for _ in ()).throw(AssertionError("ran again")))
+    assert lc.run("full", cfg)["data"]["counts"] == got["counts"]  # each shard resumed its record

@@ -46,7 +46,13 @@ trains each distinct one a few steps in both trees on one GPU:
     python -m lib.training.loop_certificate plan [NAME ...]
     python -m lib.training.loop_certificate prepare --trees DIR [--old-commit C] [NAME ...]
     python -m lib.training.loop_certificate run --out DIR [--old-commit C] [--steps 100] [--max-s S] [--shard K/N]
-                                                [--trees DIR] [--carry RECORD] [NAME ...]
+                                                [--trees DIR] [--carry RECORD] [--jobs J] [NAME ...]
+
+* **Several at once.** `--jobs J` (the registry's ``jobs``) runs J shards at once in threads, each one combination
+  after another, and merges their records (`in_parallel`): J processes share the GPU, or on a machine of several
+  GPUs each shard has its own. Only for runs whose every op is deterministic and chosen without timing — the proxy's
+  eager runs — so that sharing a GPU can change no bit; the GPT-2 runs compile, and the compiler may time
+  candidate kernels, so they run one at a time.
 
 `--shrink` (tests, CPU) replaces each run's model and batch by a tiny one, so the plumbing runs in seconds; a
 record made with it says so and certifies nothing about the GPU.
@@ -61,7 +67,9 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -126,6 +134,8 @@ CHILD_ENTRIES = {"proxy": ("lib.training.train:train",),
 # Where run_in puts the child's determinism warnings in what it returns (not an array: left out of the comparison).
 WARNINGS = "_determinism_warnings"
 MODES = ("strict", "warn")
+# The GPU a shard's thread gives its children (`in_parallel`); unset: the children see what this process sees.
+_SHARD = threading.local()
 
 
 def _proxy_runs(name: str, res: dict) -> list[dict] | None:
@@ -212,6 +222,8 @@ def run_in(tree: Path, run: dict, cfg: dict, out: Path, mode: str = "strict") ->
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0", CUBLAS_WORKSPACE_CONFIG=":4096:8")
+    if getattr(_SHARD, "gpu", None) is not None:       # a shard of `in_parallel` on a machine of several GPUs
+        env["CUDA_VISIBLE_DEVICES"] = str(_SHARD.gpu)
     p = subprocess.run([sys.executable, "-c", _CHILD, run["kind"], json.dumps(cfg), str(out), mode], cwd=tree,
                        env=env, capture_output=True, text=True)
     if p.returncode:
@@ -424,6 +436,32 @@ def certify_runs(old_commit: str | None, out: Path, steps: int = 100, names=None
     return rec
 
 
+def merge_shards(recs: list[dict]) -> dict:
+    """One record from the records of shards 0 … n−1 of one plan (`certify_runs` with `shard=(k, n)`): the first
+    shard's header, `jobs` = n, and the combinations back in plan order (shard k held plan entries k, k + n, …)."""
+    n = len(recs)
+    if [r["shard"] for r in recs] != [[k, n] for k in range(n)]:
+        raise ValueError(f"need shards 0 … {n - 1} of {n}, got {[r['shard'] for r in recs]}")
+    total = sum(len(r["runs"]) for r in recs)
+    return dict(recs[0], shard=[0, 1], jobs=n, runs=[recs[i % n]["runs"][i // n] for i in range(total)])
+
+
+def in_parallel(jobs: int, old_commit: str | None, out: Path, steps: int = 100, names=None, max_s: float = 0.0,
+                shrink: bool = False, repo: Path = ROOT, trees: Path | None = None, kinds=None,
+                carry: Path | None = None, gpus: int = 0) -> dict:
+    """`certify_runs` as `jobs` shards at once (threads, each running its children one after another; each shard's
+    record OUT/loop_certificate.k.json, resumed by the next call with the same `jobs`), merged (`merge_shards`).
+    With `gpus` > 1 shard k's children see GPU k mod `gpus` only; otherwise every shard shares what this process
+    sees. Sharing a GPU changes no bit of a run whose every op is deterministic and chosen without timing (eager
+    PyTorch, our kernels, which are not autotuned): only the seconds a combination took."""
+    def shard(k: int) -> dict:
+        _SHARD.gpu = k % gpus if gpus > 1 else None
+        return certify_runs(old_commit, out, steps, names, max_s, shrink, repo, shard=(k, jobs), trees=trees,
+                            kinds=kinds, carry=carry)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return merge_shards(list(pool.map(shard, range(jobs))))
+
+
 def _verdict(r: dict) -> str:
     """One combination's outcome: "bit-identical", "ERROR", "DIFFERS" (the new tree reproduced itself, so the trees
     differ) or "VARIES" (the new tree differed from itself too: run-to-run variation, certifying nothing)."""
@@ -459,13 +497,20 @@ def run(scale: str, cfg: dict) -> dict:
     combinations: "proxy", "lm"), steps (per combination), workdir (the record, resumed from the machine's disk by
     the next call), trees (`prepare`'s folder, relative to the repository; git where it is absent), max_s (start no
     new combination after this many seconds of the call), names (results; default every one), carry (an earlier
-    record, relative to the repository, whose combinations `carried` allows taking over). The result's data is
+    record, relative to the repository, whose combinations `carried` allows taking over), jobs (combinations run at
+    once, `in_parallel`; default 1 — keep it the same over the calls of one certificate). The result's data is
     the record so far — each combination with its verdict — and its `summary`; the last call's holds every
     combination."""
     trees = ROOT / cfg["trees"] if cfg.get("trees") and (ROOT / cfg["trees"]).is_dir() else None
     carry = ROOT / cfg["carry"] if cfg.get("carry") else None
-    rec = certify_runs(None, Path(cfg["workdir"]), int(cfg["steps"]), cfg.get("names") or None,
-                       float(cfg.get("max_s", 0.0)), trees=trees, kinds=cfg.get("kinds"), carry=carry)
+    args = (None, Path(cfg["workdir"]), int(cfg["steps"]), cfg.get("names") or None, float(cfg.get("max_s", 0.0)))
+    jobs = int(cfg.get("jobs", 1))
+    if jobs > 1:
+        import torch
+        rec = in_parallel(jobs, *args, trees=trees, kinds=cfg.get("kinds"), carry=carry,
+                          gpus=torch.cuda.device_count())
+    else:
+        rec = certify_runs(*args, trees=trees, kinds=cfg.get("kinds"), carry=carry)
     return {"data": dict(rec, summary=summary(rec), counts=counts(rec),
                          n_left=sum(not r["done"] for r in rec["runs"])), "seeds": []}
 
@@ -482,6 +527,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shard", default="0/1", help="K/N: only every N-th combination from the K-th (one per GPU)")
     ap.add_argument("--trees", type=Path, help="prepare: write the old trees here; run: read them from here")
     ap.add_argument("--carry", type=Path, help="run: an earlier record whose combinations of the same code carry over")
+    ap.add_argument("--jobs", type=int, default=1, help="run: combinations at once (eager runs only; see in_parallel)")
     a = ap.parse_intermixed_args(argv)
     if a.what == "plan":
         p = plan(a.names or None)
@@ -497,8 +543,15 @@ def main(argv=None) -> int:
               f"not in this repository: {', '.join(got['missing']) or 'none'}")
         return 0
     k, n = (int(x) for x in a.shard.split("/"))
-    rec = certify_runs(a.old_commit, a.out, a.steps, a.names or None, a.max_s, a.shrink, shard=(k, n), trees=a.trees,
-                       carry=a.carry)
+    if a.jobs > 1:
+        if n != 1:
+            ap.error("--jobs runs every shard itself: give it without --shard")
+        import torch
+        rec = in_parallel(a.jobs, a.old_commit, a.out, a.steps, a.names or None, a.max_s, a.shrink, trees=a.trees,
+                          carry=a.carry, gpus=torch.cuda.device_count())
+    else:
+        rec = certify_runs(a.old_commit, a.out, a.steps, a.names or None, a.max_s, a.shrink, shard=(k, n),
+                           trees=a.trees, carry=a.carry)
     print(summary(rec))
     return 0 if all(r.get("bit_identical") for r in rec["runs"] if r["done"]) else 1
 
