@@ -198,6 +198,19 @@ def test_the_fingerprint_follows_the_code_the_child_reaches(tmp_path):
     reading.write_text(reading.read_text().replace("def _change(", "def _unused():\n    return 1\n\n\ndef _change(", 1))
     assert "_unused" in reading.read_text()
     assert {k: lc.tree_fingerprint(k, tmp_path) for k in base} == base
+    # a default of the config class the child builds from the record fills the fields an older record lacks
+    loop = tmp_path / "lib" / "training" / "loop.py"
+    src = loop.read_text()
+    assert src.count("    n_bos: int = 0 ") == 1
+    loop.write_text(src.replace("    n_bos: int = 0 ", "    n_bos: int = 1 "))
+    assert lc.tree_fingerprint("lm", tmp_path) != base["lm"]
+    loop.write_text(src)
+    train = tmp_path / "lib" / "training" / "train.py"
+    src = train.read_text()
+    assert src.count("    val_fraction: float = 0.05") == 1
+    train.write_text(src.replace("    val_fraction: float = 0.05", "    val_fraction: float = 0.1"))
+    assert lc.tree_fingerprint("proxy", tmp_path) != base["proxy"] and lc.tree_fingerprint("lm", tmp_path) == base["lm"]
+    train.write_text(src)
     kern = tmp_path / "kernels" / "attention.py"          # a setting of the kernel that every training run reaches
     src = kern.read_text()
     assert '\nWIDE_PRODUCT = "ieee"\n' in src

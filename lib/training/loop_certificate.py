@@ -30,7 +30,8 @@ trains each distinct one a few steps in both trees on one GPU:
 * **Across machine holds.** A combination certified bit-identical in an earlier record (`carry`) is taken over,
   not trained again, when that record's tree ran the same code: the same old tree, steps, GPU model, torch and
   Triton, and the same fingerprint of everything the child reaches in the new tree (`tree_fingerprint`: the
-  provenance index's fingerprints of the child's entry points, `lib.book.setup` and the child script itself). The
+  provenance index's fingerprints of the child's entry points — the loop and the config class it builds from the
+  record —, `lib.book.setup` and the child script itself). The
   combination then says where it was carried from. Identical code under deterministic algorithms gives identical
   bits, so a certificate can be assembled over several holds while only unrelated code changed between them.
 * **Run-to-run variation.** Both trees run with every op deterministic ("strict": `torch.use_deterministic_algorithms`
@@ -128,9 +129,11 @@ np.savez(out, **arrays)
 with open(out + ".warnings.json", "w") as f:
     json.dump(sorted({str(w.message)[:300] for w in caught if "determinis" in str(w.message)}), f)
 """
-# What the child reaches in the tree it runs in, by kind of run (`tree_fingerprint`).
-CHILD_ENTRIES = {"proxy": ("lib.training.train:train",),
-                 "lm": ("lib.training.loop:train_lm", "lib.training.loop:census_arrays")}
+# What the child reaches in the tree it runs in, by kind of run (`tree_fingerprint`): the loop and the config class it
+# builds from the record (its defaults fill the fields an older record lacks, and it validates and converts them).
+CHILD_ENTRIES = {"proxy": ("lib.training.train:train", "lib.training.train:TrainConfig"),
+                 "lm": ("lib.training.loop:train_lm", "lib.training.loop:census_arrays",
+                        "lib.training.loop:RunConfig")}
 # Where run_in puts the child's determinism warnings in what it returns (not an array: left out of the comparison).
 WARNINGS = "_determinism_warnings"
 MODES = ("strict", "warn")
@@ -237,7 +240,8 @@ def run_in(tree: Path, run: dict, cfg: dict, out: Path, mode: str = "strict") ->
 
 def tree_fingerprint(kind: str, tree: Path = ROOT) -> str:
     """sha256 hex of what a child of `kind` ("proxy", "lm") runs in `tree`: the provenance fingerprints of its entry
-    points (`CHILD_ENTRIES`, everything they reach, kernels included), `lib/book/setup.py` and the child script."""
+    points (`CHILD_ENTRIES`: the loop and the config class the child builds, everything they reach, kernels included),
+    `lib/book/setup.py` and the child script."""
     import hashlib
     parts = dict(code_fingerprint(CHILD_ENTRIES[kind], tree), setup=(Path(tree) / "lib/book/setup.py").read_text(),
                  child=_CHILD)
