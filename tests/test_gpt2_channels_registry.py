@@ -217,3 +217,23 @@ def test_a_remedy_step_cost_times_what_trained(bench, trained_in):
     assert ES[bench].chapter == "08" and bench in catalogue.TITLES
     assert {k: v for k, v in _cfg(bench, "full").items() if k != "groups"} == \
         {k: v for k, v in _cfg("train_step_gpt2", "full").items() if k != "groups"}      # the same method
+
+
+def test_the_bound_step_cost_times_what_trained():
+    """The capped QK-norm's training-step benchmark times, in one group, the paper placement's spec without and with
+    exactly the model change the bounded arms trained with (their model over the chain comparison's), compiled as they
+    trained, beside SDPA's compiled step, by train_step_gpt2's method."""
+    (group,) = _cfg("train_step_qknorm", "full")["groups"]
+    base = _cfg("gpt2_arms", "full")["model"]
+    for name in ("gpt2_qknorm_s1", "gpt2_qknorm_s2"):
+        cfg = _cfg(name, "full")
+        (arm,) = cfg["arms"]
+        change = {k: v for k, v in cfg["model"].items() if base.get(k) != v}
+        assert change == {"qk_norm": "capped", "qk_gain": 2.0}
+        assert [(x["attn"], x["compile"], x.get("model")) for x in group] == [
+            ("sdpa", True, None), (arm["attn"], arm["compile"], None), (arm["attn"], arm["compile"], change)]
+    paper = next(a for a in _cfg("gpt2_arms", "full")["arms"] if a["label"] == "paper")
+    assert group[1]["attn"] == paper["attn"]
+    assert ES["train_step_qknorm"].chapter == "08" and "train_step_qknorm" in catalogue.TITLES
+    assert {k: v for k, v in _cfg("train_step_qknorm", "full").items() if k != "groups"} == \
+        {k: v for k, v in _cfg("train_step_gpt2", "full").items() if k != "groups"}      # the same method

@@ -236,11 +236,27 @@ def test_the_cost_of_each_change_that_prevented_the_failure():
     assert remedies.cost_words(rows, None) == "What O in FP32 and δ from an FP32 O cost in a training step is not measured yet."
     assert remedies.cost_words([r for r in rows if r["arm"] == "paper_fix_b2"], bench).startswith(
         "No change has prevented")
-    # a bound on the logits keeps the unremedied attention spec: the benchmark, which times specs on the unchanged
-    # model, says nothing of its cost
+    # a bound on the logits keeps the unremedied attention spec: a benchmark that times specs on the unchanged model
+    # says nothing of its cost
     (qk,) = remedies.arm_rows(_qk(), chain)
     assert qk["spec"] == qk["base_spec"] and "paper_qk" not in remedies.step_costs(rows + [qk], bench)
     assert remedies.cost_words(rows + [qk], bench).endswith(" Not timed yet: capped QK-norm.")
+    # one that times the same spec with the same model change beside the unchanged one (bench_train_step_models)
+    plain = {k: v for k, v in QK_MODEL.items() if k not in ("qk_norm", "qk_gain")}
+    change = {k: QK_MODEL[k] for k in ("qk_norm", "qk_gain")}
+    arm = lambda ms, **kw: dict(rec("paper/round_block=512", ms), model_base=plain, **kw)  # noqa: E731
+    assert remedies.timed_change(arm(1.0, model=change)) == qk["model"] and remedies.timed_change(arm(1.0)) == ""
+    qk_bench = dict(device="planted GPU", groups=[[dict(rec("sdpa", 70.0), model_base=plain), arm(90.0),
+                                                   arm(92.7, model=change)]])
+    both = remedies.merge_benches([bench, qk_bench])
+    got = remedies.step_costs(rows + [qk], both)
+    assert got["paper_qk"]["vs_base"] == pytest.approx(1.03) and got["paper_o32"] == cost["paper_o32"]
+    assert "capped QK-norm 1.03× (1.32× SDPA's compiled step)" in remedies.cost_words(rows + [qk], both)
+    # a timed arm of another change, or the bounded arm alone without its unchanged spec, costs nothing
+    other = dict(qk_bench, groups=[[x | ({"model": dict(change, qk_gain=1.0)} if x.get("model") else {})
+                                    for x in qk_bench["groups"][0]]])
+    assert "paper_qk" not in remedies.step_costs([qk], other)
+    assert "paper_qk" not in remedies.step_costs([qk], dict(qk_bench, groups=[[qk_bench["groups"][0][2]]]))
 
 
 def test_fix_words_say_what_each_form_of_the_fix_did_and_on_how_many_seeds():

@@ -66,6 +66,7 @@ TITLES = {
     "train_step_gpt2": "the GPT-2 124M training-step benchmark",
     "train_step_remedies": "the GPT-2 remedies' training-step benchmark",
     "train_step_fix": "the exact-rule fix's training-step benchmark",
+    "train_step_qknorm": "the capped QK-norm's training-step benchmark",
     "stable_attention_bench": "the user kernel's speed benchmark",
     "gpt2_arms": "the chain in GPT-2 124M, seed 0: FP32, SDPA, our FA2 and paper placements",
     "gpt2_arms_s1": "the chain in GPT-2 124M, seed 1: FP32 attention and the paper placement",

@@ -540,15 +540,16 @@ def step_costs(rows: list[dict], bench: dict | None) -> dict:
     `rows` that a group of the training-step benchmark `bench` (its data: {"groups": [[{"attn", "compile",
     "ms_median", "ratio_to_baseline", "ms" (ms per round, optional)}, …], …]}) times compiled beside its baseline's
     spec; the two in one group, so one process on one GPU. An arm that changes the model (`model_words`, a QK-norm)
-    has no cost here, whatever its attention spec."""
+    is read only from a timed arm that makes the same change (`timed_change`: a benchmark of
+    `benchmarks/bench_train_step_models.py`), its baseline from one that makes none."""
     out = {}
     for r in rows:
-        # the benchmark times attention specs on the unchanged model: an arm that changes the model is not timed there
-        if r["arm"] in out or not bench or r.get("base_spec") is None or r.get("model"):
+        if r["arm"] in out or not bench or r.get("base_spec") is None:
             continue
+        change = r.get("model") or ""
         for g in bench["groups"]:
-            mine = next((x for x in g if x["attn"] == r["spec"] and x["compile"]), None)
-            base = next((x for x in g if x["attn"] == r["base_spec"] and x["compile"]), None)
+            mine = next((x for x in g if x["attn"] == r["spec"] and x["compile"] and timed_change(x) == change), None)
+            base = next((x for x in g if x["attn"] == r["base_spec"] and x["compile"] and not timed_change(x)), None)
             if mine and base:
                 # the rounds alternate the specs, so any round of one against any of the other bounds the ratio
                 span = ((min(mine["ms"]) / max(base["ms"]), max(mine["ms"]) / min(base["ms"]))
@@ -557,6 +558,15 @@ def step_costs(rows: list[dict], bench: dict | None) -> dict:
                                      vs_sdpa=mine["ratio_to_baseline"], range=span)
                 break
     return out
+
+
+def timed_change(arm: dict) -> str:
+    """What a timed arm of a training-step benchmark changes in the model, in `model_words`' terms ("" for none): its
+    ``model`` (GPTConfig fields) over its group's ``model_base``."""
+    if not arm.get("model"):
+        return ""
+    base = arm.get("model_base") or {}
+    return model_words(base | arm["model"], base)
 
 
 def established(rows: list[dict]) -> list[str]:
