@@ -457,21 +457,21 @@ def test_phase_1_refuses_arms_our_kernel_runs_only_emulated(disk, monkeypatch, c
     P̄-and-ℓ-in-FP32 arm included). An arm in a format wider than BF16's mantissa runs only emulated: planted as the
     dial arm at 10 mantissa bits, phase 1 names it, starts no arm and ends the campaign (exit 2)."""
     names = [n for n in registry.entries() if n.startswith("gpt2_") and "arms" in registry.resolve(n, "full")]
-    assert "gpt2_dial_s1" in names and campaign.emulated_arms([entry(n) for n in names]) == []
+    assert "gpt2_dial_pl32_s1" in names and campaign.emulated_arms([entry(n) for n in names]) == []
     wide = "paper/round_block=512/round_p=false/round_l=false/mantissa_bits=10"
     resolve = registry.resolve
 
     def planted(name, scale, overrides=None, **kw):
         cfg = resolve(name, scale, overrides, **kw)
-        if name == "gpt2_dial_s1":
+        if name == "gpt2_dial_pl32_s1":
             cfg = dict(cfg, arms=[dict(a, attn=wide) if a["label"] == "paper_pl32" else a for a in cfg["arms"]])
         return cfg
 
     monkeypatch.setattr(registry, "resolve", planted)
-    assert campaign.main(["1", "--out", str(disk / "out"), "--entry", S2_FA2, "gpt2_dial_s1"]) == 2
+    assert campaign.main(["1", "--out", str(disk / "out"), "--entry", S2_FA2, "gpt2_dial_pl32_s1"]) == 2
     text = capsys.readouterr().out
-    assert "NOT NATIVE" in text and f"gpt2_dial_s1 paper_pl32: {wide}" in text and "paper_s32" not in text
-    assert not any(Path(entry(n)["workdir"]).exists() for n in (S2_FA2, "gpt2_dial_s1"))
+    assert "NOT NATIVE" in text and f"gpt2_dial_pl32_s1 paper_pl32: {wide}" in text and "paper_s32" not in text
+    assert not any(Path(entry(n)["workdir"]).exists() for n in (S2_FA2, "gpt2_dial_pl32_s1"))
 
 
 def test_phase_1_on_one_gpu_after_the_suite_ran_alone_starts_no_tests(disk, monkeypatch, capsys):

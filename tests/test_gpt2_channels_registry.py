@@ -180,12 +180,15 @@ def test_cheapest_arms_train_two_steps(name, label):
 
 def test_the_dial_entries_follow_gpt2_arms_at_the_seeds_where_the_paper_arm_failed():
     """The precision dial (S in FP32; P̄ and ℓ in FP32) at seeds 1 and 2 — the seeds whose paper arm failed in the
-    committed comparison, so the prevents rule can decide — with gpt2_arms's recipe and rules, the paper arm of the
-    same seed as each arm's baseline, and labels in reader words."""
+    committed comparison, so the prevents rule can decide — one entry an arm (a one-GPU hold decides one), with
+    gpt2_arms's recipe and rules, the paper arm of the same seed as each arm's baseline, and labels in reader words."""
     from lib.studies.gpt2 import reading as g2r
     ref = _cfg("gpt2_arms", "full")
-    assert registry.GROUPS["gpt2_dial"] == ("gpt2_dial_s1", "gpt2_dial_s2")
-    for name, seed in (("gpt2_dial_s1", 1), ("gpt2_dial_s2", 2)):
+    dial = {"gpt2_dial_s1": (1, "paper_s32"), "gpt2_dial_pl32_s1": (1, "paper_pl32"), "gpt2_dial_s2": (2, "paper_s32"),
+            "gpt2_dial_pl32_s2": (2, "paper_pl32")}
+    assert registry.GROUPS["gpt2_dial"] == tuple(dial)
+    for name, (seed, label) in dial.items():
+        assert [a["label"] for a in _cfg(name, "full")["arms"]] == [label] == [a["label"] for a in _cfg(name, "ci")["arms"]]
         e = ES[name]
         assert e.base == "lib.studies.gpt2.arms" and e.chapter == "02c" and name in catalogue.TITLES
         cfg = _cfg(name, "full")

@@ -496,3 +496,23 @@ def test_a_bounded_arm_is_read_against_its_own_reference_and_its_census():
     (r2,) = [x for x in remedies.arm_rows(_qk(reference_too=True), chain) if x["arm"] == "paper_qk"]
     assert r2["ref_ran"] and r2["step"] == 400 and r2["ratio"] == pytest.approx(2.0)
     assert remedies.growth_words(r2).startswith("2.0× FP32 attention's with a capped QK-norm")
+
+
+def test_the_dial_says_what_each_rounding_taken_away_did_and_which_has_not_run():
+    """The precision dial's sentence: per arm run, the change, its outcome, the prevents rule's verdict and its
+    growth reading; the arms not run yet named; nothing run, only that."""
+    chain = _chain()
+    assert remedies.dial_words([]) == "Not run yet: its scores S in FP32 and its P̄ and ℓ in FP32."
+    s32 = remedies.arm_rows([_remedy("s32", "paper_s32", "paper/round_block=512/round_s=false", "paper", [1])], chain)
+    text = remedies.dial_words(s32)
+    assert text.startswith("With its scores S in FP32 (") and "no failure in 400 steps" in text
+    assert "by the rule it prevents the failure, and layer 2's largest logit is " in text
+    assert text.endswith(" Not run yet: its P̄ and ℓ in FP32.")
+    pl32 = remedies.arm_rows([_remedy("pl32", "paper_pl32", "paper/round_block=512/round_p=false/round_l=false",
+                                      "paper", [1], fail_at=260, logit_scale=100.0)], chain)
+    both = remedies.dial_words(s32 + pl32)
+    assert both.startswith(text.split(" Not run yet")[0][:-1] + "; with its P̄ and ℓ in FP32 (")
+    assert "by the rule it does not prevent the failure" in both and "Not run yet" not in both
+    # other arms in the rows are not the dial's
+    o32 = remedies.arm_rows([_remedy("o32", "paper_o32", "paper/round_block=512/round_o=false", "paper", [1])], chain)
+    assert remedies.dial_words(s32 + pl32 + o32) == both

@@ -54,7 +54,8 @@ GROUPS = {
     "gpt2_authors_eager": ("gpt2_authors_eager", "gpt2_authors_eager_s1"),
     "gpt2_inject": ("gpt2_inject", "gpt2_inject_s1"),
     "gpt2_inject_low": ("gpt2_inject_low", "gpt2_inject_low_s1"),
-    "gpt2_dial": ("gpt2_dial_s1", "gpt2_dial_s2"),                            # the seeds where the paper arm failed
+    # the seeds where the paper arm failed, one entry an arm (S in FP32; P̄ and ℓ in FP32)
+    "gpt2_dial": ("gpt2_dial_s1", "gpt2_dial_pl32_s1", "gpt2_dial_s2", "gpt2_dial_pl32_s2"),
 }
 
 

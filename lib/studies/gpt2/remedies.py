@@ -48,7 +48,10 @@ SHORT = {"paper_delta_fp32_o": "paper placement, δ from an FP32 O", "fa2_delta_
          "paper_o32": "paper placement, O in FP32", "paper_fix_b2": "paper placement, guarded fix (β = 2)",
          "paper_fix_b2_exact": "paper placement, exact-rule fix (β = 2)",
          "paper_fix_b7_exact": "paper placement, exact-rule fix (β = 7)",
-         "paper_qk": "paper placement, capped QK-norm"}
+         "paper_qk": "paper placement, capped QK-norm", "paper_s32": "paper placement, its scores S in FP32",
+         "paper_pl32": "paper placement, its P̄ and ℓ in FP32"}
+# The precision dial (dial_words): the paper placement with one of the roundings before the P̄V product taken away.
+DIAL_ARMS = ("paper_s32", "paper_pl32")
 
 
 def model_words(model: dict | None, base: dict | None = None) -> str:
@@ -363,6 +366,20 @@ def glue_numbers(rows: list[dict]) -> dict:
         out[f"{arm}_at"] = ("; ".join(f"(seed {r['seed']}) {growth_words(r)}" for r in at) if len(at) > 1
                             else growth_words(at[0]) if at else growth_words(mine[0]))
     return out
+
+
+def dial_words(rows: list[dict], arms=DIAL_ARMS, layer: int = FOCUS_LAYER) -> str:
+    """For chapter 2c: what each arm of the precision dial did — per arm run, the change, its spec in words, its
+    outcome per seed, the prevents rule's verdict and its growth reading (`glue_numbers`) — then the arms not run
+    yet; "" when `arms` is empty."""
+    g = glue_numbers([r for r in rows if r["arm"] in arms])
+    parts = [f"with {_change(a)} ({g[a + '_words']}): {g[a + '_outcome']}; by the rule it {g[a + '_prevents']} the "
+             f"failure, and layer {layer}'s largest logit is {g[a + '_at']}" for a in arms if a + "_words" in g]
+    text = "; ".join(parts)
+    text = text[:1].upper() + text[1:] + "." if parts else ""
+    missing = [_change(a) for a in arms if a + "_words" not in g]
+    return (text + (" " if text and missing else "")
+            + (f"Not run yet: {' and '.join(missing)}." if missing else ""))
 
 
 def _seeds_words(seeds) -> str:
