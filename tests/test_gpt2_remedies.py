@@ -420,14 +420,20 @@ def test_an_earlier_failure_within_the_run_to_run_spread_is_not_called_earlier()
 QK_MODEL = dict(n_layer=L, n_head=12, n_embd=768, qk_norm="capped", qk_gain=2.0)
 
 
-def _with_census(run, n_conj: float, max_logit: float, tie: float):
-    """A planted run with the paper placement's census: `n_conj` conjunction pairs per layer and head per event."""
+def _with_census(run, n_conj: float, max_logit: float, tie: float, window: float | None = None):
+    """A planted run with the paper placement's census: `n_conj` conjunction pairs per layer and head per event; with
+    `window`, the counts too: 1,000 rows per layer and head per event, `tie` of them tied, `window` of those in the
+    window."""
     r, a = run
     lab = r["label"]
     shape = (len(CENSUS), L, H)
     a.update({f"{lab}__census__authors/n_conj": np.full(shape, n_conj),
               f"{lab}__census__authors/max_logit": np.full(shape, max_logit),
               f"{lab}__census__authors/tie_rate": np.full(shape, tie)})
+    if window is not None:
+        a.update({f"{lab}__census__authors/n_rows": np.full(shape, 1000.0),
+                  f"{lab}__census__authors/n_tied": np.full(shape, 1000.0 * tie),
+                  f"{lab}__census__authors/n_window": np.full(shape, 1000.0 * tie * window)})
     return r, a
 
 
@@ -473,7 +479,7 @@ def test_a_bounded_arm_is_read_against_its_own_reference_and_its_census():
     # the census before the unbounded arm failed (step 250 + a window: events 0, 100, 200)
     events = int((CENSUS < r["base_fail"]).sum())
     assert r["census"] == dict(events=events, n_conj=int(2 * L * H * events), max_logit=30.0,
-                               tie_rate=pytest.approx(0.3))
+                               tie_rate=pytest.approx(0.3), tied_share=None, window_share=None)
     assert r["base_census"]["n_conj"] == 5000 * L * H * events
     words = remedies.bound_words([r])
     assert words.startswith("With a capped QK-norm that bounds every logit at 32, seed 1, over the 3 census events "
@@ -484,6 +490,27 @@ def test_a_bounded_arm_is_read_against_its_own_reference_and_its_census():
     assert remedies.bound_removes_conjunction([dict(r, census=dict(r["census"], n_conj=r["base_census"]["n_conj"]))]) \
         is False
     assert remedies.bound_removes_conjunction([dict(r, model="")]) is None and remedies.bound_words([]) == ""
+    assert r["census"]["tied_share"] is None and "sticky bit" not in words        # a census without its counts
+    # with the counts: the tied rows over all rows, and the share of those in the window, beside the unbounded arm
+    for s in (0, 1):
+        _with_census((dict(label=f"paper:s{s}"), base), 5000.0, 7e4, 0.8, window=0.074)
+    rem = _qk()[0]
+    _with_census((dict(label="paper_qk:s1"), rem.arrays), 2.0, 30.0, 0.3, window=1e-5)
+    (c,) = remedies.arm_rows([rem], chain)
+    assert c["census"]["tied_share"] == pytest.approx(0.3) and c["base_census"]["window_share"] == pytest.approx(0.074)
+    assert ("up to 30 % of a head's rows against 80 % (30 % of all rows against 80 %), and of those, the rows whose "
+            "other keys' P̄V sets only the sticky bit 0.0010 % against 7.4 %") in remedies.bound_words([c])
+    how = remedies.bound_window_words([c])
+    assert how == ("Over all rows (seed 1) the bound keeps 37 % of the unbounded arm's share of rows with a repeated "
+                   "maximum, but makes the share of those rows in the window 7,400× smaller: the conjunction goes "
+                   "mostly with the window — bounded logits leave the other keys' P̄V too large to set only the "
+                   "sticky bit — rather than with the ties.")
+    assert remedies.bound_window_words([r]) == "" and remedies.bound_window_words([dict(c, model="")]) == ""
+    none = dict(c, census=dict(c["census"], window_share=0.0))
+    assert "but leaves none of those rows in the window: the conjunction goes mostly with the window" in \
+        remedies.bound_window_words([none])
+    ties = dict(c, census=dict(c["census"], tied_share=0.8e-4))       # 10,000× fewer ties: not mostly the window
+    assert remedies.bound_window_words([ties]).endswith("goes with the ties as much as with the window.")
     # two seeds read as one sentence: only its first word is capitalised
     two = remedies.bound_words([r, dict(r, seed=2)])
     assert two.startswith(words[:-1] + "; with a capped QK-norm") and two.count("With") == 1

@@ -139,7 +139,9 @@ def census_totals(arrays: dict, label: str, until: int | None = None, placement:
     events at steps below `until` (None: all): {"events", "n_conj" (conjunction pairs — tied maximum, the other keys'
     P̄V only in the sticky bit, V one-signed over the tied keys — summed over events, layers and heads), "max_logit"
     (the largest |S| any layer and head had), "tie_rate" (the largest share of a head's rows with a repeated
-    maximum)}; None without a census or an event."""
+    maximum), "tied_share" (rows with a repeated maximum over all rows) and "window_share" (of those, the rows whose
+    other keys' P̄V sets only the sticky bit: the window), pooled over layers and heads from the census's counts (None
+    where it has none)}; None without a census or an event."""
     pre = f"{label}__census__"
     if pre + f"{placement}/n_conj" not in arrays:
         return None
@@ -149,8 +151,14 @@ def census_totals(arrays: dict, label: str, until: int | None = None, placement:
         return None
     n, big, tie = (np.asarray(arrays[pre + f"{placement}/{k}"], dtype=np.float64)[keep]
                    for k in ("n_conj", "max_logit", "tie_rate"))
+    count = {k: float(np.nansum(np.asarray(arrays[pre + f"{placement}/{k}"], dtype=np.float64)[keep]))
+             if pre + f"{placement}/{k}" in arrays else None for k in ("n_rows", "n_tied", "n_window")}
     return dict(events=int(keep.sum()), n_conj=int(np.nansum(n)), max_logit=float(np.nanmax(big)),
-                tie_rate=float(np.nanmax(tie)))
+                tie_rate=float(np.nanmax(tie)),
+                tied_share=count["n_tied"] / count["n_rows"] if count["n_tied"] is not None and count["n_rows"]
+                else None,
+                window_share=count["n_window"] / count["n_tied"] if count["n_window"] is not None and count["n_tied"]
+                else None)
 
 
 def _with(arrays: dict, label: str, results) -> dict:
@@ -736,10 +744,17 @@ def fix_words(rows: list[dict], arms=FIX_ARMS) -> str:
             + (f" Not run yet: {', '.join(missing)}." if missing else ""))
 
 
+def _pct(x: float) -> str:
+    """A share as a percentage: whole from 10 % up ("35 %"), else to two significant figures ("7.4 %", "0.0010 %")."""
+    v = 100 * x
+    return f"{v:.0f} %" if v >= 10 else f"{v:#.2g} %"
+
+
 def bound_words(rows: list[dict]) -> str:
     """For a reader: what each arm that changes the model (`model_words`: a bound on the logits) did to the census
-    of the first link's preconditions — conjunction pairs, largest logit, share of tied rows — beside its unchanged
-    arm over the same steps (`census_totals`, before that arm failed); "" when no such arm has both censuses."""
+    of the first link's preconditions — conjunction pairs, largest logit, share of tied rows (the largest of a head,
+    and over all), and of the tied rows the share in the window — beside its unchanged arm over the same steps
+    (`census_totals`, before that arm failed); "" when no such arm has both censuses."""
     parts = []
     for r in (r for r in rows if r.get("model") and r.get("census") and r.get("base_census")):
         a, b = r["census"], r["base_census"]
@@ -749,9 +764,45 @@ def bound_words(rows: list[dict]) -> str:
                      f"{a['n_conj']:,} conjunction pairs in the paper's rounding placement against {b['n_conj']:,} "
                      f"without it{fewer}; the largest logit {a['max_logit']:,.0f} against {b['max_logit']:,.0f}; "
                      f"rows with a repeated maximum up to {100 * a['tie_rate']:.0f} % of a head's rows against "
-                     f"{100 * b['tie_rate']:.0f} %")
+                     f"{100 * b['tie_rate']:.0f} %"
+                     + (f" ({_pct(a['tied_share'])} of all rows against {_pct(b['tied_share'])}), and of those, the "
+                        f"rows whose other keys' P̄V sets only the sticky bit {_pct(a['window_share'])} against "
+                        f"{_pct(b['window_share'])}" if None not in (a.get("tied_share"), b.get("tied_share"),
+                                                                    a.get("window_share"), b.get("window_share"))
+                        else ""))
     text = "; ".join(parts)
     return text[:1].upper() + text[1:] + ("." if parts else "")
+
+
+def bound_window_words(rows: list[dict]) -> str:
+    """Through which of the first link's preconditions a bound on the logits took the conjunction away, from the
+    census's counts (`census_totals`): how much of its unchanged arm's share of tied rows each arm that changes the
+    model kept, and how many times smaller it made the share of those rows in the window (the other keys' P̄V only in
+    the sticky bit); "mostly with the window" when every arm's window factor exceeds every arm's ties factor. ""
+    without such an arm or without the counts."""
+    keys = ("tied_share", "window_share")
+    got = [r for r in rows if r.get("model") and r.get("census") and r.get("base_census")
+           and None not in [r["census"].get(k) for k in keys] + [r["base_census"].get(k) for k in keys]
+           and r["base_census"]["tied_share"] and r["census"]["tied_share"]]
+    if not got:
+        return ""
+    kept = [r["census"]["tied_share"] / r["base_census"]["tied_share"] for r in got]
+    cut = [r["base_census"]["window_share"] / r["census"]["window_share"] if r["census"]["window_share"]
+           else float("inf") for r in got]
+
+    def span(xs, fmt):
+        lo, hi = min(xs), max(xs)
+        return fmt(lo) if fmt(lo) == fmt(hi) else f"{fmt(lo)}–{fmt(hi)}"
+    window = min(cut) > max(1 / k for k in kept)
+    seeds = _seeds_words(r["seed"] for r in got)
+    finite = [c for c in cut if np.isfinite(c)]
+    smaller = ("leaves none of those rows in the window" if not finite else
+               f"makes the share of those rows in the window {span(finite, lambda x: f'{x:,.0f}')}× smaller"
+               + (" (in one seed, none left)" if len(finite) < len(cut) else ""))
+    return (f"Over all rows ({seeds}) the bound keeps {span([100 * k for k in kept], lambda x: f'{x:.0f}')} % of the "
+            f"unbounded arm's share of rows with a repeated maximum, but {smaller}: the conjunction goes "
+            + ("mostly with the window — bounded logits leave the other keys' P̄V too large to set only the sticky "
+               "bit — rather than with the ties." if window else "with the ties as much as with the window."))
 
 
 # "Takes the conjunction away": at least this many times fewer conjunction pairs than the unchanged arm. An order of
