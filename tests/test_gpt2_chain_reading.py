@@ -428,3 +428,26 @@ def test_failure_reading_is_neutral_unless_only_the_bf16_arms_end_failed():
     assert "neither supports" in reading.failure_reading(_ends(fp32="failed", paper="failed"))
     both = reading.failure_reading(_ends(fp32="never failed", sdpa="failed", paper="failed"))
     assert "but PyTorch flash SDPA (BF16) ends failed too" in both
+
+
+def test_the_wq_growth_claim_reads_the_registered_growth_rule_in_the_focus_layer():
+    """Layer 2's ‖W_Q,h‖₂ beyond FP32 attention's seed-to-seed spread in every seed, from a growth step to the last:
+    every BF16 arm so is "reproduced", some "partly", none "not reproduced"; one seed gives no verdict."""
+    def seeds(sdpa_l2):
+        return [_Res([_planted(0, "fp32", 20.0), _planted(0, "paper", 2000.0), _planted(0, "sdpa", sdpa_l2[0])], 0,
+                     RULES),
+                _Res([_planted(1, "fp32", 30.0), _planted(1, "paper", 3000.0), _planted(1, "sdpa", sdpa_l2[1])], 1,
+                     RULES)]
+    v = reading.wq_growth_verdict(reading.merge_seeds(seeds((2000.0, 3000.0))))
+    assert v["status"] == "reproduced" and sorted(v["grown"]) == ["paper", "sdpa"] and v["since"]["paper"] == 2000
+    assert "layer 2 grown in 2 of 2 BF16 arms" in v["evidence"]
+    assert "from step 2,000 to 4,000 (seeds 0, 1; 100× FP32 attention's at step 4,000)" in v["evidence"]
+    assert v["evidence"].endswith("FP32 attention's seeds differ there by at most 1.50×")
+    assert v["evidence"].endswith(": " + v["words"]) and v["words"].startswith("layer 2 grown in 2 of 2 BF16 arms")
+    part = reading.wq_growth_verdict(reading.merge_seeds(seeds((2000.0, 36.0))))    # seed 1 inside the spread
+    assert part["status"] == "partly" and part["grown"] == ["paper"]
+    assert "PyTorch flash SDPA (BF16): not at the last step judged, 4,000 (seeds 0, 1; 1.2–100×" in part["evidence"]
+    s0 = seeds((2000.0, 3000.0))[0]
+    assert reading.wq_growth_verdict(reading.merge_seeds([s0])) is None
+    none = [_Res([_planted(s, "fp32", f), _planted(s, "paper", f)], s, RULES) for s, f in ((0, 20.0), (1, 30.0))]
+    assert reading.wq_growth_verdict(reading.merge_seeds(none))["status"] == "not reproduced"

@@ -64,6 +64,9 @@ CLAIMS = [
           "signs).", "chapters/05-low-rank-accumulation"),
     Claim("explosion", "Training with the paper's BF16 flash-attention numerics explodes while contrast arms are stable.",
           "chapters/06-loss-explosion"),
+    Claim("wq_growth", "In GPT-2, BF16 attention grows layer 2's ‖W_Q‖₂ beyond FP32 attention's (the growth of "
+          "‖W_Q‖₂ the paper reports before the failure, measured against FP32 attention in the paper's setting).",
+          "chapters/02c-the-chain-in-gpt2"),
     Claim("fp32_o_stabilises", "Computing O in FP32 (everything else BF16) stabilises training.", "chapters/06-loss-explosion"),
     Claim("delta_only_channel", "δ is the only channel: computing δ without the forward's rounded O — as "
           "rowsum(dP∘P), or from O recomputed in FP32 in the backward — stabilises training.",
@@ -367,6 +370,9 @@ def status_table(root=None) -> list[dict]:
         ev = v["evidence"] + (f"; the proxy, where link 1's preconditions are absent: {old['evidence']}"
                               if old.get("evidence") else "")
         verdicts["explosion"] = (5, dict(status=v["status"], evidence=ev), chain + src)
+    v = g2r.wq_growth_verdict(g2r.merge_seeds(chain)) if chain else None
+    if v:                                       # the registered growth rule, against FP32 attention's own spread
+        verdicts["wq_growth"] = (5, dict(status=v["status"], evidence=v["evidence"]), chain)
     if chain:                                   # links 3 to 6 where their preconditions are present
         for cid, lv in g2r.link_readings(g2r.merge_seeds(chain)).items():
             rank, old, src = verdicts.get(cid, (0, {}, []))

@@ -894,6 +894,50 @@ def explosion_verdict(res) -> dict | None:
     return dict(status=status, evidence=ev, n_boom=n_boom, n_paper=n_paper)
 
 
+def wq_growth_verdict(res, layer: int = FOCUS_LAYER) -> dict | None:
+    """The claim that BF16 attention grows layer `layer`'s ‖W_Q‖₂ beyond FP32 attention's, by the registered growth
+    rule (`growth_verdict` of a `merge_seeds` reading): an arm grows it when that layer's largest ‖W_Q,h‖₂ exceeds
+    FP32 attention's by more than FP32 attention's own seed-to-seed spread, in every seed the arm ran, at the last
+    growth step judged and at every one before it back to some step (`grown_from`). "reproduced" when every arm
+    judged grows it, "partly" when some do, "not reproduced" when none; None when no arm can be judged (fewer than
+    two seeds). Evidence: per arm, the step from which and the seeds; the ratio to FP32 attention at the last step
+    judged, per arm over its seeds; FP32 attention's own spread there ("words": that part alone)."""
+    rules = cfg_of(res)["rules"]
+    verdict = growth_verdict(res.arrays, res.data["runs"], rules)
+    judged = {a: by for a, by in (verdict or {}).items() if by}
+    if not judged:
+        return None
+    seeds = verdict_seeds(res.data["runs"], rules)
+    ratios = growth_ratios(res.arrays, res.data["runs"], rules)
+    spread = fp32_spread(res.arrays, res.data["runs"], rules)
+    since = {a: grown_from(by, "wq").get(layer) for a, by in judged.items()}
+    grow = [a for a in judged if since[a] is not None]
+    status = "reproduced" if len(grow) == len(judged) else "partly" if grow else "not reproduced"
+    name = lambda a: CHAIN_ARMS.get(a, a)      # noqa: E731
+    fmt = lambda v: f"{v:,.1f}" if v < 10 else f"{v:,.0f}"      # noqa: E731
+
+    def at_last(a):
+        last = max(judged[a])
+        vals = [float(ratios[str(s)][a][last]["wq"][layer - 1]) for s in seeds[a]
+                if a in ratios.get(str(s), {}) and last in ratios[str(s)][a]]
+        return last, (fmt(min(vals)) if fmt(min(vals)) == fmt(max(vals)) else f"{fmt(min(vals))}–{fmt(max(vals))}")
+    parts = []
+    for a in judged:
+        last, span = at_last(a)
+        s = ", ".join(map(str, seeds[a]))
+        parts.append(f"{name(a)}: from step {since[a]:,} to {last:,} (seeds {s}; {span}× FP32 attention's at "
+                     f"step {last:,})" if since[a] is not None else
+                     f"{name(a)}: not at the last step judged, {last:,} (seeds {s}; {span}× FP32 attention's there)")
+    last_all = max(max(by) for by in judged.values())
+    words = (f"layer {layer} grown in {len(grow)} of {len(judged)} BF16 arms — " + "; ".join(parts)
+             + (f"; FP32 attention's seeds differ there by at most {float(spread[last_all]['wq'][layer - 1]):.2f}×"
+                if spread and last_all in spread else ""))
+    ev = (f"GPT-2 124M at the paper's recipe, the registered growth rule (an arm grows a layer when its largest "
+          f"‖W_Q,h‖₂ exceeds FP32 attention's by more than FP32 attention's own seed-to-seed spread, in every seed "
+          f"it ran): " + words)
+    return dict(status=status, evidence=ev, words=words, grown=grow, since=since)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Links 3 to 6 in GPT-2: what the chain probe of the registered comparison says (read after the runs)
 # ---------------------------------------------------------------------------------------------------------------
