@@ -451,3 +451,33 @@ def test_the_wq_growth_claim_reads_the_registered_growth_rule_in_the_focus_layer
     assert reading.wq_growth_verdict(reading.merge_seeds([s0])) is None
     none = [_Res([_planted(s, "fp32", f), _planted(s, "paper", f)], s, RULES) for s, f in ((0, 20.0), (1, 30.0))]
     assert reading.wq_growth_verdict(reading.merge_seeds(none))["status"] == "not reproduced"
+
+
+def test_wq_beyond_failure_compares_the_failing_arm_before_its_failure_with_the_arms_that_did_not_fail():
+    """The paper arm's layer-2 ‖W_Q,h‖₂ (over FP32's) at its last growth step before failing, beside the largest the
+    arms that did not fail reached; a seed where such an arm failed too is left out and named."""
+    def run(seed, arm, l2, jump_at=None, back_at=None):
+        meta, arrays = _planted(seed, arm, l2)
+        loss = np.full(4001, 3.0)
+        if jump_at is not None:
+            loss[jump_at:back_at] = 4.0
+        arrays[f"{arm}:s{seed}__loss"] = loss
+        return meta, arrays
+
+    def two(sdpa_l2, sdpa_fail0=None):
+        return reading.merge_seeds([
+            _Res([run(0, "fp32", 20.0), run(0, "paper", 2000.0, 3000), run(0, "sdpa", sdpa_l2, *(sdpa_fail0 or ()))],
+                 0, RULES),
+            _Res([run(1, "fp32", 30.0), run(1, "paper", 3000.0, 3000), run(1, "sdpa", sdpa_l2)], 1, RULES)])
+    words = reading.wq_beyond_failure_words(two(5000.0), calm=("sdpa",))
+    assert "seed 0: 100.0× at step 2,000, before its failure at 3,0" in words
+    assert "against up to 250.0× in PyTorch flash SDPA (BF16)" in words and "seed 1: 100.0×" in words
+    assert words.endswith("a growth of ‖W_Q‖₂ that large does not by itself make the failure.")
+    less = reading.wq_beyond_failure_words(two(500.0), calm=("sdpa",))
+    assert less.endswith("The arms that did not fail did not grow it further in every seed compared.")
+    left = reading.wq_beyond_failure_words(two(5000.0, (3500, 3700)), calm=("sdpa",))
+    assert "(seed 0 left out: there PyTorch flash SDPA (BF16) failed by the rule too (at step 3,5" in left
+    assert ", and came back))." in left and "seed 1: 100.0×" in left and "seed 0: 100" not in left
+    calm = reading.merge_seeds([_Res([run(s, "fp32", 20.0 + 10 * s), run(s, "paper", 2000.0)], s, RULES)
+                                for s in (0, 1)])
+    assert reading.wq_beyond_failure_words(calm) == ""           # the paper arm never failed: nothing to compare

@@ -938,6 +938,48 @@ def wq_growth_verdict(res, layer: int = FOCUS_LAYER) -> dict | None:
     return dict(status=status, evidence=ev, words=words, grown=grow, since=since)
 
 
+def wq_beyond_failure_words(res, layer: int = FOCUS_LAYER, failing: str = "paper",
+                            calm=("sdpa", "ours_fa2")) -> str:
+    """Read after the runs (no rule registered): in each seed where the `failing` arm failed, its layer-`layer`
+    ‖W_Q,h‖₂ over FP32 attention's (`growth_ratios`) at its last growth step before the failure, beside the largest
+    such ratio over the growth steps of each `calm` arm that ran that seed without failing; and whether every calm
+    arm went beyond the failing arm's in every such seed — a growth of ‖W_Q‖₂ that large, then, does not by itself
+    make the failure. "" without a seed to compare."""
+    oc = outcomes(res)
+    ratios = growth_ratios(res.arrays, res.data["runs"], cfg_of(res)["rules"])
+    fails = {str(o[0]): o[2] for o in oc.get(failing, []) if o[2] is not None}
+    quiet = {a: {str(o[0]) for o in oc.get(a, []) if o[2] is None} for a in calm}
+    rows, beyond, left = [], True, []
+    for seed, f in sorted(fails.items(), key=lambda x: int(x[0])):
+        mine = ratios.get(seed, {}).get(failing, {})
+        before = [st for st in mine if st < f]
+        ran = [a for a in calm if ratios.get(seed, {}).get(a)]
+        loud = [a for a in ran if seed not in quiet[a]]
+        if loud:                                        # a "calm" arm failed there too: no contrast in that seed
+            at = {a: next(o for o in oc[a] if str(o[0]) == seed) for a in loud}
+            said = [f"{CHAIN_ARMS.get(a, a)} (at step {o[2]:,}" + (", and came back)" if o[3] is not None else ")")
+                    for a, o in at.items()]
+            left.append(f"seed {seed} left out: there {said[0].replace(' (at', ' failed by the rule too (at', 1)}"
+                        + "".join(f", as did {x}" for x in said[1:]))
+            continue
+        others = {a: max(float(r["wq"][layer - 1]) for r in ratios[seed][a].values()) for a in ran}
+        if not before or not others:
+            continue
+        pre = float(mine[max(before)]["wq"][layer - 1])
+        beyond &= all(v > pre for v in others.values())
+        rows.append(f"seed {seed}: {pre:.1f}× at step {max(before):,}, before its failure at {f:,}, against up to "
+                    + " and ".join(f"{v:.1f}× in {CHAIN_ARMS.get(a, a)}" for a, v in others.items()))
+    if not rows:
+        return ""
+    who = " and ".join(CHAIN_ARMS.get(a, a) for a in calm)
+    return (f"Read after the runs: layer {layer}'s largest ‖W_Q,h‖₂, as a multiple of FP32 attention's, in "
+            f"{CHAIN_ARMS.get(failing, failing)} at its last growth step before it failed, and in {who}, which did "
+            f"not fail — " + "; ".join(rows) + (f" ({'; '.join(left)})" if left else "")
+            + ". " + ("In every seed compared, then, the arms that did not fail grew it further than the one that "
+                      "failed had before failing: a growth of ‖W_Q‖₂ that large does not by itself make the failure."
+                      if beyond else "The arms that did not fail did not grow it further in every seed compared."))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Links 3 to 6 in GPT-2: what the chain probe of the registered comparison says (read after the runs)
 # ---------------------------------------------------------------------------------------------------------------
