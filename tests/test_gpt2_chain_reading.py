@@ -481,3 +481,38 @@ def test_wq_beyond_failure_compares_the_failing_arm_before_its_failure_with_the_
     calm = reading.merge_seeds([_Res([run(s, "fp32", 20.0 + 10 * s), run(s, "paper", 2000.0)], s, RULES)
                                 for s in (0, 1)])
     assert reading.wq_beyond_failure_words(calm) == ""           # the paper arm never failed: nothing to compare
+
+
+def _counted(seed, arm, rows, tied, window):
+    """A planted run whose census has only the counts: per event, layer and head `rows` rows, `tied` of them tied,
+    `window` of those in the window (two events, 1 layer, 2 heads)."""
+    lab = f"{arm}:s{seed}"
+    full = lambda x: np.full((2, 1, 2), float(x))        # noqa: E731
+    return dict(label=lab, steps=10), {f"{lab}__census__authors/n_rows": full(rows),
+                                      f"{lab}__census__authors/n_tied": full(tied),
+                                      f"{lab}__census__authors/n_window": full(window)}
+
+
+def test_precondition_words_tell_the_ties_from_the_window():
+    """Pooled over events and seeds: the share of tied rows and, of those, the share in the window, per arm beside
+    FP32 attention; "mostly through the window" only when every arm's window factor beats every arm's ties factor."""
+    res = SimpleNamespace(arrays={}, data={"runs": []})
+    for seed in (0, 1):
+        for run in (_counted(seed, "fp32", 1000, 50, 0.05), _counted(seed, "paper", 1000, 100, 10),
+                    _counted(seed, "sdpa", 1000, 75, 1.5)):
+            res.data["runs"].append(run[0])
+            res.arrays.update(run[1])
+    sh = reading.precondition_shares(res)
+    assert sh["fp32"] == {"tied": pytest.approx(0.05), "window": pytest.approx(0.001), "seeds": [0, 1]}
+    words = reading.precondition_words(res)
+    assert words.startswith("Over every census event of every seed (0, 1), in the paper's rounding placement, rows "
+                            "with a repeated maximum are 5.0 % of the rows under FP32 attention, against 7.5 % in "
+                            "flash SDPA and 10 % in the paper placement; of those tied rows, the ones in the window")
+    assert "are 0.10 % under FP32 attention, against 2.0 % in flash SDPA and 10 % in the paper placement." in words
+    assert words.endswith("mostly through the window (20–100× FP32 attention's share), much less through the ties "
+                          "(1.5–2.0×).")
+    # a BF16 arm whose window share is no further from FP32's than the ties are: no "mostly through the window"
+    res.arrays["sdpa:s0__census__authors/n_window"] = np.full((2, 1, 2), 0.1)
+    res.arrays["sdpa:s1__census__authors/n_window"] = np.full((2, 1, 2), 0.1)
+    assert "differ from FP32 attention by 1.5–2.0× in their share of tied rows" in reading.precondition_words(res)
+    assert reading.precondition_words(SimpleNamespace(arrays={}, data={"runs": []})) == ""

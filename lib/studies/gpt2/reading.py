@@ -377,6 +377,9 @@ def numbers(res) -> dict:
 # ---------------------------------------------------------------------------------------------------------------
 # gpt2_arms: FP32 attention, flash SDPA, our FA2 placement, the paper placement from one initialisation per seed
 # ---------------------------------------------------------------------------------------------------------------
+# The comparison's arms as the chapter's prose names them in a list.
+SHORT_ARMS = {"fp32": "FP32 attention", "sdpa": "flash SDPA", "ours_fa2": "our FA2 placement",
+              "paper": "the paper placement"}
 CHAIN_ARMS = {"fp32": "FP32 attention", "sdpa": "PyTorch flash SDPA (BF16)", "ours_fa2": "our kernel, FA2 placement",
               "paper": "our kernel, paper placement (512-key blocks)"}
 
@@ -936,6 +939,66 @@ def wq_growth_verdict(res, layer: int = FOCUS_LAYER) -> dict | None:
           f"‖W_Q,h‖₂ exceeds FP32 attention's by more than FP32 attention's own seed-to-seed spread, in every seed "
           f"it ran): " + words)
     return dict(status=status, evidence=ev, words=words, grown=grow, since=since)
+
+
+def precondition_shares(res, placement: str = "authors") -> dict:
+    """Per arm of a (merged) comparison, the census's counts pooled over every event of every seed it ran, in
+    `placement`: {arm: {"tied": rows with a repeated maximum over all rows, "window": of those, the rows whose other
+    keys' P̄V sets only the sticky bit (the window), "seeds": [seeds]}}; arms whose census lacks the counts are left
+    out."""
+    sums: dict = {}
+    for r in res.data["runs"]:
+        if "error" in r:
+            continue
+        arm, seed = r["label"].split(":s")
+        pre = f"{r['label']}__census__{placement}/"
+        if pre + "n_rows" not in res.arrays:
+            continue
+        acc = sums.setdefault(arm, {"n_rows": 0.0, "n_tied": 0.0, "n_window": 0.0, "seeds": []})
+        for k in ("n_rows", "n_tied", "n_window"):
+            acc[k] += float(np.nansum(np.asarray(res.arrays[pre + k], dtype=np.float64)))
+        acc["seeds"].append(int(seed))
+    return {a: {"tied": v["n_tied"] / v["n_rows"], "window": v["n_window"] / v["n_tied"] if v["n_tied"] else 0.0,
+                "seeds": sorted(v["seeds"])} for a, v in sums.items() if v["n_rows"]}
+
+
+def _share(x: float) -> str:
+    """A share as a percentage: whole from 10 % up, else two significant figures ("7.4 %", "0.10 %")."""
+    v = 100 * x
+    return f"{v:.0f} %" if v >= 10 else f"{v:#.2g} %"
+
+
+def precondition_words(res, reference: str = "fp32", placement: str = "authors") -> str:
+    """For chapter 2c: `precondition_shares` of every arm beside the `reference` arm's — how often rows tie, and how
+    many of the tied rows are in the window — and, read after the runs, which of the two sets the arms apart: "mostly
+    through the window" when every other arm's window share exceeds the reference's by a larger factor than any
+    arm's share of tied rows does. "" without the reference's counts or another arm's."""
+    sh = precondition_shares(res, placement)
+    if reference not in sh or len(sh) < 2:
+        return ""
+    others = [a for a in ("sdpa", "ours_fa2", "paper") if a in sh] + sorted(a for a in sh if a not in
+                                                                           ("sdpa", "ours_fa2", "paper", reference))
+    ref = sh[reference]
+    name = lambda a: SHORT_ARMS.get(a, a)       # noqa: E731
+    tie_f = [sh[a]["tied"] / ref["tied"] for a in others]
+    win_f = [sh[a]["window"] / ref["window"] if ref["window"] else float("inf") for a in others]
+    seeds = sorted({s for v in sh.values() for s in v["seeds"]})
+    fmt = lambda x: f"{x:,.0f}" if x >= 10 else f"{x:.1f}"      # noqa: E731
+    span = lambda xs: fmt(min(xs)) if fmt(min(xs)) == fmt(max(xs)) else f"{fmt(min(xs))}–{fmt(max(xs))}"  # noqa: E731
+    listed = lambda k: (", ".join(f"{_share(sh[a][k])} in {name(a)}" for a in others[:-1])      # noqa: E731
+                        + (" and " if len(others) > 1 else "") + f"{_share(sh[others[-1]][k])} in {name(others[-1])}")
+    text = (f"Over every census event of every seed ({', '.join(map(str, seeds))}), in the paper's rounding placement, "
+            f"rows with a repeated maximum are {_share(ref['tied'])} of the rows under {name(reference)}, against "
+            f"{listed('tied')}; of those tied rows, the ones in the window — the other keys' P̄V only in the sticky "
+            f"bit — are {_share(ref['window'])} under {name(reference)}, against {listed('window')}. ")
+    if all(np.isfinite(win_f)) and min(win_f) > max(tie_f):
+        text += (f"Read after the runs, the preconditions follow the logit growth mostly through the window "
+                 f"({span(win_f)}× {name(reference)}'s share), much less through the ties ({span(tie_f)}×).")
+    else:
+        finite = [x for x in win_f if np.isfinite(x)] or [0.0]
+        text += (f"Read after the runs, the arms differ from {name(reference)} by {span(tie_f)}× in their share of "
+                 f"tied rows and by {span(finite)}× in their share in the window.")
+    return text
 
 
 def wq_beyond_failure_words(res, layer: int = FOCUS_LAYER, failing: str = "paper",
