@@ -543,3 +543,15 @@ def test_the_dial_says_what_each_rounding_taken_away_did_and_which_has_not_run()
     # other arms in the rows are not the dial's
     o32 = remedies.arm_rows([_remedy("o32", "paper_o32", "paper/round_block=512/round_o=false", "paper", [1])], chain)
     assert remedies.dial_words(s32 + pl32 + o32) == both
+
+
+def test_base_outcome_words_say_whether_the_unchanged_arm_failed_where_the_arm_ran():
+    chain = _chain()
+    o32 = remedies.arm_rows([_remedy("o32", "paper_o32", "paper/round_block=512/round_o=false", "paper", [1])], chain)
+    words = remedies.base_outcome_words(o32, "paper_o32")
+    assert words.startswith("Where that arm ran (seed 1), ") and " failed in seed 1 (at step 2" in words
+    calm = [dict(r, base_fail=None, base_back=None) for r in o32]
+    assert remedies.base_outcome_words(calm, "paper_o32").endswith(" did not fail in seed 1, where that arm ran")
+    back = [dict(r, base_back=75) for r in o32]
+    assert remedies.base_outcome_words(back, "paper_o32").endswith(", and came back)")
+    assert remedies.base_outcome_words(o32, "paper_qk") == ""

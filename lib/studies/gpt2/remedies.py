@@ -376,6 +376,25 @@ def glue_numbers(rows: list[dict]) -> dict:
     return out
 
 
+def base_outcome_words(rows: list[dict], arm: str) -> str:
+    """Whether arm `arm`'s unchanged arm failed in the seeds `arm` ran, as the start of a sentence ("Our kernel, FA2
+    placement did not fail in seed 1, where that arm ran"; "… failed in seed 0 (at step 9,334, and came back)"); ""
+    when `arm` has not run."""
+    mine = sorted((r for r in rows if r["arm"] == arm), key=lambda r: r["seed"])
+    if not mine:
+        return ""
+    who = mine[0]["base_words"]
+    failed = [r for r in mine if r["base_fail"] is not None]
+    ran = _seeds_words(r["seed"] for r in mine)
+    if not failed:
+        text = f"{who} did not fail in {ran}, where that arm ran"
+    else:
+        text = (f"Where that arm ran ({ran}), {who} failed in " + " and ".join(
+            f"seed {r['seed']} (at step {r['base_fail']:,}" + (", and came back)" if r["base_back"] is not None
+                                                                 else ", never back)") for r in failed))
+    return text[:1].upper() + text[1:]
+
+
 def dial_words(rows: list[dict], arms=DIAL_ARMS, layer: int = FOCUS_LAYER) -> str:
     """For chapter 2c: what each arm of the precision dial did — per arm run, the change, its spec in words, its
     outcome per seed, the prevents rule's verdict and its growth reading (`glue_numbers`) — then the arms not run
