@@ -446,7 +446,7 @@ def test_the_wq_growth_claim_reads_the_registered_growth_rule_in_the_focus_layer
     assert v["evidence"].endswith(": " + v["words"]) and v["words"].startswith("layer 2 grown in 2 of 2 BF16 arms")
     part = reading.wq_growth_verdict(reading.merge_seeds(seeds((2000.0, 36.0))))    # seed 1 inside the spread
     assert part["status"] == "partly" and part["grown"] == ["paper"]
-    assert "PyTorch flash SDPA (BF16): not at the last step judged, 4,000 (seeds 0, 1; 1.2–100×" in part["evidence"]
+    assert "flash SDPA: not at the last step judged, 4,000 (seeds 0, 1; 1.2–100×" in part["evidence"]
     s0 = seeds((2000.0, 3000.0))[0]
     assert reading.wq_growth_verdict(reading.merge_seeds([s0])) is None
     none = [_Res([_planted(s, "fp32", f), _planted(s, "paper", f)], s, RULES) for s, f in ((0, 20.0), (1, 30.0))]
@@ -471,12 +471,12 @@ def test_wq_beyond_failure_compares_the_failing_arm_before_its_failure_with_the_
             _Res([run(1, "fp32", 30.0), run(1, "paper", 3000.0, 3000), run(1, "sdpa", sdpa_l2)], 1, RULES)])
     words = reading.wq_beyond_failure_words(two(5000.0), calm=("sdpa",))
     assert "seed 0: 100.0× at step 2,000, before its failure at 3,0" in words
-    assert "against up to 250.0× in PyTorch flash SDPA (BF16)" in words and "seed 1: 100.0×" in words
+    assert "against up to 250.0× in flash SDPA" in words and "seed 1: 100.0×" in words
     assert words.endswith("a growth of ‖W_Q‖₂ that large does not by itself make the failure.")
     less = reading.wq_beyond_failure_words(two(500.0), calm=("sdpa",))
     assert less.endswith("The arms that did not fail did not grow it further in every seed compared.")
     left = reading.wq_beyond_failure_words(two(5000.0, (3500, 3700)), calm=("sdpa",))
-    assert "(seed 0 left out: there PyTorch flash SDPA (BF16) failed by the rule too (at step 3,5" in left
+    assert "(seed 0 left out: there flash SDPA failed by the rule too (at step 3,5" in left
     assert ", and came back))." in left and "seed 1: 100.0×" in left and "seed 0: 100" not in left
     calm = reading.merge_seeds([_Res([run(s, "fp32", 20.0 + 10 * s), run(s, "paper", 2000.0)], s, RULES)
                                 for s in (0, 1)])

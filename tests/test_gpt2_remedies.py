@@ -529,16 +529,16 @@ def test_the_dial_says_what_each_rounding_taken_away_did_and_which_has_not_run()
     """The precision dial's sentence: per arm run, the change, its outcome, the prevents rule's verdict and its
     growth reading; the arms not run yet named; nothing run, only that."""
     chain = _chain()
-    assert remedies.dial_words([]) == "Not run yet: its scores S in FP32 and its P̄ and ℓ in FP32."
+    assert remedies.dial_words([]) == "Not run yet: the arm with S in FP32 and the arm with P̄ and ℓ in FP32."
     s32 = remedies.arm_rows([_remedy("s32", "paper_s32", "paper/round_block=512/round_s=false", "paper", [1])], chain)
     text = remedies.dial_words(s32)
-    assert text.startswith("With its scores S in FP32 (") and "no failure in 400 steps" in text
+    assert text.startswith("With S in FP32 (") and "no failure in 400 steps" in text
     assert "by the rule it prevents the failure, and layer 2's largest logit is " in text
-    assert text.endswith(" Not run yet: its P̄ and ℓ in FP32.")
+    assert text.endswith(" Not run yet: the arm with P̄ and ℓ in FP32.")
     pl32 = remedies.arm_rows([_remedy("pl32", "paper_pl32", "paper/round_block=512/round_p=false/round_l=false",
                                       "paper", [1], fail_at=260, logit_scale=100.0)], chain)
     both = remedies.dial_words(s32 + pl32)
-    assert both.startswith(text.split(" Not run yet")[0][:-1] + "; with its P̄ and ℓ in FP32 (")
+    assert both.startswith(text.split(" Not run yet")[0][:-1] + "; with P̄ and ℓ in FP32 (")
     assert "by the rule it does not prevent the failure" in both and "Not run yet" not in both
     # other arms in the rows are not the dial's
     o32 = remedies.arm_rows([_remedy("o32", "paper_o32", "paper/round_block=512/round_o=false", "paper", [1])], chain)

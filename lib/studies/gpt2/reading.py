@@ -916,7 +916,9 @@ def wq_growth_verdict(res, layer: int = FOCUS_LAYER) -> dict | None:
     since = {a: grown_from(by, "wq").get(layer) for a, by in judged.items()}
     grow = [a for a in judged if since[a] is not None]
     status = "reproduced" if len(grow) == len(judged) else "partly" if grow else "not reproduced"
-    name = lambda a: CHAIN_ARMS.get(a, a)      # noqa: E731
+    name = lambda a: SHORT_ARMS.get(a, a)      # noqa: E731
+    order = list(SHORT_ARMS)
+    judged = dict(sorted(judged.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
     fmt = lambda v: f"{v:,.1f}" if v < 10 else f"{v:,.0f}"      # noqa: E731
 
     def at_last(a):
@@ -1020,7 +1022,7 @@ def wq_beyond_failure_words(res, layer: int = FOCUS_LAYER, failing: str = "paper
         loud = [a for a in ran if seed not in quiet[a]]
         if loud:                                        # a "calm" arm failed there too: no contrast in that seed
             at = {a: next(o for o in oc[a] if str(o[0]) == seed) for a in loud}
-            said = [f"{CHAIN_ARMS.get(a, a)} (at step {o[2]:,}" + (", and came back)" if o[3] is not None else ")")
+            said = [f"{SHORT_ARMS.get(a, a)} (at step {o[2]:,}" + (", and came back)" if o[3] is not None else ")")
                     for a, o in at.items()]
             left.append(f"seed {seed} left out: there {said[0].replace(' (at', ' failed by the rule too (at', 1)}"
                         + "".join(f", as did {x}" for x in said[1:]))
@@ -1031,12 +1033,12 @@ def wq_beyond_failure_words(res, layer: int = FOCUS_LAYER, failing: str = "paper
         pre = float(mine[max(before)]["wq"][layer - 1])
         beyond &= all(v > pre for v in others.values())
         rows.append(f"seed {seed}: {pre:.1f}× at step {max(before):,}, before its failure at {f:,}, against up to "
-                    + " and ".join(f"{v:.1f}× in {CHAIN_ARMS.get(a, a)}" for a, v in others.items()))
+                    + " and ".join(f"{v:.1f}× in {SHORT_ARMS.get(a, a)}" for a, v in others.items()))
     if not rows:
         return ""
-    who = " and ".join(CHAIN_ARMS.get(a, a) for a in calm)
+    who = " and ".join(SHORT_ARMS.get(a, a) for a in calm)
     return (f"Read after the runs: layer {layer}'s largest ‖W_Q,h‖₂, as a multiple of FP32 attention's, in "
-            f"{CHAIN_ARMS.get(failing, failing)} at its last growth step before it failed, and in {who}, which did "
+            f"{SHORT_ARMS.get(failing, failing)} at its last growth step before it failed, and in {who}, which did "
             f"not fail — " + "; ".join(rows) + (f" ({'; '.join(left)})" if left else "")
             + ". " + ("In every seed compared, then, the arms that did not fail grew it further than the one that "
                       "failed had before failing: a growth of ‖W_Q‖₂ that large does not by itself make the failure."

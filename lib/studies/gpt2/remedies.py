@@ -48,8 +48,8 @@ SHORT = {"paper_delta_fp32_o": "paper placement, δ from an FP32 O", "fa2_delta_
          "paper_o32": "paper placement, O in FP32", "paper_fix_b2": "paper placement, guarded fix (β = 2)",
          "paper_fix_b2_exact": "paper placement, exact-rule fix (β = 2)",
          "paper_fix_b7_exact": "paper placement, exact-rule fix (β = 7)",
-         "paper_qk": "paper placement, capped QK-norm", "paper_s32": "paper placement, its scores S in FP32",
-         "paper_pl32": "paper placement, its P̄ and ℓ in FP32"}
+         "paper_qk": "paper placement, capped QK-norm", "paper_s32": "paper placement, S in FP32",
+         "paper_pl32": "paper placement, P̄ and ℓ in FP32"}
 # The precision dial (dial_words): the paper placement with one of the roundings before the P̄V product taken away.
 DIAL_ARMS = ("paper_s32", "paper_pl32")
 
@@ -404,7 +404,7 @@ def dial_words(rows: list[dict], arms=DIAL_ARMS, layer: int = FOCUS_LAYER) -> st
              f"failure, and layer {layer}'s largest logit is {g[a + '_at']}" for a in arms if a + "_words" in g]
     text = "; ".join(parts)
     text = text[:1].upper() + text[1:] + "." if parts else ""
-    missing = [_change(a) for a in arms if a + "_words" not in g]
+    missing = [f"the arm with {_change(a)}" for a in arms if a + "_words" not in g]
     return (text + (" " if text and missing else "")
             + (f"Not run yet: {' and '.join(missing)}." if missing else ""))
 
