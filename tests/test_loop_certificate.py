@@ -255,3 +255,13 @@ def test_several_combinations_at_once_merge_into_the_plan_order(tmp_path, monkey
     assert all((tmp_path / "p" / f"loop_certificate.{k}.json").exists() for k in range(cfg["jobs"]))
     monkeypatch.setattr(lc, "run_in", lambda *a: (_ for _ in ()).throw(AssertionError("ran again")))
     assert lc.run("full", cfg)["data"]["counts"] == got["counts"]  # each shard resumed its record
+
+
+def test_several_at_once_train_for_real(tmp_path):
+    """`in_parallel` with the real children (tiny models, HEAD against this tree): every combination trained in its
+    shard's thread, each in its own temporary trees, bit-identical, merged in plan order."""
+    name = next(r["result"] for r in lc.plan()["runs"] if r["kind"] == "proxy")
+    rec = lc.in_parallel(2, "HEAD", tmp_path, steps=2, names=[name], shrink=True)
+    assert [r["label"] for r in rec["runs"]] == [r["label"] for r in lc.plan([name])["runs"]]
+    assert all(r["done"] and r["bit_identical"] and not r.get("error") for r in rec["runs"]), rec["runs"]
+    assert "certifies nothing" in lc.summary(rec)
