@@ -440,10 +440,22 @@ def test_the_wq_growth_claim_reads_the_registered_growth_rule_in_the_focus_layer
                      RULES)]
     v = reading.wq_growth_verdict(reading.merge_seeds(seeds((2000.0, 3000.0))))
     assert v["status"] == "reproduced" and sorted(v["grown"]) == ["paper", "sdpa"] and v["since"]["paper"] == 2000
-    assert "layer 2 grown in 2 of 2 BF16 arms" in v["evidence"]
+    assert "layer 2 grown at every growth step judged in 2 of 2 BF16 arms, and from some step on to the last in 2" \
+        in v["evidence"]
     assert "from step 2,000 to 4,000 (seeds 0, 1; 100× FP32 attention's at step 4,000)" in v["evidence"]
     assert v["evidence"].endswith("FP32 attention's seeds differ there by at most 1.50×")
-    assert v["evidence"].endswith(": " + v["words"]) and v["words"].startswith("layer 2 grown in 2 of 2 BF16 arms")
+    assert v["evidence"].endswith(": " + v["words"]) and v["words"].startswith("layer 2 grown at every growth step")
+    # an arm grown only from a later step on: "partly", as the chapter's table reads "from a later step on"
+    late = reading.merge_seeds([
+        _Res([_planted(0, "fp32", 20.0), _planted(0, "paper", 2000.0),
+              _planted(0, "sdpa", 2000.0, steps=(0, 2000, 4000))], 0, RULES),
+        _Res([_planted(1, "fp32", 30.0), _planted(1, "paper", 3000.0), _planted(1, "sdpa", 36.0)], 1, RULES)])
+    for k in ("sdpa:s1__census__fa2/max_logit", "sdpa:s1__census__wq_sigma"):     # seed 1 grows only at step 4,000
+        late.arrays[k] = late.arrays[k].copy()
+        late.arrays[k][2, 1, :] = 3000.0 if k.endswith("max_logit") else 300.0
+    lv = reading.wq_growth_verdict(late)
+    assert lv["status"] == "partly" and lv["every"] == ["paper"] and lv["since"]["sdpa"] == 4000
+    assert "flash SDPA: from step 4,000 to 4,000" in lv["evidence"]
     part = reading.wq_growth_verdict(reading.merge_seeds(seeds((2000.0, 36.0))))    # seed 1 inside the spread
     assert part["status"] == "partly" and part["grown"] == ["paper"]
     assert "flash SDPA: not at the last step judged, 4,000 (seeds 0, 1; 1.2–100×" in part["evidence"]

@@ -501,7 +501,7 @@ def test_a_bounded_arm_is_read_against_its_own_reference_and_its_census():
     assert ("up to 30 % of a head's rows against 80 % (30 % of all rows against 80 %), and of those, the rows whose "
             "other keys' P̄V sets only the sticky bit 0.0010 % against 7.4 %") in remedies.bound_words([c])
     how = remedies.bound_window_words([c])
-    assert how == ("Over all rows (seed 1) the bound keeps 37 % of the unbounded arm's share of rows with a repeated "
+    assert how == ("Read after the runs: over all rows (seed 1) the bound keeps 37 % of the unbounded arm's share of rows with a repeated "
                    "maximum, but makes the share of those rows in the window 7,400× smaller: the conjunction goes "
                    "mostly with the window — bounded logits leave the other keys' P̄V too large to set only the "
                    "sticky bit — rather than with the ties.")

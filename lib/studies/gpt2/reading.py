@@ -902,8 +902,9 @@ def wq_growth_verdict(res, layer: int = FOCUS_LAYER) -> dict | None:
     rule (`growth_verdict` of a `merge_seeds` reading): an arm grows it when that layer's largest ‖W_Q,h‖₂ exceeds
     FP32 attention's by more than FP32 attention's own seed-to-seed spread, in every seed the arm ran, at the last
     growth step judged and at every one before it back to some step (`grown_from`). "reproduced" when every arm
-    judged grows it, "partly" when some do, "not reproduced" when none; None when no arm can be judged (fewer than
-    two seeds). Evidence: per arm, the step from which and the seeds; the ratio to FP32 attention at the last step
+    judged grows it at every growth step judged (the chapter's table's "grown in"), "partly" when some arm grows it
+    at every step or from a later step on, "not reproduced" when none does; None when no arm can be judged (fewer
+    than two seeds). Evidence: per arm, the step from which and the seeds; the ratio to FP32 attention at the last step
     judged, per arm over its seeds; FP32 attention's own spread there ("words": that part alone)."""
     rules = cfg_of(res)["rules"]
     verdict = growth_verdict(res.arrays, res.data["runs"], rules)
@@ -915,7 +916,8 @@ def wq_growth_verdict(res, layer: int = FOCUS_LAYER) -> dict | None:
     spread = fp32_spread(res.arrays, res.data["runs"], rules)
     since = {a: grown_from(by, "wq").get(layer) for a, by in judged.items()}
     grow = [a for a in judged if since[a] is not None]
-    status = "reproduced" if len(grow) == len(judged) else "partly" if grow else "not reproduced"
+    every = [a for a in grow if since[a] == min(judged[a])]
+    status = "reproduced" if len(every) == len(judged) else "partly" if grow else "not reproduced"
     name = lambda a: SHORT_ARMS.get(a, a)      # noqa: E731
     order = list(SHORT_ARMS)
     judged = dict(sorted(judged.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
@@ -934,13 +936,14 @@ def wq_growth_verdict(res, layer: int = FOCUS_LAYER) -> dict | None:
                      f"step {last:,})" if since[a] is not None else
                      f"{name(a)}: not at the last step judged, {last:,} (seeds {s}; {span}× FP32 attention's there)")
     last_all = max(max(by) for by in judged.values())
-    words = (f"layer {layer} grown in {len(grow)} of {len(judged)} BF16 arms — " + "; ".join(parts)
+    words = (f"layer {layer} grown at every growth step judged in {len(every)} of {len(judged)} BF16 arms, and "
+             f"from some step on to the last in {len(grow)} — " + "; ".join(parts)
              + (f"; FP32 attention's seeds differ there by at most {float(spread[last_all]['wq'][layer - 1]):.2f}×"
                 if spread and last_all in spread else ""))
     ev = (f"GPT-2 124M at the paper's recipe, the registered growth rule (an arm grows a layer when its largest "
           f"‖W_Q,h‖₂ exceeds FP32 attention's by more than FP32 attention's own seed-to-seed spread, in every seed "
           f"it ran): " + words)
-    return dict(status=status, evidence=ev, words=words, grown=grow, since=since)
+    return dict(status=status, evidence=ev, words=words, grown=grow, every=every, since=since)
 
 
 def precondition_shares(res, placement: str = "authors") -> dict:
@@ -964,7 +967,7 @@ def precondition_shares(res, placement: str = "authors") -> dict:
                 "seeds": sorted(v["seeds"])} for a, v in sums.items() if v["n_rows"]}
 
 
-def _share(x: float) -> str:
+def share_words(x: float) -> str:
     """A share as a percentage: whole from 10 % up, else two significant figures ("7.4 %", "0.10 %")."""
     v = 100 * x
     return f"{v:.0f} %" if v >= 10 else f"{v:#.2g} %"
@@ -987,12 +990,12 @@ def precondition_words(res, reference: str = "fp32", placement: str = "authors")
     seeds = sorted({s for v in sh.values() for s in v["seeds"]})
     fmt = lambda x: f"{x:,.0f}" if x >= 10 else f"{x:.1f}"      # noqa: E731
     span = lambda xs: fmt(min(xs)) if fmt(min(xs)) == fmt(max(xs)) else f"{fmt(min(xs))}–{fmt(max(xs))}"  # noqa: E731
-    listed = lambda k: (", ".join(f"{_share(sh[a][k])} in {name(a)}" for a in others[:-1])      # noqa: E731
-                        + (" and " if len(others) > 1 else "") + f"{_share(sh[others[-1]][k])} in {name(others[-1])}")
+    listed = lambda k: (", ".join(f"{share_words(sh[a][k])} in {name(a)}" for a in others[:-1])      # noqa: E731
+                        + (" and " if len(others) > 1 else "") + f"{share_words(sh[others[-1]][k])} in {name(others[-1])}")
     text = (f"Over every census event of every seed ({', '.join(map(str, seeds))}), in the paper's rounding placement, "
-            f"rows with a repeated maximum are {_share(ref['tied'])} of the rows under {name(reference)}, against "
+            f"rows with a repeated maximum are {share_words(ref['tied'])} of the rows under {name(reference)}, against "
             f"{listed('tied')}; of those tied rows, the ones in the window — the other keys' P̄V only in the sticky "
-            f"bit — are {_share(ref['window'])} under {name(reference)}, against {listed('window')}. ")
+            f"bit — are {share_words(ref['window'])} under {name(reference)}, against {listed('window')}. ")
     if all(np.isfinite(win_f)) and min(win_f) > max(tie_f):
         text += (f"Read after the runs, the preconditions follow the logit growth mostly through the window "
                  f"({span(win_f)}× {name(reference)}'s share), much less through the ties ({span(tie_f)}×).")

@@ -22,7 +22,7 @@ import numpy as np
 
 from lib.studies.gpt2 import channels
 from lib.studies.gpt2.reading import (CHAIN_ARMS, FOCUS_LAYER, at_step, cfg_of, fp32_spread, layer_series,
-                                      outcomes)
+                                      outcomes, share_words)
 
 __all__ = ["REMEDY_GROUPS", "CLAIM_ARMS", "SHORT", "PAPER_REMEDIES", "FIX_ARMS", "advice_words", "pending_words",
            "model_words", "census_totals", "bound_words", "bound_removes_conjunction",
@@ -763,12 +763,6 @@ def fix_words(rows: list[dict], arms=FIX_ARMS) -> str:
             + (f" Not run yet: {', '.join(missing)}." if missing else ""))
 
 
-def _pct(x: float) -> str:
-    """A share as a percentage: whole from 10 % up ("35 %"), else to two significant figures ("7.4 %", "0.0010 %")."""
-    v = 100 * x
-    return f"{v:.0f} %" if v >= 10 else f"{v:#.2g} %"
-
-
 def bound_words(rows: list[dict]) -> str:
     """For a reader: what each arm that changes the model (`model_words`: a bound on the logits) did to the census
     of the first link's preconditions — conjunction pairs, largest logit, share of tied rows (the largest of a head,
@@ -784,9 +778,9 @@ def bound_words(rows: list[dict]) -> str:
                      f"without it{fewer}; the largest logit {a['max_logit']:,.0f} against {b['max_logit']:,.0f}; "
                      f"rows with a repeated maximum up to {100 * a['tie_rate']:.0f} % of a head's rows against "
                      f"{100 * b['tie_rate']:.0f} %"
-                     + (f" ({_pct(a['tied_share'])} of all rows against {_pct(b['tied_share'])}), and of those, the "
-                        f"rows whose other keys' P̄V sets only the sticky bit {_pct(a['window_share'])} against "
-                        f"{_pct(b['window_share'])}" if None not in (a.get("tied_share"), b.get("tied_share"),
+                     + (f" ({share_words(a['tied_share'])} of all rows against {share_words(b['tied_share'])}), and of those, the "
+                        f"rows whose other keys' P̄V sets only the sticky bit {share_words(a['window_share'])} against "
+                        f"{share_words(b['window_share'])}" if None not in (a.get("tied_share"), b.get("tied_share"),
                                                                     a.get("window_share"), b.get("window_share"))
                         else ""))
     text = "; ".join(parts)
@@ -818,7 +812,7 @@ def bound_window_words(rows: list[dict]) -> str:
     smaller = ("leaves none of those rows in the window" if not finite else
                f"makes the share of those rows in the window {span(finite, lambda x: f'{x:,.0f}')}× smaller"
                + (" (in one seed, none left)" if len(finite) < len(cut) else ""))
-    return (f"Over all rows ({seeds}) the bound keeps {span([100 * k for k in kept], lambda x: f'{x:.0f}')} % of the "
+    return (f"Read after the runs: over all rows ({seeds}) the bound keeps {span([100 * k for k in kept], lambda x: f'{x:.0f}')} % of the "
             f"unbounded arm's share of rows with a repeated maximum, but {smaller}: the conjunction goes "
             + ("mostly with the window — bounded logits leave the other keys' P̄V too large to set only the sticky "
                "bit — rather than with the ties." if window else "with the ties as much as with the window."))
