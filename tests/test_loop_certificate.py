@@ -76,6 +76,38 @@ def test_prepared_trees_stand_in_for_git(tmp_path):
     assert all(lc._verdict(r) == "ERROR" and "prepare it" in r["error"] for r in bad["runs"])
 
 
+def test_a_commit_git_lacks_is_stood_in_for_by_a_commit_with_the_recorded_fingerprint(tmp_path, monkeypatch):
+    """A result whose commit git no longer has, and which records a re-keying that found its recorded fingerprint at
+    a commit git has, gets that commit as its old tree (in `prepare`, and in `run` from the archives); the
+    combination names the commit it stands in for. Without such a re-keying (or when it did not find the recorded
+    fingerprint) the commit stays missing."""
+    import subprocess
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=lc.ROOT, capture_output=True, text=True).stdout.strip()
+    gone = "e" * 40
+    rekey = {"from": "a:run", "to": "b:run", "old_commit": head, "fingerprint": "f", "recorded_equal": True}
+    assert lc._stand_in({"meta": {"provenance_rekeys": [dict(rekey, recorded_equal=False), rekey]}}) == {
+        "stand_in": head}
+    assert lc._stand_in({"meta": {"provenance_rekeys": [dict(rekey, recorded_equal=False)]}}) == {}
+    assert lc._stand_in({"meta": {}}) == {}
+    run = next(r for r in lc.plan()["runs"] if r["kind"] == "proxy")
+    lost = dict(run, commit=gone, stand_in=head, also=[])
+    assert lc.old_tree_of(lost, None, None, lc.ROOT) == head                 # git lacks the commit, has the stand-in
+    assert lc.old_tree_of(dict(lost, stand_in=None), None, None, lc.ROOT) == gone
+    assert lc.old_tree_of(dict(run, stand_in=gone), None, None, lc.ROOT) == run["commit"]   # own commit first
+    assert lc.old_tree_of(lost, "HEAD", None, lc.ROOT) == "HEAD"            # one tree for all wins
+    monkeypatch.setattr(lc, "plan", lambda names=None, root=lc.ROOT: {"runs": [lost], "not_covered": []})
+    got = lc.prepare(tmp_path / "trees", repo=lc.ROOT)
+    assert set(got["trees"]) == {head} and got["missing"] == []
+    assert lc.old_tree_of(lost, None, tmp_path / "trees", lc.ROOT) == head   # from the archives, as on the GPU
+    monkeypatch.setattr(lc, "run_in", lambda *a: {"loss": np.zeros(2, np.float32)})
+    rec = lc.certify_runs(None, tmp_path / "out", steps=2, shrink=True, trees=tmp_path / "trees")
+    (r,) = rec["runs"]
+    assert r["bit_identical"] and r["old"] == head and r["stand_in_for"] == gone, r
+    monkeypatch.setattr(lc, "plan", lambda names=None, root=lc.ROOT: {"runs": [dict(lost, stand_in=None)],
+                                                                      "not_covered": []})
+    assert lc.prepare(tmp_path / "t2", repo=lc.ROOT)["missing"] == [gone]
+
+
 def test_a_difference_is_told_from_run_to_run_variation(tmp_path, monkeypatch):
     """Old and new differ: a second run of the new tree that repeats it makes the combination DIFFERS (a real
     difference); one that differs from it too makes it VARIES, with both loss differences recorded."""

@@ -25,8 +25,11 @@ trains each distinct one a few steps in both trees on one GPU:
 * **On a machine without the repository's history** (the GPU machine gets the working tree, not ``.git``): first,
   here, ``prepare --trees DIR`` writes each old tree's sources as ``DIR/<commit>.tar.gz`` (its ``data/`` only where
   it differs from this tree's, which every run then shares) and this tree's commit as ``DIR/HEAD``; there, ``run
-  --trees DIR`` reads them instead of git (``DIR`` an ignored folder named in the call's carry). A commit git no
-  longer has is listed in ``DIR/missing.json`` and its combinations are recorded as errors.
+  --trees DIR`` reads them instead of git (``DIR`` an ignored folder named in the call's carry). Where git no
+  longer has a result's commit, a stand-in is its old tree if the result records one (`_stand_in`: a commit where
+  a re-keying found the very fingerprint the result recorded for its code; the combination then names the commit it
+  stands in for); a commit with neither is listed in ``DIR/missing.json`` and its combinations are recorded as
+  errors.
 * **Across machine holds.** A combination certified bit-identical in an earlier record (`carry`) is taken over,
   not trained again, when that record's tree ran the same code: the same old tree, steps, GPU model, torch and
   Triton, and the same fingerprint of everything the child reaches in the new tree (`tree_fingerprint`: the
@@ -141,6 +144,17 @@ MODES = ("strict", "warn")
 _SHARD = threading.local()
 
 
+def _stand_in(res: dict) -> dict:
+    """{"stand_in": commit} where the result records a re-keying (`lib.book.rekey`) that found, at a commit of this
+    repository, the very fingerprint the result recorded for its code (``recorded_equal``): that commit's tree runs
+    the result's code unchanged by provenance's own measure, so it can stand in for the result's own commit where
+    git no longer has that one; {} where the result records none."""
+    for k in res["meta"].get("provenance_rekeys") or []:
+        if k.get("recorded_equal") and k.get("old_commit"):
+            return {"stand_in": k["old_commit"]}
+    return {}
+
+
 def _proxy_runs(name: str, res: dict) -> list[dict] | None:
     from lib.training.train import TrainConfig
     from dataclasses import fields
@@ -153,7 +167,7 @@ def _proxy_runs(name: str, res: dict) -> list[dict] | None:
         if isinstance(r, dict) and "attn" in r and "error" not in r:
             cfg = {k: v for k, v in base.items() if k in names} | {k: r[k] for k in PROXY_RUN_FIELDS if k in r}
             out.append(dict(kind="proxy", result=name, commit=res["meta"].get("git_commit"),
-                            label=r.get("id") or r.get("tag") or r["attn"], cfg=cfg))
+                            label=r.get("id") or r.get("tag") or r["attn"], cfg=cfg, **_stand_in(res)))
     return out or None
 
 
@@ -162,7 +176,7 @@ def _lm_runs(name: str, res: dict) -> list[dict] | None:
     if not isinstance(runs, list):
         return None
     out = [dict(kind="lm", result=name, commit=res["meta"].get("git_commit"), label=r.get("label", ""),
-                cfg=dict(r["config"])) for r in runs
+                cfg=dict(r["config"]), **_stand_in(res)) for r in runs
            if isinstance(r, dict) and isinstance(r.get("config"), dict) and "model" in r["config"]]
     return out or None
 
@@ -295,10 +309,10 @@ def prepare(trees: Path, names=None, old_commit: str | None = None, repo: Path =
     trees.mkdir(parents=True, exist_ok=True)
     head = _git(repo, "rev-parse", "HEAD").stdout.strip()
     head_data = _blobs(repo, "HEAD")
-    commits = list(dict.fromkeys(old_commit or r["commit"] for r in plan(names, repo)["runs"]))
+    commits = list(dict.fromkeys(old_tree_of(r, old_commit, None, repo) for r in plan(names, repo)["runs"]))
     out, missing = {}, []
     for c in commits:
-        if _git(repo, "cat-file", "-e", f"{c}^{{commit}}").returncode:
+        if not _have(c, None, repo):
             missing.append(c)
             continue
         data = _blobs(repo, c)
@@ -310,6 +324,22 @@ def prepare(trees: Path, names=None, old_commit: str | None = None, repo: Path =
     (trees / "HEAD").write_text(head + "\n")
     (trees / "missing.json").write_text(json.dumps(missing))
     return dict(trees=out, missing=missing)
+
+
+def _have(commit: str, trees: Path | None, repo: Path) -> bool:
+    """Whether the tree of `commit` is to be had: from `prepare`'s archive in `trees`, else from git."""
+    if trees is not None:
+        return (trees / f"{commit}.tar.gz").exists()
+    return not _git(repo, "cat-file", "-e", f"{commit}^{{commit}}").returncode
+
+
+def old_tree_of(run: dict, old_commit: str | None, trees: Path | None, repo: Path) -> str:
+    """The commit whose tree is `run`'s old tree: `old_commit` where given; else its result's commit, or, where that
+    tree is not to be had and the result records a stand-in (`_stand_in`) that is, the stand-in."""
+    if old_commit:
+        return old_commit
+    c, s = run["commit"], run.get("stand_in")
+    return s if s and not _have(c, trees, repo) and _have(s, trees, repo) else c
 
 
 def _unpack(commit: str, dest: Path, trees: Path | None, repo: Path) -> Path:
@@ -395,7 +425,8 @@ def certify_runs(old_commit: str | None, out: Path, steps: int = 100, names=None
             if r["kind"] not in prints:
                 prints[r["kind"]] = tree_fingerprint(r["kind"], repo)
             r["new_fingerprint"] = prints[r["kind"]]
-            c = carried(r, prior, r["new_fingerprint"], versions, steps, old_commit or r["commit"], shrink)
+            old = old_tree_of(r, old_commit, trees, repo)
+            c = carried(r, prior, r["new_fingerprint"], versions, steps, old, shrink)
             if c is not None:           # the same code certified before: taken over, not trained again
                 r.update({k: c[k] for k in ("old", "determinism", "strict_error", "determinism_warnings",
                                             "bit_identical", "diffs", "compared", "error", "seconds") if k in c},
@@ -412,7 +443,9 @@ def certify_runs(old_commit: str | None, out: Path, steps: int = 100, names=None
                 cfg["corpus_dir"] = str(Path(tmp) / "corpus")
             t1 = time.perf_counter()
             try:
-                r["old"] = commit = old_commit or r["commit"]
+                r["old"] = commit = old
+                if commit != r["commit"] and not old_commit:
+                    r["stand_in_for"] = r["commit"]
                 if commit not in unpacked:
                     unpacked[commit] = _unpack(commit, Path(tmp) / f"old_{len(unpacked)}", trees, repo)
                 if r["kind"] == "lm":
