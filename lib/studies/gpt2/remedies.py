@@ -667,8 +667,13 @@ def cost_words(rows: list[dict], bench: dict | None) -> str:
     out += (("Of those that prevented it in two seeds or more, the cheapest" if sure else
              "None has prevented it in two seeds yet; the cheapest") + (" of those timed" if untimed else "")
             + f": {_change(best)}"
-            + (f", level within the rounds' range with {' and '.join(level)}" if level else "") + ".")
+            + (f", level within the rounds' range with {series(level)}" if level else "") + ".")
     return out + (f" Not timed yet: {', '.join(untimed)}." if untimed else "")
+
+
+def series(words: list[str]) -> str:
+    """Words as a reader lists them: "a", "a and b", "a, b and c"."""
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
 def o_error_words(rows: list[dict], arms=FIX_ARMS) -> str:
