@@ -62,11 +62,15 @@ def recorded_inputs(scale: str = "full", root: Path | None = None) -> set[str]:
     return out
 
 
+def member_bytes(npz: Path) -> dict[str, int]:
+    """{array key: its compressed bytes in `npz`}."""
+    with zipfile.ZipFile(npz) as z:
+        return {i.filename[:-len(".npy")]: i.compress_size for i in z.infolist() if i.filename.endswith(".npy")}
+
+
 def droppable(npz: Path, patterns=THIN) -> dict[str, int]:
     """{array key: its compressed bytes in `npz`} for the keys matching `patterns`."""
-    with zipfile.ZipFile(npz) as z:
-        sizes = {i.filename[:-len(".npy")]: i.compress_size for i in z.infolist() if i.filename.endswith(".npy")}
-    return {k: n for k, n in sizes.items() if any(fnmatch.fnmatchcase(k, p) for p in patterns)}
+    return {k: n for k, n in member_bytes(npz).items() if any(fnmatch.fnmatchcase(k, p) for p in patterns)}
 
 
 def plan(names=None, scale: str = "full", root: Path | None = None, patterns=THIN, keep=KEEP) -> list[dict]:
@@ -106,8 +110,8 @@ def thin(name: str, drop: list[str], scale: str = "full", root: Path | None = No
                                           and back[k].tobytes() == kept[k].tobytes() for k in kept)
     if not same:                                        # cannot happen with numpy's own format; refuse if it does
         raise RuntimeError(f"{name}: the kept arrays do not read back bit for bit; nothing written")
-    sizes = droppable(npz, [f"{k}" for k in drop])
-    record = dict(dropped=sorted(drop), bytes=sum(sizes.values()), old_npz_sha256=_sha256(npz),
+    sizes = member_bytes(npz)
+    record = dict(dropped=sorted(drop), bytes=sum(sizes[k] for k in drop), old_npz_sha256=_sha256(npz),
                   old_content_hash=results.content_hash(name, scale, root), reason=reason)
     rewrite_meta(root / scale / f"{name}.json", lambda meta: meta.setdefault("thinned", []).append(record))
     fd, tmp = tempfile.mkstemp(dir=npz.parent, suffix=".npz.tmp")
