@@ -231,7 +231,8 @@ def test_the_cost_of_each_change_that_prevented_the_failure():
                                 for x in timed["groups"][0]]])
     assert remedies.cost_words(rows, near).endswith(
         "the cheapest: O in FP32, level within the rounds' range with δ from an FP32 O.")
-    assert [remedies.series(w) for w in (["a"], ["a", "b"], ["a", "b", "c"])] == ["a", "a and b", "a, b and c"]
+    assert [remedies.series(w) for w in ([], ["a"], ["a", "b"], ["a", "b", "c"])] == ["", "a", "a and b",
+                                                                                       "a, b and c"]
     uncompiled = dict(bench, groups=[[dict(x, compile=False) for x in bench["groups"][0]]])
     assert remedies.step_costs(rows, uncompiled) == {}
     assert remedies.cost_words(rows, None) == "What O in FP32 and δ from an FP32 O cost in a training step is not measured yet."

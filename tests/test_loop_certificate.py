@@ -85,15 +85,21 @@ def test_a_commit_git_lacks_is_stood_in_for_by_a_commit_with_the_recorded_finger
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=lc.ROOT, capture_output=True, text=True).stdout.strip()
     gone = "e" * 40
     rekey = {"from": "a:run", "to": "b:run", "old_commit": head, "fingerprint": "f", "recorded_equal": True}
-    assert lc._stand_in({"meta": {"provenance_rekeys": [dict(rekey, recorded_equal=False), rekey]}}) == {
-        "stand_in": head}
-    assert lc._stand_in({"meta": {"provenance_rekeys": [dict(rekey, recorded_equal=False)]}}) == {}
-    assert lc._stand_in({"meta": {}}) == {}
+    one = {"provenance": {"code": {"b:run": "f"}}}
+    got = lambda log, meta=one: lc._stand_in({"meta": dict(meta, provenance_rekeys=log)})     # noqa: E731
+    assert got([dict(rekey, recorded_equal=False, old_commit=gone), rekey]) == {"stand_ins": [head]}
+    assert got([dict(rekey, old_commit=gone), rekey]) == {"stand_ins": [gone, head]}           # in the log's order
+    assert got([dict(rekey, recorded_equal=False)]) == {} and lc._stand_in({"meta": one}) == {}
+    # after an entry that replaced the recorded fingerprint, equality shows only equivalence to the replacement
+    replaced = {"kind": "certificate", "from_fingerprint": "f", "to_fingerprint": "g", "commit": head}
+    assert got([replaced, rekey]) == {} and got([rekey, replaced, dict(rekey, old_commit=gone)]) == {
+        "stand_ins": [head]}
+    assert got([rekey], {"provenance": {"code": {"b:run": "f", "c:run": "h"}}}) == {}  # one re-keying, one entry
     run = next(r for r in lc.plan()["runs"] if r["kind"] == "proxy")
-    lost = dict(run, commit=gone, stand_in=head, also=[])
-    assert lc.old_tree_of(lost, None, None, lc.ROOT) == head                 # git lacks the commit, has the stand-in
-    assert lc.old_tree_of(dict(lost, stand_in=None), None, None, lc.ROOT) == gone
-    assert lc.old_tree_of(dict(run, stand_in=gone), None, None, lc.ROOT) == run["commit"]   # own commit first
+    lost = dict(run, commit=gone, stand_ins=[gone[:-1] + "d", head], also=[])
+    assert lc.old_tree_of(lost, None, None, lc.ROOT) == head     # git lacks the commit and the first stand-in
+    assert lc.old_tree_of(dict(lost, stand_ins=None), None, None, lc.ROOT) == gone
+    assert lc.old_tree_of(dict(run, stand_ins=[head]), None, None, lc.ROOT) == run["commit"]   # own commit first
     assert lc.old_tree_of(lost, "HEAD", None, lc.ROOT) == "HEAD"            # one tree for all wins
     monkeypatch.setattr(lc, "plan", lambda names=None, root=lc.ROOT: {"runs": [lost], "not_covered": []})
     got = lc.prepare(tmp_path / "trees", repo=lc.ROOT)
@@ -103,7 +109,13 @@ def test_a_commit_git_lacks_is_stood_in_for_by_a_commit_with_the_recorded_finger
     rec = lc.certify_runs(None, tmp_path / "out", steps=2, shrink=True, trees=tmp_path / "trees")
     (r,) = rec["runs"]
     assert r["bit_identical"] and r["old"] == head and r["stand_in_for"] == gone, r
-    monkeypatch.setattr(lc, "plan", lambda names=None, root=lc.ROOT: {"runs": [dict(lost, stand_in=None)],
+    assert "1 against a stand-in" in lc.summary(rec)
+    # carried into a later record, the combination still says what it stands in for
+    carry = tmp_path / "out" / lc.RECORD
+    again = lc.certify_runs(None, tmp_path / "out2", steps=2, shrink=True, trees=tmp_path / "trees", carry=carry)
+    (r2,) = again["runs"]
+    assert r2.get("carried_from") and r2["old"] == head and r2["stand_in_for"] == gone, r2
+    monkeypatch.setattr(lc, "plan", lambda names=None, root=lc.ROOT: {"runs": [dict(lost, stand_ins=None)],
                                                                       "not_covered": []})
     assert lc.prepare(tmp_path / "t2", repo=lc.ROOT)["missing"] == [gone]
 

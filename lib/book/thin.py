@@ -90,9 +90,16 @@ def plan(names=None, scale: str = "full", root: Path | None = None, patterns=THI
     return rows
 
 
-def thin(name: str, drop: list[str], scale: str = "full", root: Path | None = None, reason: str = REASON) -> dict:
-    """Drop the arrays `drop` from result `name` (steps 1–3 of the module docstring); returns the meta record."""
+def thin(name: str, drop: list[str], scale: str = "full", root: Path | None = None, reason: str = REASON,
+         keep=KEEP) -> dict:
+    """Drop the arrays `drop` from result `name` (steps 1–3 of the module docstring); returns the meta record. The
+    new .npz is written beside the old one first, then the meta, then the .npz replaced; a failure before the last
+    step restores the meta and removes the new file."""
     root = Path(root) if root else results.RESULTS_DIR
+    if not drop:
+        raise ValueError(f"{name}: nothing to drop (re-saving the arrays would change the content hash for nothing)")
+    if name in keep:
+        raise ValueError(f"{name}: a chapter reads the arrays of this result that the patterns match")
     if name in recorded_inputs(scale, root):
         raise ValueError(f"{name}: another result records its content hash; thinning it would stale that one")
     npz = root / scale / f"{name}.npz"
@@ -113,11 +120,20 @@ def thin(name: str, drop: list[str], scale: str = "full", root: Path | None = No
     sizes = member_bytes(npz)
     record = dict(dropped=sorted(drop), bytes=sum(sizes[k] for k in drop), old_npz_sha256=_sha256(npz),
                   old_content_hash=results.content_hash(name, scale, root), reason=reason)
-    rewrite_meta(root / scale / f"{name}.json", lambda meta: meta.setdefault("thinned", []).append(record))
-    fd, tmp = tempfile.mkstemp(dir=npz.parent, suffix=".npz.tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(buf.getvalue())
-    os.replace(tmp, npz)
+    js = root / scale / f"{name}.json"
+    text = js.read_text()
+    fd, tmp = tempfile.mkstemp(dir=npz.parent, prefix=f".{name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(buf.getvalue())
+            f.flush()
+            os.fsync(f.fileno())
+        rewrite_meta(js, lambda meta: meta.setdefault("thinned", []).append(record))
+        os.replace(tmp, npz)
+    except BaseException:
+        js.write_text(text)
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return record
 
 

@@ -145,14 +145,22 @@ _SHARD = threading.local()
 
 
 def _stand_in(res: dict) -> dict:
-    """{"stand_in": commit} where the result records a re-keying (`lib.book.rekey`) that found, at a commit of this
-    repository, the very fingerprint the result recorded for its code (``recorded_equal``): that commit's tree runs
-    the result's code unchanged by provenance's own measure, so it can stand in for the result's own commit where
-    git no longer has that one; {} where the result records none."""
+    """{"stand_ins": [commit, …]} where the result records re-keyings (`lib.book.rekey`) that found, at a commit of
+    this repository, the very fingerprint the result recorded for its code (``recorded_equal``): that commit's tree
+    runs the result's code unchanged by provenance's own measure, so it can stand in for the result's own commit where
+    git no longer has that one. Only while the recorded fingerprint is still the one the result's run recorded: the
+    log is read in order up to its first entry that replaced the fingerprint (a certificate, a re-keying of unused
+    code, a change of hashing: ``to_fingerprint``), since a later equality shows only equivalence to that replacement;
+    and only for a result that records one code entry, which one re-keying covers. {} where there is none."""
+    if len((res["meta"].get("provenance") or {}).get("code") or {}) != 1:
+        return {}
+    out = []
     for k in res["meta"].get("provenance_rekeys") or []:
-        if k.get("recorded_equal") and k.get("old_commit"):
-            return {"stand_in": k["old_commit"]}
-    return {}
+        if "to_fingerprint" in k:
+            break
+        if k.get("recorded_equal") and k.get("old_commit") and k["old_commit"] not in out:
+            out.append(k["old_commit"])
+    return {"stand_ins": out} if out else {}
 
 
 def _proxy_runs(name: str, res: dict) -> list[dict] | None:
@@ -302,10 +310,10 @@ def _blobs(repo: Path, commit: str) -> dict:
 
 def prepare(trees: Path, names=None, old_commit: str | None = None, repo: Path = ROOT) -> dict:
     """For `run --trees` on a machine without git history: write `trees`/<commit>.tar.gz for each old tree the plan
-    of `names` needs (`old_commit` for all, else each result's commit) — the sources provenance indexes, and data/
-    only where a file of it differs from this tree's (the runs otherwise share this tree's) —, `trees`/HEAD (this
-    tree's commit) and `trees`/missing.json (commits git does not have). Returns {"trees": {commit: bytes},
-    "missing": [commit, …]}."""
+    of `names` needs (`old_commit` for all, else each result's commit, or its stand-in where git lacks that one) —
+    the sources provenance indexes, and data/ only where a file of it differs from this tree's (the runs otherwise
+    share this tree's) —, `trees`/HEAD (this tree's commit) and `trees`/missing.json (commits git does not have).
+    Returns {"trees": {commit: bytes}, "missing": [commit, …]}."""
     trees.mkdir(parents=True, exist_ok=True)
     head = _git(repo, "rev-parse", "HEAD").stdout.strip()
     head_data = _blobs(repo, "HEAD")
@@ -335,11 +343,10 @@ def _have(commit: str, trees: Path | None, repo: Path) -> bool:
 
 def old_tree_of(run: dict, old_commit: str | None, trees: Path | None, repo: Path) -> str:
     """The commit whose tree is `run`'s old tree: `old_commit` where given; else its result's commit, or, where that
-    tree is not to be had and the result records a stand-in (`_stand_in`) that is, the stand-in."""
-    if old_commit:
-        return old_commit
-    c, s = run["commit"], run.get("stand_in")
-    return s if s and not _have(c, trees, repo) and _have(s, trees, repo) else c
+    tree is not to be had, the first of the result's stand-ins (`_stand_in`) that is."""
+    if old_commit or _have(run["commit"], trees, repo):
+        return old_commit or run["commit"]
+    return next((s for s in run.get("stand_ins") or () if _have(s, trees, repo)), run["commit"])
 
 
 def _unpack(commit: str, dest: Path, trees: Path | None, repo: Path) -> Path:
@@ -426,6 +433,8 @@ def certify_runs(old_commit: str | None, out: Path, steps: int = 100, names=None
                 prints[r["kind"]] = tree_fingerprint(r["kind"], repo)
             r["new_fingerprint"] = prints[r["kind"]]
             old = old_tree_of(r, old_commit, trees, repo)
+            if old != r["commit"] and not old_commit:
+                r["stand_in_for"] = r["commit"]         # said whether it is carried or trained
             c = carried(r, prior, r["new_fingerprint"], versions, steps, old, shrink)
             if c is not None:           # the same code certified before: taken over, not trained again
                 r.update({k: c[k] for k in ("old", "determinism", "strict_error", "determinism_warnings",
@@ -444,8 +453,6 @@ def certify_runs(old_commit: str | None, out: Path, steps: int = 100, names=None
             t1 = time.perf_counter()
             try:
                 r["old"] = commit = old
-                if commit != r["commit"] and not old_commit:
-                    r["stand_in_for"] = r["commit"]
                 if commit not in unpacked:
                     unpacked[commit] = _unpack(commit, Path(tmp) / f"old_{len(unpacked)}", trees, repo)
                 if r["kind"] == "lm":
@@ -520,11 +527,13 @@ def summary(rec: dict) -> str:
     n = counts(rec)
     strict = sum(r.get("determinism") == "strict" for r in done)
     took = sum(bool(r.get("carried_from")) for r in done)
+    stood = sum(bool(r.get("stand_in_for")) for r in done)
     return (f"{n['bit-identical']} of {len(done)} combinations bit-identical, {n['DIFFERS']} differ between the trees, "
             f"{n['VARIES']} vary from run to run, {n['ERROR']} errors ({len(rec['runs']) - len(done)} not run yet; "
             f"{rec['steps']} steps each, {rec['device']}{', shrunk: certifies nothing' if rec['shrunk'] else ''}; "
             f"{strict} of {len(done)} with every op deterministic"
-            + (f"; {took} carried from an earlier run of the same code" if took else "") + "); "
+            + (f"; {took} carried from an earlier run of the same code" if took else "")
+            + (f"; {stood} against a stand-in for a commit this repository lacks" if stood else "") + "); "
             f"results not covered: {', '.join(rec['not_covered']) or 'none'}")
 
 

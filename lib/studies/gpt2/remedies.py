@@ -645,7 +645,7 @@ def cost_words(rows: list[dict], bench: dict | None) -> str:
     timed = sorted((a for a in ok if a in cost), key=lambda a: cost[a]["vs_base"])
     untimed = [_change(a) for a in ok if a not in cost]
     if not timed:
-        return f"What {' and '.join(untimed)} cost in a training step is not measured yet."
+        return f"What {series(untimed)} cost in a training step is not measured yet."
     where = (f"one {bench['device']}" if bench.get("device") else
              f"one GPU per benchmark: {', '.join(bench['devices'])}" if bench.get("devices") else "one GPU")
 
@@ -672,8 +672,8 @@ def cost_words(rows: list[dict], bench: dict | None) -> str:
 
 
 def series(words: list[str]) -> str:
-    """Words as a reader lists them: "a", "a and b", "a, b and c"."""
-    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+    """Words as a reader lists them: "", "a", "a and b", "a, b and c"."""
+    return "" if not words else words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
 def o_error_words(rows: list[dict], arms=FIX_ARMS) -> str:
