@@ -15,7 +15,7 @@ def test_counts_every_run_and_names_the_stand_ins_and_the_rest():
                  + [dict(kind="proxy", done=True, bit_identical=False, determinism="warn")]
                  + [dict(kind="proxy", done=False)])
     text = gpu_certificate.words([gpt2, proxy])
-    assert "(9: 3 GPT-2 and 6 small-proxy)" in text and "trained 100 steps on one NVIDIA H100 80GB HBM3" in text
+    assert "(9: 3 of GPT-2 and 6 of the small proxy model)" in text and "trained 100 steps on one NVIDIA H100 80GB HBM3" in text
     assert "8 of 9 gave bit-identical" in text and "8 of them with every operation deterministic" in text
     assert "For 1 of them the commit" in text and "1 have not run yet." in text and "(Certificates: " in text
     whole = gpu_certificate.words([gpt2])

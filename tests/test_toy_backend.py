@@ -7,9 +7,10 @@ The toy backend is FP32 softmax attention written out (so it must agree with the
 call (the layer its `AttnCall` names), so each test can tell that it, and not another backend, ran.
 
 The tests marked xfail(strict) are the parts of the acceptance the code does not meet yet: a spec *string* cannot name
-a backend added to the table (`AttnSpec.parse` knows only "sdpa" and "naive" as bare names, lib/training/spec.py:88),
+a backend added to the table (`AttnSpec.parse` knows only "sdpa" and "naive" as bare names),
 so neither `GPTConfig(attn="toy")`, the proxy studies' `TrainConfig(attn="toy")` nor a registry entry (TOML holds
-strings) can select it; and `describe` calls any backend it has no words for "FA2 placement" (spec.py:153, 216-229).
+strings) can select it; and `describe` calls any backend it has no words for
+"FA2 placement" (its word table in lib/training/spec.py).
 They start passing (and, being strict, fail) once that is fixed: then drop the marks.
 """
 import importlib
@@ -158,7 +159,7 @@ def test_the_registry_entry_resolves(toy, toy_registry):
 
 @pytest.mark.xfail(strict=True, raises=ValueError,
                    reason="a spec string cannot name a backend added to BACKENDS: AttnSpec.parse accepts only "
-                          "'sdpa' and 'naive' as bare names (lib/training/spec.py:88), so the grid's "
+                          "'sdpa' and 'naive' as bare names, so the grid's "
                           "GPTConfig(attn='toy') raises")
 def test_the_registry_entry_runs_through_the_one_loop(toy, toy_registry):
     e = registry.get("toy_grid", path=toy_registry)
@@ -170,8 +171,7 @@ def test_the_registry_entry_runs_through_the_one_loop(toy, toy_registry):
 
 # ------------------------------------------------------------------------------------------------ the spec grammar
 @pytest.mark.xfail(strict=True, raises=ValueError,
-                   reason="AttnSpec.parse accepts only 'sdpa' and 'naive' as bare backend names "
-                          "(lib/training/spec.py:88)")
+                   reason="AttnSpec.parse accepts only 'sdpa' and 'naive' as bare backend names")
 def test_a_spec_string_names_it(toy):
     assert AttnSpec.parse("toy").backend == "toy"
     assert GPTConfig(**TINY, attn="toy").layer_specs()[0].backend == "toy"
@@ -181,7 +181,7 @@ def test_a_spec_string_names_it(toy):
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="describe() has words only for sdpa/naive/dose/authors (lib/training/spec.py:153, 216) "
+                   reason="describe() has words only for sdpa/naive/dose/authors (its table in lib/training/spec.py) "
                           "and reads any other backend as our kernel's default profile, 'FA2 placement'")
 def test_describe_does_not_mislabel_it(toy):
     words = describe(AttnSpec(backend="toy"))

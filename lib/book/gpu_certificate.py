@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lib.book import catalogue
 
-KIND_WORDS = {"lm": "GPT-2", "proxy": "small-proxy"}
+KIND_WORDS = {"lm": "of GPT-2", "proxy": "of the small proxy model"}
 
 
 def words(recs) -> str:
