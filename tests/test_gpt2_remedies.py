@@ -557,3 +557,76 @@ def test_base_outcome_words_say_whether_the_unchanged_arm_failed_where_the_arm_r
     back = [dict(r, base_back=75) for r in o32]
     assert remedies.base_outcome_words(back, "paper_o32").endswith(", and came back)")
     assert remedies.base_outcome_words(o32, "paper_qk") == ""
+
+
+def test_the_dial_reading_fixed_before_the_runs_follows_each_pair_of_verdicts():
+    """Each pair of the prevents rule's verdicts (S in FP32, P̄ and ℓ in FP32) gets the reading fixed before the
+    runs; an arm not run leaves its half open and says which arm will close it; nothing decided, nothing said."""
+    chain = _chain()
+    assert remedies.dial_reading([]) == ""
+
+    def arm(arm, spec, fails):
+        return remedies.arm_rows([_remedy(arm, arm, spec, "paper", [1], fail_at=260 if fails else None)], chain)
+    s_ok, s_bad = (arm("paper_s32", "paper/round_block=512/round_s=false", f) for f in (False, True))
+    p_ok, p_bad = (arm("paper_pl32", "paper/round_block=512/round_p=false/round_l=false", f) for f in (False, True))
+    said = {k: remedies.dial_reading(v) for k, v in {
+        "ok,bad": s_ok + p_bad, "bad,ok": s_bad + p_ok, "ok,ok": s_ok + p_ok, "bad,bad": s_bad + p_bad,
+        "bad,-": s_bad, "ok,-": s_ok, "-,bad": p_bad, "-,ok": p_ok}.items()}
+    assert all(t.startswith("By that reading, in seed 1, the failure ") or t.startswith("By that reading, in seed 1, "
+                                                                                      "either") for t in said.values())
+    assert "needs the BF16 scores — the rounding that makes large logits tie" in said["ok,bad"]
+    assert said["bad,ok"].endswith("the failure needs the rounding of P̄ and ℓ.")
+    assert said["ok,ok"].endswith("needs both roundings.")
+    assert "that of P̄V, the paper's — carries the failure, or each" in said["bad,bad"]
+    assert said["bad,-"].startswith("By that reading, in seed 1, the failure does not need the BF16 scores; the arm "
+                                    "with P̄ and ℓ in FP32 will tell")
+    assert "will tell whether it needs their rounding too" in said["ok,-"]
+    assert said["-,bad"].startswith("By that reading, in seed 1, the failure does not need the rounding of P̄ and ℓ")
+    assert "the arm with S in FP32 will tell whether it needs the BF16 scores too" in said["-,ok"]
+    assert len(set(said.values())) == 8
+    # where the unchanged arm did not fail, nothing is decided, so nothing is read
+    calm = [dict(r, base_fail=None, base_steps=400) for r in s_bad]
+    assert remedies.dial_reading(calm) == ""
+
+
+def _split(res, label, tie, ell, pairs=10.0, steps=(0, 100, 200, 300)):
+    """Plant the chain probe's split of O's error on run `label`: per pair `tie` ULP from the rounding of P̄V and
+    `ell` from the rest, every event and (layer, head)."""
+    n = np.full((len(steps), L, H), pairs)
+    for part, v in (("tie", tie), ("ell", ell)):
+        res.arrays.update({f"{label}__probe__err_{part}_sum": n * v, f"{label}__probe__err_{part}_agree": n * 0.5,
+                           f"{label}__probe__err_{part}_nz": n})
+
+
+def test_the_dial_lean_says_how_much_of_o_s_lean_an_arm_kept_and_how_it_ended():
+    """Read after the runs: the dial arm's O error along sign(V) on the conjunction beside its unchanged arm's over
+    the steps before that arm failed, the share kept, the P̄V part where split, and (where the arm failed first)
+    both again before the arm's own failure."""
+    chain = _chain()
+    _probe(chain, "paper:s1", 6.0, 0.5)
+    s32 = _remedy("s32", "paper_s32", "paper/round_block=512/round_s=false", "paper", [1], fail_at=150)
+    assert remedies.dial_lean_words(remedies.arm_rows([s32], chain)) == ""            # no probe on the arm
+    _probe(s32, "paper_s32:s1", 0.012, 0.51)
+    _split(s32, "paper_s32:s1", -0.01, 0.022)
+    _split(chain, "paper:s1", 0.07, 5.93)
+    rows = remedies.arm_rows([s32], chain)
+    (r,) = rows
+    f = r["base_fail"]
+    assert 250 <= f < 260 and r["fail"] is not None and 150 <= r["fail"] < 160
+    assert r["split"]["tie_mean"] == pytest.approx(-0.01) and r["base_split"]["tie_mean"] == pytest.approx(0.07)
+    assert r["early"]["step"] == r["fail"] and r["early"]["o_err"]["events"] == 2
+    words = remedies.dial_lean_words(rows)
+    assert words == ("By a reading made after the runs (no rule for it was registered before them): with S in FP32, "
+                     "seed 1, O's error along sign(V) on the conjunction pairs its chain probe measured over the 3 "
+                     f"events before step {f:,} is +0.012 ULP a pair (180 pairs), against +6 ULP (180 pairs) in the "
+                     "unchanged arm — 0.2 % of its lean; the rounding of P̄V, the paper's tie bias, gives −0.01 ULP "
+                     f"of it (the unchanged arm's: +0.07 ULP); and it failed, at step {r['fail']:,} (over the 2 events "
+                     "before that step, +0.012 ULP a pair against +6).")
+    # an arm that did not fail says so, with no second window
+    calm = _remedy("s32", "paper_s32", "paper/round_block=512/round_s=false", "paper", [1])
+    _probe(calm, "paper_s32:s1", 30.0, 0.6)
+    (c,) = remedies.arm_rows([calm], chain)
+    assert c["early"] is None and c["split"] is None
+    assert remedies.dial_lean_words([c]).endswith("is +30 ULP a pair (180 pairs), against +6 ULP (180 pairs) in the "
+                                                  "unchanged arm — 500 % of its lean; and it did not fail in 400 "
+                                                  "steps.")

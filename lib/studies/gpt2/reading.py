@@ -591,11 +591,11 @@ def lean_seeds(res, arm: str, level: float = LEAN_LEVEL) -> dict:
     return {k: (sum(s[f"{k}_share"] > 0.5 and s[f"{k}_p"] < level for s in signs), len(signs)) for k in ("dd", "push")}
 
 
-def probe_split(arrays: dict, labels) -> dict | None:
+def probe_split(arrays: dict, labels, until: int | None = None) -> dict | None:
     """The side probe's split of O's error along sign(V) on the conjunction (`lib.training.chain_probe.o_error_split`),
-    pooled over every event, probed layer and head of the runs `labels` (one label or several: an arm's seeds); None
-    when none of them recorded it (a run without the probe's `split`) or it is NaN throughout (no placement models
-    the arm's attention).
+    pooled over every event (those at steps below `until` where given), probed layer and head of the runs `labels`
+    (one label or several: an arm's seeds); None when none of them recorded it (a run without the probe's `split`),
+    when no event is left, or when it is NaN throughout (no placement models the arm's attention).
 
     Returns "n" (conjunction pairs), "n_entries" ((event, layer, head) entries with pairs) and per part ("tie": the
     rounding of P̄V; "ell": the placement's P̄ and ℓ): its mean along sign(V) in ULP of O ("<part>_mean"); the
@@ -608,8 +608,12 @@ def probe_split(arrays: dict, labels) -> dict | None:
     from lib.stats import sign_test
     labels = [labels] if isinstance(labels, str) else list(labels)
     # (prefix, the (event, layer, head) entries the split was measured on) of every run that recorded it
-    got = [(pre, np.isfinite(np.asarray(arrays[pre + "err_tie_sum"], dtype=np.float64)))
-           for pre in (f"{lab}__probe__" for lab in labels) if pre + "err_tie_sum" in arrays]
+    def kept(pre):     # the (event, layer, head) entries measured, at the events before `until`
+        ok = np.isfinite(np.asarray(arrays[pre + "err_tie_sum"], dtype=np.float64))
+        if until is not None:
+            ok &= (np.asarray(arrays[pre + "step"]) < until).reshape((-1,) + (1,) * (ok.ndim - 1))
+        return ok
+    got = [(pre, kept(pre)) for pre in (f"{lab}__probe__" for lab in labels) if pre + "err_tie_sum" in arrays]
     if not any(ok.any() for _, ok in got):
         return None
     cat = {key: np.concatenate([np.asarray(arrays[pre + key], dtype=np.float64)[ok] for pre, ok in got])

@@ -22,12 +22,13 @@ import numpy as np
 
 from lib.studies.gpt2 import channels
 from lib.studies.gpt2.reading import (CHAIN_ARMS, FOCUS_LAYER, at_step, cfg_of, fp32_spread, layer_series,
-                                      outcomes, share_words)
+                                      outcomes, probe_split, share_words)
 
 __all__ = ["REMEDY_GROUPS", "CLAIM_ARMS", "SHORT", "PAPER_REMEDIES", "FIX_ARMS", "advice_words", "pending_words",
            "model_words", "census_totals", "bound_words", "bound_removes_conjunction",
            "EXACT_ARMS", "step_costs", "established", "merge_benches", "conj_error", "o_error_words", "zeroed_range",
-           "zeroed", "zeroed_words", "cost_words", "fix_words", "device_words", "brief_words", "outcome_words",
+           "zeroed", "zeroed_words", "dial_reading", "dial_lean_words", "cost_words", "fix_words", "device_words",
+           "brief_words", "outcome_words",
            "growth_words", "pending", "arm_rows", "verdicts", "claim_verdicts", "table", "glue_numbers", "seed_view"]
 
 # The registry's groups of channel and remedy entries this module reads (the injection is read by its own rule).
@@ -186,7 +187,10 @@ def arm_rows(remedies, chain, layer: int = FOCUS_LAYER) -> list[dict]:
     "horizon" (the registered steps, None where the configuration has none), "cut" (the step its wall budget
     stopped it at, before the horizon, or None), "device" and "base_device" (the GPU each trained on, None unknown),
     "o_err" and "base_o_err" (`conj_error` of the arm and of its baseline over the steps before the baseline failed,
-    or all steps where it did not), "census" and "base_census" (`census_totals` over the same steps), "model"
+    or all steps where it did not), "census" and "base_census" (`census_totals` over the same steps), "split" and
+    "base_split" (`probe_split`, the error's part from the rounding of P̄V and the rest, over the same steps; None
+    without the probe's split), "early" (where the arm failed before its baseline: {"step": its failure step,
+    "o_err", "base_o_err"} over the steps before it; else None), "model"
     (`model_words`: what the arm's model changes, "" where nothing), "reference" (the FP32-attention arm its growth
     is read against: its entry's registered reference, the comparison's by default — a QK-norm arm's is FP32
     attention with the same bound), "ref_ran" (whether that reference ran at this seed)}.
@@ -236,7 +240,13 @@ def arm_rows(remedies, chain, layer: int = FOCUS_LAYER) -> list[dict]:
                     # both over the steps before the unchanged arm failed (after it, another regime)
                     o_err=conj_error(arrays, lab, b and b[2]), base_o_err=conj_error(arrays, blab, b and b[2]),
                     census=census_totals(arrays, lab, b and b[2]),
-                    base_census=census_totals(arrays, blab, b and b[2])))
+                    base_census=census_totals(arrays, blab, b and b[2]),
+                    split=probe_split(arrays, [lab], b and b[2]),
+                    base_split=probe_split(arrays, [blab], b and b[2]),
+                    # where the arm failed first: both again over the steps before the arm's own failure
+                    early=({"step": fail, "o_err": conj_error(arrays, lab, fail),
+                            "base_o_err": conj_error(arrays, blab, fail)}
+                           if fail is not None and b and b[2] is not None and fail < b[2] else None)))
     return sorted(rows, key=lambda r: (r["seed"], r["entry"], r["arm"]))
 
 
@@ -407,6 +417,78 @@ def dial_words(rows: list[dict], arms=DIAL_ARMS, layer: int = FOCUS_LAYER) -> st
     missing = [f"the arm with {_change(a)}" for a in arms if a + "_words" not in g]
     return (text + (" " if text and missing else "")
             + (f"Not run yet: {' and '.join(missing)}." if missing else ""))
+
+
+# The dial's reading, fixed before its runs (chapter 2c), per pair of the prevents rule's verdicts (S in FP32, P̄ and ℓ
+# in FP32): True prevents the failure, False does not, None not decided (not run, or no seed where the paper failed).
+_DIAL_READING = {
+    (True, False): "the failure needs the BF16 scores — the rounding that makes large logits tie — and the rounding "
+                   "the fix corrects is not enough without them",
+    (False, True): "the failure needs the rounding of P̄ and ℓ",
+    (True, True): "the failure needs both roundings",
+    (False, False): "either the rounding the two arms share — that of P̄V, the paper's — carries the failure, or each "
+                    "of the two roundings is enough alone, and a further arm must tell which",
+    (False, None): "the failure does not need the BF16 scores; the arm with P̄ and ℓ in FP32 will tell whether it "
+                   "needs their rounding (if that arm prevents it) or whether the rounding of P̄V — the paper's — or "
+                   "either rounding alone carries it (if not)",
+    (True, None): "the failure needs the BF16 scores; the arm with P̄ and ℓ in FP32 will tell whether it needs their "
+                  "rounding too",
+    (None, False): "the failure does not need the rounding of P̄ and ℓ; the arm with S in FP32 will tell whether it "
+                   "needs the BF16 scores",
+    (None, True): "the failure needs the rounding of P̄ and ℓ; the arm with S in FP32 will tell whether it needs the "
+                  "BF16 scores too",
+}
+
+
+def dial_reading(rows: list[dict], arms=DIAL_ARMS) -> str:
+    """The precision dial's reading fixed before its runs, applied to the prevents rule's verdicts (`verdicts`) on
+    its two arms (S in FP32, then P̄ and ℓ in FP32) over the seeds each ran: one sentence, naming the seeds that
+    decided; "" while neither arm is decided."""
+    mine = [r for r in rows if r["arm"] in arms]
+    v = verdicts(mine)
+    key = tuple(v.get(a) for a in arms)
+    if key not in _DIAL_READING:
+        return ""
+    seeds = {r["seed"] for r in mine if v.get(r["arm"]) is not None and r["base_fail"] is not None}
+    text = f"By that reading, in {_seeds_words(seeds)}, {_DIAL_READING[key]}."
+    return text[:1].upper() + text[1:]
+
+
+def _ulp(x: float) -> str:
+    """A mean error in ULP with its sign: two significant digits below 10, whole ULPs above."""
+    return (f"{x:+.0f}" if abs(x) >= 10 else f"{x:+.2g}").replace("-", "−")
+
+
+def dial_lean_words(rows: list[dict], arms=DIAL_ARMS) -> str:
+    """For a reader, a reading made after the runs: per dial arm and seed with the chain probe, O's error along
+    sign(V) on the conjunction pairs (`conj_error`, over the steps before the unchanged arm failed) beside the
+    unchanged arm's over the same steps, the share of that lean the arm kept, the part of it from the rounding of P̄V
+    (the paper's tie bias; `probe_split`) where measured, and the arm's outcome; "" when no row has both probes."""
+    parts = []
+    for r in sorted((r for r in rows if r["arm"] in arms and r.get("o_err") and r.get("base_o_err")),
+                    key=lambda r: (arms.index(r["arm"]), r["seed"])):
+        a, b = r["o_err"], r["base_o_err"]
+        until = f" before step {r['base_fail']:,}" if r["base_fail"] is not None else ""
+        pct = 100 * a["mean"] / b["mean"] if b["mean"] > 0 else None
+        kept = "" if pct is None else f" — {pct:.2g} % of its lean" if abs(pct) < 10 else f" — {pct:,.0f} % of its lean"
+        tie = ""
+        if r.get("split"):
+            tie = f"; the rounding of P̄V, the paper's tie bias, gives {_ulp(r['split']['tie_mean'])} ULP of it"
+            if r.get("base_split"):
+                tie += f" (the unchanged arm's: {_ulp(r['base_split']['tie_mean'])} ULP)"
+        end = (f"it failed, at step {r['fail']:,}" if r["fail"] is not None
+               else f"it did not fail in {r['steps']:,} steps")
+        e = r.get("early")
+        if e and e["o_err"] and e["base_o_err"]:
+            end += (f" (over the {e['o_err']['events']} events before that step, {_ulp(e['o_err']['mean'])} ULP a pair "
+                    f"against {_ulp(e['base_o_err']['mean'])})")
+        parts.append(f"with {_change(r['arm'])}, seed {r['seed']}, O's error along sign(V) on the conjunction pairs "
+                     f"its chain probe measured over the {a['events']} events{until} is {_ulp(a['mean'])} ULP a pair "
+                     f"({a['n']:,} pairs), against {_ulp(b['mean'])} ULP ({b['n']:,} pairs) in the unchanged arm"
+                     f"{kept}{tie}; and {end}")
+    if not parts:
+        return ""
+    return "By a reading made after the runs (no rule for it was registered before them): " + "; ".join(parts) + "."
 
 
 def _seeds_words(seeds) -> str:
