@@ -630,3 +630,15 @@ def test_the_dial_lean_says_how_much_of_o_s_lean_an_arm_kept_and_how_it_ended():
     assert remedies.dial_lean_words([c]).endswith("is +30 ULP a pair (180 pairs), against +6 ULP (180 pairs) in the "
                                                   "unchanged arm — 500 % of its lean; and it did not fail in 400 "
                                                   "steps.")
+
+
+def test_a_seed_with_every_remedy_arm_still_reads():
+    """Twelve arms in one seed's figure: the legend above grows, the panels keep their height, so the two-line axis
+    labels do not run into each other or into the tick labels (the book's figure check)."""
+    from lib.book import plotting
+    chain = _chain()
+    rems = [_remedy(a, a, "paper/round_block=512", "paper", [1], logit_scale=1e4) for a in remedies.SHORT]
+    fig = figures.remedy_figure(remedies.seed_view(chain, rems, 1), remedies.SHORT)
+    assert len(fig.axes[0].get_legend().get_texts()) == 3 + len(remedies.SHORT) - 1    # ours_fa2 not in the view
+    assert plotting.check_figure(fig) == []
+    assert fig.get_size_inches()[1] > 6.6

@@ -383,13 +383,17 @@ def status_table(root=None) -> list[dict]:
             verdicts[cid] = (5, dict(status=status, evidence=ev), chain + src)
     rem = [by_name[n] for g in g2m.REMEDY_GROUPS for n in registry.GROUPS[g] if n in by_name]
     if chain and rem:                           # the channel and the remedies, each arm against its baseline
-        for cid, rv in g2m.claim_verdicts(g2m.arm_rows(rem, g2r.merge_seeds(chain))).items():
+        arm_rows = g2m.arm_rows(rem, g2r.merge_seeds(chain))
+        for cid, rv in g2m.claim_verdicts(arm_rows).items():
             if rv["status"] == "not yet tested":
                 continue
             rank, old, src = verdicts.get(cid, (0, {}, []))
             ev = rv["evidence"] + (f"; the proxy, where link 1's preconditions are absent: {old['evidence']}"
                                    if old.get("evidence") else "")
-            verdicts[cid] = (5, dict(status=rv["status"], evidence=ev), chain + rem + src)
+            # cite the results that hold an arm of this claim (its evidence reads only those), not every remedy
+            used = {r["entry"] for r in arm_rows if r["arm"] in g2m.CLAIM_ARMS[cid]}
+            verdicts[cid] = (5, dict(status=rv["status"], evidence=ev), chain + [x for x in rem if x.name in used]
+                             + src)
     dose = [by_name[n] for n in registry.GROUPS["delta_dose"] if n in by_name]
     v = dose_reading.claim_delta_bias_dose(dose) if dose else None
     if v:                                       # stage 1 and stage 2 read together: the thresholds need both

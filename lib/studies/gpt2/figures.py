@@ -82,14 +82,21 @@ def _arm_seed_legend(ax, res, words=None, colours=None, arm_ls=None):
                           handles=handles, title=title)
 
 
+LEGEND_ROW_IN = 0.22       # inches a legend row takes at the book's text size (chain_figure)
+
+
 def chain_figure(res, words=None, arm_ls=None):
     """`words`: {arm: its label} for arms outside the comparison (`remedy_figure`); `arm_ls`: {arm: line style} in
     place of the seed's, for a figure of one seed (`remedy_figure`)."""
     rules = cfg_of(res)["rules"]
     colours = _CHAIN_STYLE | _REMEDY_STYLE
     words = CHAIN_ARMS | (words or {})
-    fig, axes = plotting.figure(3, 1, height=6.6, sharex=True)
     seeds = {int(r["label"].split(":s")[1]) for r in res.data["runs"] if "error" not in r}
+    # the legend above (one entry a row past 40 characters) grows with the arms and seeds; the panels keep their
+    # height, so that two-line axis labels still fit beside them
+    entries = len({r["label"].split(":s")[0] for r in res.data["runs"] if "error" not in r}) + (
+        0 if arm_ls else len(seeds))
+    fig, axes = plotting.figure(3, 1, height=6.6 + LEGEND_ROW_IN * max(0, entries - 9), sharex=True)
     if arm_ls and len(seeds) > 1:
         raise ValueError("chain_figure: line styles per arm need a figure of one seed")
     for run in res.data["runs"]:
