@@ -179,7 +179,8 @@ def test_fates_say_what_each_seed_did():
 
 def test_gpt2_chain_names_the_changes_that_prevented_the_failure(tmp_path):
     """The box's GPT-2 finding ends with the changes to the paper placement that prevented its failure by the
-    registered rule, and the seeds; without the channel and remedy results it does not, and it rests on them."""
+    registered rule, and the seeds; without the channel and remedy results it does not, and it rests on those holding
+    the arms it names."""
     from lib.book import results
     from lib.studies.gpt2 import reading as g2r, remedies as g2m
     if not (results.exists("gpt2_delta_s1", "full") and results.exists("gpt2_arms_s1", "full")):
@@ -195,7 +196,9 @@ def test_gpt2_chain_names_the_changes_that_prevented_the_failure(tmp_path):
     assert ok and all(found.REMEDY_WORDS[a] in f.text for a in ok) and len(seeds) >= 2
     assert (f", where {found.REMEDY_WORDS[ok[0]]}" in f.text if sorted(booms) == seeds
             else f"prevents it in seeds {found._list(seeds)}" in f.text)
-    assert {r.name for r in rem} <= {r.name for r in f.results}
+    # it rests on the results holding the arms it names, and on no other channel or remedy result
+    named = {r["entry"] for r in rows if r["arm"] in found.REMEDY_WORDS}
+    assert named and {r.name for r in rem} & {r.name for r in f.results} == named
     import shutil
     (tmp_path / "full").mkdir()
     for n in g2r.CHAIN_RESULTS:                      # the comparison alone: no sentence on remedies
