@@ -545,6 +545,13 @@ def test_the_dial_says_what_each_rounding_taken_away_did_and_which_has_not_run()
     # other arms in the rows are not the dial's
     o32 = remedies.arm_rows([_remedy("o32", "paper_o32", "paper/round_block=512/round_o=false", "paper", [1])], chain)
     assert remedies.dial_words(s32 + pl32 + o32) == both
+    # with the registered (arm, seed) pairs, each seed still to run is named
+    reg = [("paper_s32", 1), ("paper_pl32", 1), ("paper_s32", 2), ("paper_pl32", 2)]
+    assert remedies.dial_words(s32, registered=reg).endswith(
+        " Not run yet: S in FP32 at seed 2 and P̄ and ℓ in FP32 at seeds 1 and 2.")
+    assert remedies.dial_words(s32 + pl32, registered=reg).endswith(
+        " Not run yet: S in FP32 at seed 2 and P̄ and ℓ in FP32 at seed 2.")
+    assert "Not run yet" not in remedies.dial_words(s32 + pl32, registered=reg[:2])
 
 
 def test_base_outcome_words_say_whether_the_unchanged_arm_failed_where_the_arm_ran():

@@ -405,16 +405,22 @@ def base_outcome_words(rows: list[dict], arm: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def dial_words(rows: list[dict], arms=DIAL_ARMS, layer: int = FOCUS_LAYER) -> str:
+def dial_words(rows: list[dict], arms=DIAL_ARMS, layer: int = FOCUS_LAYER, registered=None) -> str:
     """For chapter 2c: what each arm of the precision dial did — per arm run, the change, its spec in words, its
-    outcome per seed, the prevents rule's verdict and its growth reading (`glue_numbers`) — then the arms not run
-    yet; "" when `arms` is empty."""
+    outcome per seed, the prevents rule's verdict and its growth reading (`glue_numbers`) — then what has not run
+    yet: with `registered` (the (arm, seed) pairs the registry holds for the dial), each arm's registered seeds
+    without a run; without it, the arms run in no seed. "" when `arms` is empty."""
     g = glue_numbers([r for r in rows if r["arm"] in arms])
     parts = [f"with {_change(a)} ({g[a + '_words']}): {g[a + '_outcome']}; by the rule it {g[a + '_prevents']} the "
              f"failure, and layer {layer}'s largest logit is {g[a + '_at']}" for a in arms if a + "_words" in g]
     text = "; ".join(parts)
     text = text[:1].upper() + text[1:] + "." if parts else ""
-    missing = [f"the arm with {_change(a)}" for a in arms if a + "_words" not in g]
+    if registered is None:
+        missing = [f"the arm with {_change(a)}" for a in arms if a + "_words" not in g]
+    else:
+        ran = {(r["arm"], r["seed"]) for r in rows}
+        left = {a: sorted({s for b, s in registered if b == a and (a, s) not in ran}) for a in arms}
+        missing = [f"{_change(a)} at {_seeds_words(v)}" for a, v in left.items() if v]
     return (text + (" " if text and missing else "")
             + (f"Not run yet: {' and '.join(missing)}." if missing else ""))
 
