@@ -629,6 +629,17 @@ def test_the_dial_lean_says_how_much_of_o_s_lean_an_arm_kept_and_how_it_ended():
                      "unchanged arm — 0.2 % of its lean; the rounding of P̄V, the paper's tie bias, gives −0.01 ULP "
                      f"of it (the unchanged arm's: +0.07 ULP); and it failed, at step {r['fail']:,} (over the 2 events "
                      "before that step, +0.012 ULP a pair against +6).")
+    # the probe's rows are where BF16 scores tie; with the FA2 placement's census (the arm's own ties) the sentence
+    # says how many conjunction pairs those gave and that the probe did not measure O on them
+    for res, lab, per_event in ((s32, "paper_s32:s1", 1000.0), (chain, "paper:s1", 3.0)):
+        res.arrays.update({f"{lab}__census__fa2/{k}": np.full((len(CENSUS), L, H), v) for k, v in
+                           (("n_conj", per_event), ("tie_rate", 0.5))})
+    (r,) = remedies.arm_rows([s32], chain)
+    assert r["census_fa2"]["n_conj"] == 3 * L * H * 1000 and r["base_census_fa2"]["n_conj"] == 3 * L * H * 3
+    assert remedies.dial_lean_words([r]).endswith(
+        f"this arm's own ties — FP32 scores whose P̄ rounds to 1 in BF16 — gave {3 * L * H * 1000:,} conjunction "
+        f"pairs in the census over the same steps, against the unchanged arm's {3 * L * H * 3}, and the probe did "
+        "not measure O on them, so whether the tie bias acts there is not measured.")
     # an arm that did not fail says so, with no second window
     calm = _remedy("s32", "paper_s32", "paper/round_block=512/round_s=false", "paper", [1])
     _probe(calm, "paper_s32:s1", 30.0, 0.6)

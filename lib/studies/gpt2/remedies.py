@@ -187,7 +187,9 @@ def arm_rows(remedies, chain, layer: int = FOCUS_LAYER) -> list[dict]:
     "horizon" (the registered steps, None where the configuration has none), "cut" (the step its wall budget
     stopped it at, before the horizon, or None), "device" and "base_device" (the GPU each trained on, None unknown),
     "o_err" and "base_o_err" (`conj_error` of the arm and of its baseline over the steps before the baseline failed,
-    or all steps where it did not), "census" and "base_census" (`census_totals` over the same steps), "split" and
+    or all steps where it did not), "census" and "base_census" (`census_totals` over the same steps, ties as BF16
+    scores make them), "census_fa2" and "base_census_fa2" (the same in the FA2 placement: ties where FP32 scores give
+    P̄ = 1 in BF16), "split" and
     "base_split" (`probe_split`, the error's part from the rounding of P̄V and the rest, over the same steps; None
     without the probe's split), "early" (where the arm failed before its baseline: {"step": its failure step,
     "o_err", "base_o_err"} over the steps before it; else None), "model"
@@ -241,6 +243,8 @@ def arm_rows(remedies, chain, layer: int = FOCUS_LAYER) -> list[dict]:
                     o_err=conj_error(arrays, lab, b and b[2]), base_o_err=conj_error(arrays, blab, b and b[2]),
                     census=census_totals(arrays, lab, b and b[2]),
                     base_census=census_totals(arrays, blab, b and b[2]),
+                    census_fa2=census_totals(arrays, lab, b and b[2], placement="fa2"),
+                    base_census_fa2=census_totals(arrays, blab, b and b[2], placement="fa2"),
                     split=probe_split(arrays, [lab], b and b[2]),
                     base_split=probe_split(arrays, [blab], b and b[2]),
                     # where the arm failed first: both again over the steps before the arm's own failure
@@ -469,7 +473,12 @@ def dial_lean_words(rows: list[dict], arms=DIAL_ARMS) -> str:
     """For a reader, a reading made after the runs: per dial arm and seed with the chain probe, O's error along
     sign(V) on the conjunction pairs (`conj_error`, over the steps before the unchanged arm failed) beside the
     unchanged arm's over the same steps, the share of that lean the arm kept, the part of it from the rounding of P̄V
-    (the paper's tie bias; `probe_split`) where measured, and the arm's outcome; "" when no row has both probes."""
+    (the paper's tie bias; `probe_split`) where measured, and the arm's outcome; "" when no row has both probes.
+
+    The probe picks its rows where BF16 scores tie (`lib.training.chain_probe.default_classes`: the paper
+    placement's ties, the unchanged arm's). For the arm with S in FP32 those are not its own tied rows — its ties are
+    FP32 scores whose P̄ rounds to 1 in BF16, the census's FA2 placement — so the sentence gives that census's
+    conjunction pairs for both arms over the same steps and says that those rows were not probed."""
     parts = []
     for r in sorted((r for r in rows if r["arm"] in arms and r.get("o_err") and r.get("base_o_err")),
                     key=lambda r: (arms.index(r["arm"]), r["seed"])):
@@ -488,10 +497,17 @@ def dial_lean_words(rows: list[dict], arms=DIAL_ARMS) -> str:
         if e and e["o_err"] and e["base_o_err"]:
             end += (f" (over the {e['o_err']['events']} events before that step, {_ulp(e['o_err']['mean'])} ULP a pair "
                     f"against {_ulp(e['base_o_err']['mean'])})")
+        own = ""
+        if r["arm"] == "paper_s32" and r.get("census_fa2") and r.get("base_census_fa2"):
+            own = (f". Those are the rows where BF16 scores tie, the unchanged arm's; this arm's own ties — FP32 "
+                   f"scores whose P̄ rounds to 1 in BF16 — gave {r['census_fa2']['n_conj']:,} conjunction pairs in "
+                   f"the census over the same steps, against the unchanged arm's "
+                   f"{r['base_census_fa2']['n_conj']:,}, and the probe did not measure O on them, so whether the tie "
+                   "bias acts there is not measured")
         parts.append(f"with {_change(r['arm'])}, seed {r['seed']}, O's error along sign(V) on the conjunction pairs "
                      f"its chain probe measured over the {a['events']} events{until} is {_ulp(a['mean'])} ULP a pair "
                      f"({a['n']:,} pairs), against {_ulp(b['mean'])} ULP ({b['n']:,} pairs) in the unchanged arm"
-                     f"{kept}{tie}; and {end}")
+                     f"{kept}{tie}; and {end}{own}")
     if not parts:
         return ""
     return "By a reading made after the runs (no rule for it was registered before them): " + "; ".join(parts) + "."
