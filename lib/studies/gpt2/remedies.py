@@ -502,8 +502,8 @@ def dial_lean_words(rows: list[dict], arms=DIAL_ARMS) -> str:
             own = (f". Those are the rows where BF16 scores tie, the unchanged arm's; this arm's own ties — FP32 "
                    f"scores whose P̄ rounds to 1 in BF16 — gave {r['census_fa2']['n_conj']:,} conjunction pairs in "
                    f"the census over the same steps, against the unchanged arm's "
-                   f"{r['base_census_fa2']['n_conj']:,}, and the probe did not measure O on them, so whether the tie "
-                   "bias acts there is not measured")
+                   f"{r['base_census_fa2']['n_conj']:,}, and the chain probe did not measure O on them, so whether "
+                   "the tie bias acts there is not measured")
         parts.append(f"with {_change(r['arm'])}, seed {r['seed']}, O's error along sign(V) on the conjunction pairs "
                      f"its chain probe measured over the {a['events']} events{until} is {_ulp(a['mean'])} ULP a pair "
                      f"({a['n']:,} pairs), against {_ulp(b['mean'])} ULP ({b['n']:,} pairs) in the unchanged arm"
