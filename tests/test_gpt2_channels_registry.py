@@ -178,6 +178,18 @@ def test_cheapest_arms_train_two_steps(name, label):
         assert f"{label}:s0__probe__layers" in out["arrays"]
 
 
+def test_a_probe_on_its_own_ties_is_recorded_so():
+    """An entry whose chain probe measures each layer's own ties records that in its result (a reader needs it: a
+    result without it was probed where BF16 scores tie); one with the default records nothing new."""
+    cfg = registry.resolve("gpt2_qknorm", "ci")
+    cfg["arms"] = [a for a in cfg["arms"] if a["label"] == "fp32_qk"]
+    cfg["steps"] = 2
+    assert "placement" not in cfg["probe"] and "probe_placement" not in arms.run("ci", cfg)["data"]
+    cfg["probe"] = dict(cfg["probe"], placement="own")
+    out = arms.run("ci", cfg)
+    assert out["data"]["probe_placement"] == "own" and "fp32_qk:s0__probe__layers" in out["arrays"]
+
+
 def test_the_dial_entries_follow_gpt2_arms_at_the_seeds_where_the_paper_arm_failed():
     """The precision dial (S in FP32; P̄ and ℓ in FP32) at seeds 1 and 2 — the seeds whose paper arm failed in the
     committed comparison, so the prevents rule can decide — one entry an arm (a one-GPU hold decides one), with
@@ -200,6 +212,10 @@ def test_the_dial_entries_follow_gpt2_arms_at_the_seeds_where_the_paper_arm_fail
         for a in cfg["arms"]:
             nm = GPTConfig(**(cfg["model"] | {"attn": a["attn"]})).layer_specs()[0].numerics
             assert nm.round_block == 512 and (not nm.round_s) != (not nm.round_p and not nm.round_l), a["label"]
+        # the chain probe as the comparison's (with its split); the entries registered after seed 1's run of S in
+        # FP32 probe each layer's own ties (with S in FP32, the FA2 placement's), which that run did not
+        own = {} if name == "gpt2_dial_s1" else {"placement": "own"}
+        assert cfg["probe"] == dict(ref["probe"], split=True, **own)
     if results.exists("gpt2_arms_s1", "full") and results.exists("gpt2_arms_s2", "full"):
         oc = g2r.outcomes(g2r.merge_seeds([results.load(n, "full") for n in ("gpt2_arms_s1", "gpt2_arms_s2")]))
         assert all(o[2] is not None for o in oc["paper"])            # the baseline failed in both seeds

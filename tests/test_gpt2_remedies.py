@@ -640,6 +640,13 @@ def test_the_dial_lean_says_how_much_of_o_s_lean_an_arm_kept_and_how_it_ended():
         f"this arm's own ties — FP32 scores whose P̄ rounds to 1 in BF16 — gave {3 * L * H * 1000:,} conjunction "
         f"pairs in the census over the same steps, against the unchanged arm's {3 * L * H * 3}, and the chain "
         "probe did not measure O on them, so whether the tie bias acts there is not measured.")
+    # an arm whose probe measured on its own ties (recorded in its result) says that, and not the caveat
+    s32.data["probe_placement"] = "own"
+    (r,) = remedies.arm_rows([s32], chain)
+    assert r["probe_placement"] == "own"
+    assert remedies.dial_lean_words([r]).endswith(
+        "Its chain probe measured on its own ties, FP32 scores whose P̄ rounds to 1 in BF16 (the unchanged arm's on "
+        "its own, where BF16 scores tie).")
     # an arm that did not fail says so, with no second window
     calm = _remedy("s32", "paper_s32", "paper/round_block=512/round_s=false", "paper", [1])
     _probe(calm, "paper_s32:s1", 30.0, 0.6)

@@ -50,9 +50,9 @@ def test_probe_captures_the_training_losss_do(toy):
     got = {}
     real_measure = probe.measure
 
-    def spy(l, attn, opt):
+    def spy(l, attn, opt, *classes):
         got[l] = attn.captured["do"].clone()
-        return real_measure(l, attn, opt)
+        return real_measure(l, attn, opt, *classes)
     probe.measure = spy
     opt = torch.optim.AdamW(model.parameters())
     x, y = get_batch(train, probe.starts[0], rc, "cpu")
@@ -168,3 +168,59 @@ def test_split_on_planted_tied_rows_in_a_paper_layer(toy):
     o2 = ours_op_attend(type(attn.spec).parse("fa2"), q, k, v)
     fa2 = o_error_split(q, k, v, o2, FA2, default_classes)
     assert abs(fa2["err_tie_sum"].sum() / n) < 0.05
+
+
+def _near_ties(B: int, H: int, T: int, D: int = 16):
+    """q, k, v (B, H, T, D), D = 16 (scale ¼): every row from the second on has key 0 at S = 4 and key 1 at
+    S = 4 + 5/512 (q·k = 16 + 5/128, exact in FP32), every other key at S = −10. BF16 scores tie keys 0 and 1 (q·k
+    rounds to 16 at BF16's spacing of ⅛ there); FP32 scores do not (P̄ = e^−5/512 ≈ 0.990 does not round to 1 in
+    BF16, whose spacing below 1 is 2⁻⁸). V one-signed (positive) over all keys."""
+    q, k = torch.zeros(B, H, T, D), torch.zeros(B, H, T, D)
+    q[..., 0], q[..., 1] = 4.0, 1.0
+    k[..., 0, 0] = 4.0
+    k[..., 1, 0], k[..., 1, 1] = 4.0, 5 / 128
+    k[..., 2:, 0] = -10.0
+    v = (0.5 + torch.rand(B, H, T, D, generator=torch.Generator().manual_seed(0))).to(torch.bfloat16).float()
+    return q, k, v
+
+
+@pytest.mark.parametrize("text, placement", [
+    ("paper/round_block=512", "authors"), ("paper/round_block=512/round_s=false", "fa2"),
+    ("paper/round_block=512/round_p=false/round_l=false", "authors"), ("fa2", "fa2"), ("sdpa", "fa2"),
+    ("naive", "fa2"), ("authors/tile=512", "authors"), ("dose/paper/c=bias/lam=30", "authors"),
+    ("paper+fix", "authors")])
+def test_score_placement_follows_where_the_scores_are_rounded(text, placement):
+    from lib.studies.gpt2.telemetry import score_placement
+    from lib.training.spec import AttnSpec
+    assert score_placement(AttnSpec.parse(text)) == placement
+
+
+def test_own_placement_probes_each_layers_own_ties(toy):
+    """On rows where BF16 scores tie and FP32 scores do not: the probe's default ("authors") finds the ties in
+    every layer; with placement "own" a layer whose attention keeps S in FP32 finds none there (its ties are the FA2
+    placement's), one that rounds S finds them as before; training and records otherwise unchanged."""
+    from lib.census import row_classes
+    from lib.training.spec import AttnSpec
+    cfg, rcs = toy
+    q, k, v = _near_ties(2, 2, 8)
+    authors = row_classes(q, k, v, placement="authors")
+    assert authors["tied"][..., 1:].all() and not row_classes(q, k, v, placement="fa2")["tied"].any()
+    rc = rcs[0]
+    train = np.zeros(10_000, dtype=np.uint16)
+    own = SideProbe(rc, train, placement="own")
+    default = SideProbe(rc, train)
+
+    class Layer:                                    # what the probe reads of a layer: its spec
+        def __init__(self, text):
+            self.spec = AttnSpec.parse(text)
+    for text, ties in (("paper/round_block=512/round_s=false", False), ("sdpa", False), ("paper", True)):
+        got = own.layer_classes(Layer(text))(q, k, v)
+        assert bool(got["tied"][..., 1:].all()) is ties and bool(got["tied"].any()) is ties
+        assert torch.equal(default.layer_classes(Layer(text))(q, k, v)["tied"], authors["tied"])
+    with pytest.raises(ValueError, match="placement"):
+        SideProbe(rc, train, placement="fa2")
+    # a whole arm: the same training bits, the same record keys
+    on = arms.train_arm(rc, dict(cfg["probe"], placement="own"), progress_every=1)
+    off = arms.train_arm(rc, cfg["probe"], progress_every=1)
+    assert _same(off["loss"], on["loss"]) and _same(off["grad_norm"], on["grad_norm"])
+    assert [set(r) for r in on["probe"]] == [set(r) for r in off["probe"]]

@@ -176,6 +176,9 @@ def run(scale: str, cfg: dict) -> dict:
         from lib.training.chain_probe import SPLIT_KEYS
         data["telemetry"] = {rc.label: dict(step_times=r.get("step_times", []), probe_s=r.get("probe_s", []))
                              for rc, r in zip(cfgs, results)}
+        if cfg["probe"].get("placement", "authors") != "authors":
+            # whose ties the probe measured on (results without it: "authors", the rows where BF16 scores tie)
+            data["probe_placement"] = cfg["probe"]["placement"]
         for rc, r in zip(cfgs, results):
             for k, v in probe_arrays(r.get("probe") or []).items():
                 if k in ("layers", "conj_all") + SPLIT_KEYS:

@@ -247,6 +247,8 @@ def arm_rows(remedies, chain, layer: int = FOCUS_LAYER) -> list[dict]:
                     base_census_fa2=census_totals(arrays, blab, b and b[2], placement="fa2"),
                     split=probe_split(arrays, [lab], b and b[2]),
                     base_split=probe_split(arrays, [blab], b and b[2]),
+                    # whose ties the arm's chain probe measured on (`SideProbe`: "authors" unless recorded)
+                    probe_placement=res.data.get("probe_placement", "authors"),
                     # where the arm failed first: both again over the steps before the arm's own failure
                     early=({"step": fail, "o_err": conj_error(arrays, lab, fail),
                             "base_o_err": conj_error(arrays, blab, fail)}
@@ -475,10 +477,11 @@ def dial_lean_words(rows: list[dict], arms=DIAL_ARMS) -> str:
     unchanged arm's over the same steps, the share of that lean the arm kept, the part of it from the rounding of P̄V
     (the paper's tie bias; `probe_split`) where measured, and the arm's outcome; "" when no row has both probes.
 
-    The probe picks its rows where BF16 scores tie (`lib.training.chain_probe.default_classes`: the paper
+    By default the probe picks its rows where BF16 scores tie (`lib.training.chain_probe.default_classes`: the paper
     placement's ties, the unchanged arm's). For the arm with S in FP32 those are not its own tied rows — its ties are
-    FP32 scores whose P̄ rounds to 1 in BF16, the census's FA2 placement — so the sentence gives that census's
-    conjunction pairs for both arms over the same steps and says that those rows were not probed."""
+    FP32 scores whose P̄ rounds to 1 in BF16, the census's FA2 placement — so where its probe ran so, the sentence
+    gives that census's conjunction pairs for both arms over the same steps and says that those rows were not
+    probed; where its probe measured on its own ties (the row's "probe_placement" is "own"), it says that instead."""
     parts = []
     for r in sorted((r for r in rows if r["arm"] in arms and r.get("o_err") and r.get("base_o_err")),
                     key=lambda r: (arms.index(r["arm"]), r["seed"])):
@@ -498,7 +501,10 @@ def dial_lean_words(rows: list[dict], arms=DIAL_ARMS) -> str:
             end += (f" (over the {e['o_err']['events']} events before that step, {_ulp(e['o_err']['mean'])} ULP a pair "
                     f"against {_ulp(e['base_o_err']['mean'])})")
         own = ""
-        if r["arm"] == "paper_s32" and r.get("census_fa2") and r.get("base_census_fa2"):
+        if r["arm"] == "paper_s32" and r.get("probe_placement") == "own":
+            own = (". Its chain probe measured on its own ties, FP32 scores whose P̄ rounds to 1 in BF16 (the "
+                   "unchanged arm's on its own, where BF16 scores tie)")
+        elif r["arm"] == "paper_s32" and r.get("census_fa2") and r.get("base_census_fa2"):
             own = (f". Those are the rows where BF16 scores tie, the unchanged arm's; this arm's own ties — FP32 "
                    f"scores whose P̄ rounds to 1 in BF16 — gave {r['census_fa2']['n_conj']:,} conjunction pairs in "
                    f"the census over the same steps, against the unchanged arm's "

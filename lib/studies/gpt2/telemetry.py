@@ -10,8 +10,10 @@ the first `rows` windows of that step's batch (BF16 autocast on CUDA, as trainin
   the one it would have without the probe;
 * the probe's loss is scaled by rows / batch, so the dO it captures is the training loss's dO on those rows;
 * the layers measured are the `top` layers with the most conjunction entries on those rows (tied rows in the
-  rounding window whose V is one-signed over the tied keys, in the authors' placement: `lib.census.row_classes`),
-  chosen afresh at every event and recorded (`layers`, and every layer's count in `conj_all`);
+  rounding window whose V is one-signed over the tied keys, in the authors' placement: `lib.census.row_classes`;
+  with `placement` "own" (registry: ``probe.placement = "own"``), in the placement of each layer's own attention,
+  `own_classes`), chosen afresh at every event and recorded (`layers`, and every layer's
+  count in `conj_all`);
 * on each chosen layer, `lib.training.chain_probe.ChainProbe.measure`: the O error along sign(V) on the
   conjunction, Δδ on all, tied and window rows, the dW_Q error's norm, stable rank, alignment with the same layer's
   previous event (NaN when that layer was not measured at the previous event) and its push on ‖W_Q,h‖₂;
@@ -35,6 +37,31 @@ from lib.training import data as data_mod
 from lib.training.chain_probe import SPLIT_KEYS, ChainProbe, o_error_split, split_numerics
 
 TARGET_SHARE = 0.05      # what the census and the probe may cost, as a share of training time (the study's target)
+PROBE_PLACEMENTS = ("authors", "own")   # whose ties the side probe measures on (`SideProbe`)
+
+
+def score_placement(spec) -> str:
+    """Where a layer's attention (`spec`, an AttnSpec) forms its scores S, as a census placement: "authors" where S
+    is rounded to BF16 before the softmax (our kernel under a profile with `round_s`, the authors' code, the dose
+    backend on either), "fa2" where S stays FP32 (PyTorch's SDPA, FP32 attention, our kernel without `round_s`).
+    Its ties are the census's tied rows of that placement: equal BF16 scores, or FP32 scores whose P̄ rounds to 1."""
+    from lib.fp.numerics import get_profile
+    backend = getattr(spec, "backend", None)
+    if backend == "dose":
+        spec = spec.opts.placement
+        backend = spec.backend
+    if backend == "authors":
+        return "authors"
+    if backend == "ours":
+        return "authors" if get_profile(spec.numerics).round_s else "fa2"
+    return "fa2"
+
+
+def own_classes(spec):
+    """`classes(q, k, v)` of the census placement the layer's own attention has (`score_placement`): its own ties."""
+    from lib.census import row_classes
+    placement = score_placement(spec)
+    return lambda q, k, v: row_classes(q, k, v, causal=True, placement=placement)
 
 
 class SideProbe(ChainProbe):
@@ -42,11 +69,19 @@ class SideProbe(ChainProbe):
     its training tokens (as `train_lm` loads them); `top`: layers measured per event; `split`: record the O error's
     split too (module docstring). `records`: one dict per event: "step", "layers" (top,), "conj_all" (L,), and
     (top, H) arrays of `ChainProbe`'s keys (and of `SPLIT_KEYS` with `split`); `seconds`: the wall time of each
-    event (synchronised on CUDA)."""
+    event (synchronised on CUDA). `placement`: whose ties the probe's rows are — "authors" (the default: rows where
+    BF16 scores tie, `chain_probe.default_classes`, whatever the arm's attention) or "own" (each layer's own
+    attention's ties, `own_classes`: the same where the arm rounds S to BF16; where it keeps S in FP32,
+    the rows whose P̄ rounds to 1 on several keys, which BF16-score ties miss)."""
 
     def __init__(self, rc, train: np.ndarray, every: int = 200, rows: int = 4, top: int = 3, classes=None,
-                 split: bool = False):
+                 split: bool = False, placement: str = "authors"):
         super().__init__(every=every, layers=None, rows=rows, steps=(rc.steps - 1,), classes=classes)
+        if placement not in PROBE_PLACEMENTS:
+            raise ValueError(f"probe placement must be one of {PROBE_PLACEMENTS}, got {placement!r}")
+        if placement == "own" and classes is not None:
+            raise ValueError("probe placement 'own' chooses each layer's classes; do not pass classes too")
+        self.placement = placement
         self.rc, self.train, self.top = rc, train, int(top)
         self.starts = data_mod.batch_starts(len(train), rc.seq_len - rc.n_bos, rc.batch_size, rc.steps,
                                             rc.data_seed)
@@ -75,10 +110,11 @@ class SideProbe(ChainProbe):
             # .grad (the training step's, or a data-parallel reducer's hooks) is touched.
             torch.autograd.grad(loss * (self.rows / self.rc.batch_size), [model.transformer.wte.weight])
             counts = []
+            classes = [self.layer_classes(attn) for attn in layers]
             with torch.no_grad():
-                for attn in layers:
+                for attn, layer_cls in zip(layers, classes):
                     c = attn.captured
-                    cls = self.classes(c["q"], c["k"], c["v"])
+                    cls = layer_cls(c["q"], c["k"], c["v"])
                     counts.append(int((cls["window"].unsqueeze(-1) & cls["one_signed"]).sum()))
             # Ties broken by the lower layer: the choice is deterministic given the counts.
             chosen = sorted(sorted(range(len(layers)), key=lambda l: (-counts[l], l))[:self.top])
@@ -87,10 +123,10 @@ class SideProbe(ChainProbe):
                     del self._prev[l]          # alignment is with the previous event only
             rec = {}
             for l in chosen:
-                for key, val in self.measure(l, layers[l], optimizer).items():
+                for key, val in self.measure(l, layers[l], optimizer, classes[l]).items():
                     rec.setdefault(key, []).append(val)
                 if self.split:
-                    for key, val in self.measure_split(layers[l]).items():
+                    for key, val in self.measure_split(layers[l], classes[l]).items():
                         rec.setdefault(key, []).append(val)
         finally:
             for attn in layers:
@@ -103,15 +139,30 @@ class SideProbe(ChainProbe):
         self.seconds.append(time.perf_counter() - t0)
 
 
-    def measure_split(self, attn) -> dict:
+    def layer_classes(self, attn):
+        """The row classes the probe uses on one layer (`placement`)."""
+        return own_classes(attn.spec) if self.placement == "own" else self.classes
+
+    def measure(self, layer: int, attn, optimizer, classes=None) -> dict:
+        """`ChainProbe.measure` with this layer's row classes (`classes`; default the probe's). That method reads
+        them from the probe, and the proxy loop's probe is left as it is, so they are lent to it for the call."""
+        if classes is None:
+            return super().measure(layer, attn, optimizer)
+        keep, self.classes = self.classes, classes
+        try:
+            return super().measure(layer, attn, optimizer)
+        finally:
+            self.classes = keep
+
+    def measure_split(self, attn, classes=None) -> dict:
         """`o_error_split` on one layer's capture (its first `rows` windows), under the placement of its spec; NaN
-        per head where no placement models it."""
+        per head where no placement models it. `classes`: the layer's row classes (default the probe's)."""
         cap = attn.captured
         q, k, v, o = (cap[n][:self.rows] for n in ("q", "k", "v", "o"))
         nm = split_numerics(attn.spec)
         if nm is None:
             return {key: np.full(q.shape[1], np.nan) for key in SPLIT_KEYS}
-        return o_error_split(q, k, v, o, nm, self.classes)
+        return o_error_split(q, k, v, o, nm, classes or self.classes)
 
 
 def probe_arrays(records: list[dict]) -> dict:
