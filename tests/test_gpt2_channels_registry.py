@@ -27,10 +27,12 @@ SEED2 = {"gpt2_delta": {"gpt2_delta_s2": ("paper_delta_fp32_o",)},
 # decide one arm a campaign: arm labels of each, in order
 SPLIT_S1 = {"gpt2_remedy_fix": {"gpt2_remedy_fix_s1": ("paper_fix_b7_exact",),
                                 "gpt2_remedy_fix_b2_s1": ("paper_fix_b2_exact",)},
-            "gpt2_qknorm": {"gpt2_qknorm_s1": ("paper_qk",), "gpt2_qknorm_fp32_s1": ("fp32_qk",)}}
+            "gpt2_qknorm": {"gpt2_qknorm_s1": ("paper_qk",), "gpt2_qknorm_fp32_s1": ("fp32_qk",)},
+            "gpt2_authors_compiled": {"gpt2_authors_compiled_s1": ("authors_compiled",),
+                                      "gpt2_authors_compiled_fix_s1": ("authors_fix_compiled",)}}
 # entries whose wall budget is shorter than gpt2_arms's (a machine limit set before their first run, so that one
 # one-GPU hold has the GPU suite, the arm and a benchmark): its seconds
-SHORT_WALL = {"gpt2_remedy_fix_b2_s1": 900}
+SHORT_WALL = {"gpt2_remedy_fix_b2_s1": 900, "gpt2_authors_compiled_s1": 720}
 SEED1 = {p: tuple(SPLIT_S1.get(p, {p + "_s1": ()})) for p in PAIRS}
 TWIN = {n: p for p in PAIRS for n in (p,) + SEED1[p]}          # an entry of seed 0 or 1: its seed-0 entry
 ENTRIES = list(TWIN)

@@ -50,7 +50,7 @@ GROUPS = {
     "gpt2_remedy_fix": ("gpt2_remedy_fix", "gpt2_remedy_fix_s1", "gpt2_remedy_fix_b2_s1", "gpt2_remedy_fix_s2",
                         "gpt2_remedy_fix_b2_s2"),
     "gpt2_qknorm": ("gpt2_qknorm", "gpt2_qknorm_s1", "gpt2_qknorm_fp32_s1", "gpt2_qknorm_s2"),
-    "gpt2_authors_compiled": ("gpt2_authors_compiled", "gpt2_authors_compiled_s1"),
+    "gpt2_authors_compiled": ("gpt2_authors_compiled", "gpt2_authors_compiled_s1", "gpt2_authors_compiled_fix_s1"),
     "gpt2_authors_eager": ("gpt2_authors_eager", "gpt2_authors_eager_s1"),
     "gpt2_inject": ("gpt2_inject", "gpt2_inject_s1"),
     "gpt2_inject_low": ("gpt2_inject_low", "gpt2_inject_low_s1"),

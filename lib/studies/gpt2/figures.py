@@ -48,12 +48,15 @@ _CHAIN_STYLE = {"fp32": "C2", "sdpa": "C0", "ours_fa2": "C9", "paper": "C1"}
 # the β fix — so that two arms of near colours (the colour-blind palette has ten) are told apart by their line.
 _REMEDY_STYLE = {"paper_delta_fp32_o": "C4", "fa2_delta_dp_p_norm": "C5", "paper_o32": "C3", "paper_fix_b2": "C6",
                  "paper_fix_b2_exact": "C8", "paper_fix_b7_exact": "C7", "paper_qk": "k",
-                 "paper_s32": "0.5", "paper_pl32": "saddlebrown"}
+                 "paper_s32": "0.5", "paper_pl32": "saddlebrown", "authors_compiled": "darkcyan",
+                 "authors_fix_compiled": "darkmagenta", "authors_eager": "darkcyan", "authors_fix_eager": "darkmagenta"}
 # ... dotted black for a bound on the logits (the palette's ten colours are taken; no other arm is black), and the
-# precision dial, which changes how O is computed, dashed in grey and brown (colours outside the palette).
+# precision dial, which changes how O is computed, dashed in grey and brown (colours outside the palette); the authors'
+# code in cyan (without their fix) and magenta (with it), dashed compiled and dotted eager.
 _REMEDY_LS = {"paper_delta_fp32_o": "--", "fa2_delta_dp_p_norm": "--", "paper_o32": "--", "paper_fix_b2": "-.",
               "paper_fix_b2_exact": "-.", "paper_fix_b7_exact": "-.", "paper_qk": ":", "paper_s32": "--",
-              "paper_pl32": "--"}
+              "paper_pl32": "--", "authors_compiled": "--", "authors_fix_compiled": "--", "authors_eager": ":",
+              "authors_fix_eager": ":"}
 _SEED_LS = ("-", "--", ":")
 
 

@@ -50,7 +50,10 @@ SHORT = {"paper_delta_fp32_o": "paper placement, δ from an FP32 O", "fa2_delta_
          "paper_fix_b2_exact": "paper placement, exact-rule fix (β = 2)",
          "paper_fix_b7_exact": "paper placement, exact-rule fix (β = 7)",
          "paper_qk": "paper placement, capped QK-norm", "paper_s32": "paper placement, S in FP32",
-         "paper_pl32": "paper placement, P̄ and ℓ in FP32"}
+         "paper_pl32": "paper placement, P̄ and ℓ in FP32",
+         "authors_compiled": "the authors' code, compiled", "authors_fix_compiled": "the authors' code with their fix, "
+         "compiled", "authors_eager": "the authors' code, eager", "authors_fix_eager": "the authors' code with their "
+         "fix, eager"}
 # The precision dial (dial_words): the paper placement with one of the roundings before the P̄V product taken away.
 DIAL_ARMS = ("paper_s32", "paper_pl32")
 
