@@ -15,6 +15,32 @@ from lib.studies.gpt2 import arms, campaign
 S2, S2_FA2 = "gpt2_arms_s2", "gpt2_arms_s2_fa2"      # fp32:s2 + paper:s2, and sdpa:s2 + ours_fa2:s2
 
 
+@pytest.fixture(autouse=True)
+def commit_file(tmp_path, monkeypatch):
+    """No test reads or writes the machine's commit file, and BOOK_GIT_COMMIT is unset in each and restored after."""
+    path = tmp_path / "campaign_commit"
+    monkeypatch.setattr(campaign, "COMMIT_FILE", path)
+    monkeypatch.setenv("BOOK_GIT_COMMIT", "")          # recorded, so that teardown restores the variable's absence
+    monkeypatch.delenv("BOOK_GIT_COMMIT")
+    return path
+
+
+def test_the_first_calls_commit_is_the_one_later_phases_record(commit_file):
+    """Phase 1 keeps the commit it was given; a later phase not given one takes it (and hands it to what it saves);
+    one given another keeps its own; a phase 1 given none forgets the old one, so git answers."""
+    import os
+    os.environ["BOOK_GIT_COMMIT"] = "a" * 40
+    assert campaign.remember_commit(1, commit_file) == "a" * 40 and commit_file.read_text() == "a" * 40
+    del os.environ["BOOK_GIT_COMMIT"]
+    assert campaign.remember_commit(2, commit_file) == "a" * 40 and os.environ["BOOK_GIT_COMMIT"] == "a" * 40
+    assert results.git_commit() == "a" * 40
+    os.environ["BOOK_GIT_COMMIT"] = "b" * 40
+    assert campaign.remember_commit(3, commit_file) == "b" * 40
+    del os.environ["BOOK_GIT_COMMIT"]
+    assert campaign.remember_commit(1, commit_file) is None and not commit_file.exists()
+    assert campaign.remember_commit(2, commit_file) is None and "BOOK_GIT_COMMIT" not in os.environ
+
+
 @pytest.fixture
 def disk(tmp_path, monkeypatch):
     """The registry's entries with their workdirs under tmp_path, a 4-GPU machine, and no arm may start."""

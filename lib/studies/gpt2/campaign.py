@@ -176,6 +176,26 @@ def _save_argv(name: str, out: Path) -> list[str]:
     return [sys.executable, "-m", "lib.experiments", name, "--scale", "full", "--out", str(out)]
 
 
+COMMIT_FILE = Path("/tmp/campaign_commit")  # on the machine's disk: the commit the campaign's first call was given
+
+
+def remember_commit(phase: int, path: Path = COMMIT_FILE) -> str | None:
+    """The commit every result of the campaign records (`lib.book.results.git_commit`). The machine's copy of the tree
+    has no history of this session's commits — git there answers with an older base commit — so the call that starts
+    a campaign sets ``BOOK_GIT_COMMIT``; phase 1 keeps it on the machine's disk (or forgets an older one), and a later
+    phase that was not given it takes it from there (one result was recorded with the base commit so). The commit in
+    force, or None."""
+    commit = os.environ.get("BOOK_GIT_COMMIT")
+    if commit:
+        path.write_text(commit)
+    elif phase == 1:
+        path.unlink(missing_ok=True)
+    elif path.exists():
+        commit = path.read_text().strip()
+        os.environ["BOOK_GIT_COMMIT"] = commit
+    return commit or None
+
+
 def save(name: str, out: Path, env=None) -> int:
     """`python -m lib.experiments NAME --scale full --out OUT` as a subprocess; its exit status."""
     return subprocess.call(_save_argv(name, out), cwd=ROOT, env=dict(os.environ, **(env or {})))
@@ -692,6 +712,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    print(f"commit recorded with the results: {remember_commit(a.phase) or 'none given (git answers)'}", flush=True)
     cfgs = [dict(registry.resolve(name, "full"), _entry=name) for name in a.entry]
     n = torch.cuda.device_count()
     print(f"phase {a.phase} of {', '.join(a.entry)}: {n} × {torch.cuda.get_device_name(0)}, torch {torch.__version__}",
