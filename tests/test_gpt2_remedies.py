@@ -667,3 +667,29 @@ def test_a_seed_with_every_remedy_arm_still_reads():
     assert len(fig.axes[0].get_legend().get_texts()) == 3 + len(remedies.SHORT) - 1    # ours_fa2 not in the view
     assert plotting.check_figure(fig) == []
     assert fig.get_size_inches()[1] > 6.6
+
+
+def test_the_authors_code_reads_with_its_compile_failure_and_what_is_left():
+    """An arm registered compiled whose compilation failed (the result's compile_errors) trained eagerly, and every
+    reading of it says so; the authors' arms read in one sentence; the registered pairs not run are named."""
+    chain = _chain()
+    rem = _remedy("authors", "authors_compiled", "authors/tile=512", "paper", [1])
+    rem.cfg["arms"][0]["compile"] = True
+    (r,) = remedies.arm_rows([rem], chain)
+    assert r["compile_failed"] is False and "eagerly" not in remedies.authors_words([r])
+    rem.data["compile_errors"] = {"authors_compiled:s1": "AssertionError: …"}
+    (r,) = remedies.arm_rows([rem], chain)
+    assert r["compile_failed"] is True
+    words = remedies.authors_words([r])
+    assert words.startswith("The authors' code, compiled (") and words.endswith(".")
+    assert "(registered compiled, its compilation failed at the first step, so it trained eagerly)" in words
+    assert "unremedied, our kernel, paper placement" in words and "by the rule it" in words
+    assert "trained eagerly (its compilation failed)" in remedies.brief_words([r], remedies.AUTHORS_ARMS)
+    # an eager arm with a compile error recorded (none is compiled) says nothing of it
+    rem.cfg["arms"][0]["compile"] = False
+    assert remedies.arm_rows([rem], chain)[0]["compile_failed"] is False
+    assert remedies.authors_words([]) == "" and remedies.authors_words([dict(r, arm="paper_o32")]) == ""
+    reg = [("authors_compiled", 0), ("authors_compiled", 1), ("authors_fix_eager", 0), ("authors_fix_eager", 1)]
+    assert remedies.unrun_words([r], reg) == ("the authors' code, compiled at seed 0; the authors' code with their "
+                                              "fix, eager at seeds 0 and 1")
+    assert remedies.unrun_words([r], [("authors_compiled", 1)]) == "none"

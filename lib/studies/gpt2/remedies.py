@@ -28,7 +28,7 @@ __all__ = ["REMEDY_GROUPS", "CLAIM_ARMS", "SHORT", "PAPER_REMEDIES", "FIX_ARMS",
            "model_words", "census_totals", "bound_words", "bound_removes_conjunction",
            "EXACT_ARMS", "step_costs", "established", "merge_benches", "conj_error", "o_error_words", "zeroed_range",
            "zeroed", "zeroed_words", "dial_reading", "dial_lean_words", "cost_words", "fix_words", "device_words",
-           "brief_words", "outcome_words",
+           "brief_words", "outcome_words", "AUTHORS_ARMS", "authors_words", "unrun_words",
            "growth_words", "pending", "arm_rows", "verdicts", "claim_verdicts", "table", "glue_numbers", "seed_view"]
 
 # The registry's groups of channel and remedy entries this module reads (the injection is read by its own rule).
@@ -213,6 +213,9 @@ def arm_rows(remedies, chain, layer: int = FOCUS_LAYER) -> list[dict]:
         oc = outcomes(res)
         cut = {r["label"]: r.get("truncated_at") for r in res.data["runs"]}
         gpu = {r["label"]: (r.get("versions") or {}).get("device") for r in res.data["runs"]}
+        # an arm registered compiled whose compilation failed trained eagerly (`lib.training.loop`), and says so
+        compiled = {a["label"]: bool(a.get("compile")) for a in cfg["arms"]}
+        broke = res.data.get("compile_errors") or {}
         model = model_words(cfg.get("model"), cfg_of(chain).get("model"))
         reference = rules.get("reference", crules["reference"])
         for arm in spec:
@@ -234,6 +237,7 @@ def arm_rows(remedies, chain, layer: int = FOCUS_LAYER) -> list[dict]:
                     ref_ran=ref_ran,
                     spec=spec[arm], base_spec=base_spec.get(base),
                     steps=steps, fail=fail, back=back, base=base, horizon=cfg.get("steps"), cut=cut.get(lab),
+                    compile_failed=compiled.get(arm, False) and bool(broke.get(lab)),
                     device=gpu.get(lab), base_device=base_gpu.get(blab),
                     base_words=CHAIN_ARMS.get(base, _words(base_spec[base]) if base in base_spec else base),
                     base_steps=b and b[1], base_fail=b and b[2], base_back=b and b[3], step=step,
@@ -284,10 +288,13 @@ def _cut_short(r: dict) -> bool:
 
 
 def _arm_outcome(r: dict) -> str:
-    """`outcome_words` of an `arm_rows` row, saying when its wall budget stopped it short of the horizon."""
+    """`outcome_words` of an `arm_rows` row, saying when its wall budget stopped it short of the horizon and when an
+    arm registered compiled trained eagerly because its compilation failed."""
     return (outcome_words(r["fail"], r["back"], r["steps"])
             + (f", where its wall budget stopped it short of the {r['horizon']:,}-step horizon" if _cut_short(r)
-               else ""))
+               else "")
+            + (" (registered compiled, its compilation failed at the first step, so it trained eagerly)"
+               if r.get("compile_failed") else ""))
 
 
 def device_words(rows: list[dict]) -> str:
@@ -522,6 +529,34 @@ def dial_lean_words(rows: list[dict], arms=DIAL_ARMS) -> str:
     return "By a reading made after the runs (no rule for it was registered before them): " + "; ".join(parts) + "."
 
 
+AUTHORS_ARMS = ("authors_compiled", "authors_fix_compiled", "authors_eager", "authors_fix_eager")
+
+
+def authors_words(rows: list[dict], arms=AUTHORS_ARMS, layer: int = FOCUS_LAYER) -> str:
+    """For chapter 2c: what the authors' own code did in training, per arm run — its spec in words, its outcome per
+    seed beside the unremedied paper placement's (`glue_numbers`), the prevents rule's verdict, layer `layer`'s
+    growth reading; "" when none ran."""
+    g = glue_numbers([r for r in rows if r["arm"] in arms])
+    parts = [f"{SHORT[a]} ({g[a + '_words']}): {g[a + '_outcome']}; by the rule it {g[a + '_prevents']} the "
+             f"failure, and layer {layer}'s largest logit is {g[a + '_at']}" for a in arms if a + "_words" in g]
+    if not parts:
+        return ""
+    text = "; ".join(parts) + "."
+    return text[:1].upper() + text[1:]
+
+
+def unrun_words(rows: list[dict], registered) -> str:
+    """The registered (arm, seed) pairs `registered` that no row ran, in reader words, by arm ("the authors' code,
+    compiled, at seeds 0 and 1; …"); "none" when every one ran."""
+    ran = {(r["arm"], r["seed"]) for r in rows}
+    left: dict = {}
+    for arm, seed in registered:
+        if (arm, seed) not in ran:
+            left.setdefault(arm, []).append(seed)
+    return "; ".join(f"{SHORT.get(a, a)} at {_seeds_words(s)}"
+                     for a, s in left.items()) or "none"
+
+
 def _seeds_words(seeds) -> str:
     """[1] -> "seed 1"; [1, 2] -> "seeds 1 and 2"; [0, 1, 2] -> "seeds 0, 1 and 2"."""
     s = [str(x) for x in sorted(seeds)]
@@ -538,7 +573,8 @@ def brief_words(rows: list[dict], arms) -> str:
         if not mine:
             continue
         words = [outcome_words(r["fail"], r["back"], r["steps"]) + (", stopped by its wall budget" if _cut_short(r)
-                                                                     else "") for r in mine]
+                                                                     else "")
+                 + (", trained eagerly (its compilation failed)" if r.get("compile_failed") else "") for r in mine]
         name = _change(a)
         parts.append(f"{name}, {_seeds_words(r['seed'] for r in mine)}: {words[0]}" if len(set(words)) == 1
                      else f"{name}: " + "; ".join(f"seed {r['seed']}: {w}" for w, r in zip(words, mine)))
