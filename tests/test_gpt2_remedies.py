@@ -693,3 +693,11 @@ def test_the_authors_code_reads_with_its_compile_failure_and_what_is_left():
     assert remedies.unrun_words([r], reg) == ("the authors' code, compiled at seed 0; the authors' code with their "
                                               "fix, eager at seeds 0 and 1")
     assert remedies.unrun_words([r], [("authors_compiled", 1)]) == "none"
+
+
+def test_the_authors_setting_is_the_registered_one():
+    from lib.book import registry
+    spec = registry.resolve("gpt2_authors_compiled", "full")["arms"][0]["attn"]
+    got = remedies.authors_setting()
+    assert "tile=" + got["tile"].replace(",", "") in spec and float(got["floor"]) > 0
+    assert remedies.authors_setting("gpt2_authors_eager") == got          # one setting for every authors' arm

@@ -29,6 +29,7 @@ __all__ = ["REMEDY_GROUPS", "CLAIM_ARMS", "SHORT", "PAPER_REMEDIES", "FIX_ARMS",
            "EXACT_ARMS", "step_costs", "established", "merge_benches", "conj_error", "o_error_words", "zeroed_range",
            "zeroed", "zeroed_words", "dial_reading", "dial_lean_words", "cost_words", "fix_words", "device_words",
            "brief_words", "outcome_words", "AUTHORS_ARMS", "authors_words", "unrun_words",
+           "authors_setting",
            "growth_words", "pending", "arm_rows", "verdicts", "claim_verdicts", "table", "glue_numbers", "seed_view"]
 
 # The registry's groups of channel and remedy entries this module reads (the injection is read by its own rule).
@@ -543,6 +544,15 @@ def authors_words(rows: list[dict], arms=AUTHORS_ARMS, layer: int = FOCUS_LAYER)
         return ""
     text = "; ".join(parts) + "."
     return text[:1].upper() + text[1:]
+
+
+def authors_setting(entry: str = "gpt2_authors_compiled") -> dict:
+    """The authors' attention as `entry` registers it, for a reader: {"tile": its q- and k-tile in keys,
+    "floor": the clamp of each tile's row sum} (the first arm's spec, whose options every arm of the entry shares)."""
+    from lib.book import registry
+    from lib.training.spec import AttnSpec
+    opts = AttnSpec.parse(registry.resolve(entry, "full")["arms"][0]["attn"]).opts
+    return {"tile": f"{opts.tile:,}", "floor": f"{opts.floor:g}"}
 
 
 def unrun_words(rows: list[dict], registered) -> str:
