@@ -386,7 +386,7 @@ def table(rows: list[dict], layer: int = FOCUS_LAYER) -> str:
 
 def glue_numbers(rows: list[dict]) -> dict:
     """Glue for chapter 2c: per arm "<arm>_outcome" (per seed, in words), "<arm>_prevents" ("prevents",
-    "does not prevent" or "cannot yet say whether it prevents"), "<arm>_words", "<arm>_at" (`growth_words` per seed
+    "does not prevent" or "has not yet been shown to prevent, or not to prevent,"), "<arm>_words", "<arm>_at" (`growth_words` per seed
     where measured, else "not measured"); "n_arms", "seeds"."""
     v = verdicts(rows)
     out = {"n_arms": str(len(v)), "seeds": ", ".join(map(str, sorted({r["seed"] for r in rows})))}
@@ -395,7 +395,7 @@ def glue_numbers(rows: list[dict]) -> dict:
         out[f"{arm}_words"] = mine[0]["words"]
         out[f"{arm}_outcome"] = "; ".join(_run_words(r) for r in mine)
         out[f"{arm}_prevents"] = {True: "prevents", False: "does not prevent",
-                                  None: "cannot yet say whether it prevents"}[v[arm]]
+                                  None: "has not yet been shown to prevent, or not to prevent,"}[v[arm]]
         at = [r for r in mine if r["step"]]
         # where no seed was read, the first row says why (a reference not run yet, or nothing measured)
         out[f"{arm}_at"] = ("; ".join(f"(seed {r['seed']}) {growth_words(r)}" for r in at) if len(at) > 1
