@@ -32,3 +32,20 @@ def test_grid_names_the_user_kernel_only_when_a_layer_selects_it():
     assert grid.code_entries({"base": {"attn": "sdpa"}, "regimes": [{"label": "a"}]}) == []
     assert grid.code_entries({"base": {"attn": "sdpa"}, "regimes": [{"label": "a", "attn": "sdpa,stable+fix"}]}) \
         == ["kernels.stable_attention:stable_attention"]
+
+
+def test_a_study_without_code_entries_needs_a_readers_statement():
+    """Check 3 of `rekey_unused`: a study that names the code its configuration selects answers it; one that does not
+    fails it unless a reader says why the run never executed the outside code (it once passed silently)."""
+    import types
+    from lib.book.rekey_unused import selection_problems
+    out = ["kernels.stable_attention"]
+    cfg = {"base": {"attn": "sdpa"}, "regimes": [{"label": "a"}]}
+    assert selection_problems(grid, cfg, out) == []
+    stable = {"base": {"attn": "sdpa"}, "regimes": [{"label": "a", "attn": "sdpa,stable+fix"}]}
+    assert selection_problems(grid, stable, out) == ["the configuration selects ['kernels.stable_attention']"]
+    bare = types.ModuleType("lib.studies.bare")
+    (why,) = selection_problems(bare, cfg, out)
+    assert "no code_entries" in why and "--not-selected-because" in why
+    assert selection_problems(bare, cfg, out, "its specs are sdpa and paper only") == []
+    assert selection_problems(bare, cfg, out, "   ") != []
