@@ -682,7 +682,8 @@ def test_the_authors_code_reads_with_its_compile_failure_and_what_is_left():
     assert r["compile_failed"] is True
     words = remedies.authors_words([r])
     assert words.startswith("The authors' code, compiled (") and words.endswith(".")
-    assert "(registered compiled, its compilation failed at the first step, so it trained eagerly)" in words
+    assert ("(registered compiled, its compilation failed at the first step, so it trained eagerly, unlike the "
+            "compiled arms it is read against)") in words
     assert "unremedied, our kernel, paper placement" in words and "by the rule it" in words
     assert "trained eagerly (its compilation failed)" in remedies.brief_words([r], remedies.AUTHORS_ARMS)
     # an eager arm with a compile error recorded (none is compiled) says nothing of it

@@ -294,7 +294,8 @@ def _arm_outcome(r: dict) -> str:
     return (outcome_words(r["fail"], r["back"], r["steps"])
             + (f", where its wall budget stopped it short of the {r['horizon']:,}-step horizon" if _cut_short(r)
                else "")
-            + (" (registered compiled, its compilation failed at the first step, so it trained eagerly)"
+            + (" (registered compiled, its compilation failed at the first step, so it trained eagerly, unlike the "
+               "compiled arms it is read against)"
                if r.get("compile_failed") else ""))
 
 
@@ -435,9 +436,8 @@ def dial_words(rows: list[dict], arms=DIAL_ARMS, layer: int = FOCUS_LAYER, regis
     if registered is None:
         missing = [f"the arm with {_change(a)}" for a in arms if a + "_words" not in g]
     else:
-        ran = {(r["arm"], r["seed"]) for r in rows}
-        left = {a: sorted({s for b, s in registered if b == a and (a, s) not in ran}) for a in arms}
-        missing = [f"{_change(a)} at {_seeds_words(v)}" for a, v in left.items() if v]
+        left = _unrun_seeds(rows, registered)
+        missing = [f"{_change(a)} at {_seeds_words(left[a])}" for a in arms if a in left]
     return (text + (" " if text and missing else "")
             + (f"Not run yet: {' and '.join(missing)}." if missing else ""))
 
@@ -555,16 +555,21 @@ def authors_setting(entry: str = "gpt2_authors_compiled") -> dict:
     return {"tile": f"{opts.tile:,}", "floor": f"{opts.floor:g}"}
 
 
-def unrun_words(rows: list[dict], registered) -> str:
-    """The registered (arm, seed) pairs `registered` that no row ran, in reader words, by arm ("the authors' code,
-    compiled, at seeds 0 and 1; …"); "none" when every one ran."""
+def _unrun_seeds(rows: list[dict], registered) -> dict:
+    """{arm: sorted seeds} of the registered (arm, seed) pairs `registered` that no row ran, arms in their order."""
     ran = {(r["arm"], r["seed"]) for r in rows}
     left: dict = {}
     for arm, seed in registered:
         if (arm, seed) not in ran:
-            left.setdefault(arm, []).append(seed)
+            left.setdefault(arm, set()).add(seed)
+    return {a: sorted(v) for a, v in left.items()}
+
+
+def unrun_words(rows: list[dict], registered) -> str:
+    """The registered (arm, seed) pairs `registered` that no row ran, in reader words, by arm ("the authors' code,
+    compiled at seeds 0 and 1; …"); "none" when every one ran."""
     return "; ".join(f"{SHORT.get(a, a)} at {_seeds_words(s)}"
-                     for a, s in left.items()) or "none"
+                     for a, s in _unrun_seeds(rows, registered).items()) or "none"
 
 
 def _seeds_words(seeds) -> str:
