@@ -2,6 +2,7 @@
 
 Moving code, renaming it, editing docstrings, comments, annotations or imports must leave fingerprints unchanged; a
 changed line of code — a kernel line above all — must change the fingerprint of everything that reaches it."""
+import json
 import shutil
 import textwrap
 from pathlib import Path
@@ -314,3 +315,41 @@ def test_a_help_string_in_the_real_training_command_line_changes_nothing(tmp_pat
     assert provenance.Index(tmp_path).fingerprint(e) == fp
     assert provenance.Index(tmp_path, skip_main=False).fingerprint(e) \
         != provenance.Index(ROOT, skip_main=False).fingerprint(e)
+
+
+def test_an_edited_module_statement_counts_in_every_definition_of_its_module(tmp_path):
+    # A top-level statement that reaches no definition of its module (as `os.environ.setdefault(...)` in the
+    # training module): the hashing before `lib.book.rekey_init` missed an edit of it.
+    files = dict(BASE)
+    files["lib/fp/num.py"] = files["lib/fp/num.py"] + "\n        import os\n        os.environ.setdefault('A', '1')\n"
+    a = _tree(tmp_path / "a", files)
+    files["lib/fp/num.py"] = files["lib/fp/num.py"].replace("'1'", "'2'")
+    b = _tree(tmp_path / "b", files)
+    assert _fp(a) != _fp(b)
+    old = dict(module_init=False)
+    assert provenance.Index(a, **old).fingerprint("lib.experiments.exp:run") == \
+        provenance.Index(b, **old).fingerprint("lib.experiments.exp:run")
+
+
+def test_rekey_init_rekeys_only_results_fresh_under_the_old_hashing(tmp_path):
+    from lib.book import rekey_init, rekey_main
+    entry = "lib.experiments.exp:run"
+    files = dict(BASE)
+    files["lib/fp/num.py"] = files["lib/fp/num.py"] + "\n        import os\n        os.environ.setdefault('A', '1')\n"
+    root = _tree(tmp_path / "tree", files)
+    old, new = provenance.Index(root, module_init=False), provenance.Index(root)
+    assert old.fingerprint(entry) != new.fingerprint(entry)
+    res = tmp_path / "results"
+    for name, fp in (("fresh", old.fingerprint(entry)), ("stale", "0" * 64)):
+        results.save(name, "full", {"x": 1.0}, provenance={"registry": name, "code": {entry: fp}, "cfg": {},
+                                                          "inputs": {}}, root=res)
+    rows = rekey_main.plan(old, new, root=res)
+    assert sorted((r["file"].split("/")[-1], r["state"]) for r in rows) == [("fresh.json", "rekey"),
+                                                                          ("stale.json", "stale")]
+    for r in rows:
+        if r["state"] == "rekey":
+            rekey_main.rewrite(r, "0" * 40, rekey_init.KIND, rekey_init.REASON)
+    meta = json.loads((res / "full" / "fresh.json").read_text())["meta"]
+    assert meta["provenance"]["code"][entry] == new.fingerprint(entry)
+    assert meta["provenance_rekeys"][-1]["kind"] == "module statements"
+    assert json.loads((res / "full" / "stale.json").read_text())["meta"]["provenance"]["code"][entry] == "0" * 64

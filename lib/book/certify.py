@@ -11,9 +11,11 @@ the experiment on both sides of the edit:
    (`lib.book.rekey` kept it, logging the move's "from" and "to" in ``meta["provenance_rekeys"]``) is the one of the
    entry's earlier name, so the old tree is asked for each name the log gives it, newest first; and one recorded
    before fingerprints stopped covering ``if __name__ == "__main__":`` blocks (`lib.book.rekey_main` re-keyed only
-   the results that were fresh then) is matched under that hashing too (``provenance.Index(skip_main=False)``). Both
-   are the same test of the code: a fingerprint ignores names, and the older hashing covers all the newer one does
-   and the ``__main__`` blocks besides. The report names the entry and the hashing that matched;
+   the results that were fresh then) is matched under that hashing too (``provenance.Index(skip_main=False)``), as is
+   one recorded before module-level statements entered every fingerprint of their module (`lib.book.rekey_init`).
+   A fingerprint ignores names; the ``__main__`` hashing covers all the newer one does and those blocks besides,
+   while the hashing before module statements identifies the code up to the top-level statements that do not reach
+   back into their module (an ``os.environ.setdefault``). The report names the entry and the hashing that matched;
 2. the registry entry's ``run(scale, cfg)`` runs twice, each in a subprocess with that tree as its working directory
    and ``PYTHONPATH``: once in the tree of ``--old-commit`` (extracted with ``git archive``), once in the working
    tree, each with the configuration its own registry resolves at ``--scale`` (default ci; the two must agree) and
@@ -28,6 +30,15 @@ the experiment on both sides of the edit:
    study's timings), ``probe_s``,
    ``step_times`` (a probe's seconds, a progress clock's (step, seconds) pairs), ``timing_s`` (the kernel bias
    table's seconds per kernel), ``seconds`` (a corpus build's timings), ``versions`` and ``device`` (the machine). Nothing else is excluded.
+
+4. with ``--trace-calls``, what the edit could change is also compared where it happens: the definitions whose own
+   text differs between the two trees (`lib.book.calltrace.changed_defs`) are traced in both runs — every call into
+   them from unchanged code, with its arguments on entry and on return and its return value, and the values of the
+   changed module-level assignments and classes' fields — and the two runs' records must be equal. This is the
+   evidence for a run whose outputs are all timings (a benchmark), where step 3 compares nothing: the timed code is
+   unchanged and received the same values. A run that compares nothing at all — every output excluded, no traced
+   call — is refused ("nothing compared"). The record lists the changed definitions, their calls and the seconds
+   spent inside them on each side.
 
 With ``--write`` and identical outputs the recorded fingerprint is replaced by the working tree's (through
 `lib.book.rekey.rewrite_meta`: the data and the content hash are untouched), ``meta["provenance_rekeys"]`` logs the
@@ -53,6 +64,7 @@ the edit: gpt2_regime's ci corpus is tokenised from the tree's ``lib/training`` 
 
     python -m lib.book.certify gpt2_regime --old-commit d44b47b                     # check only
     python -m lib.book.certify gpt2_regime --old-commit d44b47b --set corpus_dir={scratch}/corpus --write
+    python -m lib.book.certify train_step_bench --old-commit 6d08e0f --trace-calls --reason "..." --write
 """
 from __future__ import annotations
 
@@ -70,7 +82,7 @@ from pathlib import Path
 import numpy as np
 
 import lib.book.setup  # noqa: F401  (TRITON_INTERPRET=1 without CUDA: both runs inherit it)
-from lib.book import provenance, registry, results
+from lib.book import calltrace, provenance, registry, results
 from lib.book.cli import _parse_set
 from lib.book.rekey import old_tree, rewrite_meta
 
@@ -115,9 +127,10 @@ def _substitute(x, scratch: str):
     return x.replace(SCRATCH, scratch) if isinstance(x, str) else x
 
 
-def run_in(tree: Path, name: str, scale: str, overrides: dict, out: Path) -> dict:
-    """Run registry entry `name` at `scale` in `tree` (a subprocess) and return what it saved, plus "wall_total_s"."""
-    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0")
+def run_in(tree: Path, name: str, scale: str, overrides: dict, out: Path, env_extra: dict | None = None) -> dict:
+    """Run registry entry `name` at `scale` in `tree` (a subprocess) and return what it saved, plus "wall_total_s"
+    (`env_extra`: the call tracer's variables, `lib.book.calltrace.tracer_env`)."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0", **(env_extra or {})}
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-c", _CHILD, name, scale, json.dumps(overrides), str(out)], cwd=tree,
                        env=env, capture_output=True, text=True)
@@ -191,7 +204,8 @@ def earlier_names(meta: dict, entry: str) -> list[str]:
     return names
 
 
-HASHINGS = {"current": {}, "with __main__ blocks": dict(skip_main=False)}   # name -> provenance.Index options
+HASHINGS = {"current": {}, "before module statements": dict(module_init=False),      # name -> provenance.Index options
+            "with __main__ blocks": dict(skip_main=False, module_init=False)}
 
 
 def old_fingerprint(tree: Path, names: list[str], recorded: str) -> dict:
@@ -215,10 +229,10 @@ def old_fingerprint(tree: Path, names: list[str], recorded: str) -> dict:
 
 
 def certify(name: str, old_commit: str, scale: str = "ci", overrides: dict | None = None,
-            result_scale: str = "full", repo: Path = ROOT) -> dict:
-    """Checks 1-3 for result `name` (results/<result_scale>/<name>.json of `repo`); returns a report: {"ok",
-    "fresh_already", "commit", "entries" {entry: {"recorded", "old", "new"}}, "counts", "diffs", "wall_s",
-    "config_differs", "why"}."""
+            result_scale: str = "full", repo: Path = ROOT, trace_calls: bool = False) -> dict:
+    """Checks 1-3 for result `name` (results/<result_scale>/<name>.json of `repo`), and with `trace_calls` check 4;
+    returns a report: {"ok", "fresh_already", "commit", "entries" {entry: {"recorded", "old", "new"}}, "counts",
+    "diffs", "wall_s", "config_differs", "changed", "calls", "why"}."""
     repo = Path(repo)
     overrides = dict(overrides or {})
     path = repo / "results" / result_scale / f"{name}.json"
@@ -226,7 +240,7 @@ def certify(name: str, old_commit: str, scale: str = "ci", overrides: dict | Non
     prov = meta["provenance"]
     commit = _git(repo, "rev-parse", old_commit)
     rep = dict(ok=False, fresh_already=False, commit=commit, path=str(path), registry=prov.get("registry", name),
-               entries={}, counts={}, diffs=[], wall_s={}, config_differs=[], why=[])
+               entries={}, counts={}, diffs=[], wall_s={}, config_differs=[], changed=[], calls={}, why=[])
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         then_tree = old_tree(commit, tmp / "old", paths=(), repo=repo)
@@ -248,8 +262,26 @@ def certify(name: str, old_commit: str, scale: str = "ci", overrides: dict | Non
             return rep
         (tmp / "scratch").mkdir()
         resolved = _substitute(overrides, str(tmp / "scratch"))
-        old = run_in(then_tree, rep["registry"], scale, resolved, tmp / "old.pkl")
-        new = run_in(repo, rep["registry"], scale, resolved, tmp / "new.pkl")
+        envs = {"old": None, "new": None}
+        if trace_calls:
+            names = [n for e in rep["entries"] for n in earlier_names(meta, e)]
+            rep["changed"] = calltrace.changed_defs(then_tree, repo, names)
+            try:
+                specs = {side: calltrace.spec_for(tree, rep["changed"]) for side, tree in (("old", then_tree),
+                                                                                         ("new", repo))}
+            except ValueError as e:
+                rep["why"].append(str(e))
+                return rep
+            both = set(rep["changed"]) - set(specs["old"]["absent"]) - set(specs["new"]["absent"])
+            for side, tree in (("old", then_tree), ("new", repo)):
+                envs[side] = calltrace.tracer_env(tmp / f"tracer_{side}", tree,
+                                                  calltrace.spec_for(tree, rep["changed"], both),
+                                                  tmp / f"calls_{side}")
+        old = run_in(then_tree, rep["registry"], scale, resolved, tmp / "old.pkl", envs["old"])
+        new = run_in(repo, rep["registry"], scale, resolved, tmp / "new.pkl", envs["new"])
+        if trace_calls:
+            rep["calls"], call_diffs = calltrace.compare(calltrace.read(tmp / "calls_old"),
+                                                         calltrace.read(tmp / "calls_new"))
     rep["wall_s"] = {side: dict(run=round(r["wall_s"], 3), subprocess=round(r["wall_total_s"], 3))
                      for side, r in (("old", old), ("new", new))}
     if registry.config_digest(old["cfg"]) != registry.config_digest(new["cfg"]):
@@ -263,8 +295,17 @@ def certify(name: str, old_commit: str, scale: str = "ci", overrides: dict | Non
     a_counts, a_diffs = compare_arrays(old["arrays"], new["arrays"])
     rep["counts"] = {**a_counts, **counts}
     rep["diffs"] = a_diffs + diffs
+    if trace_calls:
+        rep["counts"].update(calls=rep["calls"]["calls"], values=rep["calls"]["values"])
+        rep["diffs"] += [f"calls into the changed code: {d}" for d in call_diffs]
     if rep["diffs"]:
         rep["why"].append(f"{len(rep['diffs'])} difference(s) between the two runs")
+    elif not (compare_trees(*(results._jsonable(r["data"]) for r in (old, new)))[0]["scalars"]
+              or any(rep["counts"].get(k) for k in ("arrays", "calls", "values"))):
+        # A run whose every output is a timing (a benchmark) compares nothing: that is no evidence.
+        rep["why"].append("nothing compared: every output of the run is excluded (a timing)"
+                          + ("" if trace_calls else "; --trace-calls compares what the changed code returned")
+                          + (" and the run never called the changed code" if trace_calls else ""))
     rep["ok"] = not rep["why"]
     return rep
 
@@ -276,6 +317,8 @@ def write(rep: dict, scale: str, overrides: dict, reason: str = "", repo: Path =
     repo = Path(repo)
     new_commit = _git(repo, "rev-parse", "HEAD")
     compared = dict(rep["counts"], excluded_keys=sorted(EXCLUDED))
+    if rep.get("calls"):
+        compared.update(changed_definitions=rep["changed"], calls_per_definition=rep["calls"]["per_key"])
     reason = reason or (f"the run at {scale} scale gave bit-identical data and arrays in the tree of "
                         f"{rep['commit'][:12]} and in {new_commit[:12]}")
 
@@ -313,6 +356,10 @@ def main(argv=None, repo: Path = ROOT) -> int:
     ap.add_argument("--set", action="append", metavar="KEY=VALUE",
                     help="override one configuration key in both runs (JSON value; {scratch}: a shared temp dir)")
     ap.add_argument("--reason", default="", help="why the edit cannot have changed the result (logged)")
+    ap.add_argument("--trace-calls", action="store_true",
+                    help="also record every call into the definitions the edit changed, in both runs, and compare "
+                         "arguments, return values and changed values (lib.book.calltrace): the evidence for a "
+                         "run whose outputs are timings")
     ap.add_argument("--write", action="store_true", help="re-key the result and record the certificate")
     a = ap.parse_args(argv)
     if a.write and _git(repo, "status", "--porcelain", "--", *provenance.PACKAGES):
@@ -320,7 +367,7 @@ def main(argv=None, repo: Path = ROOT) -> int:
         return 1
     overrides = _parse_set(a.set)
     try:
-        rep = certify(a.name, a.old_commit, a.scale, overrides, a.result_scale, repo)
+        rep = certify(a.name, a.old_commit, a.scale, overrides, a.result_scale, repo, a.trace_calls)
     except CertificateError as e:
         print(f"not certified: {e}")
         return 1
@@ -330,6 +377,11 @@ def main(argv=None, repo: Path = ROOT) -> int:
         print(f"{entry}: recorded {f['recorded'][:12]}, old tree {f['old'][:12]}{how}, working tree {f['new'][:12]}")
     for side, w in rep["wall_s"].items():
         print(f"{side} run: {w['run']:.1f} s in run(), {w['subprocess']:.1f} s in all")
+    if rep["changed"]:
+        print(f"changed definitions: {', '.join(rep['changed'])}")
+    for key, c in (rep["calls"] or {}).get("per_key", {}).items():
+        print(f"  {key}: {c['calls']} call(s), {c['values']} value(s); {c['old_s']:.4f} s inside (old run), "
+              f"{c['new_s']:.4f} s (new run)")
     if rep["counts"]:
         print("compared: " + ", ".join(f"{v} {k}" for k, v in rep["counts"].items()))
     if rep["config_differs"]:

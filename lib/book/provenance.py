@@ -16,7 +16,7 @@ So moving a function to another module, renaming it, or editing a docstring, com
 every fingerprint unchanged, while changing a line of code changes the fingerprint of its definition and of every
 definition that reaches it — a kernel line edit marks every result whose `run` reaches the kernel stale.
 Module-level statements that are not definitions (`os.environ.setdefault(...)`) belong to a per-module `<init>`
-definition that every definition of that module depends on. An `if __name__ == "__main__":` block (without `else`)
+definition that every definition of that module depends on (its hash is part of each one's text). An `if __name__ == "__main__":` block (without `else`)
 is skipped: it never runs on import, so it cannot change a number, and hashing it into `<init>` would tie every
 definition it references (a command-line `main`, its help strings) into every definition of its module.
 
@@ -110,14 +110,18 @@ def _assigned_names(node) -> list[str]:
 class Index:
     """The parsed project sources and the fingerprint of every definition."""
 
-    def __init__(self, root: Path | str = ROOT, packages=PACKAGES, outside=(), skip_main: bool = True):
+    def __init__(self, root: Path | str = ROOT, packages=PACKAGES, outside=(), skip_main: bool = True,
+                 module_init: bool = True):
         """`outside`: extra modules ("pkg.mod") or definitions ("pkg.mod:name") treated as outside code, like the
         plumbing (for checks that some code did not change apart from named parts, `lib.book.rekey_unused`).
         `skip_main=False`: hash `if __name__ == "__main__":` blocks into `<init>`, as fingerprints did before
-        `lib.book.rekey_main` (the one-time re-keying that compares the two)."""
+        `lib.book.rekey_main` (the one-time re-keying that compares the two). `module_init=False`: a definition's
+        hash leaves out its module's top-level statements unless they reach back into the module, as fingerprints
+        did before `lib.book.rekey_init`."""
         self.root = Path(root)
         self.outside = tuple(outside)
         self.skip_main = skip_main
+        self.module_init = module_init
         self.modules: dict[str, _Module] = {}
         for pkg in packages:
             base = self.root / pkg
@@ -298,9 +302,14 @@ class Index:
             return "(" + " ".join(out) + ")"
 
         text = "|".join(ser(n) for n in nodes)
-        # every definition of a module depends on that module's top-level statements
+        # Every definition of a module depends on that module's top-level statements, and their hash is part of its
+        # text: an edge alone enters the hash only where the statements reach back into the module (one strongly
+        # connected component), so `os.environ.setdefault(...)` edited stales nothing (`module_init=False`, the
+        # hashing before this was found).
         if name != "<init>" and m.init:
             refs.add((modname, "<init>"))
+            if self.module_init:
+                text += f"|\u27e6{modname}:<init>\u27e7"
         self._text[key], self._edges[key] = text, refs
         return text, refs
 

@@ -51,16 +51,17 @@ def plan(old_index: provenance.Index, new_index: provenance.Index, root: Path | 
     return rows
 
 
-def rewrite(row: dict, commit: str) -> None:
-    """Re-key one result's entry (check 3 inside): the new fingerprint recorded, the re-keying logged."""
+def rewrite(row: dict, commit: str, kind: str = "main blocks", reason: str = REASON) -> None:
+    """Re-key one result's entry (check 3 inside): the new fingerprint recorded, the re-keying logged (`kind`,
+    `reason`: what changed in the hashing)."""
     if row["state"] != "rekey":
         raise ValueError(f"{row['file']}: {row['entry']} is {row['state']}, not re-keyed")
 
     def edit(meta):
         meta["provenance"]["code"][row["entry"]] = row["new"]
         meta.setdefault("provenance_rekeys", []).append(dict(
-            kind="main blocks", entry=row["entry"], from_fingerprint=row["old"], to_fingerprint=row["new"],
-            commit=commit, reason=REASON))
+            kind=kind, entry=row["entry"], from_fingerprint=row["old"], to_fingerprint=row["new"],
+            commit=commit, reason=reason))
     rewrite_meta(Path(row["file"]), edit)
 
 
@@ -76,7 +77,7 @@ def main(argv=None) -> int:
         print("the sources differ from HEAD; commit them first (the log names the commit checked)")
         return 1
     commit = _git("rev-parse", "HEAD")
-    rows = plan(provenance.Index(skip_main=False), provenance.Index())
+    rows = plan(provenance.Index(skip_main=False, module_init=False), provenance.Index(module_init=False))
     for r in rows:
         print(f"{Path(r['file']).relative_to(ROOT)}: {r['entry']}  [{r['state']}]")
     todo = [r for r in rows if r["state"] == "rekey"]
