@@ -147,3 +147,25 @@ def test_canonical_texts_have_no_addresses_and_read_tensor_bytes():
     t = torch.ones(4, dtype=torch.bfloat16)
     assert calltrace.canon(t) == calltrace.canon(t.clone()) != calltrace.canon(t * 2)
     assert calltrace.canon({"b": 1, "a": [1.5, None]}) == calltrace.canon({"a": [1.5, None], "b": 1})
+
+
+def test_exclude_needs_the_calls_and_leaves_out_a_timing_key(tmp_path):
+    repo, c = _repo(tmp_path)
+    p = repo / "lib" / "bench.py"
+    p.write_text(p.read_text().replace('"runs": [{"wall_s": time.perf_counter() - t0}]',
+                                       '"runs": [{"wall_s": time.perf_counter() - t0, "ms": time.perf_counter()}]'))
+    _git(repo, "commit", "-qam", "a timing under a key of its own")
+    rekey_fp = provenance.Index(repo).fingerprint(ENTRY)
+    from lib.book import rekey
+    rekey.rewrite_meta(repo / "results" / "full" / "bench.json",
+                       lambda m: m["provenance"]["code"].update({ENTRY: rekey_fp}))
+    _git(repo, "commit", "-qam", "the result recorded here")
+    c = _git(repo, "rev-parse", "HEAD")
+    _edit(repo, 'return {"name": name, "n": int(n)}', 'return dict(name=name, n=int(n))')
+    with pytest.raises(certify.CertificateError, match="needs --trace-calls"):
+        certify.certify("bench", c, repo=repo, exclude=["ms"])
+    rep = certify.certify("bench", c, repo=repo, trace_calls=True)
+    assert not rep["ok"] and any("/ms" in d for d in rep["diffs"])         # the timing differs run to run
+    rep = certify.certify("bench", c, repo=repo, trace_calls=True, exclude=["ms"])
+    assert rep["ok"], rep["why"]
+    assert "ms" in rep["excluded"]

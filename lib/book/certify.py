@@ -38,7 +38,8 @@ the experiment on both sides of the edit:
    evidence for a run whose outputs are all timings (a benchmark), where step 3 compares nothing: the timed code is
    unchanged and received the same values. A run that compares nothing at all — every output excluded, no traced
    call — is refused ("nothing compared"). The record lists the changed definitions, their calls and the seconds
-   spent inside them on each side.
+   spent inside them on each side. A benchmark records its timings under keys of its own (``ms``, ``compile_s``);
+   with ``--trace-calls``, ``--exclude KEY`` leaves out each such key too (logged with the certificate).
 
 With ``--write`` and identical outputs the recorded fingerprint is replaced by the working tree's (through
 `lib.book.rekey.rewrite_meta`: the data and the content hash are untouched), ``meta["provenance_rekeys"]`` logs the
@@ -144,24 +145,25 @@ def run_in(tree: Path, name: str, scale: str, overrides: dict, out: Path, env_ex
     return got
 
 
-def compare_trees(old, new, where: str = "", counts: dict | None = None, diffs: list | None = None):
-    """Compare two JSON-like trees bit for bit, skipping `EXCLUDED` keys; returns (counts, diffs) with counts
+def compare_trees(old, new, where: str = "", counts: dict | None = None, diffs: list | None = None,
+                  excluded=EXCLUDED):
+    """Compare two JSON-like trees bit for bit, skipping the keys in `excluded`; returns (counts, diffs) with counts
     {"scalars", "excluded"} and diffs one line per difference."""
     counts = {"scalars": 0, "excluded": 0} if counts is None else counts
     diffs = [] if diffs is None else diffs
     if isinstance(old, dict) and isinstance(new, dict):
         for k in sorted(set(old) | set(new), key=str):
-            if k in EXCLUDED:
+            if k in excluded:
                 counts["excluded"] += 1
             elif k not in old or k not in new:
                 diffs.append(f"{where}/{k}: only in the {'new' if k in new else 'old'} run")
             else:
-                compare_trees(old[k], new[k], f"{where}/{k}", counts, diffs)
+                compare_trees(old[k], new[k], f"{where}/{k}", counts, diffs, excluded)
     elif isinstance(old, list) and isinstance(new, list):
         if len(old) != len(new):
             diffs.append(f"{where}: length {len(old)} != {len(new)}")
         for i, (a, b) in enumerate(zip(old, new)):
-            compare_trees(a, b, f"{where}[{i}]", counts, diffs)
+            compare_trees(a, b, f"{where}[{i}]", counts, diffs, excluded)
     else:
         counts["scalars"] += 1
         if type(old) is not type(new) or repr(old) != repr(new):
@@ -229,10 +231,15 @@ def old_fingerprint(tree: Path, names: list[str], recorded: str) -> dict:
 
 
 def certify(name: str, old_commit: str, scale: str = "ci", overrides: dict | None = None,
-            result_scale: str = "full", repo: Path = ROOT, trace_calls: bool = False) -> dict:
+            result_scale: str = "full", repo: Path = ROOT, trace_calls: bool = False, exclude=()) -> dict:
     """Checks 1-3 for result `name` (results/<result_scale>/<name>.json of `repo`), and with `trace_calls` check 4;
     returns a report: {"ok", "fresh_already", "commit", "entries" {entry: {"recorded", "old", "new"}}, "counts",
-    "diffs", "wall_s", "config_differs", "changed", "calls", "why"}."""
+    "diffs", "wall_s", "config_differs", "changed", "calls", "excluded", "why"}. `exclude`: more keys a timing
+    run measures time under (``ms``), left out like `EXCLUDED` — only with `trace_calls`, whose calls are then the
+    evidence."""
+    if exclude and not trace_calls:
+        raise CertificateError("--exclude needs --trace-calls: the calls into the changed code are then the evidence")
+    excluded = EXCLUDED | frozenset(exclude)
     repo = Path(repo)
     overrides = dict(overrides or {})
     path = repo / "results" / result_scale / f"{name}.json"
@@ -240,7 +247,8 @@ def certify(name: str, old_commit: str, scale: str = "ci", overrides: dict | Non
     prov = meta["provenance"]
     commit = _git(repo, "rev-parse", old_commit)
     rep = dict(ok=False, fresh_already=False, commit=commit, path=str(path), registry=prov.get("registry", name),
-               entries={}, counts={}, diffs=[], wall_s={}, config_differs=[], changed=[], calls={}, why=[])
+               entries={}, counts={}, diffs=[], wall_s={}, config_differs=[], changed=[], calls={},
+               excluded=sorted(excluded), why=[])
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         then_tree = old_tree(commit, tmp / "old", paths=(), repo=repo)
@@ -291,7 +299,8 @@ def certify(name: str, old_commit: str, scale: str = "ci", overrides: dict | Non
     recorded_cfg = prov.get("cfg", {})
     rep["config_differs"] = sorted(k for k in set(old["cfg"]) | set(recorded_cfg)
                                    if old["cfg"].get(k) != recorded_cfg.get(k))
-    counts, diffs = compare_trees(*(results._jsonable(dict(data=r["data"], seeds=r["seeds"])) for r in (old, new)))
+    counts, diffs = compare_trees(*(results._jsonable(dict(data=r["data"], seeds=r["seeds"])) for r in (old, new)),
+                                  excluded=excluded)
     a_counts, a_diffs = compare_arrays(old["arrays"], new["arrays"])
     rep["counts"] = {**a_counts, **counts}
     rep["diffs"] = a_diffs + diffs
@@ -300,7 +309,7 @@ def certify(name: str, old_commit: str, scale: str = "ci", overrides: dict | Non
         rep["diffs"] += [f"calls into the changed code: {d}" for d in call_diffs]
     if rep["diffs"]:
         rep["why"].append(f"{len(rep['diffs'])} difference(s) between the two runs")
-    elif not (compare_trees(*(results._jsonable(r["data"]) for r in (old, new)))[0]["scalars"]
+    elif not (compare_trees(*(results._jsonable(r["data"]) for r in (old, new)), excluded=excluded)[0]["scalars"]
               or any(rep["counts"].get(k) for k in ("arrays", "calls", "values"))):
         # A run whose every output is a timing (a benchmark) compares nothing: that is no evidence.
         rep["why"].append("nothing compared: every output of the run is excluded (a timing)"
@@ -316,7 +325,7 @@ def write(rep: dict, scale: str, overrides: dict, reason: str = "", repo: Path =
         raise CertificateError("; ".join(rep["why"]) or "not certified")
     repo = Path(repo)
     new_commit = _git(repo, "rev-parse", "HEAD")
-    compared = dict(rep["counts"], excluded_keys=sorted(EXCLUDED))
+    compared = dict(rep["counts"], excluded_keys=rep.get("excluded", sorted(EXCLUDED)))
     if rep.get("calls"):
         compared.update(changed_definitions=rep["changed"], calls_per_definition=rep["calls"]["per_key"])
     reason = reason or (f"the run at {scale} scale gave bit-identical data and arrays in the tree of "
@@ -360,6 +369,9 @@ def main(argv=None, repo: Path = ROOT) -> int:
                     help="also record every call into the definitions the edit changed, in both runs, and compare "
                          "arguments, return values and changed values (lib.book.calltrace): the evidence for a "
                          "run whose outputs are timings")
+    ap.add_argument("--exclude", action="append", default=[], metavar="KEY",
+                    help="with --trace-calls: one more key under which the run records a timing (e.g. ms), left out "
+                         "of the comparison (logged)")
     ap.add_argument("--write", action="store_true", help="re-key the result and record the certificate")
     a = ap.parse_args(argv)
     if a.write and _git(repo, "status", "--porcelain", "--", *provenance.PACKAGES):
@@ -367,7 +379,7 @@ def main(argv=None, repo: Path = ROOT) -> int:
         return 1
     overrides = _parse_set(a.set)
     try:
-        rep = certify(a.name, a.old_commit, a.scale, overrides, a.result_scale, repo, a.trace_calls)
+        rep = certify(a.name, a.old_commit, a.scale, overrides, a.result_scale, repo, a.trace_calls, a.exclude)
     except CertificateError as e:
         print(f"not certified: {e}")
         return 1
