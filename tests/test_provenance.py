@@ -319,7 +319,7 @@ def test_a_help_string_in_the_real_training_command_line_changes_nothing(tmp_pat
 
 def test_an_edited_module_statement_counts_in_every_definition_of_its_module(tmp_path):
     # A top-level statement that reaches no definition of its module (as `os.environ.setdefault(...)` in the
-    # training module): the hashing before `lib.book.rekey_init` missed an edit of it.
+    # training module): the hashing before `lib.experiments.rekey_init` missed an edit of it.
     files = dict(BASE)
     files["lib/fp/num.py"] = files["lib/fp/num.py"] + "\n        import os\n        os.environ.setdefault('A', '1')\n"
     a = _tree(tmp_path / "a", files)
@@ -332,7 +332,8 @@ def test_an_edited_module_statement_counts_in_every_definition_of_its_module(tmp
 
 
 def test_rekey_init_rekeys_only_results_fresh_under_the_old_hashing(tmp_path):
-    from lib.book import rekey_init, rekey_main
+    from lib.book import rekey_main
+    from lib.experiments import rekey_init
     entry = "lib.experiments.exp:run"
     files = dict(BASE)
     files["lib/fp/num.py"] = files["lib/fp/num.py"] + "\n        import os\n        os.environ.setdefault('A', '1')\n"

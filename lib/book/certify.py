@@ -12,7 +12,7 @@ the experiment on both sides of the edit:
    entry's earlier name, so the old tree is asked for each name the log gives it, newest first; and one recorded
    before fingerprints stopped covering ``if __name__ == "__main__":`` blocks (`lib.book.rekey_main` re-keyed only
    the results that were fresh then) is matched under that hashing too (``provenance.Index(skip_main=False)``), as is
-   one recorded before module-level statements entered every fingerprint of their module (`lib.book.rekey_init`).
+   one recorded before module-level statements entered every fingerprint of their module (`lib.experiments.rekey_init`).
    A fingerprint ignores names; the ``__main__`` hashing covers all the newer one does and those blocks besides,
    while the hashing before module statements identifies the code up to the top-level statements that do not reach
    back into their module (an ``os.environ.setdefault``). The report names the entry and the hashing that matched;

@@ -117,7 +117,7 @@ class Index:
         `skip_main=False`: hash `if __name__ == "__main__":` blocks into `<init>`, as fingerprints did before
         `lib.book.rekey_main` (the one-time re-keying that compares the two). `module_init=False`: a definition's
         hash leaves out its module's top-level statements unless they reach back into the module, as fingerprints
-        did before `lib.book.rekey_init`."""
+        did before `lib.experiments.rekey_init`."""
         self.root = Path(root)
         self.outside = tuple(outside)
         self.skip_main = skip_main

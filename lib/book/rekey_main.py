@@ -69,25 +69,34 @@ def _git(*args) -> str:
     return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
 
 
+def rekey_all(old_index: provenance.Index, new_index: provenance.Index, write: bool, kind: str = "main blocks",
+              reason: str = REASON) -> list[dict] | None:
+    """Plan, print and (with `write`) re-key every result fresh under `old_index`'s hashing to `new_index`'s; the
+    rows of `plan`, or None where `write` is refused because the sources differ from HEAD."""
+    if write and _git("status", "--porcelain", "--", *provenance.PACKAGES):
+        print("the sources differ from HEAD; commit them first (the log names the commit checked)")
+        return None
+    commit = _git("rev-parse", "HEAD")
+    rows = plan(old_index, new_index)
+    for r in rows:
+        print(f"{Path(r['file']).relative_to(ROOT)}: {r['entry']}  [{r['state']}]")
+    if write:
+        for r in rows:
+            if r["state"] == "rekey":
+                rewrite(r, commit, kind, reason)
+    counts = {s: sum(r["state"] == s for r in rows) for s in ("rekey", "fresh", "stale")}
+    print(f"{counts['rekey']} result entries {'re-keyed' if write else 'to re-key'}; {counts['fresh']} fresh as they "
+          f"are; {counts['stale']} stale, left alone")
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lib.book.rekey_main", description=__doc__.split("\n")[0])
     ap.add_argument("--write", action="store_true", help="rewrite the metadata (default: report only)")
     a = ap.parse_args(argv)
-    if a.write and _git("status", "--porcelain", "--", *provenance.PACKAGES):
-        print("the sources differ from HEAD; commit them first (the log names the commit checked)")
-        return 1
-    commit = _git("rev-parse", "HEAD")
-    rows = plan(provenance.Index(skip_main=False, module_init=False), provenance.Index(module_init=False))
-    for r in rows:
-        print(f"{Path(r['file']).relative_to(ROOT)}: {r['entry']}  [{r['state']}]")
-    todo = [r for r in rows if r["state"] == "rekey"]
-    if a.write:
-        for r in todo:
-            rewrite(r, commit)
-    counts = {s: sum(r["state"] == s for r in rows) for s in ("rekey", "fresh", "stale")}
-    print(f"{counts['rekey']} result(s) {'re-keyed' if a.write else 'to re-key'}; {counts['fresh']} fresh as they "
-          f"are; {counts['stale']} stale, left alone")
-    return 0
+    rows = rekey_all(provenance.Index(skip_main=False, module_init=False), provenance.Index(module_init=False),
+                     a.write)
+    return 1 if rows is None else 0
 
 
 if __name__ == "__main__":

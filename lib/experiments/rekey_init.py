@@ -14,8 +14,8 @@ The loop certificate's carry records (`results/loop_certificate_*_carry.json`) k
 fingerprint of what its child reaches (`lib.training.loop_certificate.tree_fingerprint`); a combination whose key is
 this tree's under the old hashing gets this tree's under the new one, so that it still carries.
 
-    python -m lib.book.rekey_init            # report what would change
-    python -m lib.book.rekey_init --write    # rewrite the metadata and the carry records
+    python -m lib.experiments.rekey_init            # report what would change
+    python -m lib.experiments.rekey_init --write    # rewrite the metadata and the carry records
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from lib.book import provenance
-from lib.book.rekey_main import ROOT, _git, plan, rewrite
+from lib.book.rekey_main import ROOT, rekey_all
 
 KIND = "module statements"
 REASON = ("fingerprints now include each module's top-level statements (their hash entered a definition's only where "
@@ -73,30 +73,18 @@ def rewrite_carries(rows: list[dict]) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m lib.book.rekey_init", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m lib.experiments.rekey_init", description=__doc__.split("\n")[0])
     ap.add_argument("--write", action="store_true", help="rewrite the metadata (default: report only)")
     a = ap.parse_args(argv)
-    if a.write and _git("status", "--porcelain", "--", *provenance.PACKAGES):
-        print("the sources differ from HEAD; commit them first (the log names the commit checked)")
-        return 1
-    commit = _git("rev-parse", "HEAD")
     old_ix, new_ix = provenance.Index(module_init=False), provenance.Index()
-    rows = plan(old_ix, new_ix)
-    for r in rows:
-        print(f"{Path(r['file']).relative_to(ROOT)}: {r['entry']}  [{r['state']}]")
+    if rekey_all(old_ix, new_ix, a.write, KIND, REASON) is None:
+        return 1
     crows = carry_plan(old_ix, new_ix)
     if a.write:
-        for r in rows:
-            if r["state"] == "rekey":
-                rewrite(r, commit, KIND, REASON)
         rewrite_carries(crows)
-    counts = {s: sum(r["state"] == s for r in rows) for s in ("rekey", "fresh", "stale")}
-    ccounts = {s: sum(r["state"] == s for r in crows) for s in ("rekey", "fresh", "other")}
-    done = "re-keyed" if a.write else "to re-key"
-    print(f"{counts['rekey']} result entries {done}; {counts['fresh']} fresh as they are; {counts['stale']} stale, "
-          f"left alone")
-    print(f"carried combinations: {ccounts['rekey']} {done}, {ccounts['fresh']} already keyed so, "
-          f"{ccounts['other']} keyed by another tree, left alone")
+    counts = {s: sum(r["state"] == s for r in crows) for s in ("rekey", "fresh", "other")}
+    print(f"carried combinations: {counts['rekey']} {'re-keyed' if a.write else 'to re-key'}, {counts['fresh']} "
+          f"already keyed so, {counts['other']} keyed by another tree, left alone")
     return 0
 
 
