@@ -1,13 +1,12 @@
 """lib/book/calltrace.py and `certify --trace-calls`: a timing-only run is certified by what its changed code
 returned, and refused when that differs, when a changed value is read, or when the change cannot be traced."""
 import json
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
 
-from lib.book import calltrace, certify, provenance, results
+from lib.book import calltrace, certify, provenance
+from tests.test_certify import _git, scratch_repo
 
 ENTRY = "lib.bench:run"
 # A benchmark: it parses its configuration with a helper, then times a computation; it saves only seconds.
@@ -52,28 +51,8 @@ spec = "x/50"
 '''
 
 
-def _git(repo, *args):
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
-                          capture_output=True, text=True).stdout.strip()
-
-
 def _repo(tmp_path):
-    repo = tmp_path / "repo"
-    (repo / "lib" / "book").mkdir(parents=True)
-    (repo / "lib" / "experiments").mkdir()
-    (repo / "lib" / "__init__.py").write_text("")
-    for f in ("__init__.py", "registry.py"):
-        shutil.copy(provenance.ROOT / "lib" / "book" / f, repo / "lib" / "book" / f)
-    (repo / "lib" / "experiments" / "registry.toml").write_text(REGISTRY)
-    (repo / "lib" / "bench.py").write_text(MODULE)
-    (repo / ".gitignore").write_text("__pycache__/\n")
-    prov = {"registry": "bench", "code": {ENTRY: provenance.Index(repo).fingerprint(ENTRY)},
-            "cfg": {"spec": "x/50"}, "inputs": {}}
-    results.save("bench", "full", {"runs": [{"wall_s": 1.0}]}, provenance=prov, root=repo / "results")
-    _git(repo, "init", "-q")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "C")
-    return repo, _git(repo, "rev-parse", "HEAD")
+    return scratch_repo(tmp_path, "bench", MODULE, REGISTRY, {"spec": "x/50"}, {"runs": [{"wall_s": 1.0}]})
 
 
 def _edit(repo, old, new):

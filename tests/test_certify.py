@@ -43,24 +43,30 @@ def _git(repo, *args):
                           capture_output=True, text=True).stdout.strip()
 
 
-def _repo(tmp_path):
-    """A scratch repository: the registry reader, one experiment and its result (recorded fingerprint of commit C)."""
+def scratch_repo(tmp_path, name: str, module: str, registry_toml: str, cfg: dict, data: dict, arrays=None):
+    """A scratch repository: the registry reader, one experiment `lib/<name>.py` (entry `lib.<name>:run`) and its
+    result `name` (its fingerprint recorded at commit C); returns (repo, C)."""
     repo = tmp_path / "repo"
     (repo / "lib" / "book").mkdir(parents=True)
     (repo / "lib" / "experiments").mkdir()
     (repo / "lib" / "__init__.py").write_text("")
     for f in ("__init__.py", "registry.py"):
         shutil.copy(provenance.ROOT / "lib" / "book" / f, repo / "lib" / "book" / f)
-    (repo / "lib" / "experiments" / "registry.toml").write_text(REGISTRY)
-    (repo / "lib" / "tiny.py").write_text(MODULE)
+    (repo / "lib" / "experiments" / "registry.toml").write_text(registry_toml)
+    (repo / "lib" / f"{name}.py").write_text(module)
     (repo / ".gitignore").write_text("__pycache__/\n")
-    prov = {"registry": "tiny", "code": {ENTRY: provenance.Index(repo).fingerprint(ENTRY)},
-            "cfg": {"mode": "a", "n": 50}, "inputs": {}}
-    results.save("tiny", "full", {"total": 1.0}, provenance=prov, arrays={"a": np.arange(3)}, root=repo / "results")
+    entry = f"lib.{name}:run"
+    prov = {"registry": name, "code": {entry: provenance.Index(repo).fingerprint(entry)}, "cfg": cfg, "inputs": {}}
+    results.save(name, "full", data, provenance=prov, arrays=arrays, root=repo / "results")
     _git(repo, "init", "-q")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "C")
     return repo, _git(repo, "rev-parse", "HEAD")
+
+
+def _repo(tmp_path):
+    return scratch_repo(tmp_path, "tiny", MODULE, REGISTRY, {"mode": "a", "n": 50}, {"total": 1.0},
+                        arrays={"a": np.arange(3)})
 
 
 def _edit(repo, old, new):

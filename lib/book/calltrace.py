@@ -10,20 +10,20 @@ tree and in the new one, so that a certificate can show the edit returned the sa
    that the result's code entries reach in either tree and whose own text differs between the trees (a definition's
    canonical text with its references as names: a changed callee does not mark its callers), or that exist in one
    tree only.
-2. `spec_for(root, keys)`: where each changed definition lies (its source file and line range), for the tracer; a
-   changed statement at module level (`<init>`) cannot be traced and is refused, since it runs at import and may
-   set anything.
-3. The tracer (`install`, started in every Python process of the run by the `sitecustomize` that `tracer_dir`
+2. `specs_for(old_root, new_root, keys)`: where each changed definition lies in each tree (its source file and line
+   range), for the tracer; a changed statement at module level (`<init>`) cannot be traced and is refused, since it
+   runs at import and may set anything.
+3. The tracer (`install`, started in every Python process of the run by the `sitecustomize` that `tracer_env`
    writes, so the run's worker processes are traced too) records, for every *outermost* call into a changed function
    or method (code whose source lies inside a changed definition, called from code that does not): a canonical text
    of its arguments on entry, of its return value, and of its arguments on return (a method that sets fields of
    `self` shows them there), and the seconds spent inside. Calls made by changed code into changed code are inside
-   that boundary and are not recorded, so restructuring inside the changed code is allowed. At the end of each
-   process it adds the values of the changed module-level assignments and, for a changed class, its dataclass
-   fields (name, default, factory) and class attributes — what the generated `__init__` and the unchanged readers
-   of those values see.
-4. `compare(old_dir, new_dir)`: the multiset of records of each run (order across worker processes is not
-   deterministic), equal or the first differences.
+   that boundary and are not recorded, so restructuring inside the changed code is allowed. When a process exits
+   normally (a forked worker ends without this) it adds, for the modules it imported, the values of the changed
+   module-level assignments and, for a changed class, its dataclass fields (name, default, factory) and class
+   attributes — what the generated `__init__` and the unchanged readers of those values see.
+4. `compare(read(old_dir), read(new_dir))`: the multiset of records of each run (order across worker processes is
+   not deterministic), equal or the first differences.
 
 Canonical texts: tensors and arrays by dtype, shape and a SHA-256 of their bytes; dataclasses and plain objects by
 type and fields (depth ≤ 4); functions, classes and modules by qualified name; memory addresses never. What this
@@ -97,12 +97,10 @@ def _def_nodes(path: Path, name: str) -> list:
     return found
 
 
-def spec_for(root, keys, both=None) -> dict:
+def spec_for(root, keys) -> dict:
     """The tracer's spec for changed definitions `keys` of the tree at `root`: {"functions": [[file, first line,
     last line, key], ...], "values": [[module, name, key], ...], "classes": [[module, name, key], ...],
-    "absent": [keys this tree lacks]}. Values and classes are compared only for keys in `both` (default: all):
-    a definition that one tree lacks can be read only by changed code, whose calls show its effect. Raises
-    ValueError for a changed module-level statement."""
+    "absent": [keys this tree lacks]}. Raises ValueError for a changed module-level statement."""
     from lib.book import provenance
     root = Path(root)
     ix = provenance.Index(root)
@@ -117,14 +115,24 @@ def spec_for(root, keys, both=None) -> dict:
             continue
         for node in _def_nodes(m.path, name):
             if isinstance(node, (ast.Assign, ast.AnnAssign)):
-                if both is None or key in both:
-                    spec["values"].append([mod, name, key])
+                spec["values"].append([mod, name, key])
                 continue
             first = min([node.lineno] + [d.lineno for d in node.decorator_list])
             spec["functions"].append([str(m.path.resolve()), first, node.end_lineno, key])
-            if isinstance(node, ast.ClassDef) and (both is None or key in both):
+            if isinstance(node, ast.ClassDef):
                 spec["classes"].append([mod, name, key])
     return spec
+
+
+def specs_for(old_root, new_root, keys) -> tuple[dict, dict]:
+    """`spec_for` of both trees, the values and classes kept only for keys both trees define: a definition that one
+    tree lacks can be read only by changed code, whose calls show its effect."""
+    old, new = spec_for(old_root, keys), spec_for(new_root, keys)
+    one_side = set(old["absent"]) | set(new["absent"])
+    for spec in (old, new):
+        for kind in ("values", "classes"):
+            spec[kind] = [row for row in spec[kind] if row[2] not in one_side]
+    return old, new
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -137,10 +145,8 @@ def _digest(b: bytes) -> str:
 def canon(x, depth: int = 0, seen=None) -> str:
     """A text of `x` that equal values give in any process: no memory addresses, tensors by their bytes' hash."""
     seen = set() if seen is None else seen
-    if x is None or isinstance(x, (bool, int, str, bytes)):
-        return repr(x)
-    if isinstance(x, float):
-        return repr(x)
+    if x is None or isinstance(x, (bool, int, float, str, bytes)):
+        return repr(x)                                  # a float's repr round-trips: equal text, equal bits
     tname = f"{type(x).__module__}.{type(x).__qualname__}"
     if depth > MAX_DEPTH:
         return f"<{tname}>"

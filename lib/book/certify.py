@@ -12,7 +12,8 @@ the experiment on both sides of the edit:
    entry's earlier name, so the old tree is asked for each name the log gives it, newest first; and one recorded
    before fingerprints stopped covering ``if __name__ == "__main__":`` blocks (`lib.book.rekey_main` re-keyed only
    the results that were fresh then) is matched under that hashing too (``provenance.Index(skip_main=False)``), as is
-   one recorded before module-level statements entered every fingerprint of their module (`lib.experiments.rekey_init`).
+   one recorded before module-level statements entered every fingerprint of their module
+   (`lib.experiments.rekey_init`).
    A fingerprint ignores names; the ``__main__`` hashing covers all the newer one does and those blocks besides,
    while the hashing before module statements identifies the code up to the top-level statements that do not reach
    back into their module (an ``os.environ.setdefault``). The report names the entry and the hashing that matched;
@@ -65,7 +66,8 @@ the edit: gpt2_regime's ci corpus is tokenised from the tree's ``lib/training`` 
 
     python -m lib.book.certify gpt2_regime --old-commit d44b47b                     # check only
     python -m lib.book.certify gpt2_regime --old-commit d44b47b --set corpus_dir={scratch}/corpus --write
-    python -m lib.book.certify train_step_bench --old-commit 6d08e0f --trace-calls --reason "..." --write
+    python -m lib.book.certify train_step_gpt2 --old-commit 6d08e0f --trace-calls --exclude ms --exclude ms_median \
+        --exclude compile_s --exclude ratio_to_baseline --reason "..." --write
 """
 from __future__ import annotations
 
@@ -206,7 +208,7 @@ def earlier_names(meta: dict, entry: str) -> list[str]:
     return names
 
 
-HASHINGS = {"current": {}, "before module statements": dict(module_init=False),      # name -> provenance.Index options
+HASHINGS = {"current": {}, "before module statements": dict(module_init=False),  # name -> provenance.Index options
             "with __main__ blocks": dict(skip_main=False, module_init=False)}
 
 
@@ -238,7 +240,8 @@ def certify(name: str, old_commit: str, scale: str = "ci", overrides: dict | Non
     run measures time under (``ms``), left out like `EXCLUDED` — only with `trace_calls`, whose calls are then the
     evidence."""
     if exclude and not trace_calls:
-        raise CertificateError("--exclude needs --trace-calls: the calls into the changed code are then the evidence")
+        raise CertificateError("--exclude needs --trace-calls: the calls into the changed code are then the "
+                               "evidence")
     excluded = EXCLUDED | frozenset(exclude)
     repo = Path(repo)
     overrides = dict(overrides or {})
@@ -275,16 +278,12 @@ def certify(name: str, old_commit: str, scale: str = "ci", overrides: dict | Non
             names = [n for e in rep["entries"] for n in earlier_names(meta, e)]
             rep["changed"] = calltrace.changed_defs(then_tree, repo, names)
             try:
-                specs = {side: calltrace.spec_for(tree, rep["changed"]) for side, tree in (("old", then_tree),
-                                                                                         ("new", repo))}
+                specs = dict(zip(("old", "new"), calltrace.specs_for(then_tree, repo, rep["changed"])))
             except ValueError as e:
                 rep["why"].append(str(e))
                 return rep
-            both = set(rep["changed"]) - set(specs["old"]["absent"]) - set(specs["new"]["absent"])
             for side, tree in (("old", then_tree), ("new", repo)):
-                envs[side] = calltrace.tracer_env(tmp / f"tracer_{side}", tree,
-                                                  calltrace.spec_for(tree, rep["changed"], both),
-                                                  tmp / f"calls_{side}")
+                envs[side] = calltrace.tracer_env(tmp / f"tracer_{side}", tree, specs[side], tmp / f"calls_{side}")
         old = run_in(then_tree, rep["registry"], scale, resolved, tmp / "old.pkl", envs["old"])
         new = run_in(repo, rep["registry"], scale, resolved, tmp / "new.pkl", envs["new"])
         if trace_calls:

@@ -16,9 +16,10 @@ So moving a function to another module, renaming it, or editing a docstring, com
 every fingerprint unchanged, while changing a line of code changes the fingerprint of its definition and of every
 definition that reaches it — a kernel line edit marks every result whose `run` reaches the kernel stale.
 Module-level statements that are not definitions (`os.environ.setdefault(...)`) belong to a per-module `<init>`
-definition that every definition of that module depends on (its hash is part of each one's text). An `if __name__ == "__main__":` block (without `else`)
-is skipped: it never runs on import, so it cannot change a number, and hashing it into `<init>` would tie every
-definition it references (a command-line `main`, its help strings) into every definition of its module.
+definition that every definition of that module depends on (its hash is part of each one's text). An
+`if __name__ == "__main__":` block (without `else`) is skipped: it never runs on import, so it cannot change a
+number, and hashing it into `<init>` would tie every definition it references (a command-line `main`, its help
+strings) into every definition of its module.
 
 `lib.book` itself (results I/O, scales, the figure style) is plumbing that cannot change a measured number; its
 definitions are treated as outside references, so editing it stales nothing. The exception is the experiment runner
