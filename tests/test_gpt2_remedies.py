@@ -684,7 +684,12 @@ def test_the_authors_code_reads_with_its_compile_failure_and_what_is_left():
     assert words.startswith("The authors' code, compiled (") and words.endswith(".")
     assert ("(registered compiled, its compilation failed at the first step, so it trained eagerly, unlike the "
             "compiled arms it is read against)") in words
-    assert "unremedied, our kernel, paper placement" in words and "by the rule it" in words
+    assert "unremedied, our kernel, paper placement" in words
+    # their code without its fix is not a remedy: the rule's verdict reads as whether it reproduces the failure
+    assert "by the same rule it" in words and "that failure" in words and "prevent" not in words
+    assert "without the change" not in words and "remove the growth" not in words
+    fixed = remedies.authors_words([dict(r, arm="authors_fix_compiled")])
+    assert "by the rule it" in fixed and "reproduce" not in fixed
     assert "trained eagerly (its compilation failed)" in remedies.brief_words([r], remedies.AUTHORS_ARMS)
     # an eager arm with a compile error recorded (none is compiled) says nothing of it
     rem.cfg["arms"][0]["compile"] = False

@@ -399,8 +399,9 @@ def glue_numbers(rows: list[dict]) -> dict:
                                   None: "has not yet been shown to prevent, or not to prevent,"}[v[arm]]
         at = [r for r in mine if r["step"]]
         # where no seed was read, the first row says why (a reference not run yet, or nothing measured)
-        out[f"{arm}_at"] = ("; ".join(f"(seed {r['seed']}) {growth_words(r)}" for r in at) if len(at) > 1
-                            else growth_words(at[0]) if at else growth_words(mine[0]))
+        remedy = arm not in AUTHORS_UNFIXED
+        out[f"{arm}_at"] = ("; ".join(f"(seed {r['seed']}) {growth_words(r, remedy)}" for r in at) if len(at) > 1
+                            else growth_words(at[0], remedy) if at else growth_words(mine[0], remedy))
     return out
 
 
@@ -531,15 +532,28 @@ def dial_lean_words(rows: list[dict], arms=DIAL_ARMS) -> str:
 
 
 AUTHORS_ARMS = ("authors_compiled", "authors_fix_compiled", "authors_eager", "authors_fix_eager")
+AUTHORS_UNFIXED = ("authors_compiled", "authors_eager")   # their attention as it stands, without their fix
+# The prevents rule read for an arm that is not a remedy: their unfixed code beside our paper placement, which fails
+# in every seed where it is read, either reproduces that failure or does not.
+_REPRODUCES = {"prevents": "does not reproduce", "does not prevent": "reproduces",
+               "has not yet been shown to prevent, or not to prevent,":
+               "has not yet been shown to reproduce, or not to reproduce,"}
 
 
 def authors_words(rows: list[dict], arms=AUTHORS_ARMS, layer: int = FOCUS_LAYER) -> str:
     """For chapter 2c: what the authors' own code did in training, per arm run — its spec in words, its outcome per
-    seed beside the unremedied paper placement's (`glue_numbers`), the prevents rule's verdict, layer `layer`'s
-    growth reading; "" when none ran."""
+    seed beside the unremedied paper placement's (`glue_numbers`), the prevents rule's verdict (for their code
+    without its fix, read as whether it reproduces our paper placement's failure), layer `layer`'s growth reading;
+    "" when none ran."""
     g = glue_numbers([r for r in rows if r["arm"] in arms])
-    parts = [f"{SHORT[a]} ({g[a + '_words']}): {g[a + '_outcome']}; by the rule it {g[a + '_prevents']} the "
-             f"failure, and layer {layer}'s largest logit is {g[a + '_at']}" for a in arms if a + "_words" in g]
+
+    def verdict(a: str) -> str:
+        if a in AUTHORS_UNFIXED:
+            return f"by the same rule it {_REPRODUCES[g[a + '_prevents']]} that failure"
+        return f"by the rule it {g[a + '_prevents']} the failure"
+
+    parts = [f"{SHORT[a]} ({g[a + '_words']}): {g[a + '_outcome']}; {verdict(a)}, and layer {layer}'s largest "
+             f"logit is {g[a + '_at']}" for a in arms if a + "_words" in g]
     if not parts:
         return ""
     text = "; ".join(parts) + "."
@@ -600,19 +614,24 @@ def brief_words(rows: list[dict], arms) -> str:
         f"{f:,} in seed {s}" for s, f in sorted(fails.items())) + ")")
 
 
-def growth_words(row: dict) -> str:
+def growth_words(row: dict, remedy: bool = True) -> str:
     """One row's growth reading in words: its layer's largest logit over FP32 attention's at the row's step, the
-    baseline's, and the registered "removes the growth" rule over every grown (step, layer) pair."""
+    baseline's, and the registered "removes the growth" rule over every grown (step, layer) pair. `remedy` False:
+    the row is not a change meant to remedy its baseline (the authors' code without its fix beside our paper
+    placement), so the rule reads as whether it grows the logits as that baseline does."""
     ref = "FP32 attention's" + (f" with {row['model']}" if row.get("model") else "")
     if not row["step"]:
         if row.get("model") and row.get("ref_ran") is False:
             return f"not measured yet (its reference, FP32 attention with {row['model']}, has not run at this seed)"
         return "not measured"
     n, k = row["grown"]
-    return (f"{_ratio(row['ratio'])}× {ref} at step {row['step']:,}, against "
-            f"{_ratio(row['base_ratio'])}× without the change; of the {n} (growth step, layer) pairs where the "
-            f"unchanged arm grows beyond FP32 attention's spread it keeps {k} within it, so by the rule it "
-            + ("removes" if n and k == n else "does not remove") + " the growth")
+    removes = bool(n) and k == n
+    base = "without the change" if remedy else f"in {row['base_words']}"
+    rule = ("by the rule it " + ("removes" if removes else "does not remove") + " the growth" if remedy else
+            "by the same rule its logits " + ("do not grow" if removes else "grow") + " as that arm's do")
+    return (f"{_ratio(row['ratio'])}× {ref} at step {row['step']:,}, against {_ratio(row['base_ratio'])}× {base}; "
+            f"of the {n} (growth step, layer) pairs where {'the unchanged arm' if remedy else 'that arm'} grows "
+            f"beyond FP32 attention's spread it keeps {k} within it, so {rule}")
 
 
 # The changes to the paper placement a practitioner would choose between (advice_words, pending_words): the
