@@ -688,6 +688,11 @@ def test_the_authors_code_reads_with_its_compile_failure_and_what_is_left():
     # their code without its fix is not a remedy: the rule's verdict reads as whether it reproduces the failure
     assert "by the same rule it" in words and "that failure" in words and "prevent" not in words
     assert "without the change" not in words and "remove the growth" not in words
+    n, k = r["grown"]
+    assert (f"against {remedies._ratio(r['base_ratio'])}× in {r['base_words']}; " in words
+            and ("its logits do not grow as" if n and k == n else "its logits grow as") in words)
+    assert remedies.glue_numbers([r])["authors_compiled_prevents"] == remedies._REPRODUCES[
+        remedies.verdicts([r])["authors_compiled"]]
     fixed = remedies.authors_words([dict(r, arm="authors_fix_compiled")])
     assert "by the rule it" in fixed and "reproduce" not in fixed
     assert "trained eagerly (its compilation failed)" in remedies.brief_words([r], remedies.AUTHORS_ARMS)

@@ -385,9 +385,16 @@ def table(rows: list[dict], layer: int = FOCUS_LAYER) -> str:
     return "\n".join(out)
 
 
+# The prevents rule's verdict (`verdicts`) in words; for an arm that is not a remedy — the authors' code without its
+# fix beside our paper placement, which fails wherever it is read — whether it reproduces that failure.
+_PREVENTS = {True: "prevents", False: "does not prevent", None: "has not yet been shown to prevent, or not to prevent,"}
+_REPRODUCES = {True: "does not reproduce", False: "reproduces",
+               None: "has not yet been shown to reproduce, or not to reproduce,"}
+
+
 def glue_numbers(rows: list[dict]) -> dict:
-    """Glue for chapter 2c: per arm "<arm>_outcome" (per seed, in words), "<arm>_prevents" ("prevents",
-    "does not prevent" or "has not yet been shown to prevent, or not to prevent,"), "<arm>_words", "<arm>_at" (`growth_words` per seed
+    """Glue for chapter 2c: per arm "<arm>_outcome" (per seed, in words), "<arm>_prevents" (`_PREVENTS`, or for the
+    authors' code without its fix `_REPRODUCES`), "<arm>_words", "<arm>_at" (`growth_words` per seed
     where measured, else "not measured"); "n_arms", "seeds"."""
     v = verdicts(rows)
     out = {"n_arms": str(len(v)), "seeds": ", ".join(map(str, sorted({r["seed"] for r in rows})))}
@@ -395,8 +402,7 @@ def glue_numbers(rows: list[dict]) -> dict:
         mine = [r for r in rows if r["arm"] == arm]
         out[f"{arm}_words"] = mine[0]["words"]
         out[f"{arm}_outcome"] = "; ".join(_run_words(r) for r in mine)
-        out[f"{arm}_prevents"] = {True: "prevents", False: "does not prevent",
-                                  None: "has not yet been shown to prevent, or not to prevent,"}[v[arm]]
+        out[f"{arm}_prevents"] = (_REPRODUCES if arm in AUTHORS_UNFIXED else _PREVENTS)[v[arm]]
         at = [r for r in mine if r["step"]]
         # where no seed was read, the first row says why (a reference not run yet, or nothing measured)
         remedy = arm not in AUTHORS_UNFIXED
@@ -533,11 +539,6 @@ def dial_lean_words(rows: list[dict], arms=DIAL_ARMS) -> str:
 
 AUTHORS_ARMS = ("authors_compiled", "authors_fix_compiled", "authors_eager", "authors_fix_eager")
 AUTHORS_UNFIXED = ("authors_compiled", "authors_eager")   # their attention as it stands, without their fix
-# The prevents rule read for an arm that is not a remedy: their unfixed code beside our paper placement, which fails
-# in every seed where it is read, either reproduces that failure or does not.
-_REPRODUCES = {"prevents": "does not reproduce", "does not prevent": "reproduces",
-               "has not yet been shown to prevent, or not to prevent,":
-               "has not yet been shown to reproduce, or not to reproduce,"}
 
 
 def authors_words(rows: list[dict], arms=AUTHORS_ARMS, layer: int = FOCUS_LAYER) -> str:
@@ -549,7 +550,7 @@ def authors_words(rows: list[dict], arms=AUTHORS_ARMS, layer: int = FOCUS_LAYER)
 
     def verdict(a: str) -> str:
         if a in AUTHORS_UNFIXED:
-            return f"by the same rule it {_REPRODUCES[g[a + '_prevents']]} that failure"
+            return f"by the same rule it {g[a + '_prevents']} that failure"
         return f"by the rule it {g[a + '_prevents']} the failure"
 
     parts = [f"{SHORT[a]} ({g[a + '_words']}): {g[a + '_outcome']}; {verdict(a)}, and layer {layer}'s largest "
