@@ -187,7 +187,8 @@ def test_gpt2_chain_names_the_changes_that_prevented_the_failure(tmp_path):
         pytest.skip("the GPT-2 remedy results are not committed")
     f = found.gpt2_chain()
     chain = g2r.merge_seeds([results.load(n, "full") for n in g2r.CHAIN_RESULTS if results.exists(n, "full")])
-    rem = [results.load(n, "full") for g in g2m.REMEDY_GROUPS for n in registry.GROUPS[g] if results.exists(n, "full")]
+    rem = g2m.in_place([results.load(n, "full") for g in g2m.REMEDY_GROUPS for n in registry.GROUPS[g]
+                        if results.exists(n, "full")])
     rows = g2m.arm_rows(rem, chain)
     v = g2m.verdicts(rows)
     ok = [a for a in found.REMEDY_WORDS if v.get(a)]

@@ -712,3 +712,26 @@ def test_the_authors_setting_is_the_registered_one():
     got = remedies.authors_setting()
     assert "tile=" + got["tile"].replace(",", "") in spec and float(got["floor"]) > 0
     assert remedies.authors_setting("gpt2_authors_eager") == got          # one setting for every authors' arm
+
+
+def test_a_rerun_past_the_wall_is_read_in_place_of_the_run_it_cut_short():
+    """Two results of one arm and seed: the one its wall stopped (`truncated_at`) is set aside for the rerun that
+    ran further, in whichever order they come; a result keeps its other runs; two whole runs of one label refuse."""
+    cut = _remedy("cut", "authors_compiled", "authors/tile=512", "paper", [1])
+    cut.data["runs"][0].update(steps=200, truncated_at=200)
+    both = _remedy("both", "paper_o32", "paper/round_block=512+o32", "paper", [0])
+    both.data["runs"].append(dict(label="authors_compiled:s0", steps=100, truncated_at=100))
+    rerun = _remedy("rerun", "authors_compiled", "authors/tile=512", "paper", [0, 1])
+    for order in ([cut, both, rerun], [rerun, both, cut]):
+        read = remedies.in_place(order)
+        assert [r.name for r in read] == [r.name for r in order if r is not cut]
+        labels = [run["label"] for r in read for run in r.data["runs"]]
+        assert sorted(labels) == ["authors_compiled:s0", "authors_compiled:s1", "paper_o32:s0"]
+        assert next(r for r in read if r.name == "both").data["runs"] == [both.data["runs"][0]]
+        assert both.data["runs"][1]["label"] == "authors_compiled:s0"          # the result itself is not changed
+    rows = remedies.arm_rows(remedies.in_place([cut, rerun]), _chain())
+    assert sorted((r["arm"], r["seed"], r["steps"]) for r in rows) == [("authors_compiled", 0, STEPS),
+                                                                        ("authors_compiled", 1, STEPS)]
+    again = _remedy("again", "authors_compiled", "authors/tile=512", "paper", [1])
+    with pytest.raises(ValueError, match="neither was cut short"):
+        remedies.in_place([rerun, again])

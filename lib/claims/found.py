@@ -217,7 +217,8 @@ def _remedies_words(chain, boom_seeds, root=None) -> tuple[list, str]:
     (`lib.studies.gpt2.remedies.verdicts`) did so in every seed of `boom_seeds`, else "; … prevents it in seed 1";
     "" when none does)."""
     from lib.studies.gpt2 import remedies as g2m
-    rem = [r for r in (_res(n, root) for g in g2m.REMEDY_GROUPS for n in registry.GROUPS[g]) if r is not None]
+    rem = g2m.in_place([r for r in (_res(n, root) for g in g2m.REMEDY_GROUPS for n in registry.GROUPS[g])
+                        if r is not None])
     rows = g2m.arm_rows(rem, chain) if rem else []
     # the results the clause reads: those holding an arm it names (not every channel or remedy result)
     rem = [r for r in rem if r.name in {row["entry"] for row in rows if row["arm"] in REMEDY_WORDS}]

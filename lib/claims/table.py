@@ -381,7 +381,7 @@ def status_table(root=None) -> list[dict]:
             # The proxy's "partly" (link 4's two tests) stands beside GPT-2's; neither reading is called reproduced.
             status = lv["status"] if lv["status"] == "partly" or not old.get("status") else old["status"]
             verdicts[cid] = (5, dict(status=status, evidence=ev), chain + src)
-    rem = [by_name[n] for g in g2m.REMEDY_GROUPS for n in registry.GROUPS[g] if n in by_name]
+    rem = g2m.in_place([by_name[n] for g in g2m.REMEDY_GROUPS for n in registry.GROUPS[g] if n in by_name])
     if chain and rem:                           # the channel and the remedies, each arm against its baseline
         arm_rows = g2m.arm_rows(rem, g2r.merge_seeds(chain))
         for cid, rv in g2m.claim_verdicts(arm_rows).items():

@@ -246,7 +246,8 @@ def gpt2_remedy_words(arms, root=None) -> str:
     from lib.book import registry
     from lib.studies.gpt2 import reading as g2r, remedies as g2m
     chain = [r for r in (_load(n, root) for n in g2r.CHAIN_RESULTS) if r is not None]
-    rem = [r for r in (_load(n, root) for g in g2m.REMEDY_GROUPS for n in registry.GROUPS[g]) if r is not None]
+    rem = g2m.in_place([r for r in (_load(n, root) for g in g2m.REMEDY_GROUPS for n in registry.GROUPS[g])
+                        if r is not None])
     rows = [r for r in g2m.arm_rows(rem, g2r.merge_seeds(chain)) if r["arm"] in arms] if chain and rem else []
     return g2m.brief_words(rows, arms)
 

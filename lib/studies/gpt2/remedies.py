@@ -30,7 +30,7 @@ __all__ = ["REMEDY_GROUPS", "CLAIM_ARMS", "SHORT", "PAPER_REMEDIES", "FIX_ARMS",
            "zeroed", "zeroed_words", "dial_reading", "dial_lean_words", "cost_words", "fix_words", "device_words",
            "brief_words", "outcome_words", "AUTHORS_ARMS", "authors_words", "unrun_words",
            "authors_setting",
-           "growth_words", "pending", "arm_rows", "verdicts", "claim_verdicts", "table", "glue_numbers", "seed_view"]
+           "growth_words", "pending", "in_place", "arm_rows", "verdicts", "claim_verdicts", "table", "glue_numbers", "seed_view"]
 
 # The registry's groups of channel and remedy entries this module reads (the injection is read by its own rule).
 REMEDY_GROUPS = ("gpt2_delta", "gpt2_remedy_o32", "gpt2_remedy_fix", "gpt2_qknorm", "gpt2_authors_compiled",
@@ -176,6 +176,39 @@ def _with(arrays: dict, label: str, results) -> dict:
         if key in res.arrays:
             return arrays | {k: v for k, v in res.arrays.items() if k.split("__")[0] == label}
     return arrays
+
+
+def in_place(remedies: list) -> list:
+    """The channel and remedy results (`Result`s, each with `data["runs"]` labelled "<arm>:s<seed>") as the book reads
+    them: where two results ran one arm at one seed, the run its wall budget stopped short of the horizon
+    (`truncated_at`) is set aside and the one that ran further is read in its place (a rerun: same initialisation,
+    batches and rules), as `reading.merge_seeds` does for the comparison. A result left without runs is dropped, one
+    left with some is read with those only (a shallow copy; its arrays as they were); the order is kept. Two runs of
+    one label of which the shorter was not cut short are refused (ValueError): neither is a rerun of the other."""
+    import copy
+    keep: dict = {}                      # label -> (index of its result, run)
+    for i, res in enumerate(remedies):
+        for run in res.data["runs"]:
+            if "error" in run:
+                continue
+            old = keep.get(run["label"])
+            if old is None:
+                keep[run["label"]] = (i, run)
+                continue
+            short, full = sorted((old, (i, run)), key=lambda x: x[1]["steps"])
+            if short[1].get("truncated_at") is None:
+                raise ValueError(f"run {run['label']} appears twice and neither was cut short")
+            keep[run["label"]] = full
+    out = []
+    for i, res in enumerate(remedies):
+        runs = [r for r in res.data["runs"] if "error" in r or keep[r["label"]][0] == i]
+        if len(runs) == len(res.data["runs"]):
+            out.append(res)
+        elif runs:
+            view = copy.copy(res)
+            view.data = dict(res.data, runs=runs)
+            out.append(view)
+    return out
 
 
 def arm_rows(remedies, chain, layer: int = FOCUS_LAYER) -> list[dict]:
