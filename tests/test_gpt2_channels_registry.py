@@ -258,3 +258,18 @@ def test_the_bound_step_cost_times_what_trained():
     assert ES["train_step_qknorm"].chapter == "08" and "train_step_qknorm" in catalogue.TITLES
     assert {k: v for k, v in _cfg("train_step_qknorm", "full").items() if k != "groups"} == \
         {k: v for k, v in _cfg("train_step_gpt2", "full").items() if k != "groups"}      # the same method
+
+
+def test_the_rerun_towards_the_horizon_changes_only_its_wall_and_workdir():
+    """The authors' unfixed compiled code at seed 1 again, read in place of its 720 s run (`remedies.in_place`):
+    the same arm, seed, recipe and rules at both scales; only the machine limit (longer) and the workdir differ."""
+    first, rerun = "gpt2_authors_compiled_s1", "gpt2_authors_compiled_s1_long"
+    assert rerun in registry.GROUPS["gpt2_authors_compiled"] and rerun in catalogue.TITLES
+    assert ES[rerun].chapter == "02c" and name_problems(ES[rerun].summary) == []
+    for scale in ("ci", "full"):
+        a, b = _cfg(first, scale), _cfg(rerun, scale)
+        differ = {k for k in set(a) | set(b) if a.get(k) != b.get(k)}
+        assert differ <= {"workdir", "max_wall_s"}, differ
+    a, b = _cfg(first, "full"), _cfg(rerun, "full")
+    assert b["max_wall_s"] > a["max_wall_s"] and b["workdir"] != a["workdir"]
+    assert b["max_wall_s"] / 60 < ES[rerun].gpu_min <= 30.0

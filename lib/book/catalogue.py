@@ -106,6 +106,8 @@ TITLES = {
     "gpt2_dial_pl32_s1": "GPT-2 124M in the paper placement with P̄ and ℓ in FP32, seed 1",
     "gpt2_dial_s2": "GPT-2 124M in the paper placement with its scores S in FP32, seed 2",
     "gpt2_dial_pl32_s2": "GPT-2 124M in the paper placement with P̄ and ℓ in FP32, seed 2",
+    "gpt2_authors_compiled_s1_long": "the authors' code training GPT-2 124M compiled, without their fix, seed 1, "
+                                     "towards the full horizon",
     "gpt2_ddp": "GPT-2 124M at the authors' batch on several GPUs",
     "census_cost": "the census's cost beside a GPT-2 124M training step",
     "monitor_overhead": "the monitor's cost in a GPT-2 124M training step",
