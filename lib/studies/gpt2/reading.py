@@ -180,6 +180,17 @@ def recipe(cfg: dict) -> dict:
     return out
 
 
+def rerun_pair(a: dict, b: dict) -> tuple[dict, dict]:
+    """Two runs of one label (`data["runs"]` entries with "steps"): (the one read, the one set aside). The run that
+    ran further is read in place of one its wall budget stopped short of the horizon (`truncated_at`): a rerun, same
+    initialisation, batches and rules. ValueError when the shorter was not cut short: neither is a rerun of the
+    other."""
+    short, full = (a, b) if a["steps"] < b["steps"] else (b, a)
+    if short.get("truncated_at") is None:
+        raise ValueError(f"run {a['label']} appears twice and neither was cut short")
+    return full, short
+
+
 def merge_seeds(results) -> "SimpleNamespace":
     """Several results of the GPT-2 comparison (one per seed, or a seed's two entries of two arms each) read as one:
     `data["runs"]` and `data["telemetry"]` joined, `arrays` joined (labels "<arm>:s<seed>" are unique across them),
@@ -201,12 +212,8 @@ def merge_seeds(results) -> "SimpleNamespace":
         for run in r.data["runs"]:
             old = chosen.get(run["label"])
             if old is not None:
-                a, b = old[0], run
-                short, full = (a, b) if a["steps"] < b["steps"] else (b, a)
-                if short.get("truncated_at") is None:
-                    raise ValueError(f"run {run['label']} appears twice")
-                keep = old if full is a else (run, r)
-                drop = old if full is b else (run, r)
+                full, short = rerun_pair(old[0], run)
+                keep, drop = (old, (run, r)) if full is old[0] else ((run, r), old)
                 replaced.append(dict(label=run["label"], steps=full["steps"], set_aside=short["steps"],
                                      device=keep[1].meta.get("device"), set_aside_device=drop[1].meta.get("device"),
                                      **rerun_compare(keep[1].arrays.get(f"{run['label']}__loss"),

@@ -22,7 +22,7 @@ import numpy as np
 
 from lib.studies.gpt2 import channels
 from lib.studies.gpt2.reading import (CHAIN_ARMS, FOCUS_LAYER, at_step, cfg_of, fp32_spread, layer_series,
-                                      outcomes, probe_split, share_words)
+                                      outcomes, probe_split, rerun_pair, share_words)
 
 __all__ = ["REMEDY_GROUPS", "CLAIM_ARMS", "SHORT", "PAPER_REMEDIES", "FIX_ARMS", "advice_words", "pending_words",
            "model_words", "census_totals", "bound_words", "bound_removes_conjunction",
@@ -195,10 +195,7 @@ def in_place(remedies: list) -> list:
             if old is None:
                 keep[run["label"]] = (i, run)
                 continue
-            short, full = sorted((old, (i, run)), key=lambda x: x[1]["steps"])
-            if short[1].get("truncated_at") is None:
-                raise ValueError(f"run {run['label']} appears twice and neither was cut short")
-            keep[run["label"]] = full
+            keep[run["label"]] = old if rerun_pair(old[1], run)[0] is old[1] else (i, run)
     out = []
     for i, res in enumerate(remedies):
         runs = [r for r in res.data["runs"] if "error" in r or keep[r["label"]][0] == i]
