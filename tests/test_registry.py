@@ -123,6 +123,21 @@ def test_cli_runs_a_ci_experiment_with_provenance(tmp_path):
     assert any("configuration differs from the registry: random_patterns" in s for s in res.stale)
 
 
+def test_a_call_bound_is_not_a_configuration_difference(tmp_path):
+    """A run spanning several calls records the time bound its last call set (the loop certificate's `max_s`): that
+    is not a difference from the registry; any other key still is."""
+    name = "loop_certificate_gpt2"
+    cfg = registry.resolve(name, "full")
+    assert "max_s" in cfg and registry.CALL_BOUNDS == {"max_s"}
+    for key, value, stale in (("max_s", cfg["max_s"] - 170, False), ("steps", cfg["steps"] + 1, True)):
+        results.save(name, "full", {"x": 1}, provenance={"registry": name, "cfg": dict(cfg, **{key: value})},
+                     root=tmp_path)
+        reasons = results.load(name, "full", root=tmp_path).stale
+        assert any("configuration differs" in r for r in reasons) is stale, (key, reasons)
+        if stale:
+            assert any(r.endswith(f"registry: {key}") for r in reasons), reasons
+
+
 def test_groups_name_registry_entries_and_load_in_order(tmp_path):
     """Every result group (`registry.GROUPS`) names registry entries; `results.load_group` loads the existing ones
     in group order."""

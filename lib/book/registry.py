@@ -173,6 +173,13 @@ def resolve(name: str, scale: str, overrides: dict | None = None, path: Path | s
     return cfg
 
 
-def config_digest(cfg: dict) -> str:
-    """A canonical JSON text of `cfg` (sorted keys, floats as Python writes them): what provenance compares."""
-    return json.dumps(cfg, sort_keys=True, separators=(",", ":"))
+# Keys that bound one call's time, not what a result measures: a run spanning several calls of ≤ 10 minutes sets them
+# per call (the loop certificate's `max_s`, which a last call with less time left sets lower), so a result is not
+# stale for recording another value of one (`config_digest(..., drop=CALL_BOUNDS)` in `lib.book.results.staleness`).
+CALL_BOUNDS = frozenset({"max_s"})
+
+
+def config_digest(cfg: dict, drop=()) -> str:
+    """A canonical JSON text of `cfg` (sorted keys, floats as Python writes them) without the top-level keys in
+    `drop`: what provenance compares."""
+    return json.dumps({k: v for k, v in cfg.items() if k not in drop}, sort_keys=True, separators=(",", ":"))

@@ -255,8 +255,9 @@ def staleness(meta: dict) -> list[str]:
     except _reg.RegistryError as e:
         bad.append(f"registry: {e}")
     else:
-        if _reg.config_digest(cfg) != _reg.config_digest(prov.get("cfg", {})):
-            diff = sorted(k for k in set(cfg) | set(prov.get("cfg", {})) if cfg.get(k) != prov.get("cfg", {}).get(k))
+        rec, drop = prov.get("cfg", {}), _reg.CALL_BOUNDS
+        if _reg.config_digest(cfg, drop) != _reg.config_digest(rec, drop):
+            diff = sorted(k for k in (set(cfg) | set(rec)) - drop if cfg.get(k) != rec.get(k))
             bad.append(f"configuration differs from the registry: {', '.join(diff)}")
     return bad
 
