@@ -1,7 +1,8 @@
 """An attention spec: one layer's attention as a value (`AttnSpec`), its string grammar (`AttnSpec.parse`), and the
 readable label a table or a legend shows for it (`describe`).
 
-Grammar (the module docstring of `lib.training.model` shows it at work): ``"sdpa"``, ``"naive"``,
+Grammar (the module docstring of `lib.training.model` shows it at work): a backend's name alone (``"sdpa"``,
+``"naive"``, any key of `lib.training.backends.BACKENDS` but the three below, which have grammars of their own),
 ``"<profile>[/<field>=<value>...][+fix|+fix_split|+zero_rows]"`` for our kernel (profile "fp32", "fa2" or "paper";
 each ``/field=value`` overrides one `lib.fp.numerics.Numerics` field, or sets one of the fix's own options
 ``/beta=``, ``/tie_tol=``, ``/max_shift=<guard>|none``), ``"authors[/key=value...][+fix|+zero_rows]"``
@@ -13,6 +14,7 @@ legends show `describe` of the arm's spec instead.
 """
 from __future__ import annotations
 
+import inspect
 import math
 import re
 from dataclasses import dataclass, replace
@@ -35,6 +37,15 @@ FIX_OPTIONS = ("beta", "tie_tol", "max_shift")   # spec options of the fix, e.g.
 
 
 SUFFIX_FIX = {"": None, "fix": "beta", "fix_split": "beta_split", "zero_rows": "zero_rows"}  # suffix -> fix
+
+
+GRAMMARS = ("ours", "authors", "dose")   # backends whose strings have a grammar of their own; any other is its name
+
+
+def bare_names() -> tuple:
+    """The backends a spec string names by their name alone: every key of `BACKENDS` (read now, so a line added to
+    the table counts) but those of `GRAMMARS`."""
+    return tuple(b for b in BACKENDS if b not in GRAMMARS)
 
 
 @dataclass(frozen=True)
@@ -85,7 +96,7 @@ class AttnSpec:
         if not isinstance(spec, str):
             raise TypeError(f"attention spec must be a str or AttnSpec, got {type(spec).__name__}")
         s = spec.strip()
-        if s in ("sdpa", "naive"):
+        if s in bare_names():
             return cls(backend=s, text=s, **{k: v for k, v in kw.items() if k != "zero_at"})
         head = s.partition("/")[0].partition("+")[0]
         if head == "authors":
@@ -100,9 +111,9 @@ class AttnSpec:
         body, _, suffix = s.partition("+")
         base, *overrides = body.split("/")
         if base not in NUMERICS_NAMES or suffix not in SUFFIX_FIX:
-            raise ValueError(f"unknown attention spec {spec!r}; use 'sdpa', 'naive', 'authors[/...]', "
-                             f"'dose/<placement>[/...]', or one of {NUMERICS_NAMES} with optional '/field=value' "
-                             "overrides and '+fix', '+fix_split' or '+zero_rows'")
+            raise ValueError(f"unknown attention spec {spec!r}; use a backend's name alone {bare_names()}, "
+                             f"'authors[/...]', 'dose/<placement>[/...]', or one of {NUMERICS_NAMES} with optional "
+                             "'/field=value' overrides and '+fix', '+fix_split' or '+zero_rows'")
         numerics = base
         attn_opts = {}     # the fix's own options (not Numerics fields): beta, tie_tol, max_shift ("none": exact rule)
         if overrides:
@@ -202,6 +213,17 @@ def _fix_words(s: "AttnSpec", detail: bool) -> list[str]:
     return [] if s.fix is None else [Fix.of(s).label(detail)]
 
 
+def _own_words(backend: str) -> str:
+    """Words for a backend this module has none for: the first clause (up to ':' or '.') of its function's docstring,
+    else of its module's, else its name; a plain capitalised first word is lower-cased, as in the other labels."""
+    fn = BACKENDS[backend]
+    for doc in (fn.__doc__, getattr(inspect.getmodule(fn), "__doc__", None)):
+        clause = " ".join(re.split(r"[:.]", doc or "", maxsplit=1)[0].split())
+        if clause:
+            return clause[0].lower() + clause[1:] if clause.split()[0].istitle() else clause
+    return backend
+
+
 def describe(spec, detail: bool = False, **defaults) -> str:
     """The readable label of an attention spec (a string or an `AttnSpec`): "paper placement, 512-key blocks, fix
     β = 7" for "paper/round_block=512/beta=7/tie_tol=0.001/max_shift=none+fix"; `detail` adds the fix's tie
@@ -221,6 +243,8 @@ def describe(spec, detail: bool = False, **defaults) -> str:
     if s.backend == "authors":
         tile = "untiled" if s.opts.tile == -1 else f"{s.opts.tile}-key tiles"
         return ", ".join(["the authors' code", tile] + _fix_words(s, detail))
+    if s.backend != "ours":
+        return _own_words(s.backend)
     base = (s.text or "").partition("/")[0].partition("+")[0]
     if base not in PROFILES:                       # a Numerics value without a profile to compare against
         base = next((name for name, p in PROFILES.items() if p == get_profile(s.numerics)), "fa2")
