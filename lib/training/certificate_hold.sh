@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One hold of the loop certificate after a change the training children reach, as calls back to back on one GPU:
+#   bash lib/training/certificate_hold.sh PHASE      (env: OUT, BOOK_GIT_COMMIT; END = seconds this call may use, default 560)
+# (after `python -m lib.training.loop_certificate prepare --trees .lc_trees` here, `.lc_trees` named in the call's carry)
+# phase 1 starts `make gpu-tests` beside the proxy half (eager, deterministic: sharing the GPU changes no bit); the
+# timing benchmarks run only once the GPU is otherwise idle; the GPT-2 half takes what time is left (it resumes from
+# the machine's disk in the next call). Every finished result is copied to $OUT (≤ 8 files come back).
+set -u
+P=$1; END=${END:-560}; T0=$(date +%s)
+left() { echo $(( END - ($(date +%s) - T0) )); }
+R=/tmp/hold_res; mkdir -p $R "$OUT"
+log() { echo "[$(date -u +%T) +$(( $(date +%s) - T0 ))s] $*" | tee -a /tmp/hold.log; }
+run() { local n=$1; shift; log "$n start (left $(left) s) $*"; echo "==== phase $P: $n $* ($(date -u +%T))" >> /tmp/runs.log
+        python3 -m lib.experiments "$n" --scale full --out $R "$@" >> /tmp/runs.log 2>&1; local rc=$?; log "$n rc=$rc"; return $rc; }
+n_left() { python3 -c "import json,sys;print(json.load(open('$R/full/$1.json'))['data']['n_left'])" 2>/dev/null || echo 99; }
+log "phase $P on $(nvidia-smi --query-gpu=name --format=csv,noheader) commit ${BOOK_GIT_COMMIT:-?}"
+SUITE=
+if [ "$P" = 1 ]; then
+  ( OUT=/tmp/suite make gpu-tests > /tmp/suite_run.log 2>&1; echo $? > /tmp/suite.rc ) & SUITE=$!
+fi
+if [ "$(n_left loop_certificate_proxy)" != 0 ] && [ "$(left)" -gt 240 ]; then
+  run loop_certificate_proxy --set max_s=$(( $(left) - 200 )); log "proxy left: $(n_left loop_certificate_proxy)"
+fi
+if [ -n "$SUITE" ]; then wait $SUITE; log "gpu-tests rc=$(cat /tmp/suite.rc)"; tail -5 /tmp/suite_run.log | tee -a /tmp/hold.log
+  cp /tmp/suite/full/gpu_tests.log "$OUT/gpu_tests.log" 2>/dev/null; fi
+[ ! -f $R/full/capture_overhead_bench.json ] && [ "$(left)" -gt 200 ] && run capture_overhead_bench
+[ ! -f $R/full/train_step_bench.json ] && [ "$(left)" -gt 260 ] && run train_step_bench
+if [ "$(n_left loop_certificate_gpt2)" != 0 ] && [ "$(left)" -gt 260 ]; then
+  run loop_certificate_gpt2 --set max_s=$(( $(left) - 170 )); log "gpt2 left: $(n_left loop_certificate_gpt2)"
+fi
+cp $R/full/*.json "$OUT/" 2>/dev/null; cp /tmp/runs.log "$OUT/runs.log"; cp /tmp/hold.log "$OUT/hold.log"
+log "phase $P done"; ls "$OUT"
