@@ -39,11 +39,11 @@ def step_fn(arm: str):
     attn, _, opt_flag = arm.partition("|")
     cfg = proxy_config("full", attn=attn, lr=1e-4, warmup=0, qk_norm=opt_flag == "qk_norm")
     torch.manual_seed(0)
-    model = GPT(cfg.model_config()).cuda()
+    model = GPT(cfg.model).cuda()
     opt = make_optimizer(model, cfg)
     corpus = data_mod.load_corpus()
-    starts = data_mod.batch_starts(len(corpus), cfg.seq_len, cfg.batch_size, 1, seed=0)[0]
-    x, y = data_mod.get_batch(corpus, starts, cfg.seq_len, "cuda")
+    starts = data_mod.batch_starts(len(corpus), cfg.model.block_size, cfg.batch_size, 1, seed=0)[0]
+    x, y = data_mod.get_batch(corpus, starts, cfg.model.block_size, "cuda")
 
     def step(tele=False):
         model.set_capture(tele)

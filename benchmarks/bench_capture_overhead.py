@@ -66,10 +66,10 @@ def _parts_ms(cfg: dict, reps: int = 5) -> dict:
     from lib.training.proxy import proxy_config
     from lib.training.train import collect_telemetry, delta_error, score_stats
     tc = proxy_config("full", attn=cfg["attn"])
-    model = GPT(tc.model_config()).cuda()
+    model = GPT(tc.model).cuda()
     ws = [w for l in range(len(model.attn_layers)) for w in model.qk_weights(l)]
     g = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randint(0, model.config.vocab_size, (tc.batch_size, tc.seq_len), device="cuda", generator=g)
+    x = torch.randint(0, model.config.vocab_size, (tc.batch_size, tc.model.block_size), device="cuda", generator=g)
     model.set_capture(True)
     with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
         _, loss = model(x, x)

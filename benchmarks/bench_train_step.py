@@ -42,11 +42,11 @@ def step_fn(arm: str, batch_size: int, seq_len: int):
     """A closure running one training step of the proxy model with attention `arm` on a fixed batch."""
     cfg = proxy_config("full", attn=SPECS[arm], lr=1e-4, warmup=0, batch_size=batch_size, seq_len=seq_len)
     torch.manual_seed(0)
-    model = GPT(cfg.model_config()).cuda()
+    model = GPT(cfg.model).cuda()
     opt = make_optimizer(model, cfg)
     corpus = data_mod.load_corpus()
-    starts = data_mod.batch_starts(len(corpus), cfg.seq_len, cfg.batch_size, 1, seed=0)[0]
-    x, y = data_mod.get_batch(corpus, starts, cfg.seq_len, "cuda")
+    starts = data_mod.batch_starts(len(corpus), cfg.model.block_size, cfg.batch_size, 1, seed=0)[0]
+    x, y = data_mod.get_batch(corpus, starts, cfg.model.block_size, "cuda")
 
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16):

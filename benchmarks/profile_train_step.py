@@ -21,7 +21,7 @@ import torch  # noqa: E402
 
 from benchmarks.bench_backends import step_fn  # noqa: E402  (one training step on a fixed batch, with telemetry)
 from lib.training.proxy import ARMS, proxy_config  # noqa: E402
-from lib.training.train import TrainConfig, run_many  # noqa: E402
+from lib.training.train import run_many  # noqa: E402
 
 
 def _time(fn, n):
@@ -60,8 +60,8 @@ def profile_arm(arm: str, top: int = 12) -> None:
 def concurrency(arm: str, ns, steps: int) -> None:
     print(f"\n=== {arm}: N concurrent training processes ({steps} steps each, telemetry every 50)", flush=True)
     for n in ns:
-        cfgs = [TrainConfig(**(proxy_config("full", attn=ARMS.get(arm, arm), steps=steps, lr=1e-3, seed=i,
-                                            label=f"{arm}_{i}").__dict__ | dict(max_wall_s=0.0)))
+        cfgs = [proxy_config("full", attn=ARMS.get(arm, arm), steps=steps, lr=1e-3, seed=i, label=f"{arm}_{i}",
+                             max_wall_s=0.0)
                 for i in range(n)]
         t0 = time.perf_counter()
         res = run_many(cfgs, workers=n, status_every_s=1e9)

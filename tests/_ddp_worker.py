@@ -26,7 +26,7 @@ def lm_config(**change):
 if __name__ == "__main__":
     from lib.training.loop import train_lm
     out = sys.argv[1]
-    res = train(TrainConfig(**CFG))
+    res = train(TrainConfig.flat(**CFG))
     lm = train_lm(lm_config())
     rank = int(os.environ["RANK"])
     torch.save(dict(params=[p.detach().clone() for p in res["model"].parameters()], loss=res["loss"],

@@ -94,12 +94,12 @@ def test_dose_spec_grammar():
 
 def test_cli_flags_reach_the_model():
     a = _parser().parse_args(["--qk-norm", "--zero-at", "30", "--attn", "authors/tile=-1+zero_rows"])
-    cfg = TrainConfig(**vars(a))
-    m = cfg.model_config()
+    cfg = TrainConfig.flat(**vars(a))
+    m = cfg.model
     assert m.qk_norm is True and m.layer_specs()[0].zero_at == 30.0
     assert _parser().parse_args([]).qk_norm is False
     with pytest.raises(ValueError):
-        TrainConfig(zero_at=-1.0)
+        TrainConfig.flat(zero_at=-1.0)
 
 
 # -------------------------------------------------------------------------------------------- authors backend
@@ -285,8 +285,8 @@ def test_dose_backend_in_a_model_trains_and_logs():
     pytest.importorskip("kernels.attention")
     TINY = dict(n_layer=2, n_head=2, n_embd=32, seq_len=32, batch_size=2, lr=3e-3, warmup=2, progress=False,
                 eval_batches=1, steps=3, telemetry_every=2)
-    a = train(TrainConfig(**TINY, attn="naive,dose/paper/c=random/lam=30"))
-    b = train(TrainConfig(**TINY, attn="naive,dose/paper/c=random/lam=30"))
+    a = train(TrainConfig.flat(**TINY, attn="naive,dose/paper/c=random/lam=30"))
+    b = train(TrainConfig.flat(**TINY, attn="naive,dose/paper/c=random/lam=30"))
     assert a["loss"] == b["loss"]                                # the signs are seeded: same run, same numbers
     t = a["telemetry"]
     inj, dd, mean = (np.asarray(t[k_]) for k_ in ("dose_inj_rms", "dose_dd_rms", "dose_dd_mean"))
@@ -295,10 +295,10 @@ def test_dose_backend_in_a_model_trains_and_logs():
     # |±Δδ| = |Δδ|: two FP32 RMS of B·H·T = 128 terms, each ≤ γ_128 = 64·eps32 in any order
     assert (dd[:, 1] > 0).all() and np.allclose(inj[:, 1], 30 * dd[:, 1], rtol=128 * EPS32)
     assert np.isfinite(mean[:, 1]).all() and np.asarray(t["dose_dd_sum_head"]).shape == (len(t["step"]), 2, 2)
-    z = train(TrainConfig(**TINY, attn="naive,dose/paper/c=true/lam=0"))
-    n = train(TrainConfig(**TINY, attn="naive,naive"))
+    z = train(TrainConfig.flat(**TINY, attn="naive,dose/paper/c=true/lam=0"))
+    n = train(TrainConfig.flat(**TINY, attn="naive,naive"))
     np.testing.assert_allclose(z["loss"], n["loss"], rtol=1e-5)  # λ = 0: FP32 attention (up to δ's FP32 order)
-    u = train(TrainConfig(**(TINY | dict(steps=2)), attn="authors/tile=16+fix,authors+zero_rows"))
+    u = train(TrainConfig.flat(**(TINY | dict(steps=2)), attn="authors/tile=16+fix,authors+zero_rows"))
     uf = np.asarray(u["telemetry"]["underflow_rows"])
     assert uf.shape == (2, 2) and ((uf >= 0) & (uf <= 1)).all()
 

@@ -36,7 +36,7 @@ def test_ddp_two_ranks_match_single_process(ddp_ranks):
     sys.path.insert(0, str(ROOT / "tests"))
     from _ddp_worker import CFG
     from lib.training.train import TrainConfig, train
-    single = train(TrainConfig(**CFG))
+    single = train(TrainConfig.flat(**CFG))
     assert single["world_size"] == 1
     # the gradient is reduced in another FP32 order (two ranks' means vs one batch of B·T = 256 tokens: ≤ 128·eps32
     # ≈ 1.5e-5 of Σ|terms|), which moves AdamW's steps of ≤ lr = 3e-3 by ~1e-7 each over 4 steps: 1e-5 and 1e-6.
@@ -48,7 +48,7 @@ def test_ddp_two_ranks_match_single_process(ddp_ranks):
     # and training moved the weights, so the agreement is not trivial
     torch.manual_seed(CFG.get("seed", 0))
     from lib.training.model import GPT
-    init = GPT(TrainConfig(**CFG).model_config())
+    init = GPT(TrainConfig.flat(**CFG).model)
     moved = max((a - i.detach()).abs().max().item() for a, i in zip(r0["params"], init.parameters()))
     assert moved > 1e-4
 

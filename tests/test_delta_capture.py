@@ -33,7 +33,7 @@ def _model(attn="naive", C=32, H=2, T=16):
 
 
 def _one_step(model, hook, B=3, T=16, step=0):
-    opt = make_optimizer(model, TrainConfig(n_layer=2, n_head=2, n_embd=32, seq_len=T, lr=1e-3))
+    opt = make_optimizer(model, TrainConfig.flat(n_layer=2, n_head=2, n_embd=32, seq_len=T, lr=1e-3))
     g = torch.Generator().manual_seed(1)
     idx = torch.randint(0, 256, (B, T), generator=g)
     hook.before_forward(step, model)
@@ -88,7 +88,7 @@ def test_hook_arrays_match_autograd_and_weights():
 def test_hook_under_bf16_autocast_stores_bf16_exactly():
     model = _model()
     hook = CaptureHook(every=1, rows=(1,), layers=(1,), adam=False)
-    opt = make_optimizer(model, TrainConfig(n_layer=2, n_head=2, n_embd=32, seq_len=16))
+    opt = make_optimizer(model, TrainConfig.flat(n_layer=2, n_head=2, n_embd=32, seq_len=16))
     idx = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
     hook.before_forward(0, model)
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -133,7 +133,7 @@ def test_subsample_and_pack_roundtrip():
 
 
 def test_training_is_bit_identical_with_and_without_the_hook():
-    cfg = TrainConfig(n_layer=2, n_head=2, n_embd=32, seq_len=16, batch_size=3, steps=5, warmup=2, lr=1e-2,
+    cfg = TrainConfig.flat(n_layer=2, n_head=2, n_embd=32, seq_len=16, batch_size=3, steps=5, warmup=2, lr=1e-2,
                       attn="naive", telemetry_every=2, eval_batches=0, progress=False)
     plain = train(cfg)
     hook = CaptureHook(every=2, steps=(3,), rows=(0, 2))

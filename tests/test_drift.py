@@ -104,7 +104,7 @@ def test_recorder_nan_and_bad_pairs():
 def _cfg(**kw):
     base = dict(n_layer=2, n_head=1, n_embd=16, seq_len=16, batch_size=2, steps=5, lr=2e-3, warmup=2,
                 device="cpu", telemetry_every=0, eval_batches=0, progress=False, attn="naive")
-    return TrainConfig(**(base | kw))
+    return TrainConfig.flat(**(base | kw))
 
 
 def test_lockstep_equals_train():

@@ -76,7 +76,7 @@ def test_a_failing_run_is_recorded_not_fatal(monkeypatch):
     real = train_mod.train
 
     def flaky(cfg):
-        if cfg.attn == "naive":
+        if cfg.model.attn == "naive":
             raise RuntimeError("CUDA out of memory (simulated)")
         return real(cfg)
     monkeypatch.setattr(train_mod, "train", flaky)

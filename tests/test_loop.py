@@ -122,21 +122,20 @@ def test_the_proxy_config_maps_every_field_onto_the_one_loop():
     """`lib.training.train.run_config`: each of the proxy's flat fields reaches the loop (changing it changes the
     RunConfig, its model or the LoopOptions), with the proxy's build, corpus and read-back schedule; the loop's
     defaults are the GPT-2 studies' loop."""
-    from dataclasses import fields, replace
     from lib.training.train import TrainConfig, run_config
-    tc = TrainConfig(n_layer=2, n_head=2, n_embd=32, seq_len=32, batch_size=4, steps=5, warmup=2)
+    tc = TrainConfig.flat(n_layer=2, n_head=2, n_embd=32, seq_len=32, batch_size=4, steps=5, warmup=2)
     rc, ways = run_config(tc)
     assert (ways.build, rc.data, rc.census_every, ways.flush_every, rc.label) == ("gpt", "bytes", 0, 0, "sdpa")
-    assert rc.model == tc.model_config() and ways.deterministic == "warn"
+    assert rc.model == tc.model and ways.deterministic == "warn"
     changed = dict(n_layer=3, n_head=4, n_embd=64, seq_len=16, attn="naive", beta=3.0, tie_tol=0.01, max_shift=None,
                    zero_at=5.0, qk_norm=True, steps=6, batch_size=8, lr=1e-3, warmup=3, schedule="cosine", min_lr=1e-5,
                    beta1=0.8, beta2=0.9, adam_eps=1e-6, weight_decay=0.1, grad_clip=0.5, device="cpu", autocast="bf16",
                    deterministic="off", seed=1, data_seed=2, val_fraction=0.1, starts_path="s.npy",
                    telemetry_every=3, eval_every=2, eval_batches=2, out_dir="o", ckpt_every=2, resume="r.pt",
                    progress=not tc.progress, stop_on_nonfinite=False, max_wall_s=9.0, label="x")
-    assert set(changed) == {f.name for f in fields(TrainConfig)}
+    assert set(changed) == set(tc.record())
     for name, value in changed.items():
-        assert run_config(replace(tc, **{name: value})) != (rc, ways), name
+        assert run_config(TrainConfig.flat(**(tc.record() | {name: value}))) != (rc, ways), name
     assert loop.LoopOptions() == loop.LoopOptions(build="lm", telemetry_every=0, flush_every=50, deterministic=None)
     with pytest.raises(ValueError, match="build"):
         loop.LoopOptions(build="other")

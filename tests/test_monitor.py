@@ -211,7 +211,7 @@ def test_as_the_training_harness_step_hook(tmp_path):
     """`train(cfg, step_hook=mon)`: events at 0, 3, 6 on every layer; the harness's own telemetry (every 2 steps,
     through the same capture flag) still gets its q, k, v on the shared steps."""
     from lib.training.train import TrainConfig, train
-    cfg = TrainConfig(n_layer=2, n_head=2, n_embd=32, seq_len=32, batch_size=4, steps=7, warmup=1, lr=1e-3,
+    cfg = TrainConfig.flat(n_layer=2, n_head=2, n_embd=32, seq_len=32, batch_size=4, steps=7, warmup=1, lr=1e-3,
                       attn="sdpa", telemetry_every=2, eval_batches=0, progress=False, device="cpu")
     mon = AttentionMonitor(None, every=3, out=tmp_path / "m.jsonl", batch_rows=2)    # bound to train()'s model
     res = train(cfg, step_hook=mon)

@@ -7,7 +7,7 @@ The toy backend is FP32 softmax attention written out (so it must agree with the
 call (the layer its `AttnCall` names), so each test can tell that it, and not another backend, ran.
 
 A spec *string* names the backend by its table line alone (`AttnSpec.parse` takes any key of the table that has no
-grammar of its own as a bare name), so `GPTConfig(attn="toy")`, the proxy studies' `TrainConfig(attn="toy")` and a
+grammar of its own as a bare name), so `GPTConfig(attn="toy")`, the proxy studies' `TrainConfig.flat(attn="toy")` and a
 registry entry (TOML holds strings) select it; `describe` labels it from its module's docstring ("a toy attention
 backend"), not as another backend.
 """
@@ -169,7 +169,7 @@ def test_a_spec_string_names_it(toy):
     assert GPTConfig(**TINY, attn="toy").layer_specs()[0].backend == "toy"
     assert GPTConfig(**TINY, attn="toy,naive").layer_specs()[0].backend == "toy"
     from lib.training.train import TrainConfig                   # the proxy studies' flat config
-    assert TrainConfig(n_layer=1, n_head=1, n_embd=16, seq_len=16, attn="toy").model_config().attn == "toy"
+    assert TrainConfig.flat(n_layer=1, n_head=1, n_embd=16, seq_len=16, attn="toy").model.attn == "toy"
 
 
 def test_describe_does_not_mislabel_it(toy):

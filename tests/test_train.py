@@ -14,24 +14,45 @@ TINY = dict(n_layer=2, n_head=2, n_embd=32, seq_len=32, batch_size=4, lr=3e-3, w
 
 
 def test_lr_schedule():
-    c = TrainConfig(**TINY, steps=20)
+    c = TrainConfig.flat(**TINY, steps=20)
     assert [lr_at(c, s) for s in range(3)] == pytest.approx([1e-3, 2e-3, 3e-3])
     assert lr_at(c, 3) == lr_at(c, 19) == 3e-3
-    cc = TrainConfig(**(TINY | dict(schedule="cosine", min_lr=1e-4)), steps=23)
+    cc = TrainConfig.flat(**(TINY | dict(schedule="cosine", min_lr=1e-4)), steps=23)
     assert lr_at(cc, 3) == pytest.approx(3e-3) and lr_at(cc, 23) == pytest.approx(1e-4)
     assert lr_at(cc, 13) == pytest.approx(0.5 * (3e-3 + 1e-4))
     for bad in (dict(schedule="linear"), dict(autocast="fp16"), dict(deterministic="yes"), dict(steps=0), dict(lr=-1.0), dict(attn="x")):
         with pytest.raises(ValueError):
-            TrainConfig(**(TINY | bad))
+            TrainConfig.flat(**(TINY | bad))
+
+
+def test_the_config_nests_the_model_and_records_flat_keys():
+    """The model is a `GPTConfig` (one declaration of its fields); registry entries, records and the command line keep
+    the flat keys, so a record written before the nesting reads the same config and a new one has the same keys."""
+    import json
+    from pathlib import Path
+    from lib.training.model import GPTConfig
+    c = TrainConfig.flat(**TINY, steps=5, attn="paper+fix", beta=3.0, max_shift=None, qk_norm=True)
+    assert isinstance(c.model, GPTConfig) and c.model.vocab_size == 256
+    assert (c.model.n_layer, c.model.block_size, c.model.attn, c.model.beta, c.model.max_shift, c.model.qk_norm) == \
+        (2, 32, "paper+fix", 3.0, None, True)
+    assert TrainConfig.flat(**c.record()) == c and c.name == "paper+fix"
+    assert list(c.record())[:3] == ["n_layer", "n_head", "n_embd"] and c.record()["seq_len"] == 32
+    # a committed proxy result's record: the keys a record has (besides the study's own two), and it reads back
+    rec = json.loads((Path(__file__).parents[1] / "results" / "full" / "headline.json").read_text())["meta"]["config"]
+    flat = {k: v for k, v in rec.items() if k not in ("lr_source", "workers")}
+    assert set(TrainConfig().record()) == set(flat)
+    assert TrainConfig.flat(**flat).record() == flat
+    with pytest.raises(ValueError, match="vocab_size"):
+        TrainConfig(model=GPTConfig(vocab_size=50304))       # a token model is not the proxy
 
 
 def test_same_seed_bit_identical_and_seeds_matter():
-    cfg = TrainConfig(**TINY, steps=12, attn="sdpa", telemetry_every=4)
+    cfg = TrainConfig.flat(**TINY, steps=12, attn="sdpa", telemetry_every=4)
     a, b = train(cfg), train(cfg)
     assert a["loss"] == b["loss"] and a["grad_norm"] == b["grad_norm"]        # bit-identical on the CPU
     assert all(torch.equal(p, q) for p, q in zip(a["model"].parameters(), b["model"].parameters()))
-    c = train(TrainConfig(**(TINY | dict(seed=1)), steps=12, attn="sdpa", telemetry_every=4))
-    d = train(TrainConfig(**(TINY | dict(data_seed=1)), steps=12, attn="sdpa", telemetry_every=4))
+    c = train(TrainConfig.flat(**(TINY | dict(seed=1)), steps=12, attn="sdpa", telemetry_every=4))
+    d = train(TrainConfig.flat(**(TINY | dict(data_seed=1)), steps=12, attn="sdpa", telemetry_every=4))
     assert c["loss"][0] != a["loss"][0] and d["starts_sha256"] != a["starts_sha256"]
     assert c["starts_sha256"] == a["starts_sha256"]
     assert a["seeds"] == dict(torch=0, data=0) and "torch" in a["versions"]
@@ -40,7 +61,7 @@ def test_same_seed_bit_identical_and_seeds_matter():
 
 
 def test_learns_and_records_telemetry():
-    r = train(TrainConfig(**(TINY | dict(lr=1e-2, warmup=5)), steps=60, attn="naive", telemetry_every=20))
+    r = train(TrainConfig.flat(**(TINY | dict(lr=1e-2, warmup=5)), steps=60, attn="naive", telemetry_every=20))
     first, last = np.mean(r["loss"][:5]), np.mean(r["loss"][-5:])
     assert last < first - 1.0, (first, last)          # from ~ln 256 = 5.5 nats/byte down
     t = r["telemetry"]
@@ -104,19 +125,19 @@ def test_delta_error_is_rowsum_of_do_times_output_error():
 
 def test_resume_and_replay_reproduce_the_uninterrupted_run(tmp_path):
     base = dict(TINY, attn="sdpa", telemetry_every=0, eval_batches=0)
-    full = train(TrainConfig(**base, steps=10, out_dir=str(tmp_path), ckpt_every=5))
+    full = train(TrainConfig.flat(**base, steps=10, out_dir=str(tmp_path), ckpt_every=5))
     starts = data.load_starts(tmp_path / "starts.npy")
     assert starts.shape == (10, 4) and (tmp_path / "ckpt_step5.pt").exists() and (tmp_path / "ckpt.pt").exists()
     # resume at step 5: the remaining steps replay the recorded batch order -> the same curve and weights
-    resumed = train(TrainConfig(**base, steps=10, starts_path=str(tmp_path / "starts.npy"),
+    resumed = train(TrainConfig.flat(**base, steps=10, starts_path=str(tmp_path / "starts.npy"),
                                 resume=str(tmp_path / "ckpt_step5.pt")))
     assert resumed["loss"] == full["loss"]
     assert all(torch.equal(p, q) for p, q in zip(resumed["model"].parameters(), full["model"].parameters()))
     # a replayed order drives a fresh run the same way as the drawn one, whatever data_seed says
-    replay = train(TrainConfig(**(base | dict(data_seed=99)), steps=10, starts_path=str(tmp_path / "starts.npy")))
+    replay = train(TrainConfig.flat(**(base | dict(data_seed=99)), steps=10, starts_path=str(tmp_path / "starts.npy")))
     assert replay["loss"] == full["loss"]
     with pytest.raises(ValueError, match="does not cover"):
-        train(TrainConfig(**base, steps=11, starts_path=str(tmp_path / "starts.npy")))
+        train(TrainConfig.flat(**base, steps=11, starts_path=str(tmp_path / "starts.npy")))
 
 
 def test_cli_help_lists_every_field(capsys):
@@ -132,7 +153,7 @@ def test_ours_backend_trains_and_has_nonzero_delta_error():
     reason = _kernel_import_error()
     if reason:
         pytest.skip(reason)
-    r = train(TrainConfig(n_layer=1, n_head=1, n_embd=16, seq_len=16, batch_size=2, lr=3e-3, warmup=1, steps=2,
+    r = train(TrainConfig.flat(n_layer=1, n_head=1, n_embd=16, seq_len=16, batch_size=2, lr=3e-3, warmup=1, steps=2,
                           attn="paper", telemetry_every=1, progress=False, eval_batches=0))
     d = np.asarray(r["telemetry"]["delta_err_sum"])
     assert d.shape == (2, 1, 1) and np.isfinite(d).all() and np.abs(d).max() > 0   # BF16-rounded O ≠ FP32 O
@@ -140,7 +161,7 @@ def test_ours_backend_trains_and_has_nonzero_delta_error():
 
 
 def test_wall_clock_budget_truncates_within_ten_steps():
-    r = train(TrainConfig(**TINY, steps=10_000, attn="sdpa", telemetry_every=7, max_wall_s=0.5))
+    r = train(TrainConfig.flat(**TINY, steps=10_000, attn="sdpa", telemetry_every=7, max_wall_s=0.5))
     n = r["truncated_at"]
     assert n is not None and n < 10_000 and len(r["loss"]) == n and n % 10 == 0
     # the budget may end between telemetry steps: the last telemetry step is the last multiple of 7 before n

@@ -171,7 +171,7 @@ def config_check(name: str, res: results.Result) -> list[str]:
                           *((r["beta"], r["max_shift"]) if "beta" in r else ())) for r in data["runs"])
     bad = [] if want == got else [f"runs: planned {len(want)}, recorded {len(got)}; first difference "
                                   f"{next((w, g) for w, g in zip(want + [''], got + ['']) if w != g)}"]
-    base = proxy.proxy_config("full", steps=p["steps"], **p.get("train", {})).__dict__
+    base = proxy.proxy_config("full", steps=p["steps"], **p.get("train", {})).record()
     bad += [f"train.{k}: {rec.get(k)!r} recorded, {base[k]!r} now" for k in _TRAIN_KEYS if rec.get(k) != base[k]]
     return bad
 

@@ -40,7 +40,7 @@ def _check(arms: dict) -> TrainConfig:
     if not all(isinstance(c, TrainConfig) for c in cfgs):
         raise TypeError("every arm must be a lib.training.train.TrainConfig")
     for f in SHARED_FIELDS:
-        vals = {getattr(c, f) for c in cfgs}
+        vals = {c.record()[f] for c in cfgs}
         if len(vals) > 1:
             raise ValueError(f"arms must share {f!r} (one batch order, one device), got {sorted(map(str, vals))}")
     return cfgs[0]
@@ -60,11 +60,11 @@ def train_lockstep(arms: dict, *, on_record=None, record_every: int = 50, max_wa
     device = device_of(c0, 0)
     set_determinism(c0)
     train_bytes, _ = data_mod.split(data_mod.load_corpus(), c0.val_fraction)
-    starts = data_mod.batch_starts(len(train_bytes), c0.seq_len, c0.batch_size, c0.steps, c0.data_seed)
+    starts = data_mod.batch_starts(len(train_bytes), c0.model.block_size, c0.batch_size, c0.steps, c0.data_seed)
     runs = {}
     for name, cfg in arms.items():
         torch.manual_seed(cfg.seed)
-        model = GPT(cfg.model_config()).to(device)
+        model = GPT(cfg.model).to(device)
         model.train()
         runs[name] = dict(cfg=cfg, model=model, opt=make_optimizer(model, cfg), amp=autocast_dtype(cfg, device),
                           loss=[], gn=[], pending=[], stopped=None)
@@ -96,7 +96,7 @@ def train_lockstep(arms: dict, *, on_record=None, record_every: int = 50, max_wa
         warnings.simplefilter("always")
         record(0)
         for step in range(c0.steps):
-            x, y = data_mod.get_batch(train_bytes, starts[step], c0.seq_len, device)
+            x, y = data_mod.get_batch(train_bytes, starts[step], c0.model.block_size, device)
             for r in runs.values():
                 if r["stopped"] is not None:
                     continue

@@ -1,8 +1,8 @@
 """The one training loop: `train(RunConfig(...), observers, step_hook) -> dict`, nanoGPT's loop with a census.
 
 Every training run of the book goes through it — the byte-level proxy (`lib.training.train.run_config` maps the
-proxy studies' flat `TrainConfig` onto `RunConfig` and `LoopOptions`), GPT-2 124M on a BPE token corpus, the positive control and the bias
-injection — read top to bottom: data, model, optimiser, then `for step in range(...)`: learning rate, batch, census,
+proxy studies' `TrainConfig`, which nests the same `GPTConfig`, onto `RunConfig` and `LoopOptions`), GPT-2 124M on a
+BPE token corpus, the positive control and the bias injection — read top to bottom: data, model, optimiser, then `for step in range(...)`: learning rate, batch, census,
 the optimiser step (`lib.training.runtime.train_step`: forward and backward under BF16 autocast, clip, the step
 hook, the step's own telemetry, update), the losses read back, evaluation, limits, checkpoint. (`train_lm` is the
 same function under the name the GPT-2 studies knew it by.)

@@ -111,9 +111,12 @@ with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     if kind == "proxy":
         from dataclasses import fields
-        from lib.training.train import TrainConfig, train
+        import lib.training.train as T
         cfg["deterministic"] = mode         # the proxy's loop applies its own setting: the same mode
-        r = train(TrainConfig(**{k: v for k, v in cfg.items() if k in {f.name for f in fields(TrainConfig)}}))
+        # The record is flat. A tree from before the model was nested in TrainConfig takes the flat keys as its own
+        # fields; a later one through TrainConfig.flat, with the model's keys in MODEL_KEYS.
+        keys = {f.name for f in fields(T.TrainConfig)} | set(getattr(T, "MODEL_KEYS", ()))
+        r = T.train(getattr(T.TrainConfig, "flat", T.TrainConfig)(**{k: v for k, v in cfg.items() if k in keys}))
         for k, v in r["telemetry"].items():
             try:
                 arrays["telemetry__" + k] = np.asarray(v, dtype=np.float64)
@@ -164,10 +167,10 @@ def _stand_in(res: dict) -> dict:
 
 
 def _proxy_runs(name: str, res: dict) -> list[dict] | None:
-    from lib.training.train import TrainConfig
+    from lib.training.train import MODEL_KEYS, TrainConfig
     from dataclasses import fields
     base, runs = res["meta"].get("config") or {}, (res.get("data") or {}).get("runs")
-    names = {f.name for f in fields(TrainConfig)}
+    names = {f.name for f in fields(TrainConfig)} | set(MODEL_KEYS)
     if not isinstance(runs, list) or not {"n_layer", "attn"} <= set(base):
         return None
     out = []

@@ -59,7 +59,7 @@ def proxy_config(scale: str, **overrides) -> TrainConfig:
                     schedule="constant", telemetry_every=2, eval_batches=1, progress=False)
     else:
         raise ValueError(f"unknown scale {scale!r}")
-    return TrainConfig(**(base | overrides))
+    return TrainConfig.flat(**(base | overrides))
 
 
 def run_id(arm: str, seed: int, lr: float, tag: str = "") -> str:
@@ -89,13 +89,13 @@ def run_arms(scale: str, runs: list[dict], workers: int, **overrides) -> tuple[l
     for r, cfg, res in zip(runs, cfgs, results):
         rid = cfg.label
         if "error" in res:
-            summaries.append(dict(id=rid, arm=r["arm"], attn=cfg.attn, seed=r["seed"], data_seed=cfg.data_seed,
+            summaries.append(dict(id=rid, arm=r["arm"], attn=cfg.model.attn, seed=r["seed"], data_seed=cfg.data_seed,
                                   lr=r["lr"], tag=r.get("tag", ""), steps=0, outcome="error", error=res["error"],
                                   best=float("nan"), final=float("nan"), rise=float("nan"),
                                   max_grad_norm=float("nan"), onset=None, steps_per_s=float("nan")))
             continue
         cl = classify(res["loss"], res["grad_norm"], cfg.warmup)
-        summaries.append(dict(id=rid, arm=r["arm"], attn=cfg.attn, seed=r["seed"], data_seed=cfg.data_seed,
+        summaries.append(dict(id=rid, arm=r["arm"], attn=cfg.model.attn, seed=r["seed"], data_seed=cfg.data_seed,
                               lr=r["lr"], tag=r.get("tag", ""), steps=len(res["loss"]), **cl,
                               val_loss=res["val"]["loss"][-1] if res["val"]["loss"] else None,
                               stopped_at=res["stopped_at"], truncated_at=res["truncated_at"],
@@ -114,10 +114,11 @@ def run_arms(scale: str, runs: list[dict], workers: int, **overrides) -> tuple[l
     if cfgs:
         c0 = cfgs[0]
         train_bytes, _ = data_mod.split(data_mod.load_corpus(), c0.val_fraction)
-        arrays["starts"] = data_mod.batch_starts(len(train_bytes), c0.seq_len, c0.batch_size, c0.steps, c0.data_seed)
+        arrays["starts"] = data_mod.batch_starts(len(train_bytes), c0.model.block_size, c0.batch_size, c0.steps,
+                                                 c0.data_seed)
     ok = [res for res in results if "error" not in res]
     meta = dict(wall_s=wall, workers=workers, versions=ok[0]["versions"] if ok else {},
-                base_config=proxy_config(scale).__dict__ | overrides)
+                base_config=proxy_config(scale).record() | overrides)
     return summaries, arrays, meta
 
 

@@ -1,11 +1,13 @@
 """The proxy studies' runs: the small byte-level GPT (`lib.training.model`) on the pinned corpus (`lib.training.data`).
 
-`train(TrainConfig(...)) -> dict` runs the one training loop (`lib.training.loop.train`; `run_config`
-maps these flat fields, as the proxy studies' registry entries name them, onto its `RunConfig`): AdamW (β = (0.9,
-0.95), ε = 1e-8, weight decay 0 by default) with a linear warm-up then a constant (or cosine) learning rate, global
-grad-norm clipping (1.0), BF16 autocast on CUDA with FP32 master weights (FP32 throughout on the CPU unless
-`autocast="bf16"`), optional checkpoints, a tqdm bar, and telemetry of the step itself every `telemetry_every` steps
-(`lib.training.telemetry.collect_telemetry`). Under `torchrun` (WORLD_SIZE > 1) it runs DistributedDataParallel (gloo
+`train(TrainConfig(...)) -> dict` runs the one training loop (`lib.training.loop.train`; `run_config` maps the
+config onto its `RunConfig`). A `TrainConfig` nests its model (`GPTConfig`, byte-level: `byte_model`), as `RunConfig`
+does; the proxy studies' registry entries, their results' records and the command line name the model's fields flat
+(`n_layer`, `seq_len`, `attn`, `beta`, ...), mapped in one place (`TrainConfig.flat`, `TrainConfig.record`,
+`MODEL_KEYS`). The run: AdamW (β = (0.9, 0.95), ε = 1e-8, weight decay 0 by default) with a linear warm-up then
+a constant (or cosine) learning rate, global grad-norm clipping (1.0), BF16 autocast on CUDA with FP32 master weights
+(FP32 throughout on the CPU unless `autocast="bf16"`), optional checkpoints, a tqdm bar, and telemetry of the step
+itself every `telemetry_every` steps (`lib.training.telemetry.collect_telemetry`). Under `torchrun` (WORLD_SIZE > 1) it runs DistributedDataParallel (gloo
 on CPU, nccl on CUDA); each rank takes its slice of the recorded global batch order.
 
 Reproducibility: `seed` seeds the model init (torch), `data_seed` the batch order (numpy), which is a recorded
@@ -19,7 +21,7 @@ dQ with atomics (nondeterministic) under warn_only and switches to its determini
 Triton backward writes dQ and dK/dV from separate kernels without atomics. The headline experiment re-runs one
 arm with the same seed and compares the curves bit for bit.
 
-Command line: ``python -m lib.training.train --help`` (every TrainConfig field is a flag).
+Command line: ``python -m lib.training.train --help`` (every flat key is a flag).
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ import dataclasses
 import json
 import os
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 # cuBLAS reads this when its first handle is made; it must be set before any CUDA matmul for deterministic GEMMs.
@@ -36,7 +38,6 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 import torch  # noqa: E402
 
-from lib.fp.fix import BETA, MAX_SHIFT, TIE_TOL  # noqa: E402
 from lib.training import loop, runtime  # noqa: E402
 from lib.training.loop import _init_worker, progress_lines  # noqa: E402,F401  (progress_lines: read from here too)
 from lib.training.model import GPTConfig  # noqa: E402
@@ -48,20 +49,25 @@ _AUTOCAST = ("auto", "bf16", "none")
 _DETERMINISM = ("warn", "strict", "off")
 
 
+# The proxy's model keys as its registry entries and command line name them (flat, as runs have always recorded
+# them), and the `GPTConfig` field each one is: `TrainConfig.flat` / `TrainConfig.record` map between the two.
+MODEL_KEYS = {"n_layer": "n_layer", "n_head": "n_head", "n_embd": "n_embd", "seq_len": "block_size", "attn": "attn",
+              "beta": "beta", "tie_tol": "tie_tol", "max_shift": "max_shift", "zero_at": "zero_at",
+              "qk_norm": "qk_norm"}
+BYTES = 256    # the proxy's vocabulary: bytes
+
+
+def byte_model(**kw) -> GPTConfig:
+    """The proxy's model: GPTConfig's defaults (6 layers, 6 heads, width 384, 512 positions, SDPA) on bytes."""
+    return GPTConfig(vocab_size=BYTES, **kw)
+
+
 @dataclass
 class TrainConfig:
-    """Everything that defines a run. Batch size is global (split across DDP ranks); lengths in bytes (= tokens)."""
-    # model
-    n_layer: int = 6
-    n_head: int = 6
-    n_embd: int = 384
-    seq_len: int = 512
-    attn: str = "sdpa"              # one spec for all layers, or comma-separated per layer (see lib.training.model)
-    beta: float = BETA              # β of "+fix" specs
-    tie_tol: float = TIE_TOL        # tie tolerance of "+fix" specs
-    max_shift: float | None = MAX_SHIFT  # underflow guard of "+fix" specs (None: the paper's exact rule, may give NaN)
-    zero_at: float | None = None    # level of "+zero_rows" specs (None: the backend's default; lib.training.zero_rows)
-    qk_norm: bool = False           # LayerNorm on each head's q and k before attention (lib.training.model)
+    """Everything that defines a run: the model (`GPTConfig`, byte-level) and how it trains. Batch size is global
+    (split across DDP ranks); lengths in bytes (= tokens). Registry entries and the command line name the model's
+    fields flat (`TrainConfig.flat(n_layer=2, seq_len=64, attn="paper", ...)`, keys in `MODEL_KEYS`)."""
+    model: GPTConfig = field(default_factory=byte_model)
     # optimisation
     steps: int = 2000
     batch_size: int = 32
@@ -99,6 +105,13 @@ class TrainConfig:
     label: str = ""
 
     def __post_init__(self):
+        if isinstance(self.model, dict):
+            self.model = GPTConfig(**self.model)
+        if not isinstance(self.model, GPTConfig):
+            raise TypeError(f"model must be a GPTConfig, got {type(self.model).__name__}")
+        if self.model.vocab_size != BYTES:
+            raise ValueError(f"the proxy trains on bytes: the model's vocab_size must be {BYTES}, "
+                             f"got {self.model.vocab_size}")
         if self.schedule not in _SCHEDULES:
             raise ValueError(f"schedule must be one of {_SCHEDULES}, got {self.schedule!r}")
         if self.autocast not in _AUTOCAST:
@@ -107,19 +120,32 @@ class TrainConfig:
             raise ValueError(f"deterministic must be one of {_DETERMINISM}, got {self.deterministic!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
-        for name in ("steps", "batch_size", "seq_len"):
+        for name in ("steps", "batch_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
         for name in ("lr", "warmup", "telemetry_every", "eval_every", "eval_batches", "ckpt_every", "grad_clip",
                      "weight_decay", "min_lr"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
-        self.model_config()  # validates the model fields and the attention specs
 
-    def model_config(self) -> GPTConfig:
-        return GPTConfig(n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd, block_size=self.seq_len,
-                         attn=self.attn, beta=self.beta, tie_tol=self.tie_tol, max_shift=self.max_shift,
-                         zero_at=self.zero_at, qk_norm=self.qk_norm)
+    @classmethod
+    def flat(cls, **kw) -> "TrainConfig":
+        """A TrainConfig from flat keys, as registry entries, results' records and the command line write them: the
+        keys of `MODEL_KEYS` build the model (`seq_len` is its block size), the others are this class's fields."""
+        model = {MODEL_KEYS[k]: kw.pop(k) for k in list(kw) if k in MODEL_KEYS}
+        return cls(model=byte_model(**model), **kw)
+
+    def record(self) -> dict:
+        """The flat record a result keeps of this config: the model's keys first, under their `MODEL_KEYS` names,
+        then the training fields (the record runs have kept since before the model was nested)."""
+        d = {k: getattr(self.model, f) for k, f in MODEL_KEYS.items()}
+        d.update((f.name, getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "model")
+        return d
+
+    @property
+    def name(self) -> str:
+        """The run's label, or its attention spec."""
+        return self.label or self.model.attn
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -144,7 +170,7 @@ def run_config(cfg: TrainConfig) -> tuple[loop.RunConfig, loop.LoopOptions]:
            "max_wall_s")
     ways = ("telemetry_every", "stop_on_nonfinite", "deterministic", "starts_path", "out_dir", "ckpt_every", "resume",
             "progress")
-    return (loop.RunConfig(model=cfg.model_config(), data="bytes", census_every=0, label=cfg.label or cfg.attn,
+    return (loop.RunConfig(model=cfg.model, data="bytes", census_every=0, label=cfg.name,
                            **{k: getattr(cfg, k) for k in run}),
             loop.LoopOptions(build="gpt", flush_every=0, **{k: getattr(cfg, k) for k in ways}))
 
@@ -175,7 +201,7 @@ def train(cfg: TrainConfig, step_hook=None) -> dict:
         r = loop.train(run, observers=[], step_hook=step_hook, options=ways)
     result = {k: r[k] for k in ("loss", "grad_norm", "lr", "telemetry", "val", "stopped_at", "truncated_at")}
     result.update(
-        config=asdict(cfg), model_config=cfg.model_config().to_dict(), seeds=r["seeds"], versions=r["versions"],
+        config=cfg.record(), model_config=cfg.model.to_dict(), seeds=r["seeds"], versions=r["versions"],
         world_size=r["world_size"], starts_sha256=r["starts_sha256"], n_params=r["n_params"], wall_s=r["wall_s"],
         steps_per_s=r["steps_per_s"],
         nondeterminism_warnings=sorted({str(w.message) for w in caught if "determinis" in str(w.message)}),
@@ -195,11 +221,11 @@ def _worker(cfg: TrainConfig) -> dict:
     try:
         res = train(cfg)
     except Exception as e:  # noqa: BLE001  (one failing run must not lose the others' results)
-        print(f"[run_many] {cfg.label or cfg.attn}: FAILED {type(e).__name__}: {e}", flush=True)
-        return dict(error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc(), config=asdict(cfg))
+        print(f"[run_many] {cfg.name}: FAILED {type(e).__name__}: {e}", flush=True)
+        return dict(error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc(), config=cfg.record())
     res.pop("model", None)
     last = res["loss"][-1] if res["loss"] else float("nan")
-    print(f"[run_many] {cfg.label or cfg.attn}: {len(res['loss'])} steps, final loss {last:.4f}, "
+    print(f"[run_many] {cfg.name}: {len(res['loss'])} steps, final loss {last:.4f}, "
           f"{res['steps_per_s']:.2f} steps/s, {res['wall_s']:.0f} s", flush=True)
     return res
 
@@ -212,7 +238,7 @@ def run_many(cfgs: list[TrainConfig], workers: int = 1, status_every_s: float = 
     GPU they share it, which is what keeps a many-arm experiment within minutes for a small model); every
     `status_every_s` seconds the parent prints one line per run (steps done, last loss, steps/s), from the runs'
     loss flushes (every telemetry step, so it costs no extra GPU synchronisation)."""
-    return runtime.run_many(_worker, cfgs, workers, status_every_s, [c.label or c.attn for c in cfgs], _init_worker,
+    return runtime.run_many(_worker, cfgs, workers, status_every_s, [c.name for c in cfgs], _init_worker,
                             progress_lines)
 
 
@@ -240,25 +266,31 @@ _HELP = {
 }
 
 
+def _flags() -> list[tuple[str, str, object]]:
+    """(name, annotated type, default) of every flat key: the model's (`MODEL_KEYS`), then the training fields."""
+    model, types = byte_model(), {f.name: f.type for f in dataclasses.fields(GPTConfig)}
+    return [(k, types[f], getattr(model, f)) for k, f in MODEL_KEYS.items()] + \
+        [(f.name, f.type, f.default) for f in dataclasses.fields(TrainConfig) if f.name != "model"]
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m lib.training.train", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    for f in dataclasses.fields(TrainConfig):
-        flag = "--" + f.name.replace("_", "-")
-        if f.type in ("bool", bool):
-            ap.add_argument(flag, default=f.default, action=argparse.BooleanOptionalAction,
-                            help=_HELP.get(f.name, f.name.replace("_", " ")))
+    for name, typ, default in _flags():
+        flag, help_ = "--" + name.replace("_", "-"), _HELP.get(name, name.replace("_", " "))
+        if typ in ("bool", "bool | str"):
+            ap.add_argument(flag, default=default, action=argparse.BooleanOptionalAction, help=help_)
         else:
-            typ = {"int": int, "float": float, "str": str,
-                   "float | None": lambda v: None if v.lower() == "none" else float(v)}[f.type]
-            ap.add_argument(flag, type=typ, default=f.default, help=_HELP.get(f.name, f.name.replace("_", " ")))
+            conv = {"int": int, "float": float, "str": str, "object": str,
+                    "float | None": lambda v: None if v.lower() == "none" else float(v)}[typ]
+            ap.add_argument(flag, type=conv, default=default, help=help_)
     return ap
 
 
 def main(argv=None) -> int:
     a = _parser().parse_args(argv)
     import lib.book.setup  # noqa: F401
-    cfg = TrainConfig(**vars(a))
+    cfg = TrainConfig.flat(**vars(a))
     res = train(cfg)
     if res["world_size"] == 1 or int(os.environ.get("RANK", "0")) == 0:
         last = res["loss"][-1] if res["loss"] else float("nan")

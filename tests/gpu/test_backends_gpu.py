@@ -59,7 +59,7 @@ def test_authors_backend_backward_under_autocast_is_the_authors_placement():
 
 
 def test_authors_training_reproducible_with_underflow_telemetry():
-    cfg = TrainConfig(**SMALL, attn="authors/tile=128+fix,authors+zero_rows", beta=7.0, deterministic="warn")
+    cfg = TrainConfig.flat(**SMALL, attn="authors/tile=128+fix,authors+zero_rows", beta=7.0, deterministic="warn")
     a, b = train(cfg), train(cfg)
     assert a["autocast"] == "torch.bfloat16" and np.isfinite(a["loss"]).all()
     assert a["loss"] == b["loss"]
@@ -107,7 +107,7 @@ def test_dose_uses_the_native_placements_error():
 
 
 def test_dose_training_on_gpu():
-    cfg = TrainConfig(**SMALL, attn="dose/paper/c=random/lam=30,dose/paper/c=bias/lam=30")
+    cfg = TrainConfig.flat(**SMALL, attn="dose/paper/c=random/lam=30,dose/paper/c=bias/lam=30")
     a, b = train(cfg), train(cfg)
     assert np.isfinite(a["loss"]).all() and a["loss"] == b["loss"]
     t = a["telemetry"]
@@ -119,7 +119,7 @@ def test_dose_training_on_gpu():
 
 
 def test_qk_norm_keeps_bf16_operands_under_autocast():
-    r = train(TrainConfig(**(SMALL | dict(steps=3, telemetry_every=1)), attn="paper", qk_norm=True))
+    r = train(TrainConfig.flat(**(SMALL | dict(steps=3, telemetry_every=1)), attn="paper", qk_norm=True))
     m = r["model"]
     m.set_capture(True)
     x = torch.randint(0, 256, (2, 64), device="cuda")

@@ -44,9 +44,9 @@ def _runs():
     """(plain, hooked, hook): the proxy trained without and with the hook (the first run also compiles the kernels:
     its wall time includes them)."""
     with torch_threads(1):
-        plain = train(TrainConfig(**BASE, steps=STEPS))
+        plain = train(TrainConfig.flat(**BASE, steps=STEPS))
         hook = CaptureHook(every=EVERY, rows=(0, 1, 2, 3), adam=True)
-        hooked = train(TrainConfig(**BASE, steps=STEPS), step_hook=hook)
+        hooked = train(TrainConfig.flat(**BASE, steps=STEPS), step_hook=hook)
     return plain, hooked, hook
 
 

@@ -27,8 +27,8 @@ SMALL = dict(n_layer=2, n_head=2, n_embd=128, seq_len=256, batch_size=8, steps=3
 @pytest.mark.parametrize("attn,det", [("paper", "warn"), ("paper+fix", "warn"), ("sdpa", "strict"),
                                       ("paper/round_block=128+fix", "warn")])
 def test_same_seed_bit_identical_on_gpu(attn, det):
-    a = train(TrainConfig(**SMALL, attn=attn, deterministic=det))
-    b = train(TrainConfig(**SMALL, attn=attn, deterministic=det))
+    a = train(TrainConfig.flat(**SMALL, attn=attn, deterministic=det))
+    b = train(TrainConfig.flat(**SMALL, attn=attn, deterministic=det))
     assert a["device"].startswith("cuda") and a["autocast"] == "torch.bfloat16"
     assert a["loss"] == b["loss"], [i for i, (x, y) in enumerate(zip(a["loss"], b["loss"])) if x != y][:5]
     assert a["grad_norm"] == b["grad_norm"]
@@ -38,7 +38,7 @@ def test_same_seed_bit_identical_on_gpu(attn, det):
 def test_ours_takes_native_path_under_autocast():
     from kernels.attention import resolve_path
     from lib.fp.numerics import get_profile
-    r = train(TrainConfig(**(SMALL | dict(steps=2, telemetry_every=1)), attn="paper"))
+    r = train(TrainConfig.flat(**(SMALL | dict(steps=2, telemetry_every=1)), attn="paper"))
     c = r["model"].attn_layers[0]
     r["model"].set_capture(True)
     x = torch.randint(0, 256, (2, 64), device="cuda")

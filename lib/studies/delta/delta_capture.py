@@ -59,14 +59,14 @@ def _check(cfg: dict) -> None:
 
 def train_config(cfg: dict, seed: int):
     from lib.training.train import TrainConfig
-    return TrainConfig(n_layer=cfg["n_layer"], n_head=cfg["n_head"], n_embd=cfg["n_embd"], seq_len=cfg["seq_len"],
-                       attn=cfg["attn"], steps=cfg["steps"], batch_size=cfg["batch_size"], lr=cfg["lr"],
-                       warmup=cfg["warmup"], schedule=cfg.get("schedule", "constant"),
-                       weight_decay=cfg.get("weight_decay", 0.0), grad_clip=cfg.get("grad_clip", 1.0),
-                       seed=int(seed), data_seed=cfg.get("data_seed", 0),
-                       telemetry_every=cfg.get("telemetry_every", 0), eval_batches=cfg.get("eval_batches", 0),
-                       deterministic=cfg.get("deterministic", "warn"), max_wall_s=float(cfg["max_wall_s"]),
-                       progress=False, label=f"delta_capture s{seed}")
+    return TrainConfig.flat(n_layer=cfg["n_layer"], n_head=cfg["n_head"], n_embd=cfg["n_embd"], seq_len=cfg["seq_len"],
+                            attn=cfg["attn"], steps=cfg["steps"], batch_size=cfg["batch_size"], lr=cfg["lr"],
+                            warmup=cfg["warmup"], schedule=cfg.get("schedule", "constant"),
+                            weight_decay=cfg.get("weight_decay", 0.0), grad_clip=cfg.get("grad_clip", 1.0),
+                            seed=int(seed), data_seed=cfg.get("data_seed", 0),
+                            telemetry_every=cfg.get("telemetry_every", 0), eval_batches=cfg.get("eval_batches", 0),
+                            deterministic=cfg.get("deterministic", "warn"), max_wall_s=float(cfg["max_wall_s"]),
+                            progress=False, label=f"delta_capture s{seed}")
 
 
 def _nearest(steps: list[int], want: int) -> int:

@@ -82,12 +82,13 @@ def setup_numbers() -> dict:
     """The proxy's recipe at full scale, the outcome smoothing, our kernel's key tile and its row-zeroing level."""
     from kernels.attention import native_config
     cfg = proxy.proxy_config("full")
-    return {"p_layers": cfg.n_layer, "p_width": cfg.n_embd, "p_heads": cfg.n_head, "p_batch": cfg.batch_size,
-            "p_seq": cfg.seq_len, "p_warm": cfg.warmup, "p_tokens": f"{cfg.batch_size * cfg.seq_len:,}",
-            "p_hd": cfg.n_embd // cfg.n_head, "p_betas": f"({cfg.beta1:g}, {cfg.beta2:g})",
+    m = cfg.model
+    return {"p_layers": m.n_layer, "p_width": m.n_embd, "p_heads": m.n_head, "p_batch": cfg.batch_size,
+            "p_seq": m.block_size, "p_warm": cfg.warmup, "p_tokens": f"{cfg.batch_size * m.block_size:,}",
+            "p_hd": m.head_dim, "p_betas": f"({cfg.beta1:g}, {cfg.beta2:g})",
             "p_wd": f"{cfg.weight_decay:g}", "p_clip": f"{cfg.grad_clip:g}", "p_smooth": outcome.SMOOTH,
             "zero_level": f"{OURS_ZERO_AT:.1f}", "zero_at_b7": f"{OURS_ZERO_AT / (Fix().beta - 1):.1f}",
-            "tile_key": native_config(cfg.n_embd // cfg.n_head, "fwd")["BLOCK_N"]}
+            "tile_key": native_config(m.head_dim, "fwd")["BLOCK_N"]}
 
 
 def pilot_refs(pilots) -> results.Result:

@@ -291,7 +291,7 @@ def sweep_fix_numbers(sw, more=()) -> dict:
             "sw_seeds7": ", ".join(str(x) for x in sorted({r["seed"] for r in sw.data["runs"]})),
             "sw_more7": ("; the same sweep at other seeds: " + runs.labelled(list(more), False)) if more else "",
             "sw_paper": by_lr("paper"), "sw_label7": runs.labelled([sw], False),
-            "tile_n": native_config(pc.n_embd // pc.n_head, "fwd")["BLOCK_N"], "seq_n": pc.seq_len}
+            "tile_n": native_config(pc.model.head_dim, "fwd")["BLOCK_N"], "seq_n": pc.model.block_size}
 
 
 def _uf(v, stat="layer_mean") -> str:

@@ -38,8 +38,8 @@ def arm_configs(cfg: dict) -> dict:
         bad = set(arm) - set(_ARM_KEYS)
         if bad or "attn" not in arm:
             raise ValueError(f"arm {name!r} must give 'attn' and optionally 'seed', 'autocast'; got {sorted(arm)}")
-        out[name] = TrainConfig(**(base | dict(arm)), telemetry_every=0, eval_batches=0, progress=False,
-                                label=name)
+        out[name] = TrainConfig.flat(**(base | dict(arm)), telemetry_every=0, eval_batches=0, progress=False,
+                                     label=name)
     for pair, ab in cfg["pairs"].items():
         missing = [a for a in ab if a not in out]
         if missing:
