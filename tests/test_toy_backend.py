@@ -7,9 +7,10 @@ The toy backend is FP32 softmax attention written out (so it must agree with the
 call (the layer its `AttnCall` names), so each test can tell that it, and not another backend, ran.
 
 A spec *string* names the backend by its table line alone (`AttnSpec.parse` takes any key of the table that has no
-grammar of its own as a bare name), so `GPTConfig(attn="toy")`, the proxy studies' `TrainConfig.flat(attn="toy")` and a
-registry entry (TOML holds strings) select it; `describe` labels it from its module's docstring ("a toy attention
-backend"), not as another backend.
+grammar of its own as a bare name), so `GPTConfig(attn="toy")`, the proxy studies' `TrainConfig.flat(attn="toy")`
+and a registry entry (TOML holds strings) select it; `describe` labels it from its module's docstring ("a toy
+attention backend"), not as another backend. A key named like one of our kernel's profiles would take that profile's
+name over, so the table is checked for one.
 """
 import importlib
 import sys
@@ -200,3 +201,23 @@ def test_an_unknown_bare_name_lists_the_known_ones(toy):
     for own_grammar in ("ours", "authors/tile=x"):       # names with a grammar of their own are not bare names
         with pytest.raises(ValueError):
             AttnSpec.parse(own_grammar)
+
+
+def _shadowed() -> set:
+    """The profile names of our kernel that a key of the table would take over: `AttnSpec.parse` reads a bare name
+    before it reads a profile, so a backend named "paper" would silently replace the paper placement."""
+    from lib.training.spec import NUMERICS_NAMES, bare_names
+    return set(bare_names()) & set(NUMERICS_NAMES)
+
+
+def test_no_table_key_shadows_a_profile_name():
+    from lib.training.spec import NUMERICS_NAMES
+    assert not _shadowed()
+    for name in NUMERICS_NAMES:
+        assert AttnSpec.parse(name).backend == "ours" and AttnSpec.parse(name).numerics == name
+
+
+def test_a_table_key_named_like_a_profile_is_caught(monkeypatch):
+    monkeypatch.setitem(BACKENDS, "paper", naive_attention)
+    assert _shadowed() == {"paper"}
+    assert AttnSpec.parse("paper").backend == "paper"     # what the check above guards against
