@@ -307,11 +307,12 @@ def test_a_help_string_in_the_real_training_command_line_changes_nothing(tmp_pat
         shutil.copytree(ROOT / d, tmp_path / d, ignore=shutil.ignore_patterns("__pycache__"))
     e = registry.get("headline").code_entry
     fp = provenance.index().fingerprint(e)               # the tree the copy was made from
-    for rel, old in (("lib/training/data.py", 'help="standard-library directory'),
-                     ("lib/training/train.py", "help=_HELP.get(f.name")):
+    for rel, old, new in (("lib/training/data.py", 'help="standard-library directory',
+                           'help="edited standard-library directory'),
+                          ("lib/training/train.py", "_HELP.get(name, ", "'edited ' + _HELP.get(name, ")):
         p = tmp_path / rel
         assert old in p.read_text()
-        p.write_text(p.read_text().replace(old, old.replace("help=", "help='edited ' + ", 1), 1))
+        p.write_text(p.read_text().replace(old, new, 1))
     assert provenance.Index(tmp_path).fingerprint(e) == fp
     assert provenance.Index(tmp_path, skip_main=False).fingerprint(e) \
         != provenance.Index(ROOT, skip_main=False).fingerprint(e)
