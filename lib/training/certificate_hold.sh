@@ -12,6 +12,10 @@ R=/tmp/hold_res; mkdir -p $R "$OUT"
 log() { echo "[$(date -u +%T) +$(( $(date +%s) - T0 ))s] $*" | tee -a /tmp/hold.log; }
 run() { local n=$1; shift; log "$n start (left $(left) s) $*"; echo "==== phase $P: $n $* ($(date -u +%T))" >> /tmp/runs.log
         python3 -m lib.experiments "$n" --scale full --out $R "$@" >> /tmp/runs.log 2>&1; local rc=$?; log "$n rc=$rc"; return $rc; }
+# whether the committed result NAME is stale here: a benchmark that is fresh is not timed again (exit 3 says fresh;
+# any failure to tell counts as stale, so the benchmark runs)
+stale() { python3 -c "import sys, lib.book.setup; from lib.book import results as r
+sys.exit(0 if r.staleness(r.load('$1', 'full').meta) else 3)" 2>/dev/null; [ $? -ne 3 ]; }
 n_left() { python3 -c "import json,sys;print(json.load(open('$R/full/$1.json'))['data']['n_left'])" 2>/dev/null || echo 99; }
 log "phase $P on $(nvidia-smi --query-gpu=name --format=csv,noheader) commit ${BOOK_GIT_COMMIT:-?}"
 SUITE=
@@ -23,8 +27,9 @@ if [ "$(n_left loop_certificate_proxy)" != 0 ] && [ "$(left)" -gt 240 ]; then
 fi
 if [ -n "$SUITE" ]; then wait $SUITE; log "gpu-tests rc=$(cat /tmp/suite.rc)"; tail -5 /tmp/suite_run.log | tee -a /tmp/hold.log
   cp /tmp/suite/full/gpu_tests.log "$OUT/gpu_tests.log" 2>/dev/null; fi
-[ ! -f $R/full/capture_overhead_bench.json ] && [ "$(left)" -gt 200 ] && run capture_overhead_bench
-[ ! -f $R/full/train_step_bench.json ] && [ "$(left)" -gt 260 ] && run train_step_bench
+stale capture_overhead_bench && [ ! -f $R/full/capture_overhead_bench.json ] && [ "$(left)" -gt 200 ] \
+  && run capture_overhead_bench
+stale train_step_bench && [ ! -f $R/full/train_step_bench.json ] && [ "$(left)" -gt 260 ] && run train_step_bench
 if [ "$(n_left loop_certificate_gpt2)" != 0 ] && [ "$(left)" -gt 260 ]; then
   run loop_certificate_gpt2 --set max_s=$(( $(left) - 170 )); log "gpt2 left: $(n_left loop_certificate_gpt2)"
 fi
