@@ -13,6 +13,6 @@ def test_a_positive_cost_is_read_against_the_target():
 def test_a_negative_cost_is_said_to_be_below_the_resolution_with_the_direct_timing():
     neg = DATA | dict(overhead_at_every={"capture": -0.029}, event_ms={"capture": -30.2})
     words = capture_cost_words(neg, 0.10)
-    assert "below zero (-2.9%, -30 ms an event)" in words and "does not measure it" in words
+    assert "below zero (-2.9%, -30 ms an event)" in words and "does not resolve it" in words
     assert "its copy takes 78 ms, 1.6 ms a step" in words and "costs -" not in words
     assert "copy" not in capture_cost_words({k: v for k, v in neg.items() if k != "capture_copy_ms"}, 0.10)

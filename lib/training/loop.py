@@ -2,9 +2,10 @@
 
 Every training run of the book goes through it — the byte-level proxy (`lib.training.train.run_config` maps the
 proxy studies' `TrainConfig`, which nests the same `GPTConfig`, onto `RunConfig` and `LoopOptions`), GPT-2 124M on a
-BPE token corpus, the positive control and the bias injection — read top to bottom: data, model, optimiser, then `for step in range(...)`: learning rate, batch, census,
-the optimiser step (`lib.training.runtime.train_step`: forward and backward under BF16 autocast, clip, the step
-hook, the step's own telemetry, update), the losses read back, evaluation, limits, checkpoint. (`train_lm` is the
+BPE token corpus, the positive control and the bias injection — read top to bottom: data, model, optimiser, then
+`for step in range(...)`: learning rate, batch, census, the optimiser step (`lib.training.runtime.train_step`:
+forward and backward under BF16 autocast, clip, the step hook, the step's own telemetry, update), the losses read
+back, evaluation, limits, checkpoint. (`train_lm` is the
 same function under the name the GPT-2 studies knew it by.)
 
 * **Config**: `RunConfig` nests the model's `GPTConfig` (`model=GPTConfig(...)`), so the model's fields are declared

@@ -7,8 +7,9 @@ does; the proxy studies' registry entries, their results' records and the comman
 `MODEL_KEYS`). The run: AdamW (β = (0.9, 0.95), ε = 1e-8, weight decay 0 by default) with a linear warm-up then
 a constant (or cosine) learning rate, global grad-norm clipping (1.0), BF16 autocast on CUDA with FP32 master weights
 (FP32 throughout on the CPU unless `autocast="bf16"`), optional checkpoints, a tqdm bar, and telemetry of the step
-itself every `telemetry_every` steps (`lib.training.telemetry.collect_telemetry`). Under `torchrun` (WORLD_SIZE > 1) it runs DistributedDataParallel (gloo
-on CPU, nccl on CUDA); each rank takes its slice of the recorded global batch order.
+itself every `telemetry_every` steps (`lib.training.telemetry.collect_telemetry`). Under `torchrun` (WORLD_SIZE > 1)
+it runs DistributedDataParallel (gloo on CPU, nccl on CUDA); each rank takes its slice of the recorded global batch
+order.
 
 Reproducibility: `seed` seeds the model init (torch), `data_seed` the batch order (numpy), which is a recorded
 array (`starts`, saved as `starts.npy` with a run and replayable via `starts_path`). Both seeds and the versions are

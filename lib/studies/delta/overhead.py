@@ -26,4 +26,4 @@ def capture_cost_words(data: dict, target: float) -> str:
              if copy is not None else "")
     return (f"At one event per {every} steps the capture's cost came out below zero ({100 * share:.1f}%, "
             f"{event:.0f} ms an event): smaller than what these rounds resolve, so it meets the target of at most "
-            f"{100 * target:.0f}% that we set for it, but this run does not measure it{timed}.")
+            f"{100 * target:.0f}% that we set for it, but this benchmark does not resolve it{timed}.")
