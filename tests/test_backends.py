@@ -1,5 +1,6 @@
 """The training study's extra attention backends: the authors' algorithm ("authors"), the row-zeroing controls
 ("+zero_rows", lib/training/zero_rows.py) and the δ-dose backend ("dose"); their spec grammar and telemetry."""
+from lib.fp.fix import Fix
 import math
 
 import numpy as np
@@ -49,23 +50,22 @@ def grads(fn, q, k, v, do):
 # ------------------------------------------------------------------------------------------------ spec grammar
 def test_authors_spec_grammar():
     s = AttnSpec.parse("authors/tile=512+fix", beta=7.0, tie_tol=0.0)
-    assert (s.backend, s.fix, s.beta, s.tie_tol, s.opts.tile, s.opts.floor, s.max_shift) == \
-        ("authors", "beta", 7.0, 0.0, 512, 1e-10, None)
+    assert (s.backend, s.fix, s.opts.tile, s.opts.floor) == ("authors", Fix("beta", 7.0, 0.0, None), 512, 1e-10)
     s = AttnSpec.parse("authors/tile=-1/beta=2/tie_tol=1e-3/floor=0+fix", beta=7.0)
-    assert (s.opts.tile, s.beta, s.tie_tol, s.opts.floor, s.zero_at) == (-1, 2.0, 1e-3, 0.0, None)
+    assert (s.opts.tile, s.fix.beta, s.fix.tie_tol, s.opts.floor, s.zero_at) == (-1, 2.0, 1e-3, 0.0, None)
     z = AttnSpec.parse("authors+zero_rows", beta=7.0, tie_tol=0.0)
-    assert z.fix == "zero_rows" and z.zero_at == pytest.approx(-math.log(1e-10)) and z.label == "authors+zero_rows"
+    assert z.fix.kind == "zero_rows" and z.zero_at == pytest.approx(-math.log(1e-10)) and z.label == "authors+zero_rows"
     assert AttnSpec.parse("authors/zero_at=88+zero_rows").zero_at == 88.0
     assert GPTConfig(n_layer=1, n_head=1, n_embd=16, attn="authors+zero_rows", zero_at=50.0).layer_specs()[0] \
         .zero_at == 50.0
-    assert AttnSpec.parse("authors").fix is None and AttnSpec.parse("authors").opts.tile == 512
+    assert AttnSpec.parse("authors").fix.kind is None and AttnSpec.parse("authors").opts.tile == 512
     for bad in ("authors/tile=0", "authors/tile=x", "authors/beta", "authors/foo=1", "authors+fix_split",
                 "authors/tile=1/tile=2", "authors/floor=-1", "authors/zero_at=-3+zero_rows", "authors/beta=1+fix",
                 "authors/tie_tol=-1"):
         with pytest.raises(ValueError):
             AttnSpec.parse(bad)
     with pytest.raises(ValueError):
-        AttnSpec("sdpa", fix="zero_rows")
+        AttnSpec("sdpa", fix=Fix("zero_rows"))
     with pytest.raises(ValueError):
         AttnSpec("authors")                       # options missing
     assert AttnSpec.parse("paper+zero_rows").zero_at == pytest.approx(OURS_ZERO_AT)
@@ -75,11 +75,10 @@ def test_authors_spec_grammar():
 def test_dose_spec_grammar():
     s = AttnSpec.parse("dose/paper/c=bias/lam=30", beta=5.0, tie_tol=1e-3, max_shift=None)
     o = s.opts
-    assert (s.backend, o.component, o.lam, o.placement.backend, o.placement.numerics, o.placement.fix) == \
+    assert (s.backend, o.component, o.lam, o.placement.backend, o.placement.numerics, o.placement.fix.kind) == \
         ("dose", "bias", 30.0, "ours", "paper", None)
     f = AttnSpec.parse("dose/paper/lam=1+fix", beta=5.0, tie_tol=1e-3, max_shift=None).opts
-    assert (f.component, f.placement.fix, f.placement.beta, f.placement.tie_tol, f.placement.max_shift) == \
-        ("true", "beta", 5.0, 1e-3, None)
+    assert (f.component, f.placement.fix) == ("true", Fix("beta", 5.0, 1e-3, None))
     a = AttnSpec.parse("dose/authors/tile=-1/c=noise/lam=3").opts
     assert a.placement.backend == "authors" and a.placement.opts.tile == -1 and a.component == "noise"
     d = AttnSpec.parse("dose/paper/delta_source=dp_p/c=flip").opts

@@ -1,4 +1,5 @@
 """lib/studies/fix/beta_sweep.py: predictions follow lib.fp.beta_theory; the exact-rule arm can underflow, the guarded one not."""
+from lib.fp.fix import Fix
 import math
 
 import numpy as np
@@ -20,8 +21,8 @@ def test_predictions_are_the_theory_thresholds():
 def test_max_shift_reaches_the_kernel_spec():
     cfg = GPTConfig(n_layer=1, n_head=1, n_embd=16, attn="paper+fix", beta=30.0, max_shift=None)
     spec = cfg.layer_specs()[0]
-    assert spec.fix == "beta" and spec.beta == 30.0 and spec.max_shift is None
-    assert AttnSpec.parse("paper+fix").max_shift == 64.0
+    assert spec.fix == Fix("beta", 30.0, max_shift=None)
+    assert AttnSpec.parse("paper+fix").fix.max_shift == 64.0
 
 
 def test_ci_run_exact_rule_vs_guard():

@@ -55,15 +55,17 @@ def test_the_defaults_by_meaning():
     kernel = importlib.import_module("kernels.attention").attention     # `kernels.attention` is also the function
     op = importlib.import_module("kernels.attention_op").attention_op
     want = Fix()
-    for where in (kernel, op, fixed_row_max, AttnSpec, GPTConfig):
+    for where in (kernel, op, fixed_row_max, GPTConfig):
         d = _defaults(where)
         assert (d["beta"], d["tie_tol"], d["max_shift"]) == (want.beta, want.tie_tol, want.max_shift), where
+    assert _defaults(AttnSpec)["fix"] == want            # a spec holds one Fix, no knobs of its own
     m = TrainConfig().model     # the proxy nests the model: GPTConfig's defaults, read once
     assert (m.beta, m.tie_tol, m.max_shift) == (want.beta, want.tie_tol, want.max_shift)
     stable = importlib.import_module("kernels.stable_attention")
-    for where in (stable.stable_attention, stable.forward, StableSpec):
+    for where in (stable.stable_attention, stable.forward):
         d = _defaults(where)
         assert (d["beta"], d["max_shift"]) == (USER_BETA, MAX_SHIFT), where
+    assert _defaults(StableSpec)["fix"] == Fix(None, USER_BETA, max_shift=MAX_SHIFT)
 
 
 def test_no_other_numeric_default_of_the_fix():
@@ -81,9 +83,11 @@ def test_the_scan_sees_arguments_and_fields():
     assert set(_numeric_fix_defaults(tree)) == {("f", "beta"), ("f", "max_shift"), ("C", "beta")}
 
 
-def test_fix_validates_and_reads_a_spec():
-    assert Fix.of(AttnSpec.parse("paper/beta=2/tie_tol=0.001/max_shift=none+fix")) == Fix("beta", 2.0, 0.001, None)
-    assert Fix.of(AttnSpec.parse("paper")) == Fix()
+def test_fix_validates_and_a_spec_holds_one():
+    assert AttnSpec.parse("paper/beta=2/tie_tol=0.001/max_shift=none+fix").fix == Fix("beta", 2.0, 0.001, None)
+    assert AttnSpec.parse("paper").fix == Fix()
+    with pytest.raises(TypeError, match="fix.kind"):
+        bool(Fix())                      # no silent `if spec.fix:` — a Fix of kind None is a value, not "off"
     for bad in (dict(kind="beta2"), dict(beta=1.0), dict(beta=float("nan")), dict(tie_tol=-1.0), dict(max_shift=0.0)):
         with pytest.raises(ValueError):
             Fix(**bad)

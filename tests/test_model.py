@@ -1,4 +1,5 @@
 """The small GPT (lib/training/model.py): structure, init, backends, per-layer specs, W_Q/W_K hooks, causality."""
+from lib.fp.fix import Fix
 import math
 
 import pytest
@@ -74,8 +75,8 @@ def test_causal():
 def test_specs_parse_and_validate():
     cfg = GPTConfig(**TINY, attn=["paper+fix", "sdpa"], beta=5.0, tie_tol=1e-3)
     s0, s1 = cfg.layer_specs()
-    assert (s0.backend, s0.numerics, s0.fix, s0.beta, s0.tie_tol) == ("ours", "paper", "beta", 5.0, 1e-3)
-    assert s1.backend == "sdpa" and s1.fix is None and s0.label == "paper+fix" and s1.label == "sdpa"
+    assert (s0.backend, s0.numerics, s0.fix) == ("ours", "paper", Fix("beta", 5.0, 1e-3))
+    assert s1.backend == "sdpa" and s1.fix.kind is None and s0.label == "paper+fix" and s1.label == "sdpa"
     assert GPTConfig(**TINY, attn="fa2,naive").layer_specs()[1].backend == "naive"
     assert cfg.to_dict()["attn"][0]["numerics"] == "paper"
     with pytest.raises(ValueError, match="2 layers"):
@@ -83,7 +84,9 @@ def test_specs_parse_and_validate():
     with pytest.raises(ValueError, match="unknown attention spec"):
         GPTConfig(**TINY, attn="flash")
     with pytest.raises(ValueError):
-        AttnSpec("sdpa", fix="beta")
+        AttnSpec("sdpa", fix=Fix("beta"))
+    with pytest.raises(TypeError, match="is a lib.fp.fix.Fix"):
+        AttnSpec("ours", fix="beta")              # the kind alone is not a fix: parse takes it flat
     with pytest.raises(ValueError):
         GPTConfig(n_layer=1, n_head=3, n_embd=32)
     with pytest.raises(TypeError):
@@ -135,9 +138,9 @@ def test_ours_backend_matches_naive_with_fp32_numerics():
 
 def test_numerics_overrides_in_spec_strings():
     s = AttnSpec.parse("paper/delta_source=dp_p/round_o=false+fix")
-    assert s.backend == "ours" and s.fix == "beta" and s.label == "paper/delta_source=dp_p/round_o=false+fix"
+    assert s.backend == "ours" and s.fix.kind == "beta" and s.label == "paper/delta_source=dp_p/round_o=false+fix"
     sp = AttnSpec.parse("paper+fix_split")
-    assert sp.fix == "beta_split" and sp.label == "paper+fix_split"
+    assert sp.fix.kind == "beta_split" and sp.label == "paper+fix_split"
     with pytest.raises(ValueError):
         AttnSpec.parse("paper+fixsplit")
     assert s.numerics.delta_source == "dp_p" and s.numerics.round_o is False
@@ -315,9 +318,9 @@ def test_captured_x_gives_the_captured_q():
 
 def test_fix_options_in_the_spec_win_over_the_config():
     s = AttnSpec.parse("paper/beta=2/tie_tol=0.001/max_shift=none+fix", beta=7.0, tie_tol=0.0, max_shift=64.0)
-    assert (s.beta, s.tie_tol, s.max_shift, s.fix) == (2.0, 0.001, None, "beta")
+    assert s.fix == Fix("beta", 2.0, 0.001, None)
     s = AttnSpec.parse("paper/max_shift=32+fix_split", beta=7.0, tie_tol=0.0, max_shift=64.0)
-    assert (s.beta, s.max_shift, s.fix) == (7.0, 32.0, "beta_split")
+    assert s.fix == Fix("beta_split", 7.0, 0.0, 32.0)
     with pytest.raises(ValueError, match="options of the fix"):
         AttnSpec.parse("paper/beta=2")
     with pytest.raises(ValueError, match="write a number"):

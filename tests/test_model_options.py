@@ -1,4 +1,5 @@
 """The model's options (`lib.training.model`): off by default, and each doing what it says."""
+from lib.fp.fix import USER_BETA, Fix
 import math
 
 import pytest
@@ -110,8 +111,9 @@ def test_config_validation_and_specs():
         GPTConfig(**SMALL, qk_norm="cosine")
     with pytest.raises(ValueError):
         GPTConfig(**SMALL, qk_gain=0.0)
-    assert parse_spec("stable+fix") == StableSpec(fix="beta", text="stable+fix")
-    assert parse_spec("stable/beta=7+fix").beta == 7.0
+    assert parse_spec("stable+fix") == StableSpec(fix=Fix("beta", USER_BETA), text="stable+fix")
+    assert parse_spec("stable/beta=7+fix").fix.beta == 7.0
+    assert parse_spec("stable").fix == Fix(None, USER_BETA)       # the user kernel's β, not the paper's
     with pytest.raises(ValueError):
         parse_spec("stable/gamma=1")
     specs = GPTConfig(**SMALL, attn="sdpa,inject/r=0.1").layer_specs()

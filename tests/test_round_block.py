@@ -260,9 +260,9 @@ def test_round_block_field_spec_and_table():
     assert Numerics().round_block == 0 and PAPER.round_block == 0 and FA2.round_block == 0
     assert Numerics(round_block=-1).round_block == -1 and Numerics(round_block=512).round_block == 512
     s = AttnSpec.parse("paper/round_block=512")
-    assert s.numerics == PAPER.replace(round_block=512) and s.fix is None
+    assert s.numerics == PAPER.replace(round_block=512) and s.fix.kind is None
     s = AttnSpec.parse("paper/round_block=-1+fix")
-    assert s.numerics.round_block == -1 and s.fix == "beta"
+    assert s.numerics.round_block == -1 and s.fix.kind == "beta"
     with pytest.raises(ValueError):
         AttnSpec.parse("paper/round_block=100")
     assert "round_block" in DESCRIPTIONS

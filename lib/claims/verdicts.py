@@ -535,7 +535,7 @@ def _fix_beta(root=None) -> float:
     from lib.training.spec import AttnSpec
     ac = _group("authors_code", root)
     attn = next((r["attn"] for r in (ac[0].data["runs"] if ac else []) if r["arm"] == "authors+fix_b7"), None)
-    return AttnSpec.parse(attn).beta if attn else BETA
+    return AttnSpec.parse(attn).fix.beta if attn else BETA
 
 
 def n_rows_ok(rows) -> bool:

@@ -55,10 +55,9 @@ class Fix:
                                                and math.isfinite(self.max_shift) and self.max_shift > 0):
             raise ValueError(f"max_shift must be a finite number > 0 or None (the exact rule), got {self.max_shift!r}")
 
-    @classmethod
-    def of(cls, spec) -> "Fix":
-        """The fix of anything with `fix`, `beta`, `tie_tol` and `max_shift` attributes (an AttnSpec)."""
-        return cls(spec.fix, spec.beta, spec.tie_tol, spec.max_shift)
+    def __bool__(self):
+        # A Fix whose kind is None is still a Fix: truth would say "a value is set", not "a fix is on". Ask `.kind`.
+        raise TypeError("the truth of a Fix is ambiguous: test fix.kind (None: no fix)")
 
     @property
     def exact(self) -> bool:

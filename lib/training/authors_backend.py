@@ -141,12 +141,13 @@ def attention(q, k, v, *, spec, causal=True, scale=None, call=None):
     N = q.shape[-2]
     tile = N if opts.tile == -1 else opts.tile
     stats = getattr(call, "stats", None)
-    stable = spec.fix == "beta"
-    args = (q, k, v, causal, tile, tile, stable, spec.beta, spec.tie_tol, None, opts.floor)
-    if spec.fix == "zero_rows":
+    fix = spec.fix
+    stable = fix.kind == "beta"
+    args = (q, k, v, causal, tile, tile, stable, fix.beta, fix.tie_tol, None, opts.floor)
+    if fix.kind == "zero_rows":
         o = AuthorsFA2Amp.apply(*args)
         with torch.no_grad():
-            mask = authors_shift(q, k, tile=tile, beta=spec.beta, tie_tol=spec.tie_tol, causal=causal) > spec.zero_at
+            mask = authors_shift(q, k, tile=tile, beta=fix.beta, tie_tol=fix.tie_tol, causal=causal) > spec.zero_at
         count_rows(stats, mask)
         return zero_rows(o, mask)
     if stats is None:

@@ -55,13 +55,14 @@ def ours_attention(q, k, v, *, spec, causal=True, scale=None, call=None):
         from kernels.attention import attention
     except ImportError as e:  # the kernel is written in parallel; say clearly what is missing
         raise ImportError(f"attention backend 'ours' needs kernels.attention: {e}") from e
-    zero = spec.fix == "zero_rows"
+    fix = spec.fix
+    zero = fix.kind == "zero_rows"
     with torch.autocast(device_type=q.device.type, enabled=False):
-        o = attention(q, k, v, causal=causal, scale=scale, numerics=spec.numerics, fix=None if zero else spec.fix,
-                      beta=spec.beta, tie_tol=spec.tie_tol, max_shift=spec.max_shift, path=spec.path)
+        o = attention(q, k, v, causal=causal, scale=scale, numerics=spec.numerics, fix=None if zero else fix.kind,
+                      beta=fix.beta, tie_tol=fix.tie_tol, max_shift=fix.max_shift, path=spec.path)
         if not zero:
             return o
-        mask = ours_zero_mask(q, k, numerics=spec.numerics, beta=spec.beta, tie_tol=spec.tie_tol, causal=causal,
+        mask = ours_zero_mask(q, k, numerics=spec.numerics, beta=fix.beta, tie_tol=fix.tie_tol, causal=causal,
                               scale=scale, zero_at=OURS_ZERO_AT if spec.zero_at is None else spec.zero_at)
     count_rows(getattr(call, "stats", None), mask)
     return zero_rows(o, mask)

@@ -178,7 +178,7 @@ def split_numerics(spec):
     backend = getattr(spec, "backend", None)
     if backend == "fp32_flash":
         return FP32
-    if getattr(spec, "heads", None) is not None or getattr(spec, "fix", None) is not None:
+    if getattr(spec, "heads", None) is not None or getattr(getattr(spec, "fix", None), "kind", None) is not None:
         return None
     if backend == "sdpa":
         return FA2

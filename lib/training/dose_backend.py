@@ -68,7 +68,7 @@ class DoseOptions:
         if getattr(self.placement, "backend", None) not in ("ours", "authors") or self.placement.heads is not None:
             raise ValueError("the dose placement must be a spec of our kernel or of the authors' backend, without "
                              f"per-head overrides; got {getattr(self.placement, 'label', self.placement)!r}")
-        if self.placement.fix == "zero_rows":
+        if self.placement.fix.kind == "zero_rows":
             raise ValueError("the dose placement cannot be a +zero_rows control")
 
 

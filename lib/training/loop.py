@@ -48,7 +48,7 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +56,7 @@ import torch
 
 from lib.training import data as data_mod
 from lib.training.model import GPT, GPTConfig, build_lm
+from lib.training.spec import record as spec_record
 from lib.training import runtime
 from lib.training.runtime import (agree, autocast_dtype, device_of, dist_info, lr_at, set_determinism, train_step,
                                   versions)
@@ -157,7 +158,7 @@ class RunConfig:
     def record(self) -> dict:
         # micro_batch only when set: the records of runs made before it existed stay what they were.
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "micro_batch" or self.micro_batch}
-        d["model"] = asdict(self.model)
+        d["model"] = spec_record(self.model)      # asdict, with any layer spec's Fix kept flat as before
         d["census_placements"] = list(self.census_placements)
         d["probe_layers"] = None if self.probe_layers is None else list(self.probe_layers)
         return d

@@ -73,9 +73,9 @@ import torch.nn.functional as F
 
 from lib.training.backends import AttnCall, attend
 from lib.training.backends import naive_attention, run_backend, sdpa_attention  # noqa: F401  (their old home)
-from lib.fp.fix import BETA, MAX_SHIFT, TIE_TOL, USER_BETA
+from lib.fp.fix import BETA, MAX_SHIFT, TIE_TOL, USER_BETA, Fix
 from lib.training import inject
-from lib.training.spec import AttnSpec
+from lib.training.spec import AttnSpec, record as spec_record
 
 POSITIONS = ("learned", "none", "rope")
 QK_NORMS = (False, True, "fixed", "capped")
@@ -84,11 +84,11 @@ ROPE_BASE = 10000.0
 
 @dataclass(frozen=True)
 class StableSpec:
-    """A layer on `kernels.stable_attention` (FA2 numerics; `fix="beta"` the β-shifted max with the shift guard)."""
-    fix: str | None = None
-    beta: float = USER_BETA
-    max_shift: float = MAX_SHIFT
+    """A layer on `kernels.stable_attention` (FA2 numerics; a fix of kind "beta": the β-shifted max with the shift
+    guard, β the user kernel's `USER_BETA` unless set; exact ties only)."""
+    fix: Fix = Fix(beta=USER_BETA)
     text: str = "stable"
+    RECORD_KNOBS = ("beta", "max_shift")     # what its records keep (the kernel takes no tie tolerance)
 
     @property
     def label(self) -> str:
@@ -103,13 +103,13 @@ def parse_stable(s: str) -> StableSpec:
     head, *items = body.split("/")
     if head != "stable" or suffix not in ("", "fix"):
         raise ValueError(f"bad stable spec {s!r}; write stable[/beta=B][/max_shift=M][+fix]")
-    kw = {}
+    kw = {"beta": USER_BETA}
     for it in items:
         key, eq, val = it.partition("=")
         if key not in ("beta", "max_shift") or not eq:
             raise ValueError(f"bad option {it!r} in {s!r}; options: beta=, max_shift=")
         kw[key] = float(val)
-    return StableSpec(fix="beta" if suffix == "fix" else None, text=s, **kw)
+    return StableSpec(fix=Fix("beta" if suffix == "fix" else None, **kw), text=s)
 
 
 @dataclass(frozen=True)
@@ -199,7 +199,7 @@ class GPTConfig:
         for name in ("pos", "qk_gain"):
             if d[name] == self.__dataclass_fields__[name].default:
                 del d[name]
-        d["attn"] = [asdict(s) if hasattr(s, "__dataclass_fields__") else str(s) for s in self.layer_specs()]
+        d["attn"] = [spec_record(s) if hasattr(s, "__dataclass_fields__") else str(s) for s in self.layer_specs()]
         return d
 
 
@@ -231,7 +231,8 @@ def stable_attend(spec: StableSpec, q, k, v):
     if q.device.type != "cuda":
         raise RuntimeError("the stable backend is a CUDA kernel; train it on a GPU")
     with torch.autocast(device_type="cuda", enabled=False):
-        return stable_attention(q, k, v, is_causal=True, fix=spec.fix, beta=spec.beta, max_shift=spec.max_shift)
+        return stable_attention(q, k, v, is_causal=True, fix=spec.fix.kind, beta=spec.fix.beta,
+                                max_shift=spec.fix.max_shift)
 
 
 def fp32_flash_attention(q, k, v):
@@ -249,13 +250,12 @@ def ours_op_attend(spec: AttnSpec, q, k, v):
     """An "ours" spec through the custom ops of `kernels.attention_op` (module docstring)."""
     from kernels.attention_op import attention_op
     with torch.autocast(device_type=q.device.type, enabled=False):
-        return attention_op(q, k, v, causal=True, numerics=spec.numerics, fix=spec.fix, beta=spec.beta,
-                            tie_tol=spec.tie_tol, max_shift=spec.max_shift, path=spec.path)
+        return attention_op(q, k, v, causal=True, numerics=spec.numerics, path=spec.path, **spec.fix.kernel_args())
 
 
 def _op_path(spec) -> bool:
     """Whether a layer spec takes the custom-op path: our kernel, no row-zeroing control, no per-head override."""
-    return isinstance(spec, AttnSpec) and spec.backend == "ours" and spec.fix != "zero_rows" and spec.heads is None
+    return isinstance(spec, AttnSpec) and spec.backend == "ours" and spec.fix.kind != "zero_rows" and spec.heads is None
 
 
 class CausalSelfAttention(nn.Module):

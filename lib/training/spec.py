@@ -14,17 +14,18 @@ legends show `describe` of the arm's spec instead.
 """
 from __future__ import annotations
 
+import copy
 import inspect
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, is_dataclass, replace
 
-from lib.fp.fix import BETA, MAX_SHIFT, TIE_TOL, Fix
+from lib.fp.fix import Fix
 from lib.training import authors_backend, dose_backend
 from lib.training.backends import BACKENDS
 from lib.training.zero_rows import OURS_ZERO_AT
 
-__all__ = ["AttnSpec", "NUMERICS_NAMES", "FIXES", "FIX_OPTIONS", "SUFFIX_FIX", "describe", "in_words"]
+__all__ = ["AttnSpec", "NUMERICS_NAMES", "FIXES", "FIX_OPTIONS", "SUFFIX_FIX", "describe", "in_words", "record"]
 
 
 NUMERICS_NAMES = ("fp32", "fa2", "paper")
@@ -50,13 +51,11 @@ def bare_names() -> tuple:
 
 @dataclass(frozen=True)
 class AttnSpec:
-    """One layer's attention: backend, and for "ours" the kernel's numerics, fix, β, tie tolerance and path."""
+    """One layer's attention: backend, and for "ours" the kernel's numerics, its fix (one `Fix`: kind, β, tie
+    tolerance, shift guard) and path. Construct it with `AttnSpec.parse`, which also takes the fix's knobs flat."""
     backend: str = "sdpa"
     numerics: object = "fa2"      # a profile name or a lib.fp.numerics.Numerics (only for backend "ours")
-    fix: str | None = None        # None | "beta" | "beta_split" ("ours") | "zero_rows" ("ours", "authors")
-    beta: float = BETA
-    tie_tol: float = TIE_TOL
-    max_shift: float | None = MAX_SHIFT  # the fix's underflow guard (kernels.attention); None = the paper's exact rule
+    fix: Fix = Fix()              # kind None | "beta" | "beta_split" ("ours") | "zero_rows" ("ours", "authors")
     path: str | None = None       # kernel path: None (auto) | "emulated" | "native"
     heads: tuple | None = None    # ((head indices), spec): those heads use another spec (string or AttnSpec)
     text: str | None = None       # the string this spec was parsed from (its label)
@@ -64,19 +63,23 @@ class AttnSpec:
     opts: object = None           # backend options: authors_backend.AuthorsOptions, dose_backend.DoseOptions
 
     def __post_init__(self):
+        if not isinstance(self.fix, Fix):
+            raise TypeError(f"an AttnSpec's fix is a lib.fp.fix.Fix, got {self.fix!r} (AttnSpec.parse takes the kind "
+                            "and its knobs flat)")
         if self.heads is not None:
             idx, other = self.heads
             idx = tuple(int(i) for i in idx)
             if not idx or len(set(idx)) != len(idx) or min(idx) < 0:
                 raise ValueError(f"heads must name distinct non-negative head indices, got {self.heads!r}")
-            other = AttnSpec.parse(other, beta=self.beta, tie_tol=self.tie_tol) if isinstance(other, str) else other
+            other = (AttnSpec.parse(other, beta=self.fix.beta, tie_tol=self.fix.tie_tol) if isinstance(other, str)
+                     else other)
             if not isinstance(other, AttnSpec) or other.heads is not None:
                 raise ValueError("a per-head override must be a plain spec (no nested heads)")
             object.__setattr__(self, "heads", (idx, other))
         if self.backend not in BACKENDS:
             raise ValueError(f"attention backend must be one of {tuple(BACKENDS)}, got {self.backend!r}")
-        if self.fix not in FIXES.get(self.backend, (None,)):
-            raise ValueError(f"fix={self.fix!r} is not available for backend {self.backend!r} (fixes: "
+        if self.fix.kind not in FIXES.get(self.backend, (None,)):
+            raise ValueError(f"fix={self.fix.kind!r} is not available for backend {self.backend!r} (fixes: "
                              f"{ {b: f[1:] for b, f in FIXES.items()} })")
         if self.zero_at is not None and not (isinstance(self.zero_at, (int, float)) and self.zero_at > 0
                                              and math.isfinite(self.zero_at)):
@@ -92,18 +95,21 @@ class AttnSpec:
         "authors/tile=512+fix", "dose/paper/c=bias/lam=30", ...) or an AttnSpec. `kw`: the config's defaults (beta,
         tie_tol, max_shift, zero_at) and other AttnSpec fields; values written in the string win."""
         if isinstance(spec, AttnSpec):
+            knobs = {k: kw.pop(k) for k in FIX_OPTIONS if k in kw}
+            if knobs:
+                kw["fix"] = replace(spec.fix, **knobs)
             return replace(spec, **kw) if kw else spec
         if not isinstance(spec, str):
             raise TypeError(f"attention spec must be a str or AttnSpec, got {type(spec).__name__}")
         s = spec.strip()
         if s in bare_names():
-            return cls(backend=s, text=s, **{k: v for k, v in kw.items() if k != "zero_at"})
+            return cls(backend=s, text=s, **_one_fix({k: v for k, v in kw.items() if k != "zero_at"}))
         head = s.partition("/")[0].partition("+")[0]
         if head == "authors":
             fields = kw | authors_backend.parse(s, kw)
             if fields["fix"] != "zero_rows":
                 fields["zero_at"] = None
-            return cls(text=s, **fields)
+            return cls(text=s, **_one_fix(fields))
         if head == "dose":
             sub = {k: v for k, v in kw.items() if k in ("beta", "tie_tol", "max_shift", "zero_at", "path")}
             rest = {k: v for k, v in kw.items() if k not in sub}
@@ -143,21 +149,51 @@ class AttnSpec:
         zero_at = kw.get("zero_at")
         kw = kw | attn_opts | {"zero_at": (OURS_ZERO_AT if zero_at is None else zero_at) if fix == "zero_rows"
                                else None}
-        return cls(backend="ours", numerics=numerics, fix=fix, text=s, **kw)
+        return cls(backend="ours", numerics=numerics, text=s, **_one_fix(kw | {"fix": fix}))
 
     @property
     def label(self) -> str:
         if self.text is not None:
             name = self.text
         elif self.backend != "ours":
-            name = self.backend + ({None: "", "beta": "+fix", "zero_rows": "+zero_rows"}[self.fix]
+            name = self.backend + ({None: "", "beta": "+fix", "zero_rows": "+zero_rows"}[self.fix.kind]
                                    if self.backend == "authors" else "")
         else:
             name = (self.numerics if isinstance(self.numerics, str) else "custom") + \
-                {None: "", "beta": "+fix", "beta_split": "+fix_split", "zero_rows": "+zero_rows"}[self.fix]
+                {None: "", "beta": "+fix", "beta_split": "+fix_split", "zero_rows": "+zero_rows"}[self.fix.kind]
         if self.heads is not None:
             name += f"[heads {','.join(map(str, self.heads[0]))}: {self.heads[1].label}]"
         return name
+
+
+def _one_fix(fields: dict) -> dict:
+    """AttnSpec fields with the fix's kind (`fix`) and knobs (`beta`, `tie_tol`, `max_shift`), given flat as spec
+    strings and configurations give them, folded into one `Fix` (a knob not given takes `Fix`'s default)."""
+    fields = dict(fields)
+    knobs = {k: fields.pop(k) for k in FIX_OPTIONS if k in fields}
+    fields["fix"] = Fix(fields.pop("fix", None), **knobs)
+    return fields
+
+
+def record(spec):
+    """A layer spec as the flat record results keep (`dataclasses.asdict` of it, as before the fix was one value):
+    a `Fix` field becomes the keys fix (its kind), beta, tie_tol and max_shift in its place — or only those the
+    spec's class records (`RECORD_KNOBS`) —, nested specs likewise; anything else as `asdict` gives it."""
+    if isinstance(spec, (list, tuple)):
+        return type(spec)(record(x) for x in spec)
+    if isinstance(spec, dict):
+        return {k: record(v) for k, v in spec.items()}
+    if not is_dataclass(spec) or isinstance(spec, type):
+        return copy.deepcopy(spec)
+    out = {}
+    for f in fields(spec):
+        v = getattr(spec, f.name)
+        if isinstance(v, Fix):
+            out[f.name] = v.kind
+            out.update((k, getattr(v, k)) for k in getattr(spec, "RECORD_KNOBS", FIX_OPTIONS))
+        else:
+            out[f.name] = record(v)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------------ labels
@@ -210,7 +246,7 @@ def in_words(text: str) -> str:
 
 
 def _fix_words(s: "AttnSpec", detail: bool) -> list[str]:
-    return [] if s.fix is None else [Fix.of(s).label(detail)]
+    return [] if s.fix.kind is None else [s.fix.label(detail)]
 
 
 def _own_words(backend: str) -> str:

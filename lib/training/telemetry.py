@@ -116,9 +116,9 @@ def collect_telemetry(model: GPT) -> dict:
         for k_, v_ in backend_stats(c.get("stats") or {}, cfg.n_head).items():
             out[k_].append(v_)
         spec = attn.spec
-        if spec.backend == "ours" and spec.fix in ("beta", "beta_split") and spec.heads is None:
-            fs = fix_row_stats(c["q"], c["k"], numerics=spec.numerics, beta=spec.beta, tie_tol=spec.tie_tol,
-                               max_shift=spec.max_shift, scale=scale)
+        if spec.backend == "ours" and spec.fix.kind in ("beta", "beta_split") and spec.heads is None:
+            fs = fix_row_stats(c["q"], c["k"], numerics=spec.numerics, beta=spec.fix.beta,
+                               tie_tol=spec.fix.tie_tol, max_shift=spec.fix.max_shift, scale=scale)
         else:
             fs = dict.fromkeys(FIX_STATS, float("nan"))
         for k_ in FIX_STATS:

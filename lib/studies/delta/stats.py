@@ -454,8 +454,8 @@ def replay_o(q, k, v, spec: str, *, block_m: int = 64, block_n: int = 64, scale=
     if sp.backend != "ours":
         raise ValueError(f"replay needs one of our kernel's specs (a Numerics), got {spec!r}")
     return emulate_forward(np.asarray(q, np.float32), np.asarray(k, np.float32), np.asarray(v, np.float32),
-                           sp.numerics, causal=causal, scale=scale, block_m=block_m, block_n=block_n, fix=sp.fix,
-                           beta=sp.beta, tie_tol=sp.tie_tol, max_shift=sp.max_shift).o
+                           sp.numerics, causal=causal, scale=scale, block_m=block_m, block_n=block_n,
+                           **sp.fix.kernel_args()).o
 
 
 def variant_stats(arr: dict, scale: float, spec: str, *, block_n: int = 64, tile: int = 64, causal: bool = True,

@@ -256,8 +256,8 @@ def healthy_numbers(parts, refs) -> dict:
     out["fig-healthy"] = ep.healthy_figure(hh, refs)
     out["hh_label"] = runs.labelled(parts)
     out["hh_rb"] = arm_spec(hh, PAPER).numerics.round_block
-    out["hh_b7"] = f"{arm_spec(hh, FIX7).beta:g}"
-    out["hh_b2"] = f"{arm_spec(hh, FIX2).beta:g}" if any(r["arm"] == FIX2 for r in hh.data["runs"]) else "—"
+    out["hh_b7"] = f"{arm_spec(hh, FIX7).fix.beta:g}"
+    out["hh_b2"] = f"{arm_spec(hh, FIX2).fix.beta:g}" if any(r["arm"] == FIX2 for r in hh.data["runs"]) else "—"
     out["hh_seq"], out["hh_width"] = hh.meta["config"]["seq_len"], hh.meta["config"]["n_embd"]
     out["hh_window"] = ep.HEALTHY_WINDOW
     out["hh_wall"] = f"{sum(r.meta['wall_s'] for r in parts) / 60:.1f}"
@@ -329,7 +329,7 @@ def generic_numbers(gg) -> dict:
     zr = sorted((r for r in gg.data["runs"] if r["arm"] == "paper+zero_rows"), key=lambda r: r["seed"])
     return {"gg_table_md": "\n".join(rows), "gg_lr": ", ".join(f"{x:g}" for x in sorted({r["lr"] for r in gg.data["runs"]})),
             "gg_steps": f"{max(r['steps'] for r in gg.data['runs']):,}",
-            "gg_zr_beta": f"{arm_spec(gg, 'paper+zero_rows').beta:g}" if zr else "—",
+            "gg_zr_beta": f"{arm_spec(gg, 'paper+zero_rows').fix.beta:g}" if zr else "—",
             "gg_qk": f"{sum(judged[r['id']]['outcome'] == 'stable' for r in qk)} of {len(qk)}",
             "gg_qk_logit": f"{max(float(np.nanmax(gg.arrays[r['id'] + '__max_logit'])) for r in qk):.0f}",
             "gg_zr": outcome.words(judged[r["id"]]["outcome"] for r in zr),

@@ -204,9 +204,9 @@ def healthy_fix_numbers(parts) -> dict:
             "h7_gap": f"{np.mean([r['best'] for r in fix]) - np.mean([r['best'] for r in pap]):+.3f}",
             "h7_zero": runs.span([100 * z for z in fz], "{:.1f}") + " %", "h7_label": runs.labelled(parts),
             "h7_logit": f"{min(ml):.0f}–{max(ml):.0f}", "h7_level": f"{OURS_ZERO_AT:.1f}",
-            "h7_level_b7": f"{OURS_ZERO_AT / (_spec(hh, FIX7).beta - 1):.1f}",
-            "h7_rb": _spec(hh, PAPER).numerics.round_block, "h7_b7": f"{_spec(hh, FIX7).beta:g}",
-            "h7_b2": f"{_spec(hh, FIX2).beta:g}" if f2 else "—"}
+            "h7_level_b7": f"{OURS_ZERO_AT / (_spec(hh, FIX7).fix.beta - 1):.1f}",
+            "h7_rb": _spec(hh, PAPER).numerics.round_block, "h7_b7": f"{_spec(hh, FIX7).fix.beta:g}",
+            "h7_b2": f"{_spec(hh, FIX2).fix.beta:g}" if f2 else "—"}
 
 
 def _tiling(sw, judged) -> tuple:
@@ -325,7 +325,7 @@ def authors_numbers(parts, ac6=None, healthy_parts=(), gg=None) -> dict:
                     f"{key}_{short}_uf": _uf(v) if v else "—", f"{key}_{short}_ufall": _uf(v, "mean") if v else "—",
                     f"{key}_{short}_ml": runs.span(v["max_logit"], "{:,.0f}") if v else "—"}
     floor = AuthorsOptions().floor                       # the authors' clamp on ℓ, the default these runs used
-    b7, b2, z7 = (_spec(ac8 if a == "authors+zero_rows_b7" else ac, a)
+    b7, b2, z7 = (_spec(ac8 if a == "authors+zero_rows_b7" else ac, a).fix
                   for a in ("authors+fix_b7", "authors+fix_b2", "authors+zero_rows_b7"))
     out |= {"ac_tile": _spec(ac, "authors").opts.tile, "ac_seq": ac.meta["config"]["seq_len"],
             "ac_b7": f"{b7.beta:g}", "ac_b2": f"{b2.beta:g}", "ac8_zb": f"{z7.beta:g}",

@@ -382,7 +382,7 @@ def authors_floor(cfg: dict, kind: str = "random", logit: float | None = None) -
 
     level = authors_zero_at(spec.opts.floor)
     with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
-        shift = authors_shift(q, k, tile=spec.opts.tile, beta=spec.beta, tie_tol=spec.tie_tol)
+        shift = authors_shift(q, k, tile=spec.opts.tile, beta=spec.fix.beta, tie_tol=spec.fix.tie_tol)
     ours_sh = ours_shift(q, k, beta=o["beta"], tie_tol=o["tie_tol"], round_s=nm.round_s,
                          tile=tie_block(nm, q.shape[-2]))
     row_err = {n: ((x["o"].double() - ref["o"]) ** 2).sum(-1) for n, x in outs.items()}
