@@ -98,7 +98,7 @@ def test_chapter_6_settings_are_the_ones_the_runs_used(ch6):
     hh = runs.merge(results.load_group("healthy_headline"))
     spec = {r["arm"]: AttnSpec.parse(r["attn"]) for r in hh.data["runs"]}
     assert ch6["hh_rb"] == spec[explosion.PAPER].numerics.round_block == ch6["hh_seq"]      # a block is the row
-    assert (ch6["hh_b7"], ch6["hh_b2"]) == (f"{spec[explosion.FIX7].beta:g}", f"{spec[explosion.FIX2].beta:g}")
+    assert (ch6["hh_b7"], ch6["hh_b2"]) == (f"{spec[explosion.FIX7].fix.beta:g}", f"{spec[explosion.FIX2].fix.beta:g}")
     assert ch6["hh_b7"] != ch6["hh_b2"]
     # "above zero_level/(β − 1) ≈ zero_at_b7 for β = hh_b7"; "at β = hh_b2 the same level is zero_level"
     assert ch6["zero_at_b7"] == f"{OURS_ZERO_AT / (float(ch6['hh_b7']) - 1):.1f}"
@@ -133,14 +133,14 @@ def test_chapter_7_settings_are_the_ones_the_runs_used(ch7):
     hh = runs.merge(results.load_group("healthy_headline"))
     spec = {r["arm"]: AttnSpec.parse(r["attn"]) for r in hh.data["runs"]}
     assert (ch7["h7_b7"], ch7["h7_b2"]) == (ch7["b_paper"], ch7["b_authors"]) == (
-        f"{spec[fix.FIX7].beta:g}", f"{spec[fix.FIX2].beta:g}")
+        f"{spec[fix.FIX7].fix.beta:g}", f"{spec[fix.FIX2].fix.beta:g}")
     assert ch7["h7_rb"] == spec[fix.PAPER].numerics.round_block
     assert ch7["h7_level_b7"] == f"{OURS_ZERO_AT / (float(ch7['h7_b7']) - 1):.1f}"
     assert ch7["thr_beta"] == f"{results.load('headline', 'full').meta['config']['beta']:g}"
     ac, ac8 = results.load_group("authors_code")
     aspec = {r["arm"]: AttnSpec.parse(r["attn"]) for r in ac.data["runs"] + ac8.data["runs"]}
     assert (ch7["ac_b7"], ch7["ac_b2"], ch7["ac8_zb"]) == (ch7["b_paper"], ch7["b_authors"], ch7["b_paper"])
-    assert ch7["ac_tie_tol"] == f"{aspec['authors+fix_b7'].tie_tol:g}"
+    assert ch7["ac_tie_tol"] == f"{aspec['authors+fix_b7'].fix.tie_tol:g}"
     assert ch7["ac_tile"] == aspec["authors"].opts.tile == ch7["ac_seq"]             # a tile is the whole row
     floor = AuthorsOptions().floor
     assert ch7["ac_level_b7"] == f"{authors_zero_at(floor) / (float(ch7['ac_b7']) - 1):.1f}"

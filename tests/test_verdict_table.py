@@ -173,7 +173,7 @@ def test_the_fix_beta_the_intro_names_is_the_one_the_authors_code_ran(tmp_path):
     g = results.load_group("authors_code", "full")
     if not g:
         pytest.skip("no committed authors_code")
-    betas = {AttnSpec.parse(r["attn"]).beta for r in g[0].data["runs"] if r["arm"] == "authors+fix_b7"}
+    betas = {AttnSpec.parse(r["attn"]).fix.beta for r in g[0].data["runs"] if r["arm"] == "authors+fix_b7"}
     assert len(betas) == 1 and verdicts.findings()["fix_beta"] == f"{betas.pop():g}"
 
 

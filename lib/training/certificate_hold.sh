@@ -4,7 +4,7 @@
 # (after `python -m lib.training.loop_certificate prepare --trees .lc_trees` here, `.lc_trees` named in the call's carry)
 # phase 1 starts `make gpu-tests` beside the proxy half (eager, deterministic: sharing the GPU changes no bit); the
 # timing benchmarks run only once the GPU is otherwise idle; the GPT-2 half takes what time is left (it resumes from
-# the machine's disk in the next call). Every finished result is copied to $OUT (≤ 8 files come back).
+# the machine's disk in the next call). Every finished result goes to $OUT/results.tgz (≤ 8 files come back).
 set -u
 P=$1; END=${END:-560}; T0=$(date +%s)
 left() { echo $(( END - ($(date +%s) - T0) )); }
@@ -27,11 +27,15 @@ if [ "$(n_left loop_certificate_proxy)" != 0 ] && [ "$(left)" -gt 240 ]; then
 fi
 if [ -n "$SUITE" ]; then wait $SUITE; log "gpu-tests rc=$(cat /tmp/suite.rc)"; tail -5 /tmp/suite_run.log | tee -a /tmp/hold.log
   cp /tmp/suite/full/gpu_tests.log "$OUT/gpu_tests.log" 2>/dev/null; fi
-stale capture_overhead_bench && [ ! -f $R/full/capture_overhead_bench.json ] && [ "$(left)" -gt 200 ] \
-  && run capture_overhead_bench
-stale train_step_bench && [ ! -f $R/full/train_step_bench.json ] && [ "$(left)" -gt 260 ] && run train_step_bench
+# the timing benchmarks, each with the seconds it needs (its last wall on one H100 or H200, with a margin), in order
+for nb in "capture_overhead_bench 200" "train_step_bench 260" "train_step_fix 140" "train_step_qknorm 130" \
+          "train_step_remedies 190" "train_step_gpt2 260" "census_cost 190" "monitor_overhead 120"; do
+  read -r n need <<< "$nb"
+  stale $n && [ ! -f $R/full/$n.json ] && [ "$(left)" -gt $need ] && run $n
+done
 if [ "$(n_left loop_certificate_gpt2)" != 0 ] && [ "$(left)" -gt 260 ]; then
   run loop_certificate_gpt2 --set max_s=$(( $(left) - 170 )); log "gpt2 left: $(n_left loop_certificate_gpt2)"
 fi
-cp $R/full/*.json "$OUT/" 2>/dev/null; cp /tmp/runs.log "$OUT/runs.log"; cp /tmp/hold.log "$OUT/hold.log"
+# one archive of every result so far (a call returns at most 8 files): tar xzf results.tgz -C results (here)
+tar czf "$OUT/results.tgz" -C $R full 2>/dev/null; cp /tmp/runs.log "$OUT/runs.log"; cp /tmp/hold.log "$OUT/hold.log"
 log "phase $P done"; ls "$OUT"
