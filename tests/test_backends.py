@@ -1,12 +1,12 @@
 """The training study's extra attention backends: the authors' algorithm ("authors"), the row-zeroing controls
 ("+zero_rows", lib/training/zero_rows.py) and the δ-dose backend ("dose"); their spec grammar and telemetry."""
-from lib.fp.fix import Fix
 import math
 
 import numpy as np
 import pytest
 import torch
 
+from lib.fp.fix import Fix
 from lib.training import authors_backend, dose_backend
 from lib.training.authors_fa import authors_attention
 from lib.training.model import AttnCall, GPTConfig, naive_attention, run_backend

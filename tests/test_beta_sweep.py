@@ -1,10 +1,10 @@
 """lib/studies/fix/beta_sweep.py: predictions follow lib.fp.beta_theory; the exact-rule arm can underflow, the guarded one not."""
-from lib.fp.fix import Fix
 import math
 
 import numpy as np
 import torch
 
+from lib.fp.fix import Fix
 from lib.fp import beta_theory
 from lib.studies.fix import beta_sweep
 from lib.book.runner import run_live

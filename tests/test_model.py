@@ -1,10 +1,10 @@
 """The small GPT (lib/training/model.py): structure, init, backends, per-layer specs, W_Q/W_K hooks, causality."""
-from lib.fp.fix import Fix
 import math
 
 import pytest
 import torch
 
+from lib.fp.fix import Fix
 from lib.training.model import GPT, GPTConfig, naive_attention, sdpa_attention
 from lib.training.spec import AttnSpec
 from tests.precision import EPS32, attention_rtol

@@ -1,10 +1,10 @@
 """The model's options (`lib.training.model`): off by default, and each doing what it says."""
-from lib.fp.fix import USER_BETA, Fix
 import math
 
 import pytest
 import torch
 
+from lib.fp.fix import USER_BETA, Fix
 from lib.training.model import GPT, GPTConfig, build_lm, parse_spec, rope, StableSpec
 
 SMALL = dict(n_layer=2, n_head=2, n_embd=32, block_size=16)

@@ -3,7 +3,7 @@
 when they were four fields of the spec."""
 import json
 
-from lib.fp.fix import MAX_SHIFT, USER_BETA, Fix
+from lib.fp.fix import BETA, MAX_SHIFT, USER_BETA, Fix
 from lib.training.loop import RunConfig
 from lib.training.model import GPTConfig, parse_spec
 from lib.training.spec import AttnSpec, record
@@ -21,7 +21,7 @@ def test_an_attn_spec_records_its_fix_flat():
     assert r["numerics"]["round_block"] == 512               # a Numerics value records as its fields
     assert json.loads(json.dumps(r)) == r                     # plain JSON, as results keep it
     plain = record(AttnSpec.parse("sdpa"))
-    assert (plain["fix"], plain["beta"], plain["max_shift"]) == (None, 7.0, MAX_SHIFT)
+    assert (plain["fix"], plain["beta"], plain["max_shift"]) == (None, BETA, MAX_SHIFT)
 
 
 def test_nested_specs_record_flat_too():

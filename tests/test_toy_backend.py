@@ -12,7 +12,6 @@ and a registry entry (TOML holds strings) select it; `describe` labels it from i
 attention backend"), not as another backend. A key named like one of our kernel's profiles would take that profile's
 name over, so the table is checked for one.
 """
-from lib.fp.fix import Fix
 import importlib
 import sys
 
@@ -20,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+from lib.fp.fix import Fix
 from lib.book import registry, runner
 from lib.training import loop
 from lib.training.backends import BACKENDS, AttnCall, naive_attention, run_backend
@@ -193,7 +193,8 @@ def test_a_backends_words_come_from_its_docstrings_else_its_name(monkeypatch):
 def test_the_built_in_bare_names_parse_as_before():
     for name in ("sdpa", "naive"):                       # what the parser returned when these were its only bare names
         assert AttnSpec.parse(name) == AttnSpec(backend=name, text=name)
-        assert AttnSpec.parse(f" {name} ", beta=3.0, zero_at=5.0) == AttnSpec(backend=name, text=name, fix=Fix(beta=3.0))
+        assert AttnSpec.parse(f" {name} ", beta=3.0, zero_at=5.0) == \
+            AttnSpec(backend=name, text=name, fix=Fix(beta=3.0))
 
 
 def test_an_unknown_bare_name_lists_the_known_ones(toy):
