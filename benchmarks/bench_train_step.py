@@ -119,7 +119,8 @@ def run(scale: str, cfg: dict) -> dict:
     print("GPU time / SDPA's:", {k: round(v, 3) for k, v in data["gpu_ratio_to_sdpa"].items()})
     print({k: round(v, 3) for k, v in ratios.items()}, "fix cost", data["fix_cost"],
           "round_block cost", data["round_block_cost"])
-    return {"data": data, "seeds": [0], "config": dict(proxy_config("full").__dict__)}
+    # the proxy's run configuration as every record keeps it: flat keys (its model's fields among them), JSON-ready
+    return {"data": data, "seeds": [0], "config": proxy_config("full").record()}
 
 
 def main(argv=None) -> int:
