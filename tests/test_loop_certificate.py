@@ -254,19 +254,12 @@ def test_a_combination_of_the_same_code_carries_over_from_an_earlier_record(tmp_
 def test_the_fingerprint_follows_the_code_the_child_reaches(tmp_path):
     """`tree_fingerprint` changes with a definition the child reaches (the kernel included) and not with code it
     never reaches."""
-    import shutil
-    from lib.book import provenance
-    # The copy holds the modules a child reaches, their packages, lib/book/setup.py and the unreached file changed
-    # below, not all of lib/, kernels/ and benchmarks/: every edit re-parses the copy, and parsing the whole tree
-    # five times took 15 of this test's 19 s. That the copy fingerprints as the whole tree does is asserted first.
-    ix = provenance.index(lc.ROOT)
-    reached = {d.split(":")[0] for es in lc.CHILD_ENTRIES.values() for e in es for d in ix.reachable(e)}
-    files = {ix.modules[m].path.relative_to(lc.ROOT) for m in reached}
-    files |= {Path("lib/book/setup.py"), Path("lib/studies/gpt2/remedies.py")}
-    files |= {d / "__init__.py" for f in files for d in f.parents if (lc.ROOT / d / "__init__.py").exists()}
-    for f in files:
-        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(lc.ROOT / f, tmp_path / f)
+    from tests.reached import copy_reached
+    # The copy holds what a child reaches, lib/book/setup.py and the unreached file changed below, not all of lib/,
+    # kernels/ and benchmarks/: every edit re-parses the copy, and parsing the whole tree five times took 15 of this
+    # test's 19 s. That the copy fingerprints as the whole tree does is asserted first.
+    copy_reached(tmp_path, [e for es in lc.CHILD_ENTRIES.values() for e in es],
+                 also=("lib/book/setup.py", "lib/studies/gpt2/remedies.py"))
     base = {k: lc.tree_fingerprint(k, tmp_path) for k in ("lm", "proxy")}
     assert base == {k: lc.tree_fingerprint(k) for k in ("lm", "proxy")}
     reading = tmp_path / "lib" / "studies" / "gpt2" / "remedies.py"      # reading code: no run reaches it

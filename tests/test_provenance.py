@@ -3,7 +3,6 @@
 Moving code, renaming it, editing docstrings, comments, annotations or imports must leave fingerprints unchanged; a
 changed line of code — a kernel line above all — must change the fingerprint of everything that reaches it."""
 import json
-import shutil
 import textwrap
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import numpy as np
 import pytest
 
 from lib.book import provenance, registry, results
+from tests.reached import copy_reached
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,21 +50,13 @@ BASE = {
 
 
 def _real_copy(dest: Path, *entries: str) -> Path:
-    """The real tree's modules that `entries` reach, with their packages' __init__.py, copied to `dest`. The tests
-    below edit a copy and index it again; indexing what the entries reach takes a fraction of the ≈ 3 s that all of
-    lib/, kernels/ and benchmarks/ take, and each test indexed the whole tree two or three times. The copy gives
-    `entries` the real tree's fingerprints (asserted), so only the edit a test makes can move one."""
-    ix = provenance.index()
-    reached = {d.split(":")[0] for e in entries for d in ix.reachable(e)}
-    files = {ix.modules[m].path.relative_to(ROOT) for m in reached}
-    files |= {d / "__init__.py" for f in files for d in f.parents if (ROOT / d / "__init__.py").exists()}
-    for f in files:
-        (dest / f).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / f, dest / f)
-    copied = provenance.Index(dest)
-    assert all(copied.fingerprint(e) == ix.fingerprint(e) for e in entries)
+    """What `entries` reach in the real tree, copied to `dest` (`copy_reached`): the tests below edit a copy and
+    index it again, and each indexed all of lib/, kernels/ and benchmarks/ two or three times (≈ 3 s each). The copy
+    gives `entries` the real tree's fingerprints (asserted), so only the edit a test makes can move one."""
+    copy_reached(dest, entries)
+    copied, real = provenance.Index(dest), provenance.index()
+    assert all(copied.fingerprint(e) == real.fingerprint(e) for e in entries)
     return dest
-
 
 def _fp(root, entry="lib.experiments.exp:run"):
     return provenance.Index(root).fingerprint(entry)
