@@ -1,10 +1,30 @@
 """lib/training/loop_certificate.py: the training runs the committed results made, rebuilt from their records, deduplicated,
 shortened, and compared bit for bit between two trees (here HEAD against the working tree, shrunk to tiny models)."""
 import json
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from lib.training import loop_certificate as lc
+
+
+@pytest.fixture(scope="module")
+def this_tree_trained_once():
+    """`lc.run_in` that trains each combination in this tree (the new side of every comparison) once per module and
+    hands the later tests a copy of its arrays; the old trees (from git, from `prepare`'s archives, in `in_parallel`'s
+    threads) are still trained for real each time. The three tests that train for real compare the same combinations
+    of this tree: training them once instead of three times saves six children of ≈ 7 s each."""
+    real, made = lc.run_in, {}
+
+    def run_in(tree, run, cfg, out, mode="strict"):
+        if Path(tree).resolve() != lc.ROOT.resolve():
+            return real(tree, run, cfg, out, mode)
+        key = (run["kind"], json.dumps(cfg, sort_keys=True), mode)
+        if key not in made:
+            made[key] = real(tree, run, cfg, out, mode)
+        return {k: v.copy() if isinstance(v, np.ndarray) else list(v) for k, v in made[key].items()}
+    return run_in
 
 
 def test_plan_rebuilds_one_run_per_combination_from_the_records():
@@ -33,7 +53,8 @@ def test_shortened_runs_take_every_schedule_within_their_steps():
     assert lc.shortened(run, 100, shrink=True)["model"]["n_layer"] == 2
 
 
-def test_run_compares_two_trees_resumes_and_reports_differences(tmp_path, monkeypatch):
+def test_run_compares_two_trees_resumes_and_reports_differences(tmp_path, monkeypatch, this_tree_trained_once):
+    monkeypatch.setattr(lc, "run_in", this_tree_trained_once)
     name = next(r["result"] for r in lc.plan()["runs"] if r["kind"] == "proxy")
     rec = lc.certify_runs("HEAD", tmp_path, steps=2, names=[name], shrink=True)
     assert rec["shrunk"] and all(r["done"] and r["bit_identical"] for r in rec["runs"]), rec["runs"]
@@ -55,11 +76,12 @@ def test_run_compares_two_trees_resumes_and_reports_differences(tmp_path, monkey
     assert all((tmp_path / "sh" / f"loop_certificate.{k}.json").exists() for k in range(3))
 
 
-def test_prepared_trees_stand_in_for_git(tmp_path):
+def test_prepared_trees_stand_in_for_git(tmp_path, monkeypatch, this_tree_trained_once):
     """`prepare` writes the old tree as an archive (data/ left out where it equals this tree's) and this tree's
-    commit; `run --trees` reads them instead of git and certifies as it did with git; a commit git lacks is
-    listed."""
+    commit; `run --trees` reads them instead of git and certifies as it did with git (the old tree, unpacked from
+    the archive, trained for real); a commit git lacks is listed."""
     import subprocess
+    monkeypatch.setattr(lc, "run_in", this_tree_trained_once)
     name = next(r["result"] for r in lc.plan()["runs"] if r["kind"] == "proxy")
     got = lc.prepare(tmp_path / "trees", [name], "HEAD")
     assert set(got["trees"]) == {"HEAD"} and got["missing"] == []
@@ -187,7 +209,6 @@ def test_strict_determinism_first_and_warn_where_an_op_has_none(tmp_path, monkey
     rec = lc.certify_runs("HEAD", tmp_path / "b", steps=2, names=[name], shrink=True)
     r = rec["runs"][0]
     assert modes == ["strict"] * 3 * len(rec["runs"]) and r["determinism"] == "strict" and lc._verdict(r) == "DIFFERS"
-    import pytest
     monkeypatch.undo()
     with pytest.raises(ValueError):
         lc.run_in(lc.ROOT, {"kind": "proxy"}, {}, tmp_path / "x.npz", "sometimes")
@@ -233,9 +254,12 @@ def test_a_combination_of_the_same_code_carries_over_from_an_earlier_record(tmp_
 def test_the_fingerprint_follows_the_code_the_child_reaches(tmp_path):
     """`tree_fingerprint` changes with a definition the child reaches (the kernel included) and not with code it
     never reaches."""
-    import shutil
-    for d in ("lib", "kernels", "benchmarks"):
-        shutil.copytree(lc.ROOT / d, tmp_path / d, ignore=shutil.ignore_patterns("__pycache__"))
+    from tests.reached import copy_reached
+    # The copy holds what a child reaches, lib/book/setup.py and the unreached file changed below, not all of lib/,
+    # kernels/ and benchmarks/: every edit re-parses the copy, and parsing the whole tree five times took 15 of this
+    # test's 19 s. That the copy fingerprints as the whole tree does is asserted first.
+    copy_reached(tmp_path, [e for es in lc.CHILD_ENTRIES.values() for e in es],
+                 also=("lib/book/setup.py", "lib/studies/gpt2/remedies.py"))
     base = {k: lc.tree_fingerprint(k, tmp_path) for k in ("lm", "proxy")}
     assert base == {k: lc.tree_fingerprint(k) for k in ("lm", "proxy")}
     reading = tmp_path / "lib" / "studies" / "gpt2" / "remedies.py"      # reading code: no run reaches it
@@ -301,9 +325,11 @@ def test_several_combinations_at_once_merge_into_the_plan_order(tmp_path, monkey
     assert lc.run("full", cfg)["data"]["counts"] == got["counts"]  # each shard resumed its record
 
 
-def test_several_at_once_train_for_real(tmp_path):
-    """`in_parallel` with the real children (tiny models, HEAD against this tree): every combination trained in its
-    shard's thread, each in its own temporary trees, bit-identical, merged in plan order."""
+def test_several_at_once_train_for_real(tmp_path, monkeypatch, this_tree_trained_once):
+    """`in_parallel` with the real children (tiny models, HEAD against this tree): every combination's old tree
+    trained in its shard's thread (this tree's runs, the same as the tests above, made once for the module), each
+    in its own temporary trees, bit-identical, merged in plan order."""
+    monkeypatch.setattr(lc, "run_in", this_tree_trained_once)
     name = next(r["result"] for r in lc.plan()["runs"] if r["kind"] == "proxy")
     rec = lc.in_parallel(2, "HEAD", tmp_path, steps=2, names=[name], shrink=True)
     assert [r["label"] for r in rec["runs"]] == [r["label"] for r in lc.plan([name])["runs"]]

@@ -3,7 +3,6 @@
 Moving code, renaming it, editing docstrings, comments, annotations or imports must leave fingerprints unchanged; a
 changed line of code — a kernel line above all — must change the fingerprint of everything that reaches it."""
 import json
-import shutil
 import textwrap
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import numpy as np
 import pytest
 
 from lib.book import provenance, registry, results
+from tests.reached import copy_reached
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,6 +48,15 @@ BASE = {
         ''',
 }
 
+
+def _real_copy(dest: Path, *entries: str) -> Path:
+    """What `entries` reach in the real tree, copied to `dest` (`copy_reached`): the tests below edit a copy and
+    index it again, and each indexed all of lib/, kernels/ and benchmarks/ two or three times (≈ 3 s each). The copy
+    gives `entries` the real tree's fingerprints (asserted), so only the edit a test makes can move one."""
+    copy_reached(dest, entries)
+    copied, real = provenance.Index(dest), provenance.index()
+    assert all(copied.fingerprint(e) == real.fingerprint(e) for e in entries)
+    return dest
 
 def _fp(root, entry="lib.experiments.exp:run"):
     return provenance.Index(root).fingerprint(entry)
@@ -143,12 +152,11 @@ def test_plumbing_is_outside(tmp_path):
 
 
 def test_an_edited_kernel_line_stales_the_training_results_that_reach_it(tmp_path):
-    """The real tree: copy lib/ and kernels/, change one line of the rounding helper, and every committed training
-    result's code fingerprint changes, while a pure-numpy result's does not."""
-    for d in ("lib", "kernels", "benchmarks"):
-        shutil.copytree(ROOT / d, tmp_path / d, ignore=shutil.ignore_patterns("__pycache__"))
+    """The real tree: copy what a training result and a pure-numpy result reach, change one line of the rounding
+    helper, and every committed training result's code fingerprint changes, while a pure-numpy result's does not."""
     before = provenance.index()          # the tree the copy was made from (its index is built once per session)
     e_train, e_np = registry.get("headline").code_entry, registry.get("bias_montecarlo").code_entry
+    _real_copy(tmp_path, e_train, e_np)
     fp_train, fp_np = before.fingerprint(e_train), before.fingerprint(e_np)
     assert "kernels.rounding:rne_mantissa" in before.reachable(e_train)
     src = (tmp_path / "kernels" / "rounding.py").read_text()
@@ -160,11 +168,9 @@ def test_an_edited_kernel_line_stales_the_training_results_that_reach_it(tmp_pat
 
 
 def test_a_docstring_edit_in_the_real_kernel_changes_nothing(tmp_path):
-    for d in ("lib", "kernels", "benchmarks"):
-        shutil.copytree(ROOT / d, tmp_path / d, ignore=shutil.ignore_patterns("__pycache__"))
     e = registry.get("headline").code_entry
     fp = provenance.index().fingerprint(e)               # the tree the copy was made from
-    p = tmp_path / "kernels" / "flash_fwd.py"
+    p = _real_copy(tmp_path, e) / "kernels" / "flash_fwd.py"
     p.write_text(p.read_text().replace('"""', '"""Edited. ', 1) + "\n# a trailing comment\n")
     assert provenance.Index(tmp_path).fingerprint(e) == fp
 
@@ -303,10 +309,9 @@ def test_a_code_edit_next_to_a_main_block_still_counts(tmp_path):
 
 def test_a_help_string_in_the_real_training_command_line_changes_nothing(tmp_path):
     """The real tree: lib/training/data.py's `__main__` block and train.py's command-line help are not reached."""
-    for d in ("lib", "kernels", "benchmarks"):
-        shutil.copytree(ROOT / d, tmp_path / d, ignore=shutil.ignore_patterns("__pycache__"))
     e = registry.get("headline").code_entry
     fp = provenance.index().fingerprint(e)               # the tree the copy was made from
+    with_main = provenance.Index(_real_copy(tmp_path, e), skip_main=False).fingerprint(e)   # before the edits
     for rel, old, new in (("lib/training/data.py", 'help="standard-library directory',
                            'help="edited standard-library directory'),
                           ("lib/training/train.py", "_HELP.get(name, ", "'edited ' + _HELP.get(name, ")):
@@ -314,8 +319,7 @@ def test_a_help_string_in_the_real_training_command_line_changes_nothing(tmp_pat
         assert old in p.read_text()
         p.write_text(p.read_text().replace(old, new, 1))
     assert provenance.Index(tmp_path).fingerprint(e) == fp
-    assert provenance.Index(tmp_path, skip_main=False).fingerprint(e) \
-        != provenance.Index(ROOT, skip_main=False).fingerprint(e)
+    assert provenance.Index(tmp_path, skip_main=False).fingerprint(e) != with_main   # the edits are code there
 
 
 def test_an_edited_module_statement_counts_in_every_definition_of_its_module(tmp_path):

@@ -55,9 +55,10 @@ def test_stale_rows_say_so(rows):
 def test_the_control_is_not_a_row_and_never_reproduced(rows):
     control_ids = {c for r in verdicts.CONTROLS for c in r.claims}
     assert not control_ids & {c for r in rows for c in r["claims"]}
-    for r in verdicts.control_rows():
+    controls = verdicts.control_rows()           # built once: each build reads every result again (≈ 4 s)
+    for r in controls:
         assert r["verdict"] not in claims_statuses() and "reproduced" not in r["verdict"], r["verdict"]
-    s = verdicts.controls_markdown(verdicts.control_rows(), chapter_cell=lambda ch: "6")
+    s = verdicts.controls_markdown(controls, chapter_cell=lambda ch: "6")
     assert s.startswith("Our own control, not a claim of the paper:") and name_problems(s) == []
 
 
@@ -140,7 +141,7 @@ def test_fix_where_says_where_the_fix_adds_a_bias(monkeypatch):
 
 
 @pytest.mark.skipif(not HAVE["gpt2_regime"], reason="no committed gpt2_regime")
-def test_preconditions_read_gpt2s_census():
+def test_preconditions_read_gpt2s_census(table):
     from lib.studies.census import reading as census
     res = results.load("gpt2_regime", "full")
     n = census.gpt2_numbers(res)
@@ -148,7 +149,7 @@ def test_preconditions_read_gpt2s_census():
     assert v["status"] == ("partly" if n["authors_present"] else "not reproduced")
     assert f"{n['authors_n_heads']} heads" in v["evidence"] and "absent as far as measured" in v["evidence"]
     assert "fraction of a percent" not in v["evidence"]                # no typed share
-    row = {r["id"]: r for r in claims.status_table()}["preconditions"]
+    row = table["preconditions"]                                       # claims.status_table(), built once
     assert row["results"][0] == "gpt2_regime"
     if results.exists("delta_capture", "full"):                        # the proxy's share, computed (chapter 4's)
         from lib.studies.delta import reading as delta
