@@ -22,21 +22,30 @@ book: $(STAMP)
 	@echo "book: $$(pwd)/_build/html/index.html"
 
 ## make test: pytest (CPU: Triton interpreter) + the strict book build at ci scale + the headless-browser check.
-## pytest and the book build run side by side: each is one busy process, so on the 2-core CI machine the pair takes
-## about the longer one's time instead of the sum. Each runs torch on one thread (OMP_NUM_THREADS=1): torch's default
-## two threads wait on each other whenever the other core is busy (a tiny forward and backward measured 60× slower
-## in such spells), and the tiny ci-scale operations gain nothing from a second thread. The book's log is printed once pytest is done; the
-## target fails if either failed. Without Chromium the browser tests and the HTML check are skipped (said so, with
-## the install command), unless HTML_CHECK=required (CI), where a missing Chromium is an error.
+## Two busy processes side by side, so that the 2-core CI machine keeps both cores working: pytest, and beside it
+## the book build followed by the test files of LATE_TESTS (their own pytest, once the book is built: the book takes
+## ≈ 8 of pytest's ≈ 15 minutes there, and these files ≈ 3 more). Each runs torch on one thread (OMP_NUM_THREADS=1):
+## torch's default two threads wait on each other whenever the other core is busy (a tiny forward and backward
+## measured 60× slower in such spells), and the tiny ci-scale operations gain nothing from a second thread. The
+## book's and the late tests' logs are printed once pytest is done; the target fails if any of the three failed.
+## Without Chromium the browser tests and the HTML check are skipped (said so, with the install command), unless
+## HTML_CHECK=required (CI), where a missing Chromium is an error.
 CI_ENV := TRITON_INTERPRET=1 BOOK_SCALE=ci OMP_NUM_THREADS=1
 BOOK_CI := rm -rf _build/html _build/jupyter_execute && $(CI_ENV) $(BIN)/jupyter-book build . $(JB_FLAGS)
+LATE_TESTS := tests/test_round_block.py tests/test_loop_certificate.py
+# the late pytest keeps its temporary folders and no cache of its own, apart from the main run's
+LATE_PYTEST := $(CI_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider --basetemp=_build/pytest-late $(LATE_TESTS)
 test: $(STAMP)
-	@mkdir -p _build && rm -f _build/book-ci.log _build/book-ci.rc
-	@echo "book-ci: building beside pytest (its log, _build/book-ci.log, follows pytest's)"
-	@( $(BOOK_CI) > _build/book-ci.log 2>&1; echo $$? > _build/book-ci.rc ) & \
-	$(CI_ENV) $(BIN)/python -m pytest -q tests; t=$$?; wait; b=$$(cat _build/book-ci.rc); \
+	@mkdir -p _build && rm -f _build/book-ci.log _build/book-ci.rc _build/pytest-late.log _build/pytest-late.rc
+	@echo "book-ci, then $(LATE_TESTS): beside pytest (their logs, in _build/, follow pytest's)"
+	@( $(BOOK_CI) > _build/book-ci.log 2>&1; echo $$? > _build/book-ci.rc; \
+	   $(LATE_PYTEST) > _build/pytest-late.log 2>&1; echo $$? > _build/pytest-late.rc ) & \
+	$(CI_ENV) $(BIN)/python -m pytest -q tests $(addprefix --ignore=,$(LATE_TESTS)); t=$$?; wait; \
+	b=$$(cat _build/book-ci.rc); l=$$(cat _build/pytest-late.rc); \
 	echo "======== book-ci (exit status $$b) ========"; cat _build/book-ci.log; \
-	echo "pytest: exit status $$t; book-ci: exit status $$b"; [ $$t -eq 0 ] && [ $$b -eq 0 ]
+	echo "======== pytest $(LATE_TESTS) (exit status $$l) ========"; cat _build/pytest-late.log; \
+	echo "pytest: exit status $$t; book-ci: exit status $$b; late tests: exit status $$l"; \
+	[ $$t -eq 0 ] && [ $$b -eq 0 ] && [ $$l -eq 0 ]
 	$(MAKE) html-check HTML_CHECK=$(or $(HTML_CHECK),optional)
 
 book-ci: $(STAMP)
