@@ -2,7 +2,8 @@
 # One hold of the loop certificate after a change the training children reach, as calls back to back on one GPU:
 #   bash lib/training/certificate_hold.sh PHASE      (env: OUT, BOOK_GIT_COMMIT; END = seconds this call may use, default 560)
 # (after `python -m lib.training.loop_certificate prepare --trees .lc_trees` here, `.lc_trees` named in the call's carry)
-# phase 1 starts `make gpu-tests` beside the proxy half (eager, deterministic: sharing the GPU changes no bit); the
+# phase 1 starts `make gpu-tests` beside the proxy half, or the GPT-2 half's start once the proxy's result is fresh
+# (eager, deterministic: sharing the GPU changes no bit); a half whose committed result is fresh is not run; the
 # timing benchmarks run only once the GPU is otherwise idle; the GPT-2 half takes what time is left (it resumes from
 # the machine's disk in the next call). Every finished result goes to $OUT/results.tgz (≤ 8 files come back).
 set -u
@@ -12,18 +13,25 @@ R=/tmp/hold_res; mkdir -p $R "$OUT"
 log() { echo "[$(date -u +%T) +$(( $(date +%s) - T0 ))s] $*" | tee -a /tmp/hold.log; }
 run() { local n=$1; shift; log "$n start (left $(left) s) $*"; echo "==== phase $P: $n $* ($(date -u +%T))" >> /tmp/runs.log
         python3 -m lib.experiments "$n" --scale full --out $R "$@" >> /tmp/runs.log 2>&1; local rc=$?; log "$n rc=$rc"; return $rc; }
-# whether the committed result NAME is stale here: a benchmark that is fresh is not timed again (exit 3 says fresh;
-# any failure to tell counts as stale, so the benchmark runs)
-stale() { python3 -c "import sys, lib.book.setup; from lib.book import results as r
-sys.exit(0 if r.staleness(r.load('$1', 'full').meta) else 3)" 2>/dev/null; [ $? -ne 3 ]; }
+# the committed results that are stale here, told once per call (≈ 7 s an import): a benchmark or certificate half
+# that is fresh is not run again; when staleness cannot be told, every one counts as stale and runs
+ALL="loop_certificate_proxy loop_certificate_gpt2 capture_overhead_bench train_step_bench train_step_fix train_step_qknorm
+     train_step_remedies train_step_gpt2 census_cost monitor_overhead"
+STALE=$(python3 -c "import sys, lib.book.setup; from lib.book import results as r
+print(*[n for n in sys.argv[1:] if r.staleness(r.load(n, 'full').meta)])" $ALL 2>/dev/null) || STALE="$ALL"
+stale() { [[ " $(echo $STALE) " == *" $1 "* ]]; }
 n_left() { python3 -c "import json,sys;print(json.load(open('$R/full/$1.json'))['data']['n_left'])" 2>/dev/null || echo 99; }
 log "phase $P on $(nvidia-smi --query-gpu=name --format=csv,noheader) commit ${BOOK_GIT_COMMIT:-?}"
 SUITE=
 if [ "$P" = 1 ]; then
   ( OUT=/tmp/suite make gpu-tests > /tmp/suite_run.log 2>&1; echo $? > /tmp/suite.rc ) & SUITE=$!
 fi
-if [ "$(n_left loop_certificate_proxy)" != 0 ] && [ "$(left)" -gt 240 ]; then
+# beside the suite: the proxy half, or once its committed result is fresh, the first ≈ 300 s of the GPT-2 half (the
+# suite's time; the idle GPU is kept for the benchmarks, and the GPT-2 half resumes after them)
+if stale loop_certificate_proxy && [ "$(n_left loop_certificate_proxy)" != 0 ] && [ "$(left)" -gt 240 ]; then
   run loop_certificate_proxy --set max_s=$(( $(left) - 200 )); log "proxy left: $(n_left loop_certificate_proxy)"
+elif [ -n "$SUITE" ] && stale loop_certificate_gpt2 && [ "$(left)" -gt 500 ]; then
+  run loop_certificate_gpt2 --set max_s=300; log "gpt2 left: $(n_left loop_certificate_gpt2)"
 fi
 if [ -n "$SUITE" ]; then wait $SUITE; log "gpu-tests rc=$(cat /tmp/suite.rc)"; tail -5 /tmp/suite_run.log | tee -a /tmp/hold.log
   cp /tmp/suite/full/gpu_tests.log "$OUT/gpu_tests.log" 2>/dev/null; fi
@@ -33,7 +41,7 @@ for nb in "capture_overhead_bench 200" "train_step_bench 260" "train_step_fix 14
   read -r n need <<< "$nb"
   stale $n && [ ! -f $R/full/$n.json ] && [ "$(left)" -gt $need ] && run $n
 done
-if [ "$(n_left loop_certificate_gpt2)" != 0 ] && [ "$(left)" -gt 260 ]; then
+if stale loop_certificate_gpt2 && [ "$(n_left loop_certificate_gpt2)" != 0 ] && [ "$(left)" -gt 260 ]; then
   run loop_certificate_gpt2 --set max_s=$(( $(left) - 170 )); log "gpt2 left: $(n_left loop_certificate_gpt2)"
 fi
 # one archive of every result so far (a call returns at most 8 files): tar xzf results.tgz -C results (here)
