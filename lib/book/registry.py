@@ -91,14 +91,19 @@ class Entry:
 _PARSED: dict = {}   # sha256 of the file's bytes -> its parse: parsing takes ≈ 20 ms, reading + a deep copy ≈ 2
 
 
-def _load(path: Path) -> dict:
-    """The registry file parsed and checked: a fresh deep copy of the cached parse of these exact bytes (chapters
-    and the claims table resolve entries hundreds of times in one process)."""
+def _raw(path: Path) -> dict:
+    """The registry file parsed and checked: the cached parse of these exact bytes itself (callers must not mutate
+    it; chapters and the claims table resolve entries hundreds of times in one process)."""
     data = Path(path).read_bytes()
     key = hashlib.sha256(data).hexdigest()
     if key not in _PARSED:
         _PARSED[key] = _parse(data, Path(path).name)
-    return copy.deepcopy(_PARSED[key])
+    return _PARSED[key]
+
+
+def _load(path: Path) -> dict:
+    """A fresh deep copy of the registry's cached parse (`_raw`)."""
+    return copy.deepcopy(_raw(path))
 
 
 def _parse(data: bytes, filename: str) -> dict:
@@ -129,34 +134,37 @@ def _merge(raw: dict, name: str, seen=()) -> dict:
     return out
 
 
+def _entry(raw: dict, name: str) -> Entry:
+    """Entry `name` of a parse, resolved through `extends`; its values are shared with `raw` (copy it first)."""
+    m = _merge(raw, name)
+    for req in ("base", "summary"):
+        if req not in m:
+            raise RegistryError(f"registry: [{name}] needs '{req}' (directly or through 'extends')")
+    e = Entry(name=name, base=m["base"], summary=m["summary"], chapter=str(m.get("chapter", "")),
+              gpu_min=float(m.get("gpu_min", 0.0)), needs=tuple(m.get("needs", ())),
+              inputs=tuple(m.get("inputs", ())), code=m.get("code", "run"), device=m.get("device", "gpu"),
+              configs={s: m[s] for s in m["scales"]})
+    if e.device not in ("cpu", "gpu"):
+        raise RegistryError(f"registry: [{e.name}] device must be 'cpu' or 'gpu', got {e.device!r}")
+    missing = [n for n in e.needs if n not in raw]
+    if missing:
+        raise RegistryError(f"registry: [{e.name}] needs unknown result(s) {missing}")
+    return e
+
+
 def entries(path: Path | str = REGISTRY_FILE) -> dict[str, Entry]:
     """Every registry entry, in file order, with its resolved configuration per scale."""
     raw = _load(Path(path))
-    out = {}
-    for name in raw:
-        m = _merge(raw, name)
-        for req in ("base", "summary"):
-            if req not in m:
-                raise RegistryError(f"registry: [{name}] needs '{req}' (directly or through 'extends')")
-        out[name] = Entry(name=name, base=m["base"], summary=m["summary"], chapter=str(m.get("chapter", "")),
-                          gpu_min=float(m.get("gpu_min", 0.0)), needs=tuple(m.get("needs", ())),
-                          inputs=tuple(m.get("inputs", ())), code=m.get("code", "run"),
-                          device=m.get("device", "gpu"),
-                          configs={s: m[s] for s in m["scales"]})
-    for e in out.values():
-        if e.device not in ("cpu", "gpu"):
-            raise RegistryError(f"registry: [{e.name}] device must be 'cpu' or 'gpu', got {e.device!r}")
-        missing = [n for n in e.needs if n not in out]
-        if missing:
-            raise RegistryError(f"registry: [{e.name}] needs unknown result(s) {missing}")
-    return out
+    return {name: _entry(raw, name) for name in raw}
 
 
 def get(name: str, path: Path | str = REGISTRY_FILE) -> Entry:
-    es = entries(path)
-    if name not in es:
-        raise RegistryError(f"unknown experiment {name!r}; known: {', '.join(es)}")
-    return es[name]
+    """Entry `name`, checked as `entries` checks it; only its own resolution is copied out of the cached parse (a
+    copy of the whole registry per call was most of a result's staleness check)."""
+    raw = _raw(Path(path))
+    if name not in raw:
+        raise RegistryError(f"unknown experiment {name!r}; known: {', '.join(raw)}")
+    return copy.deepcopy(_entry(raw, name))
 
 
 def resolve(name: str, scale: str, overrides: dict | None = None, path: Path | str = REGISTRY_FILE) -> dict:
