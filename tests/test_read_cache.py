@@ -26,6 +26,7 @@ def test_a_registry_rewritten_at_once_is_reparsed_and_every_parse_is_a_copy(tmp_
     registry.entries(f)["a"].configs["ci"]["model"]["n"] = 7
     assert registry.entries(f)["a"].configs["ci"] == {"model": {"n": 1}}
     registry.get("a", f).configs["ci"]["model"]["n"] = 7          # one entry, copied out of the cached parse
-    assert registry.get("a", f).configs["ci"] == {"model": {"n": 1}} and registry.get("a", f) == registry.entries(f)["a"]
+    assert registry.get("a", f).configs["ci"] == {"model": {"n": 1}}
+    assert registry.get("a", f) == registry.entries(f)["a"]
     f.write_text('[a]\nbase = "m"\nsummary = "s"\n[a.ci]\nmodel = {n = 2}\n')     # same size
     assert registry.resolve("a", "ci", path=f) == {"model": {"n": 2}}
