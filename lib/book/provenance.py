@@ -398,8 +398,8 @@ _CACHE: dict = {}
 def index(root: Path | str = ROOT) -> Index:
     """A cached `Index` of `root`, rebuilt when any source file's modification time or size changed."""
     root = Path(root)
-    stamp = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for pkg in PACKAGES
-                  for p in sorted((root / pkg).rglob("*.py")) if (root / pkg).is_dir())
+    stamp = tuple((str(p), st.st_mtime_ns, st.st_size) for pkg in PACKAGES if (root / pkg).is_dir()
+                  for p in sorted((root / pkg).rglob("*.py")) for st in (p.stat(),))
     hit = _CACHE.get(str(root))
     if hit is None or hit[0] != stamp:
         hit = (stamp, Index(root))
