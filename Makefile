@@ -22,31 +22,35 @@ book: $(STAMP)
 	@echo "book: $$(pwd)/_build/html/index.html"
 
 ## make test: pytest (CPU: Triton interpreter) + the strict book build at ci scale + the headless-browser check.
-## Two busy processes side by side, so that the 2-core CI machine keeps both cores working: pytest, and beside it
-## the book build followed by the test files of LATE_TESTS (their own pytest, once the book is built: the book takes
-## ≈ 8 of pytest's ≈ 15 minutes there, and these files ≈ 3 more). Each runs torch on one thread (OMP_NUM_THREADS=1):
-## torch's default two threads wait on each other whenever the other core is busy (a tiny forward and backward
-## measured 60× slower in such spells), and the tiny ci-scale operations gain nothing from a second thread. The
-## book's and the late tests' logs are printed once pytest is done; the target fails if any of the three failed.
-## Without Chromium the browser tests and the HTML check are skipped (said so, with the install command), unless
-## HTML_CHECK=required (CI), where a missing Chromium is an error.
+## Two busy lanes side by side, so that the 2-core CI machine keeps both cores working: pytest, and beside it the book
+## build, then the HTML check of the built book, then the test files of LATE_TESTS in their own pytest (on a 2-core
+## machine the book takes ≈ 9 of pytest's ≈ 17 minutes, the check ≈ 1, these files ≈ 4). Each runs torch on one thread
+## (OMP_NUM_THREADS=1): torch's default two threads wait on each other whenever the other core is busy (a tiny forward
+## and backward measured 60× slower in such spells), and the tiny ci-scale operations gain nothing from a second
+## thread. The second lane's logs are printed once pytest is done; the target fails if any part failed (the HTML
+## check does not run on a failed book). Without Chromium the browser tests and the HTML check are skipped (said so,
+## with the install command), unless HTML_CHECK=required (CI), where a missing Chromium is an error.
 CI_ENV := TRITON_INTERPRET=1 BOOK_SCALE=ci OMP_NUM_THREADS=1
 BOOK_CI := rm -rf _build/html _build/jupyter_execute && $(CI_ENV) $(BIN)/jupyter-book build . $(JB_FLAGS)
-LATE_TESTS := tests/test_round_block.py tests/test_loop_certificate.py
+LATE_TESTS := tests/test_round_block.py tests/test_loop_certificate.py tests/test_row_pv.py
 # the late pytest keeps its temporary folders and no cache of its own, apart from the main run's
 LATE_PYTEST := $(CI_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider --basetemp=_build/pytest-late $(LATE_TESTS)
+MAIN_PYTEST := $(CI_ENV) $(BIN)/python -m pytest -q tests $(addprefix --ignore=,$(LATE_TESTS))
+LANE := book-ci html-check pytest-late
 test: $(STAMP)
-	@mkdir -p _build && rm -f _build/book-ci.log _build/book-ci.rc _build/pytest-late.log _build/pytest-late.rc
-	@echo "book-ci, then $(LATE_TESTS): beside pytest (their logs, in _build/, follow pytest's)"
+	@mkdir -p _build && rm -f $(foreach x,$(LANE),_build/$(x).log _build/$(x).rc)
+	@echo "beside pytest: the book build, its HTML check, then $(LATE_TESTS) (their logs, in _build/, follow pytest's)"
 	@( $(BOOK_CI) > _build/book-ci.log 2>&1; echo $$? > _build/book-ci.rc; \
+	   if [ "$$(cat _build/book-ci.rc)" = 0 ]; then \
+	     $(MAKE) -s html-check HTML_CHECK=$(or $(HTML_CHECK),optional) > _build/html-check.log 2>&1; \
+	     echo $$? > _build/html-check.rc; \
+	   else echo "not run: the book build failed" > _build/html-check.log; echo 1 > _build/html-check.rc; fi; \
 	   $(LATE_PYTEST) > _build/pytest-late.log 2>&1; echo $$? > _build/pytest-late.rc ) & \
-	$(CI_ENV) $(BIN)/python -m pytest -q tests $(addprefix --ignore=,$(LATE_TESTS)); t=$$?; wait; \
-	b=$$(cat _build/book-ci.rc); l=$$(cat _build/pytest-late.rc); \
-	echo "======== book-ci (exit status $$b) ========"; cat _build/book-ci.log; \
-	echo "======== pytest $(LATE_TESTS) (exit status $$l) ========"; cat _build/pytest-late.log; \
-	echo "pytest: exit status $$t; book-ci: exit status $$b; late tests: exit status $$l"; \
-	[ $$t -eq 0 ] && [ $$b -eq 0 ] && [ $$l -eq 0 ]
-	$(MAKE) html-check HTML_CHECK=$(or $(HTML_CHECK),optional)
+	$(MAIN_PYTEST); t=$$?; wait; ok=$$((t == 0)); \
+	for x in $(LANE); do r=$$(cat _build/$$x.rc); echo "======== $$x (exit status $$r) ========"; \
+	  cat _build/$$x.log; [ "$$r" = 0 ] || ok=0; done; \
+	echo "pytest: exit status $$t; $(foreach x,$(LANE),$(x): exit status $$(cat _build/$(x).rc);)"; \
+	[ $$ok = 1 ]
 
 book-ci: $(STAMP)
 	$(BOOK_CI)
