@@ -34,4 +34,5 @@ def test_run_saves_with_the_proxys_flat_record(monkeypatch, tmp_path):
                         root=tmp_path)
     saved = json.loads(path.read_text())["meta"]["config"]
     committed = results.load("train_step_bench", "full").meta["config"]
-    assert set(saved) == set(committed) and saved["n_layer"] == 6 and saved["seq_len"] == 512
+    assert set(saved) == set(committed)
+    assert saved == json.loads(json.dumps(bench.proxy_config("full").record()))    # the full proxy's, as recorded
