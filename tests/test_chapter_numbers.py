@@ -176,6 +176,14 @@ def test_live_numbers_and_step_bench():
     assert s["met"] and s["every_round"] == "both" and (s["lo"], s["hi"]) == (1.2, 1.4)
 
 
+def test_kernel_time_is_said_against_the_wall_clock_verdict():
+    """"as well" only where kernel time and wall-clock time agree on the step target."""
+    assert fix._kernel_time_words(True, True) == "met in kernel time as well"
+    assert fix._kernel_time_words(False, False) == "missed in kernel time as well"
+    assert fix._kernel_time_words(True, False) == "met in kernel time, unlike in wall-clock time"
+    assert fix._kernel_time_words(False, True) == "missed in kernel time, unlike in wall-clock time"
+
+
 def test_generic_numbers_on_a_planted_result():
     """QK-norm arms are found by the entry's arm_train (not by their names), outcomes judged at the horizon."""
     n = 300
