@@ -416,10 +416,14 @@ def test_budget_skips_cells_and_the_reading_says_so():
 def test_key_numbers_of_a_cut_run(tiny_result):
     """A run cut by its budget still gives every number chapter 3 quotes (NaN where the cell was skipped)."""
     d = tiny_result["data"]
+    whole = dr.key_numbers(d)                # kept per content: the cut run below must not get these numbers
+    assert np.isfinite(whole["bias:attention:ours:paper"])
     cut = dict(d, records=[dict(r, error=dr.SKIPPED) if r["inputs"] == "attention" else r for r in d["records"]])
     kn = dr.key_numbers(cut)
     assert np.isnan(kn["bias:attention:ours:paper"]) and np.isnan(kn["dial:attention:fa2"][0])
     assert np.isfinite(kn["bias:normal:ours:paper"])
+    whole["N"] = -1                          # a caller's edit does not reach the kept numbers
+    assert dr.key_numbers(d)["N"] == dr.key_numbers(dict(d))["N"] != -1
 
 
 def test_compile_pool_warms_and_changes_nothing(tiny_result):

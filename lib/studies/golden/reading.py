@@ -21,6 +21,8 @@ or every intermediate in BF16); "not reproduced" otherwise.
 """
 from __future__ import annotations
 
+import copy
+import json
 import math
 
 import numpy as np
@@ -283,14 +285,18 @@ def fa1_prediction_table(df: pd.DataFrame, *, d, inputs, fmt="bf16", sweep="seq"
     """Measured excess mean-square error of FA1-style storage over FA2 (FP32 state), rms²(FA1) − rms²(FA2) in u²,
     next to the prediction stored with the FA1 record (`lib.fp.deviation.fa1_excess_prediction`), per cell."""
     rows = []
+    # each FA1 cell against the first FA2 row of its N (and its Bc in the tile sweep): one pass over the FA2 rows
+    # instead of one selection per cell (the chapters' claims tables call this hundreds of times)
+    by = ("N", "Bc") if sweep == "tile" else ("N",)
+    f2s, fa2 = select(df, sweep=sweep, impl="fa2", d=d, inputs=inputs, fmt=fmt), {}
+    for k, rms in zip(zip(*(f2s[c] for c in by)), f2s["rms_ulp"]):
+        fa2.setdefault(k, rms)
     for _, r in select(df, sweep=sweep, impl="fa1", d=d, inputs=inputs, fmt=fmt).iterrows():
-        key = dict(sweep=sweep, impl="fa2", d=d, inputs=inputs, fmt=fmt, N=r["N"])
-        f2 = select(df, **key)
-        f2 = f2[f2["Bc"] == r["Bc"]] if sweep == "tile" else f2
-        if f2.empty or "pred_excess_ms" not in r or pd.isna(r["pred_excess_ms"]):
+        f2 = fa2.get(tuple(r[c] for c in by))
+        if f2 is None or "pred_excess_ms" not in r or pd.isna(r["pred_excess_ms"]):
             continue
         rows.append({"N": int(r["N"]), "Br": int(r["Br"]), "Bc": int(r["Bc"]), "tiles": -(-int(r["N"]) // int(r["Bc"])),
-                     "measured": r["rms_ulp"] ** 2 - f2["rms_ulp"].iloc[0] ** 2,
+                     "measured": r["rms_ulp"] ** 2 - f2 ** 2,
                      "predicted": float(r["pred_excess_ms"])})
     return pd.DataFrame(rows)
 
@@ -321,8 +327,19 @@ def prediction_accuracy(df: pd.DataFrame, inputs: str) -> float:
     return float(np.median(t["measured"] / t["predicted"])) if len(t) else float("nan")
 
 
+_KEY_NUMBERS: dict = {}   # the result's content (canonical JSON) -> its key numbers
+
+
 def key_numbers(data: dict) -> dict:
-    """The numbers chapter 3 quotes from one `fa_deviation` result (floats, ints and short strings)."""
+    """The numbers chapter 3 quotes from one `fa_deviation` result (floats, ints and short strings). Computed once
+    per process for the same content: the claims tables of several chapters ask for them (≈ 0.8 s a time)."""
+    key = json.dumps(data, sort_keys=True, default=str)
+    if key not in _KEY_NUMBERS:
+        _KEY_NUMBERS[key] = _key_numbers(data)
+    return copy.deepcopy(_KEY_NUMBERS[key])
+
+
+def _key_numbers(data: dict) -> dict:
     df = frame(data)
     st = setup(data)
     N, d, inputs = st["claim_seq_len"], st["claim_head_dim"], st["claim_inputs"]
