@@ -116,7 +116,7 @@ def test_cli_runs_a_ci_experiment_with_provenance(tmp_path):
     r = _cli("rounding_exhaustive", "--scale", "ci", "--out", str(tmp_path), "--set", "random_patterns=4096")
     assert r.returncode == 0, r.stderr
     res = results.load("rounding_exhaustive", "ci", root=tmp_path)
-    assert res.data["n"] == 4096 and res.data["all_equal"]
+    assert res.data["n"] == 4096 and res.data["all_equal"] and res.data["patterns"] == "2**12 random (seed 0)"
     prov = res.meta["provenance"]
     assert prov["cfg"]["random_patterns"] == 4096 and "lib.studies.kernel.rounding_exhaustive:run" in prov["code"]
     # run with an override: the result records it, and reads as differing from the registry

@@ -1,7 +1,8 @@
 """Verify the rounding helper of kernels/rounding.py against torch's `.to(torch.bfloat16)` and Triton's native cast.
 
 * ``full`` (GPU): all 2**32 FP32 bit patterns, in chunks of 2**28, plus all 65 536 BF16 patterns for BF16->FP32.
-* ``ci`` (CPU interpreter): 2**24 random FP32 patterns (seed 0) plus all 65 536 BF16 patterns.
+* ``ci`` (CPU interpreter): ``random_patterns`` random FP32 patterns (seed 0; 2**22 registered) plus all 65 536 BF16
+  patterns.
 
 "Equal" means identical bits, except that a NaN input only has to give a NaN (torch and the GPU use different
 canonical NaN payloads; our helper keeps the input's sign and top payload bits, quiet bit set).
@@ -53,7 +54,9 @@ def run(scale: str, cfg: dict) -> dict:
         g = torch.Generator().manual_seed(0)
         u = torch.randint(-2**31, 2**31, (cfg["random_patterns"],), generator=g, dtype=torch.int64).to(torch.int32)
         _compare(u.view(torch.float32).to(DEVICE), tally, with_native=False)  # interpreter's native cast truncates
-        patterns = "2**24 random (seed 0)"
+        n = cfg["random_patterns"]
+        count = f"2**{n.bit_length() - 1}" if n & (n - 1) == 0 else f"{n:,}"    # the label says the count run
+        patterns = f"{count} random (seed 0)"
     # BF16 -> FP32 on all 65 536 patterns, and RNE(BF16 value) must be the identity.
     h = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).to(DEVICE).view(torch.bfloat16)
     wide = bf16_to_fp32(h)
