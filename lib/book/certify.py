@@ -76,6 +76,7 @@ import datetime as _dt
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -130,11 +131,23 @@ def _substitute(x, scratch: str):
     return x.replace(SCRATCH, scratch) if isinstance(x, str) else x
 
 
+def _drop_bytecode_caches(tree: Path) -> None:
+    """Delete the tree's own `__pycache__` folders (not its virtual environment's).
+
+    Python trusts a cached module when the source's size and whole-second mtime match, so a same-size edit made
+    within a second of the last run (a changed constant) would run the old bytecode and certify the old code."""
+    for top in Path(tree).iterdir():
+        if top.is_dir() and not top.name.startswith((".", "_")) and top.name not in ("results", "node_modules"):
+            for cache in top.rglob("__pycache__"):
+                shutil.rmtree(cache, ignore_errors=True)
+
+
 def run_in(tree: Path, name: str, scale: str, overrides: dict, out: Path, env_extra: dict | None = None) -> dict:
     """Run registry entry `name` at `scale` in `tree` (a subprocess) and return what it saved, plus "wall_total_s"
     (`env_extra`: the call tracer's variables, `lib.book.calltrace.tracer_env`)."""
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0", **(env_extra or {})}
     t0 = time.perf_counter()
+    _drop_bytecode_caches(tree)
     p = subprocess.run([sys.executable, "-c", _CHILD, name, scale, json.dumps(overrides), str(out)], cwd=tree,
                        env=env, capture_output=True, text=True)
     if p.returncode:
