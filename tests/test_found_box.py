@@ -137,7 +137,8 @@ def test_gpt2_chain_reads_the_committed_comparison():
         booms = [o for o in oc["paper"] if o[2] is not None and o[3] is None]
         assert all(f"{o[2]:,}" in f.text for o in booms) and f"exploded in {len(booms)} seed" in f.head
         # every seed exploded: the head counts them, the text gives only the steps (the box's first screen is short)
-        assert ("fails for good at steps" in f.text) == (1 < len(booms) == len(oc["paper"])), f.text
+        steps_only = "ends its runs failed (first failures at steps" in f.text
+        assert steps_only == (1 < len(booms) == len(oc["paper"])), f.text
         fa2 = [o for a in ("sdpa", "ours_fa2") for o in oc.get(a, [])]
         if fa2 and all(o[2] is None or o[3] is not None for o in fa2):     # none of them exploded: said in short
             spiked = sorted({o[0] for o in fa2 if o[2] is not None})
@@ -207,3 +208,22 @@ def test_gpt2_chain_names_the_changes_that_prevented_the_failure(tmp_path):
             if (results.RESULTS_DIR / "full" / f"{n}.{ext}").exists():
                 shutil.copy(results.RESULTS_DIR / "full" / f"{n}.{ext}", tmp_path / "full" / f"{n}.{ext}")
     assert "prevented" not in found.gpt2_chain(tmp_path).text
+
+
+def test_compiled_in_training_reads_the_authors_compiled_runs(tmp_path):
+    """The placement box's GPT-2 sentence: each committed run of the authors' compiled code, with its failure step
+    or steps run and our eager-placement arm's failure at the same seed; empty without those results."""
+    assert found.compiled_in_training(root=tmp_path) == ""
+    if not any(results.exists(n, "full") for n in registry.GROUPS["gpt2_authors_compiled"]):
+        return
+    from lib.studies.gpt2 import reading as g2r
+    text = found.compiled_in_training()
+    M = g2r.merge_seeds([results.load(n, "full") for n in g2r.CHAIN_RESULTS if results.exists(n, "full")])
+    for res in (results.load(n, "full") for n in registry.GROUPS["gpt2_authors_compiled"]
+                if results.exists(n, "full")):
+        for run in (r for r in res.data["runs"] if r["label"].startswith("authors_compiled:s")):
+            seed = int(run["label"].split(":s")[1])
+            assert f"seed {seed}: " in text and f"{run['steps']:,}" in text, text
+            paper = [o for o in g2r.outcomes(M)["paper"] if o[0] == seed]
+            if paper and paper[0][2] is not None:
+                assert f"failed at step {paper[0][2]:,}" in text, text

@@ -159,7 +159,7 @@ def test_probe_split_pools_an_arms_seeds_on_planted_records():
     arrays |= _split_arrays("paper:s1", [[[10, 10]]], [[[2, 2]]], [[[0, 0]]], agree=[[[5, 5]]], nz=[[[10, 10]]])
     arrays |= _split_arrays("fp32:s0", [[[10, 10]]], [[[np.nan, np.nan]]], [[[np.nan, np.nan]]])  # not modelled
     sp = reading.probe_split(arrays, ["paper:s0", "paper:s1"])
-    assert sp["n"] == 60 and sp["n_entries"] == 5
+    assert sp["n"] == 60 and sp["n_entries"] == 5 and sp["seeds"] == [0, 1]
     assert sp["tie_mean"] == pytest.approx(10 / 60) and sp["ell_mean"] == pytest.approx(1 / 60)
     assert (sp["tie_along"], sp["tie_against"], sp["ell_along"], sp["ell_against"]) == (4, 1, 2, 1)
     assert sp["tie_p"] == pytest.approx(12 / 32) and sp["ell_p"] == pytest.approx(1.0)   # exact binomial, two-sided
@@ -195,11 +195,12 @@ def test_seeds_words_groups_seeds_by_the_arms_they_ran():
 def test_split_glue_reads_the_sign_test():
     """A part whose entries lean along sign(V) with p < 0.05 reads "along sign(V)"; an even part reads
     "indistinguishable from zero"; no split gives dashes."""
-    sp = dict(n=12345, n_entries=40, tie_mean=0.0123, tie_along=35, tie_against=5, tie_p=1e-6,
+    sp = dict(n=12345, n_entries=40, seeds=[1, 2], tie_mean=0.0123, tie_along=35, tie_against=5, tie_p=1e-6,
               ell_mean=-0.0004, ell_along=19, ell_against=21, ell_p=0.87)
     g = reading.split_glue(sp)
     assert (g["n"], g["tie_mean"], g["tie_reads"], g["ell_reads"]) == ("12,345", "+0.012", "along sign(V)",
                                                                        "indistinguishable from zero")
+    assert g["seeds"] == "seeds 1 and 2" and reading.split_glue(dict(sp, seeds=[0]))["seeds"] == "seed 0"
     assert reading.split_glue(dict(sp, tie_along=5, tie_against=35))["tie_reads"] == "against sign(V)"
     assert set(reading.split_glue(None).values()) == {"—"}
 
@@ -528,3 +529,13 @@ def test_precondition_words_tell_the_ties_from_the_window():
     res.arrays["sdpa:s1__census__authors/n_window"] = np.full((2, 1, 2), 0.1)
     assert "differ from FP32 attention by 1.5–2.0× in their share of tied rows" in reading.precondition_words(res)
     assert reading.precondition_words(SimpleNamespace(arrays={}, data={"runs": []})) == ""
+
+
+def test_wall_words_names_each_merged_results_budget():
+    """A merged reading keeps each result's wall budget (the merged configuration drops it): both are named; one
+    result names its own; none gives "no limit", never "none s"."""
+    from types import SimpleNamespace
+    meta = lambda w: {"provenance": {"cfg": {"max_wall_s": w}}}     # noqa: E731
+    assert reading.wall_words(SimpleNamespace(meta=[meta(1320.0), meta(1620.0), meta(1320.0)])) == "1,320 s or 1,620 s"
+    assert reading.wall_words(SimpleNamespace(meta=meta(1320.0), cfg=None)) == "1,320 s"
+    assert reading.wall_words(SimpleNamespace(meta=meta(0.0), cfg=None)) == "no limit"

@@ -269,10 +269,12 @@ def gpt2_chain(root=None) -> Finding:
         text = (f"FP32 attention's logits stay ≤ {fp32_max:,.0f}; the paper placement "
                 f"grows {g['paper_grown_logit_every']} beyond FP32's seed-to-seed spread"
                 # the head names how many seeds; where it is every one, the steps alone say when
-                + ((f" and fails for good at steps {_list([f'{o[2]:,}' for o in boom])}" if len(boom) > 1 and
-                    len(boom) == len(oc["paper"]) else
-                    f" and fails for good in seed{'s' if len(boom) > 1 else ''} {_list([o[0] for o in boom])} "
-                    f"(step{'s' if len(boom) > 1 else ''} {_list([f'{o[2]:,}' for o in boom])})") if boom else "")
+                # o[2] is a run's first failure; an exploded run may come back once and fail again
+                + ((f" and ends its runs failed (first failures at steps {_list([f'{o[2]:,}' for o in boom])})"
+                    if len(boom) > 1 and len(boom) == len(oc["paper"]) else
+                    f" and ends failed in seed{'s' if len(boom) > 1 else ''} {_list([o[0] for o in boom])} "
+                    f"(first failure{'s' if len(boom) > 1 else ''} at step{'s' if len(boom) > 1 else ''} "
+                    f"{_list([f'{o[2]:,}' for o in boom])})") if boom else "")
                 + "{remedies}."
                 + (f" {_cap(_list([words[a] for a in fates]))} never exploded"
                    + (f" (seed{'s' if len(spiked) > 1 else ''} {_list(spiked)}: spikes that recovered)" if spiked else "")
@@ -324,3 +326,24 @@ def markdown(items: list[Finding], chapter_cell=lambda ch: ch) -> str:
                      + (f" Ch. {chs}." if chs else ""))
     lines.append("```")
     return "\n".join(lines)
+
+
+def compiled_in_training(root=None) -> str:
+    """For the intro's placement box: what the authors' own code, compiled as their runs were, did in GPT-2 training
+    (chapter 2c), per seed beside our kernel's eager-placement arm (`lib.studies.gpt2.remedies`, the registered
+    failure rule); "" while no such run is committed."""
+    from lib.studies.gpt2 import reading as g2r
+    from lib.studies.gpt2 import remedies as g2m
+    rem = g2m.in_place([r for r in (_res(n, root) for n in registry.GROUPS["gpt2_authors_compiled"]) if r is not None])
+    chain = [r for r in (_res(n, root) for n in g2r.CHAIN_RESULTS) if r is not None]
+    if not rem or not chain:
+        return ""
+    rows = [r for r in g2m.arm_rows(rem, g2r.merge_seeds(chain)) if r["arm"] == "authors_compiled"]
+    if not rows:
+        return ""
+    runs = [f"seed {r['seed']}: {g2m._arm_outcome(r)}"
+            + (f" (our kernel in their eager placement, from the same initialisation and batches: "
+               f"{g2m.outcome_words(r['base_fail'], r['base_back'], r['base_steps'])})" if r["base_steps"] else "")
+            for r in sorted(rows, key=lambda r: r["seed"])]
+    return ("In GPT-2 training (chapter 2c), the authors' code without its fix, compiled as their runs were — "
+            + "; ".join(runs) + ". No verdict of the table rests on the compiled placement.")

@@ -349,7 +349,10 @@ CONTROL_WORDS = {"reproduced": "held", "partly": "partly held", "not reproduced"
 LEGEND = (
     ("planted", "inputs built with tied row maxima and one-signed V"),
     ("their code", "the authors' flash attention under BF16 autocast, eager, compared bit for bit with our emulator"),
-    ("GPT-2", "GPT-2 124M at the paper's recipe (LR {gpt2_lr}, seed {gpt2_seed})"),
+    ("GPT-2", "GPT-2 124M at the paper's LR ({gpt2_lr}), trained on Python source code in steps of {gpt2_batch} "
+              "tokens after a {gpt2_warmup}-step warm-up (the paper trained on OpenWebText, with larger steps and a "
+              "longer warm-up); chapter 2b's census from seed {gpt2_seed}, chapter 2c's comparison from seeds "
+              "{gpt2_seeds}"),
     ("their benchmark", "Golden et al.'s deviation benchmark"),
     ("proxy", "the small GPT of chapters 4–7 ({proxy_layers} layers, width {proxy_width}, LR {proxy_lr}; chapter "
               "6 also at width {wide_width}), where link 1's preconditions are absent as far as measured: {tie_med} "
@@ -377,6 +380,17 @@ def context(root=None) -> dict:
         from lib.studies.census import reading as census
         n = census.gpt2_numbers(gr)
         c["gpt2_lr"], c["gpt2_seed"] = f"{n['lr']:g}", str(n["seed"])
+    arms = [r for r in (_load(n, root) for n in ("gpt2_arms", "gpt2_arms_s1", "gpt2_arms_s2")) if r is not None]
+    if arms:
+        cfg = arms[0].meta.get("provenance", {}).get("cfg") or arms[0].meta.get("config", {})
+        if cfg.get("batch_size") and cfg.get("model"):
+            c["gpt2_batch"] = f"{cfg['batch_size'] * cfg['model']['block_size']:,}"
+        if cfg.get("warmup") is not None:
+            c["gpt2_warmup"] = f"{cfg['warmup']:,}"
+        seeds = sorted({s for r in arms for s in (r.meta.get("provenance", {}).get("cfg")
+                                                 or r.meta.get("config", {})).get("seeds", [])})
+        c["gpt2_seeds"] = (", ".join(map(str, seeds[:-1])) + " and " + str(seeds[-1])) if len(seeds) > 1 else \
+            "".join(map(str, seeds)) or "—"
     for group, keys in (("healthy_headline", ("proxy_layers", "proxy_width", "proxy_lr")),
                         ("width_768", (None, "wide_width", None))):
         g = _group(group, root)

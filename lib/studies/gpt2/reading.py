@@ -604,7 +604,8 @@ def probe_split(arrays: dict, labels, until: int | None = None) -> dict | None:
     (one label or several: an arm's seeds); None when none of them recorded it (a run without the probe's `split`),
     when no event is left, or when it is NaN throughout (no placement models the arm's attention).
 
-    Returns "n" (conjunction pairs), "n_entries" ((event, layer, head) entries with pairs) and per part ("tie": the
+    Returns "n" (conjunction pairs), "n_entries" ((event, layer, head) entries with pairs), "seeds" (those whose
+    runs it pools) and per part ("tie": the
     rounding of P̄V; "ell": the placement's P̄ and ℓ): its mean along sign(V) in ULP of O ("<part>_mean"); the
     entries whose sum lies along sign(V) and against it ("<part>_along", "<part>_against") and the exact two-sided
     sign test of those counts ("<part>_p"; `lib.stats.sign_test`) — entries, not pairs: pair by pair the tie part
@@ -627,7 +628,8 @@ def probe_split(arrays: dict, labels, until: int | None = None) -> dict | None:
            for key in ("n_conj", "err_tie_sum", "err_tie_agree", "err_tie_nz", "err_ell_sum", "err_ell_agree",
                        "err_ell_nz")}
     n = float(cat["n_conj"].sum())
-    out = {"n": int(n), "n_entries": int((cat["n_conj"] > 0).sum())}
+    out = {"n": int(n), "n_entries": int((cat["n_conj"] > 0).sum()),
+           "seeds": sorted({int(pre.split(":s")[1].split("__")[0]) for pre, ok in got if ok.any()})}
     for part in ("tie", "ell"):
         sums, nz = cat[f"err_{part}_sum"], float(cat[f"err_{part}_nz"].sum())
         st = sign_test(sums[cat["n_conj"] > 0])
@@ -653,14 +655,19 @@ def arms_split(res) -> dict | None:
 
 
 def split_glue(split: dict | None, level: float = 0.05) -> dict:
-    """Glue for one arm's `probe_split` (None: every key "—"): "n" pairs, "entries", and per part ("tie", "ell") its
+    """Glue for one arm's `probe_split` (None: every key "—"): "n" pairs, "entries", "seeds" ("seeds 1 and 2"), and
+    per part ("tie", "ell") its
     mean in ULP of O ("<part>_mean", signed, 2 significant digits), the entries along and against sign(V), the sign
     test's p and "<part>_reads": "indistinguishable from zero" when p ≥ `level`, else "along sign(V)" or "against
     sign(V)" by the majority of entries."""
-    keys = ["n", "entries"] + [f"{p}_{k}" for p in ("tie", "ell") for k in ("mean", "along", "against", "p", "reads")]
+    keys = ["n", "entries", "seeds"] + [f"{p}_{k}" for p in ("tie", "ell")
+                                        for k in ("mean", "along", "against", "p", "reads")]
     if split is None:
         return {k: "—" for k in keys}
-    out = {"n": f"{split['n']:,}", "entries": f"{split['n_entries']:,}"}
+    seeds = [str(x) for x in split["seeds"]]
+    out = {"n": f"{split['n']:,}", "entries": f"{split['n_entries']:,}",
+           "seeds": ("seed " if len(seeds) == 1 else "seeds ") + (", ".join(seeds[:-1]) + " and " + seeds[-1]
+                                                                  if len(seeds) > 1 else seeds[0])}
     for p in ("tie", "ell"):
         out[f"{p}_mean"] = f"{split[p + '_mean']:+.2g}"
         out[f"{p}_along"], out[f"{p}_against"] = f"{split[p + '_along']:,}", f"{split[p + '_against']:,}"
@@ -668,6 +675,18 @@ def split_glue(split: dict | None, level: float = 0.05) -> dict:
         out[f"{p}_reads"] = ("indistinguishable from zero" if not split[p + "_p"] < level
                              else "along sign(V)" if split[p + "_along"] > split[p + "_against"] else "against sign(V)")
     return out
+
+
+def wall_words(res) -> str:
+    """The wall budgets (training seconds) a GPT-2 result's runs had, in words: "1,320 s", "1,320 s or 1,620 s" (a
+    `merge_seeds` reading: each merged result's own, which `recipe` leaves out of the merged configuration) or "no
+    limit"."""
+    metas = res.meta if isinstance(res.meta, list) else [res.meta]
+    cfgs = [m.get("provenance", {}).get("cfg") or m.get("config") or {} for m in metas]
+    if not isinstance(res.meta, list) and getattr(res, "cfg", None) is not None:
+        cfgs = [res.cfg]
+    walls = sorted({float(c["max_wall_s"]) for c in cfgs if c.get("max_wall_s")})
+    return " or ".join(f"{w:,.0f} s" for w in walls) if walls else "no limit"
 
 
 def arms_numbers(res) -> dict:
@@ -684,7 +703,7 @@ def arms_numbers(res) -> dict:
     common = common_step(arrays, labels)
     out = {"common_step": f"{common:,}", "seeds": ", ".join(str(s) for s in cfg["seeds"]),
            "n_seeds": str(len(cfg["seeds"])), "steps": f"{cfg['steps']:,}",
-           "max_wall_s": f"{cfg['max_wall_s']:,.0f}" if cfg.get("max_wall_s") else "none",
+           "max_wall_s": wall_words(res),
            "census_every": f"{cfg['census_every']:,}", "census_rows": str(cfg["census_rows"]),
            "probe_every": f"{cfg['probe']['every']:,}", "probe_rows": str(cfg["probe"]["rows"]),
            "probe_top": str(cfg["probe"]["top"]), "window": str(rules["failure_window"]),
