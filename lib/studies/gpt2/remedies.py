@@ -555,7 +555,7 @@ def dial_lean_words(rows: list[dict], arms=DIAL_ARMS) -> str:
         elif r["arm"] == "paper_s32" and r.get("census_fa2") and r.get("base_census_fa2"):
             own = (f". Those are the rows where BF16 scores tie, the unchanged arm's; this arm's own ties — FP32 "
                    f"scores whose P̄ rounds to 1 in BF16 — gave {r['census_fa2']['n_conj']:,} conjunction pairs in "
-                   f"the census over the same steps, against the unchanged arm's "
+                   f"the census's FA2 rounding placement over the same steps, against the unchanged arm's "
                    f"{r['base_census_fa2']['n_conj']:,}, and the chain probe did not measure O on them, so whether "
                    "the tie bias acts there is not measured")
         parts.append(f"with {_change(r['arm'])}, seed {r['seed']}, O's error along sign(V) on the conjunction pairs "
