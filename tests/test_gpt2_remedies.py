@@ -374,6 +374,25 @@ def test_o_error_on_the_conjunction_pairs_and_what_zeroed_rows_give():
     assert remedies.zeroed(rows) is False and remedies.zeroed([]) is None
 
 
+def test_fix_choice_words_set_the_exact_rule_against_the_guard():
+    """The exact rule prevented the planted failure by zeroing rows (its error in the zeroed range), the guarded fix
+    failed before its baseline: both said, each with its seed; without either form, nothing."""
+    chain = _chain()
+    exact = _remedy("b7", "paper_fix_b7_exact", "paper/round_block=512/beta=7/tie_tol=0.001/max_shift=none+fix",
+                    "paper", [1])
+    _probe(exact, "paper_fix_b7_exact:s1", -180.0, 0.01)
+    guarded = _remedy("b2", "paper_fix_b2", "paper/round_block=512/beta=2/tie_tol=0.001+fix", "paper", [1],
+                      fail_at=100)
+    rows = remedies.arm_rows([exact, guarded], chain)
+    assert remedies.fix_choice_words(rows) == (
+        "In GPT-2 the exact-rule fix (β = 7) prevented the paper placement's failure (seed 1), by zeroing the rows "
+        "whose tied maximum underflows rather than by correcting their rounding; the guarded fix (β = 2), whose "
+        "capped shift keeps those rows, did not prevent it (seed 1).")
+    assert remedies.fix_choice_words(remedies.arm_rows([guarded], chain)) == (
+        "In GPT-2 the guarded fix (β = 2) did not prevent the paper placement's failure (seed 1).")
+    assert remedies.fix_choice_words([]) == ""
+
+
 def test_margins_past_the_baseline_failure_against_the_run_to_run_spread():
     """The paper arm of seed 1 fails near step 250 and the remedy trains to 400 (a margin of ~150 steps). A rerun that
     moved a failure step by 100 steps (only one of the two runs failed: a bound) leaves the margin larger; one that

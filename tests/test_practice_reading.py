@@ -118,6 +118,24 @@ def test_ci_kernel_table_numbers(kernel_bias_table_ci):
     assert n["kt_away"] == "research kernel, paper placement (512-key blocks)" and n["kt_unresolved"] == "none"
     assert "user kernel, fix β = 2" in n["kt_missing"] and "stable_attention" not in n["kt_missing"]
     assert n["kt_shape"] == "2·4·64·16"
+    assert n["kt_fa2_fix"] == ""            # the ci table has no FA2 kernel with the fix
+
+
+def test_fa2_fix_words_read_both_kinds_of_rows():
+    """The fix in FA2 numerics, before and after, on planted ties and GPT-2's rows, each cell with its interval and
+    direction; the user kernel first, else the research kernel's FA2 numerics, else nothing."""
+    cell = lambda m: dict(mean=m, lo=m - 0.01, hi=m + 0.01, n_problems=8, widen=1.2)      # noqa: E731
+    d = dict(gaps={"concentrated": 14}, labels={},
+             table={"ours_fa2": {"concentrated": cell(-0.13)}, "ours_fa2+fix": {"concentrated": cell(0.23)}})
+    assert rd.fa2_fix_words(d) == ("In the kernel table the fix moved the error of the research kernel, FA2 numerics on "
+                                   "the planted concentrated ties (gap 14 nats) from −0.13 [−0.14, −0.12] ULP (toward "
+                                   "zero) to +0.23 [+0.22, +0.24] ULP (away from zero).")
+    d["table"] |= {"stable": {"concentrated": cell(-0.1), "gpt2": cell(0.0)},
+                   "stable+fix": {"concentrated": cell(0.2), "gpt2": cell(0.0)}}
+    w = rd.fa2_fix_words(d)
+    assert w.startswith("In the kernel table the fix moved the error of the user kernel on the planted") and \
+        "on GPT-2's tied rows from +0.00 [−0.01, +0.01] ULP (not resolved from zero)" in w, w
+    assert rd.fa2_fix_words(dict(d, table={"stable": {"concentrated": cell(0.1)}})) == ""
 
 
 @pytest.fixture(scope="module")

@@ -982,6 +982,34 @@ def fix_words(rows: list[dict], arms=FIX_ARMS) -> str:
             + (f" Not run yet: {', '.join(missing)}." if missing else ""))
 
 
+def fix_choice_words(rows: list[dict], exact=EXACT_ARMS, guarded=("paper_fix_b2",)) -> str:
+    """For a practitioner choosing the fix's form: what the paper's exact rule (no guard) and the guarded fix did to
+    the paper placement's failure in GPT-2 (`verdicts`, with the seeds where the unremedied arm failed), and whether
+    the exact rule did it by zeroing rows (`zeroed`); "" when neither form has trained."""
+    v = verdicts(rows)
+
+    def seeds(arms) -> str:
+        s = sorted({r["seed"] for r in rows if r["arm"] in arms and r["base_fail"] is not None})
+        return ("seed " if len(s) == 1 else "seeds ") + series([str(x) for x in s]) if s else "no seed decided"
+
+    word = {True: "prevented", False: "did not prevent", None: "has not yet been judged against"}
+    parts = []
+    ex = [a for a in exact if a in v]
+    for verdict in (True, False, None):
+        arms = [a for a in ex if v[a] is verdict]
+        if arms:
+            parts.append(f"{series([_change(a) for a in arms])} {word[verdict]} the paper placement's failure "
+                         f"({seeds(arms)})" + (", by zeroing the rows whose tied maximum underflows rather than by "
+                                               "correcting their rounding" if verdict and zeroed(rows) else ""))
+    for a in (a for a in guarded if a in v):
+        parts.append(f"the {_change(a)}, whose capped shift keeps those rows, {word[v[a]]} it ({seeds([a])})"
+                     if parts else f"{_change(a)} {word[v[a]]} the paper placement's failure ({seeds([a])})")
+    if not parts:
+        return ""
+    text = "In GPT-2 the " + "; ".join(parts) + "."
+    return text.replace("In GPT-2 the the ", "In GPT-2 the ")
+
+
 def bound_words(rows: list[dict]) -> str:
     """For a reader: what each arm that changes the model (`model_words`: a bound on the logits) did to the census
     of the first link's preconditions — conjunction pairs, largest logit, share of tied rows (the largest of a head,

@@ -198,7 +198,30 @@ def kernel_table_numbers(res) -> dict:
             "kt_skipped": "; ".join(f"{k}: {v}" for k, v in d["skipped"].items()) or "none",
             "kt_toward": named("toward zero"), "kt_away": named("away from zero"),
             "kt_unresolved": named("not resolved from zero"),
-            "kt_diffuse_max": f"{max(diffuse):.3f}" if diffuse else "—", **_gpt2_numbers(d)}
+            "kt_diffuse_max": f"{max(diffuse):.3f}" if diffuse else "—", "kt_fa2_fix": fa2_fix_words(d),
+            **_gpt2_numbers(d)}
+
+
+def fa2_fix_words(d: dict, name: str = "stable") -> str:
+    """What the fix did in FA2 numerics in the kernel bias table (its data `d`), for kernel `name` (the user kernel;
+    the research kernel's FA2 numerics where the table lacks it): its mean error along sign(V) without and with the
+    fix on the planted concentrated ties and on GPT-2's tied rows, each with the way its 95 % interval puts it; ""
+    when the table has neither."""
+    t = d["table"]
+    if name not in t or name + "+fix" not in t:
+        name = "ours_fa2"
+    if name not in t or name + "+fix" not in t:
+        return ""
+    cell = lambda c: f"{_interval(c)} ULP ({_direction(c)})"        # noqa: E731
+    kinds = [(k, w) for k, w in (("concentrated", f"on the planted concentrated ties (gap {d['gaps']['concentrated']:g}"
+                                                   " nats)"), ("gpt2", "on GPT-2's tied rows"))
+             if k in t[name] and k in t[name + "+fix"]]
+    if not kinds:
+        return ""
+    from lib.studies.practice import kernel_table as kt
+    label = kernel_label(name, kt.LABELS | d["labels"])
+    return (f"In the kernel table the fix moved the error of the {label} "
+            + "; ".join(f"{w} from {cell(t[name][k])} to {cell(t[name + '+fix'][k])}" for k, w in kinds) + ".")
 
 
 GPT2_ARMS = {"fp32": "FP32 attention", "sdpa": "flash SDPA", "ours_fa2": "our FA2 placement",
