@@ -460,13 +460,13 @@ def _what_happened(res, sm, rs, judged, h, h_sm, judged_sm, rn, identical) -> st
                if sm_rep.get("repeat") else "")
             + ("; the same arm and seed run in another result: " + "; ".join(
                 f"{w(x['arm'])}, seed {x['seed']}, in {catalogue.title(x['results'][0])} and "
-                f"{catalogue.title(x['results'][1])} (commits "
-                f"{x['commits'][0][:7]} and {x['commits'][1][:7]}) over {x['steps']} shared steps, "
+                f"{catalogue.title(x['results'][1])} ("
+                + ("the same version of the code" if x["commits"][0] == x["commits"][1] else
+                   "two versions of the code") + f") over {x['steps']} shared steps, "
                 + ("bit-identical" if x["identical"] else f"first difference at step {x['first_diff']}")
                 for x in reps) if reps else "")
-            + ". Same seed, same curve, on the GPU, for our kernel. PyTorch's flash SDPA backward adds dQ with atomics in a non-deterministic order under "
-            "our harness's default `deterministic=\"warn\"` (`lib/training/train.py`; `\"strict\"` selects its "
-            "deterministic variant), so its curve is not repeatable bit for bit and its single run here is one draw "
+            + ". Same seed, same curve, on the GPU, for our kernel. PyTorch's flash SDPA backward adds dQ with atomics in a non-deterministic order unless "
+            "deterministic algorithms are required, which these runs did not, so its curve is not repeatable bit for bit and its single run here is one draw "
             "of several possible outcomes.")
 
 
