@@ -95,3 +95,24 @@ def test_figure_is_readable(with_result):
             assert len(fig.axes) == 2
     finally:
         plt.close(fig)
+
+
+def test_leans_count_the_cells_on_each_side_and_say_so(monkeypatch):
+    """`telemetry_leans`: per arm, the (head, seed) cells whose share of positive steps lies above / below ½, their
+    median, the sign test across cells and the fix's largest zeroed share; `lean_words` says each."""
+    from lib.training import runs as training_runs
+    monkeypatch.setattr(training_runs, "arm_label", lambda res, arm: {"paper_x": "planted", "paper_x+fix": "fixed"}[arm])
+    res = _Res()
+    leans = dr.telemetry_leans(res)
+    reading = dr.telemetry_sign(res)
+    for x in leans:
+        frac = reading["arms"][x["arm"]]["frac"]
+        assert x["cells"] == S * L * H and x["above"] == int((frac > 0.5).sum())
+        assert x["below"] == int((frac < 0.5).sum()) and x["median"] == pytest.approx(float(np.median(frac)))
+        want = binomtest(x["above"], x["above"] + x["below"], 0.5, alternative="greater").pvalue
+        assert x["p_greater"] == pytest.approx(want)
+    assert leans[0]["zero_max"] is None and leans[1]["zero_max"] == pytest.approx(0.10)   # 0.05 × (1 + seed 1)
+    words = dr.lean_words(leans)
+    assert words.startswith(f"planted: {leans[0]['above']} of {S * L * H} (head, seed) cells above ½")
+    assert "fixed: " in words and "at most 10.0% of a layer's rows zeroed at one step" in words
+    assert dr.lean_words([]) == ""

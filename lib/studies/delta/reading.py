@@ -423,3 +423,36 @@ def telemetry_context(res) -> dict:
                 seeds=", ".join(str(s) for s in sorted({r["seed"] for r in runs})),
                 batch=cfg.get("batch_size"), seq=cfg.get("seq_len"), every=cfg.get("telemetry_every"),
                 layers=cfg.get("n_layer"), heads=cfg.get("n_head"), outcomes=oc, label=res.label)
+
+
+def telemetry_leans(res, arms=None) -> list[dict]:
+    """The whole-batch lean of Σ Δδ per arm of a training result with telemetry (`telemetry_sign`), for comparing
+    arms: per arm its label (`lib.training.runs.arm_label`), the (head, seed) cells, those whose share of positive
+    steps lies above / below ½, the median share, and the one-sided exact sign test of above against below across
+    the cells ("p_greater": cells of one seed share weights and batches, so this describes more than it tests), and
+    "zero_max": the largest share of a layer's rows the exact rule zeroed at one telemetry step (None without it)."""
+    from lib.training import runs as training_runs
+    reading = telemetry_sign(res, arms=arms)
+    out = []
+    for arm, r in reading["arms"].items():
+        frac = np.asarray(r["frac"], dtype=np.float64)
+        frac = frac[np.isfinite(frac)]
+        above, below = int((frac > 0.5).sum()), int((frac < 0.5).sum())
+        zmax = np.asarray(r["zero_rows_max"], dtype=np.float64)
+        out.append(dict(arm=arm, label=training_runs.arm_label(res, arm), cells=int(frac.size), above=above,
+                        below=below, median=float(np.median(frac)) if frac.size else float("nan"),
+                        p_greater=stats.sign_test(n_pos=above, n_neg=below)["p_greater"],
+                        zero_max=float(np.nanmax(zmax)) if np.isfinite(zmax).any() else None))
+    return out
+
+
+def lean_words(leans: list[dict], alpha: float = 0.05) -> str:
+    """`telemetry_leans` rows in words: "<label>: 98 of 108 (head, seed) cells above ½, median share 0.591
+    (across cells p = …, leaning positive)"; "" for none."""
+    def one(x):
+        verdict = "leaning positive" if x["p_greater"] < alpha else "no lean at this level"
+        zero = (f"; at most {x['zero_max']:.1%} of a layer's rows zeroed at one step" if x.get("zero_max") is not None
+                else "")
+        return (f"{x['label']}: {x['above']} of {x['cells']} (head, seed) cells above ½ and {x['below']} below, "
+                f"median share {x['median']:.3f} (across cells p = {x['p_greater']:.2g}: {verdict}{zero})")
+    return "; ".join(one(x) for x in leans)
