@@ -161,7 +161,19 @@ def n_link_4(root=None) -> str:
     return _with_gpt2("delta_bias", f"{v['phrase']} — whole batches: {b['above']} of {b['cells']} (head, seed) cells mostly Δδ > 0, p = "
             f"{two_tests.p_text(b['p_greater'])} ({b['power']:.0%} power at a share ≥ {b['detectable']:.0%}); captured "
             f"rows: {r['up']} of {r['cells']} pass ({r['power']:.0%} power only at ≥ {r['detectable']:.0%} positive "
-            f"steps a head; whole batches' median {b['share_med']:.0%})", root)
+            f"steps a head; whole batches' median {b['share_med']:.0%})" + _lean_controls(root), root)
+
+
+def _lean_controls(root=None) -> str:
+    """The whole-batch lean in the healthy regime's control arms (`lib.studies.delta.reading.telemetry_leans`), as a
+    clause for Link 4's row: a fix that removes the tie bias leaning as much says the lean is not the bias's."""
+    more = _load("healthy_headline_more", root)
+    if more is None:
+        return ""
+    from lib.studies.delta import reading
+    leans = reading.telemetry_leans(more)
+    return (" — the same lean in controls (" + "; ".join(f"{x['label']}: {x['above']} of {x['cells']}"
+                                                          for x in leans) + ")") if leans else ""
 
 
 def n_link_5(root=None) -> str:
