@@ -137,7 +137,7 @@ def test_gpt2_chain_reads_the_committed_comparison():
         booms = [o for o in oc["paper"] if o[2] is not None and o[3] is None]
         assert all(f"{o[2]:,}" in f.text for o in booms) and f"exploded in {len(booms)} seed" in f.head
         # every seed exploded: the head counts them, the text gives only the steps (the box's first screen is short)
-        steps_only = "ends its runs failed (first failures at steps" in f.text
+        steps_only = "first fails at steps" in f.text
         assert steps_only == (1 < len(booms) == len(oc["paper"])), f.text
         fa2 = [o for a in ("sdpa", "ours_fa2") for o in oc.get(a, [])]
         if fa2 and all(o[2] is None or o[3] is not None for o in fa2):     # none of them exploded: said in short

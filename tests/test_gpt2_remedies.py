@@ -657,7 +657,8 @@ def test_the_dial_lean_says_how_much_of_o_s_lean_an_arm_kept_and_how_it_ended():
     assert r["census_fa2"]["n_conj"] == 3 * L * H * 1000 and r["base_census_fa2"]["n_conj"] == 3 * L * H * 3
     assert remedies.dial_lean_words([r]).endswith(
         f"this arm's own ties — FP32 scores whose P̄ rounds to 1 in BF16 — gave {3 * L * H * 1000:,} conjunction "
-        f"pairs in the census over the same steps, against the unchanged arm's {3 * L * H * 3}, and the chain "
+        f"pairs in the census's FA2 rounding placement over the same steps, against the unchanged arm's "
+        f"{3 * L * H * 3}, and the chain "
         "probe did not measure O on them, so whether the tie bias acts there is not measured.")
     # an arm whose probe measured on its own ties (recorded in its result) says that, and not the caveat
     s32.data["probe_placement"] = "own"

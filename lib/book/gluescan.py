@@ -47,7 +47,7 @@ QUOTATIONS: dict[str, str] = {
     "The paper's GPT-2 small trained for about 6.6k steps": "the paper's failure step, as the paper reports it",
     "its runs failed after ≈ 2–3.5 B tokens": "the paper's failure horizon, as the paper reports it",
     "GPT-2 small's shape (12 layers × 768": "the paper's model's depth and width",
-    "the paper's recipe (AdamW (0.9, 0.95), no weight decay, clipping at 1":
+    "the paper's optimiser and learning rate (AdamW (0.9, 0.95), no weight decay, clipping at 1":
         "the paper's optimiser settings, as the paper states them",
     "The paper traces its failure to layer 2": "the paper's failing layer, as the paper numbers it",
     "its outlier heads by $\\lVert W_Q\\rVert_2$ are 1, 7, 8, 9, 11 and 12":

@@ -270,11 +270,11 @@ def gpt2_chain(root=None) -> Finding:
                 f"grows {g['paper_grown_logit_every']} beyond FP32's seed-to-seed spread"
                 # the head names how many seeds; where it is every one, the steps alone say when
                 # o[2] is a run's first failure; an exploded run may come back once and fail again
-                + ((f" and ends its runs failed (first failures at steps {_list([f'{o[2]:,}' for o in boom])})"
+                + ((f" and first fails at steps {_list([f'{o[2]:,}' for o in boom])}"
                     if len(boom) > 1 and len(boom) == len(oc["paper"]) else
                     f" and ends failed in seed{'s' if len(boom) > 1 else ''} {_list([o[0] for o in boom])} "
-                    f"(first failure{'s' if len(boom) > 1 else ''} at step{'s' if len(boom) > 1 else ''} "
-                    f"{_list([f'{o[2]:,}' for o in boom])})") if boom else "")
+                    f"(first at step{'s' if len(boom) > 1 else ''} {_list([f'{o[2]:,}' for o in boom])})")
+                   if boom else "")
                 + "{remedies}."
                 + (f" {_cap(_list([words[a] for a in fates]))} never exploded"
                    + (f" (seed{'s' if len(spiked) > 1 else ''} {_list(spiked)}: spikes that recovered)" if spiked else "")
