@@ -201,7 +201,9 @@ def test_split_glue_reads_the_sign_test():
     assert (g["n"], g["tie_mean"], g["tie_reads"], g["ell_reads"]) == ("12,345", "+0.012", "along sign(V)",
                                                                        "indistinguishable from zero")
     assert g["seeds"] == "seeds 1 and 2" and reading.split_glue(dict(sp, seeds=[0]))["seeds"] == "seed 0"
-    assert reading.split_glue(dict(sp, tie_along=5, tie_against=35))["tie_reads"] == "against sign(V)"
+    mixed = reading.split_glue(dict(sp, tie_mean=-0.0002))          # entries mostly along, the pooled mean against
+    assert mixed["tie_reads"] == "most entries along sign(V), though the pooled mean is against sign(V)"
+    assert reading.split_glue(dict(sp, tie_along=5, tie_against=35, tie_mean=-0.0123))["tie_reads"] == "against sign(V)"
     assert set(reading.split_glue(None).values()) == {"—"}
 
 

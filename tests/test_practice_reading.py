@@ -236,6 +236,7 @@ def test_fix_settings_come_from_the_code():
     # printed numbers (23.0 and 3.84): half their last printed digit
     assert float(n["fx_floor_level"]) == pytest.approx(-np.log(1e-10), abs=0.05)
     assert float(n["fx_floor_b7"]) == pytest.approx(-np.log(1e-10) / 6, abs=0.005)
+    assert n["fx_uf_gpu"] == f"{126 * np.log(2) / 1:.0f}" and n["fx_uf"] == f"{150 * np.log(2) / 1:.0f}"
 
 
 # ------------------------------------------------------------------------------------------------ figures

@@ -672,8 +672,12 @@ def split_glue(split: dict | None, level: float = 0.05) -> dict:
         out[f"{p}_mean"] = f"{split[p + '_mean']:+.2g}"
         out[f"{p}_along"], out[f"{p}_against"] = f"{split[p + '_along']:,}", f"{split[p + '_against']:,}"
         out[f"{p}_p"] = f"{split[p + '_p']:.2g}"
+        way = "along sign(V)" if split[p + "_along"] > split[p + "_against"] else "against sign(V)"
+        # the sign test counts entries; where their majority and the pooled mean disagree, say both
+        mean_way = "along sign(V)" if split[p + "_mean"] > 0 else "against sign(V)"
         out[f"{p}_reads"] = ("indistinguishable from zero" if not split[p + "_p"] < level
-                             else "along sign(V)" if split[p + "_along"] > split[p + "_against"] else "against sign(V)")
+                             else way if way == mean_way or split[p + "_mean"] == 0
+                             else f"most entries {way}, though the pooled mean is {mean_way}")
     return out
 
 

@@ -540,12 +540,14 @@ def _step(step) -> str:
 def fix_numbers() -> dict:
     """The recommended settings, read from the code: the user kernel's defaults (β, the shift cap), the fix's window
     at that β (ineffective below x₁/(β − 1); without the cap a row with FP32 P̄ and ℓ underflows above
-    underflow/(β − 1)), and the authors' clamp of ℓ with the tied maximum above which it drops rows, at β = 7 and
+    underflow/(β − 1) where subnormals survive, "fx_uf", and above the normal range's edge on the GPU, "fx_uf_gpu"),
+    and the authors' clamp of ℓ with the tied maximum above which it drops rows, at β = 7 and
     at the user kernel's β."""
     from kernels.stable_attention import stable_attention
     from lib.fp import beta_theory as bt
     from lib.fp.fix import Fix
     from lib.training.authors_fa import authors_attention
+    from lib.training.zero_rows import OURS_ZERO_AT
     p = inspect.signature(stable_attention).parameters
     beta, cap = float(p["beta"].default), float(p["max_shift"].default)
     floor = float(inspect.signature(authors_attention).parameters["row_sum_floor"].default)
@@ -554,7 +556,9 @@ def fix_numbers() -> dict:
     return {"fx_beta": f"{beta:g}", "fx_cap": f"{cap:g}", "fx_paper_beta": f"{Fix().beta:g}",
             "fx_lo": f"{x1 / (beta - 1):.4f}", "fx_uf": f"{xu / (beta - 1):.0f}", "fx_floor": f"{floor:g}",
             "fx_floor_level": f"{level:.1f}", "fx_floor_b7": f"{level / (Fix().beta - 1):.2f}",
-            "fx_floor_b2": f"{level / (beta - 1):.1f}", "fx_min_weight": f"{math.exp(-cap):.1e}"}
+            "fx_floor_b2": f"{level / (beta - 1):.1f}", "fx_min_weight": f"{math.exp(-cap):.1e}",
+            # on the GPU the exponential flushes below FP32's normal range: the row goes earlier than `fx_uf`
+            "fx_uf_gpu": f"{OURS_ZERO_AT / (beta - 1):.0f}"}
 
 
 # ------------------------------------------------------------------------------------------------ the dev log
