@@ -403,7 +403,9 @@ def test_margins_past_the_baseline_failure_against_the_run_to_run_spread():
     margin = 400 - rows[0]["base_fail"]
     assert remedies.margin_words(rows, chain) == ""                       # no rerun: no spread measured
     chain.data["replaced"] = [dict(label="paper:s0", steps=400, set_aside=300, failed_at=200,
-                                   set_aside_failed_at=None)]
+                                   set_aside_failed_at=None),
+                              dict(label="fp32:s0", steps=400, set_aside=300, failed_at=None,     # neither failed:
+                                   set_aside_failed_at=None)]                                      # not counted
     assert remedies.rerun_spread(chain) == (100, True)
     words = remedies.margin_words(rows, chain)
     assert words.startswith(f"The arms that did not fail trained {margin:,}–{margin:,} steps past")

@@ -723,7 +723,9 @@ def margin_words(rows: list[dict], chain, where: str = "above") -> str:
     out = (f"The arms that did not fail trained {lo:,}–{hi:,} steps past the step where their unremedied arm failed "
            f"in the same seed; between two runs of one seed, the failure step moved by "
            f"{'at least ' if bound else ''}{spread:,} steps ({where})")
-    pairs = len(chain.data.get("replaced", []))
+    # only the pairs in which a run failed say anything about where a failure step falls
+    pairs = sum(1 for rep in chain.data.get("replaced", [])
+                if rep.get("failed_at") is not None or rep.get("set_aside_failed_at") is not None)
     if not short:
         return out + (f", less than every margin — but from {pairs} pair{'s' if pairs > 1 else ''} of runs"
                       + (", and a lower bound." if bound else "."))
