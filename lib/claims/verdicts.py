@@ -322,7 +322,8 @@ ROWS = (
         n_placement, "their code", "chapters/02-flash-attention-kernel"),
     Row("Link 1's preconditions occur in training", ("preconditions",), n_preconditions, "GPT-2; proxy",
         "chapters/02b-where-can-the-chain-start"),
-    Row("Golden et al.: flash attention deviates ≈ 10× more, adds 2–5× less weight drift",
+    Row("Golden et al.: at BF16 flash attention deviates ≈ 10× more than baseline attention, yet moves the weights "
+        "2–5× less than BF16 training does",
         ("fa_deviation", "weight_drift_bounded"), n_golden, "their benchmark; proxy", "chapters/03-numeric-deviation"),
     Row("Link 3: in training, O errs with the sign of V", ("o_error_v_sign",), n_link_3, "{gpt2_where}",
         "chapters/04-biased-output"),
