@@ -87,3 +87,9 @@ def test_beta_sweep_figure_draws_every_run_and_the_levels():
     assert len(ax.lines) == 4 + 1                           # runs + the horizon
     assert len(bx.lines) == 4 + 2                           # runs + one level per exact β
     plt.close(fig)
+
+
+def test_signed_shares_read_as_a_reader_writes_them():
+    """A small negative overhead keeps its sign and a decimal ("−0.2 %", not "-0%"); large ones are whole percents."""
+    from lib.studies.fix import reading as fr
+    assert fr._pct(-0.0021) == "−0.2 %" and fr._pct(0.26) == "26 %" and fr._pct(0.046) == "4.6 %"

@@ -416,6 +416,9 @@ def test_margins_past_the_baseline_failure_against_the_run_to_run_spread():
     words = remedies.margin_words(rows, chain)
     assert "moved by 200 steps (above), as much as the margin of paper placement, O in FP32 (seed 1)" in words, words
     assert "(chapter 2c)" in remedies.margin_words(rows, chain, where="chapter 2c")
+    # the authors' code without its fix is not a remedy: its margin is not one of the remedies' margins
+    theirs = dict(rows[0], arm="authors_compiled", steps=rows[0]["base_fail"] + 50)
+    assert remedies.margin_words(rows + [theirs], chain) == remedies.margin_words(rows, chain)
 
 
 def test_an_earlier_failure_within_the_run_to_run_spread_is_not_called_earlier():

@@ -709,12 +709,14 @@ def rerun_spread(chain) -> tuple[int, bool] | None:
 
 
 def margin_words(rows: list[dict], chain, where: str = "above") -> str:
-    """How far each arm that did not fail trained past its unremedied arm's failure in the same seed, beside the
+    """How far each change to the paper placement that did not fail (the authors' code without its fix is not one)
+    trained past its unremedied arm's failure in the same seed, beside the
     run-to-run spread of a failure step (`rerun_spread`; `where` the reader finds the two runs): which margins exceed
     it. "" when no arm outlived a failing baseline or no rerun measured a spread."""
     got = rerun_spread(chain)
-    past = [(r, r["steps"] - r["base_fail"]) for r in rows
-            if r["fail"] is None and r.get("base_fail") is not None and r["steps"] > r["base_fail"]]
+    # the changes to the paper placement, not the authors' own code run without its fix (not a remedy)
+    past = [(r, r["steps"] - r["base_fail"]) for r in rows if r["arm"] not in AUTHORS_UNFIXED
+            and r["fail"] is None and r.get("base_fail") is not None and r["steps"] > r["base_fail"]]
     if got is None or not past:
         return ""
     spread, bound = got
