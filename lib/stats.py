@@ -186,6 +186,13 @@ def one_sided_sign_p(k: int, n: int) -> float:
     return sum(math.comb(n, j) for j in range(k, n + 1)) / 2 ** n
 
 
+def top_of_p(k: int, n: int, arms: int) -> float:
+    """P(X ≥ k) for X ~ Binomial(n, 1/arms): the chance that one named arm of `arms` exchangeable arms comes out on
+    top (say, the largest logit) in k or more of n independent seeds, if the arms did not differ."""
+    p = 1.0 / arms
+    return sum(math.comb(n, j) * p ** j * (1 - p) ** (n - j) for j in range(k, n + 1))
+
+
 def _critical_count(n: int, alpha: float):
     """The fewest positives of n signs that pass a one-sided exact sign test at `alpha` (None when no count can)."""
     from scipy.stats import binom

@@ -71,6 +71,16 @@ def test_flip_signs_are_cached_and_equal_to_fresh_draws():
 def test_one_sided_sign_p():
     assert stats.one_sided_sign_p(3, 3) == pytest.approx(1 / 8)
     assert stats.one_sided_sign_p(2, 3) == pytest.approx(4 / 8)
+
+
+
+def test_top_of_p_is_the_binomial_tail_at_one_over_the_arms():
+    """One arm of three on top in all of 3 seeds: (1/3)³; in 2 or more: 3·(1/3)²·(2/3) + (1/3)³; two arms is the
+    sign test."""
+    assert stats.top_of_p(3, 3, 3) == pytest.approx(1 / 27)
+    assert stats.top_of_p(2, 3, 3) == pytest.approx(3 * (1 / 9) * (2 / 3) + 1 / 27)
+    assert stats.top_of_p(2, 3, 2) == pytest.approx(stats.one_sided_sign_p(2, 3))
+    assert stats.top_of_p(0, 3, 3) == pytest.approx(1.0)
     assert stats.one_sided_sign_p(0, 5) == 1.0
     assert stats.one_sided_sign_p(9, 10) == pytest.approx(stats.sign_test(n_pos=9, n_neg=1)["p_greater"])
 

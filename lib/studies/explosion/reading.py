@@ -25,7 +25,7 @@ from lib.book import catalogue, results
 from lib.fp.bf16 import ulp
 from lib.fp.fix import Fix
 from lib.studies.explosion import figures as ep
-from lib.stats import one_sided_sign_p
+from lib.stats import top_of_p
 from lib.training import horizon as hz, outcome, proxy, regime, runs
 from lib.training.zero_rows import OURS_ZERO_AT
 
@@ -295,8 +295,9 @@ def wide_numbers(parts, refs=None, healthy=None) -> dict:
     n_hot = sum(p > q for _, p, q in per_seed)
     out["wd_hot"] = f"{n_hot} of {len(per_seed)}"
     out["wd_logit_cmp"] = "; ".join(f"seed {s}: {p:.0f} against {q:.0f}" for s, p, q in per_seed)
-    # a one-sided sign test over seeds, stated only as what it is: the chance of this many or more seeds above
-    out["wd_hot_p"] = f"{one_sided_sign_p(n_hot, len(per_seed)):.3f}"
+    # stated only as what it is: the chance of this many or more seeds with the paper arm above both references if
+    # the three arms were exchangeable (each the hottest with chance 1/3, not a coin's 1/2)
+    out["wd_hot_p"] = f"{top_of_p(n_hot, len(per_seed), 3):.3f}"
     ref384 = regime.health(refs.data, refs.arrays).get(wd.data["lr"], {"runs": []})["runs"] if refs else []
     out["wd_ref384_logit"] = runs.span([x["max_logit"] for x in ref384], "{:.0f}")
     n_fail = sum(outcome.failed(o) for o in paper["outcomes"])
