@@ -451,3 +451,19 @@ def test_compile_pool_given_up_changes_nothing(tiny_result):
     assert info["unused"] + len(failed) + len(info["compile_s"]) == info["kernels"]
     strip = lambda rs: sorted(([(k, v) for k, v in r.items() if k != "seconds"] for r in rs), key=str)  # noqa: E731
     assert strip(d["records"]) == strip(tiny_result["data"]["records"])
+
+
+def test_bias_by_length_reads_the_length_sweep(tiny_result):
+    """One (N, signed error) per length of the sweep at the claim's head dim, sorted, equal to the records'; the words
+    name the range and the lengths of each sign."""
+    d = tiny_result["data"]
+    df, st = dr.frame(d), dr.setup(d)
+    rows = dr.bias_by_length(d, "ours:paper", inputs="normal")
+    want = dr.select(df, sweep="seq", impl="ours:paper", d=st["claim_head_dim"], inputs="normal", fmt="bf16")
+    assert [n for n, _ in rows] == sorted(want["N"]) and len(rows) == len(want) > 0
+    for n, b in rows:
+        assert b == float(want[want["N"] == n]["bias_ulp"].iloc[0])
+    planted = [(128, -0.2), (256, 0.1), (512, -0.3)]
+    assert dr.bias_length_words(planted) == ("over the 3 lengths from N = 128 to 512 it runs from -0.300 (N = 512) "
+                                             "to +0.100 ULP (N = 256): negative at N = 128, 512; positive at N = 256")
+    assert dr.bias_length_words([]) == ""

@@ -373,3 +373,25 @@ def _key_numbers(data: dict) -> dict:
     out["tile_N"] = int(select(df, sweep="tile")["N"].iloc[0]) if len(select(df, sweep="tile")) else 0
     out["br_same"], out["br_groups"] = br_invariance(df)
     return out
+
+
+def bias_by_length(data: dict, impl: str, inputs: str = "attention", fmt: str = "bf16") -> list[tuple[int, float]]:
+    """[(N, mean signed error along sign(V) in ULP)] of implementation `impl` over the sequence-length sweep of one
+    `fa_deviation` result, at the claim's head dim, sorted by N."""
+    df, st = frame(data), setup(data)
+    s = select(df, sweep="seq", impl=impl, d=st["claim_head_dim"], inputs=inputs, fmt=fmt)
+    return sorted((int(n), float(b)) for n, b in zip(s["N"], s["bias_ulp"]))
+
+
+def bias_length_words(rows: list[tuple[int, float]]) -> str:
+    """`bias_by_length` in words: the range of the signed error over the lengths and the lengths where it is
+    negative and positive ("" for no rows)."""
+    if not rows:
+        return ""
+    lo, hi = min(rows, key=lambda r: r[1]), max(rows, key=lambda r: r[1])
+    neg = [f"{n:,}" for n, b in rows if b < 0]
+    pos = [f"{n:,}" for n, b in rows if b > 0]
+    side = "; ".join(x for x in (f"negative at N = {', '.join(neg)}" if neg else "",
+                                 f"positive at N = {', '.join(pos)}" if pos else "") if x)
+    return (f"over the {len(rows)} lengths from N = {rows[0][0]:,} to {rows[-1][0]:,} it runs from {lo[1]:+.3f} "
+            f"(N = {lo[0]:,}) to {hi[1]:+.3f} ULP (N = {hi[0]:,}): {side}")
