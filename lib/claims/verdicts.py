@@ -50,7 +50,13 @@ def n_tie_bias(root=None) -> str:
     if b is None or b[0] is None:
         return "—"
     rne, _, gap = b
-    return f"{rne['pv']:+.3f} ± {rne['pv_ci']:.3f} ULP mean P̄V error (95 % CI, {rne['k']} tied maxima)"
+    res = _load("bias_kernel", root)
+    neg = (res.meta.get("config") or res.meta.get("provenance", {}).get("cfg") or {}).get("frac_neg")
+    # the sign reads against V's: with every V negative, a negative error is away from zero (the paper's bias)
+    way = (" (V < 0: away from zero)" if neg == 1.0 and rne["pv"] < 0 else
+           " (V < 0: toward zero)" if neg == 1.0 else "")
+    return (f"{rne['pv']:+.3f} ± {rne['pv_ci']:.3f} ULP mean P̄V error{way} (95 % CI, {rne['k']} tied maxima, gap "
+            f"{gap:g})")
 
 
 def _attention_bias(root):
