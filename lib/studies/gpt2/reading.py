@@ -664,10 +664,10 @@ def split_glue(split: dict | None, level: float = 0.05) -> dict:
                                         for k in ("mean", "along", "against", "p", "reads")]
     if split is None:
         return {k: "—" for k in keys}
+    from lib.studies.gpt2.remedies import series      # (remedies imports this module)
     seeds = [str(x) for x in split["seeds"]]
     out = {"n": f"{split['n']:,}", "entries": f"{split['n_entries']:,}",
-           "seeds": ("seed " if len(seeds) == 1 else "seeds ") + (", ".join(seeds[:-1]) + " and " + seeds[-1]
-                                                                  if len(seeds) > 1 else seeds[0])}
+           "seeds": ("seed " if len(seeds) == 1 else "seeds ") + series(seeds)}
     for p in ("tie", "ell"):
         out[f"{p}_mean"] = f"{split[p + '_mean']:+.2g}"
         out[f"{p}_along"], out[f"{p}_against"] = f"{split[p + '_along']:,}", f"{split[p + '_against']:,}"

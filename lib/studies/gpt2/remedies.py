@@ -1010,8 +1010,7 @@ def fix_choice_words(rows: list[dict], exact=EXACT_ARMS, guarded=("paper_fix_b2"
                      if parts else f"{_change(a)} {word[v[a]]} the paper placement's failure ({seeds([a])})")
     if not parts:
         return ""
-    text = "In GPT-2 the " + "; ".join(parts) + "."
-    return text.replace("In GPT-2 the the ", "In GPT-2 the ")
+    return "In GPT-2 the " + "; ".join(parts) + "."
 
 
 def bound_words(rows: list[dict]) -> str:
