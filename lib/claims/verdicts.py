@@ -408,7 +408,7 @@ def context(root=None) -> dict:
             c["gpt2_warmup"] = f"{cfg['warmup']:,}"
         seeds = sorted({s for r in arms for s in (r.meta.get("provenance", {}).get("cfg")
                                                  or r.meta.get("config", {})).get("seeds", [])})
-        from lib.studies.gpt2.remedies import series
+        from lib.studies.gpt2.reading import series
         c["gpt2_seeds"] = series([str(x) for x in seeds]) or "—"
     for group, keys in (("healthy_headline", ("proxy_layers", "proxy_width", "proxy_lr")),
                         ("width_768", (None, "wide_width", None))):

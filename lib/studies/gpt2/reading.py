@@ -664,7 +664,6 @@ def split_glue(split: dict | None, level: float = 0.05) -> dict:
                                         for k in ("mean", "along", "against", "p", "reads")]
     if split is None:
         return {k: "—" for k in keys}
-    from lib.studies.gpt2.remedies import series      # (remedies imports this module)
     seeds = [str(x) for x in split["seeds"]]
     out = {"n": f"{split['n']:,}", "entries": f"{split['n_entries']:,}",
            "seeds": ("seed " if len(seeds) == 1 else "seeds ") + series(seeds)}
@@ -679,6 +678,11 @@ def split_glue(split: dict | None, level: float = 0.05) -> dict:
                              else way if way == mean_way or split[p + "_mean"] == 0
                              else f"most entries {way}, though the pooled mean is {mean_way}")
     return out
+
+
+def series(words: list[str]) -> str:
+    """Words as a reader lists them: "", "a", "a and b", "a, b and c"."""
+    return "" if not words else words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
 def wall_words(res) -> str:

@@ -22,7 +22,7 @@ import numpy as np
 
 from lib.studies.gpt2 import channels
 from lib.studies.gpt2.reading import (CHAIN_ARMS, FOCUS_LAYER, at_step, cfg_of, fp32_spread, layer_series,
-                                      outcomes, probe_split, rerun_pair, share_words)
+                                      outcomes, probe_split, rerun_pair, series, share_words)
 
 __all__ = ["REMEDY_GROUPS", "CLAIM_ARMS", "SHORT", "PAPER_REMEDIES", "FIX_ARMS", "advice_words", "pending_words",
            "model_words", "census_totals", "bound_words", "bound_removes_conjunction",
@@ -887,11 +887,6 @@ def cost_words(rows: list[dict], bench: dict | None) -> str:
             + f": {_change(best)}"
             + (f", level within the rounds' range with {series(level)}" if level else "") + ".")
     return out + (f" Not timed yet: {', '.join(untimed)}." if untimed else "")
-
-
-def series(words: list[str]) -> str:
-    """Words as a reader lists them: "", "a", "a and b", "a, b and c"."""
-    return "" if not words else words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
 def o_error_words(rows: list[dict], arms=FIX_ARMS) -> str:
