@@ -21,6 +21,9 @@ STALE=$(python3 -c "import sys, lib.book.setup; from lib.book import results as 
 print(*[n for n in sys.argv[1:] if r.staleness(r.load(n, 'full').meta)])" $ALL 2>/dev/null) || STALE="$ALL"
 stale() { [[ " $(echo $STALE) " == *" $1 "* ]]; }
 n_left() { python3 -c "import json,sys;print(json.load(open('$R/full/$1.json'))['data']['n_left'])" 2>/dev/null || echo 99; }
+# a certificate half to run: stale, or fresh but committed part-done (its combinations left; the done ones carry over)
+todo() { stale $1 || [ "$(python3 -c "import json;print(json.load(open('results/full/$1.json'))['data'].get('n_left', 0))" \
+                         2>/dev/null || echo 0)" != 0 ]; }
 log "phase $P on $(nvidia-smi --query-gpu=name --format=csv,noheader) commit ${BOOK_GIT_COMMIT:-?}"
 SUITE=
 if [ "$P" = 1 ]; then
@@ -28,9 +31,9 @@ if [ "$P" = 1 ]; then
 fi
 # beside the suite: the proxy half, or once its committed result is fresh, the first ≈ 300 s of the GPT-2 half (the
 # suite's time; the idle GPU is kept for the benchmarks, and the GPT-2 half resumes after them)
-if stale loop_certificate_proxy && [ "$(n_left loop_certificate_proxy)" != 0 ] && [ "$(left)" -gt 240 ]; then
+if todo loop_certificate_proxy && [ "$(n_left loop_certificate_proxy)" != 0 ] && [ "$(left)" -gt 240 ]; then
   run loop_certificate_proxy --set max_s=$(( $(left) - 200 )); log "proxy left: $(n_left loop_certificate_proxy)"
-elif [ -n "$SUITE" ] && stale loop_certificate_gpt2 && [ "$(left)" -gt 500 ]; then
+elif [ -n "$SUITE" ] && todo loop_certificate_gpt2 && [ "$(left)" -gt 500 ]; then
   run loop_certificate_gpt2 --set max_s=300; log "gpt2 left: $(n_left loop_certificate_gpt2)"
 fi
 if [ -n "$SUITE" ]; then wait $SUITE; log "gpu-tests rc=$(cat /tmp/suite.rc)"; tail -5 /tmp/suite_run.log | tee -a /tmp/hold.log
@@ -41,7 +44,7 @@ for nb in "capture_overhead_bench 200" "train_step_bench 260" "train_step_fix 14
   read -r n need <<< "$nb"
   stale $n && [ ! -f $R/full/$n.json ] && [ "$(left)" -gt $need ] && run $n
 done
-if stale loop_certificate_gpt2 && [ "$(n_left loop_certificate_gpt2)" != 0 ] && [ "$(left)" -gt 300 ]; then
+if todo loop_certificate_gpt2 && [ "$(n_left loop_certificate_gpt2)" != 0 ] && [ "$(left)" -gt 300 ]; then
   run loop_certificate_gpt2 --set max_s=$(( $(left) - 230 )); log "gpt2 left: $(n_left loop_certificate_gpt2)"
 fi
 # one archive of every result so far (a call returns at most 8 files): tar xzf results.tgz -C results (here)
