@@ -341,7 +341,7 @@ def compiled_in_training(root=None) -> str:
     rows = [r for r in g2m.arm_rows(rem, g2r.merge_seeds(chain)) if r["arm"] == "authors_compiled"]
     if not rows:
         return ""
-    runs = [f"seed {r['seed']}: {g2m._arm_outcome(r)}"
+    runs = [f"seed {r['seed']}: {g2m.arm_outcome(r)}"
             + (f" (our kernel in their eager placement, from the same initialisation and batches: "
                f"{g2m.outcome_words(r['base_fail'], r['base_back'], r['base_steps'])})" if r["base_steps"] else "")
             for r in sorted(rows, key=lambda r: r["seed"])]

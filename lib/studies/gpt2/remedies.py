@@ -318,7 +318,7 @@ def _cut_short(r: dict) -> bool:
     return r.get("cut") is not None and bool(r.get("horizon")) and r["cut"] < r["horizon"]
 
 
-def _arm_outcome(r: dict) -> str:
+def arm_outcome(r: dict) -> str:
     """`outcome_words` of an `arm_rows` row, saying when its wall budget stopped it short of the horizon and when an
     arm registered compiled trained eagerly because its compilation failed."""
     return (outcome_words(r["fail"], r["back"], r["steps"])
@@ -342,9 +342,9 @@ def device_words(rows: list[dict]) -> str:
 
 
 def _run_words(r: dict) -> str:
-    return (f"seed {r['seed']}: {_arm_outcome(r)} — unremedied, "
+    return (f"seed {r['seed']}: {arm_outcome(r)} — unremedied, "
             f"{r['base_words']}: {outcome_words(r['base_fail'], r['base_back'], r['base_steps'])}"
-            if r["base_steps"] is not None else f"seed {r['seed']}: {_arm_outcome(r)} "
+            if r["base_steps"] is not None else f"seed {r['seed']}: {arm_outcome(r)} "
                                                 f"(its baseline not run at this seed)")
 
 
@@ -768,7 +768,7 @@ def advice_words(rows: list[dict], arms=PAPER_REMEDIES) -> str:
     for a in ran:
         mine = [r for r in rows if r["arm"] == a]
         parts.append(f"{_change(a)} — {word[v[a]]} (" + "; ".join(
-            f"seed {r['seed']}: {_arm_outcome(r)}" for r in mine) + ")")
+            f"seed {r['seed']}: {arm_outcome(r)}" for r in mine) + ")")
     fails = sorted({(r["seed"], r["base_fail"]) for r in rows if r["arm"] in ran and r["base_fail"] is not None})
     out = (f"In GPT-2 124M at the paper's recipe ({_seeds_words(seeds)}), where the paper placement failed ("
            + "; ".join(f"seed {s}: at step {f:,}" for s, f in fails) + "), each change to it: " + "; ".join(parts)
@@ -962,7 +962,7 @@ def fix_words(rows: list[dict], arms=FIX_ARMS) -> str:
         mine = sorted((r for r in rows if r["arm"] == a), key=lambda r: r["seed"])
         decided = [r for r in mine if r["base_fail"] is not None]
         text = (f"{_change(a)} {word[v[a]]} the paper placement's failure ("
-                + "; ".join(f"seed {r['seed']}: {_arm_outcome(r)}" for r in mine)
+                + "; ".join(f"seed {r['seed']}: {arm_outcome(r)}" for r in mine)
                 + ("; the unremedied arm failed at step " + " and ".join(
                     f"{r['base_fail']:,}" + (f" in seed {r['seed']}" if len(decided) > 1 else "") for r in decided)
                    if decided else "") + ")")
