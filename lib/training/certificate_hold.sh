@@ -34,7 +34,10 @@ fi
 if todo loop_certificate_proxy && [ "$(n_left loop_certificate_proxy)" != 0 ] && [ "$(left)" -gt 240 ]; then
   run loop_certificate_proxy --set max_s=$(( $(left) - 200 )); log "proxy left: $(n_left loop_certificate_proxy)"
 elif [ -n "$SUITE" ] && todo loop_certificate_gpt2 && [ "$(left)" -gt 500 ]; then
-  run loop_certificate_gpt2 --set max_s=300; log "gpt2 left: $(n_left loop_certificate_gpt2)"
+  # with no benchmark stale the idle GPU is not needed after the suite: the GPT-2 half takes the whole call
+  BENCH_STALE=$(for n in $STALE; do case $n in loop_certificate_*) ;; *) echo $n;; esac; done)
+  run loop_certificate_gpt2 --set max_s=$([ -n "$BENCH_STALE" ] && echo 300 || echo $(( $(left) - 230 )))
+  log "gpt2 left: $(n_left loop_certificate_gpt2)"
 fi
 if [ -n "$SUITE" ]; then wait $SUITE; log "gpu-tests rc=$(cat /tmp/suite.rc)"; tail -5 /tmp/suite_run.log | tee -a /tmp/hold.log
   cp /tmp/suite/full/gpu_tests.log "$OUT/gpu_tests.log" 2>/dev/null; fi
