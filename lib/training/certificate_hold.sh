@@ -25,6 +25,14 @@ n_left() { python3 -c "import json,sys;print(json.load(open('$R/full/$1.json'))[
 todo() { stale $1 || [ "$(python3 -c "import json;print(json.load(open('results/full/$1.json'))['data'].get('n_left', 0))" \
                          2>/dev/null || echo 0)" != 0 ]; }
 log "phase $P on $(nvidia-smi --query-gpu=name --format=csv,noheader) commit ${BOOK_GIT_COMMIT:-?}"
+# A combination carries over only on the GPU model it was certified on, so each model keeps its own record of the
+# GPT-2 half's part-done combinations: on an H200 the certificate resumes from the H200's (the committed carry file
+# holds the H100's), and whichever model completes all of them gives the committed result.
+case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in
+  *H200*) [ -f results/loop_certificate_gpt2_carry_h200.json ] &&
+          cp results/loop_certificate_gpt2_carry_h200.json results/loop_certificate_gpt2_carry.json
+          log "H200: the GPT-2 half carries from the H200's record" ;;
+esac
 SUITE=
 if [ "$P" = 1 ]; then
   ( OUT=/tmp/suite make gpu-tests > /tmp/suite_run.log 2>&1; echo $? > /tmp/suite.rc ) & SUITE=$!
