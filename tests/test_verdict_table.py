@@ -257,3 +257,13 @@ def test_gpt2_remedy_words_name_what_ran_against_the_unremedied_failure():
     assert words.startswith("guarded fix (β = 2), seed 1: ") and "(unremedied: failed at step " in words
     assert gpt2_remedy_words(("paper_never_registered",)) == ""
     assert n_remedy(("paper_fix_b2",)).startswith(f"GPT-2: {words}")
+
+
+@pytest.mark.skipif(not results.exists("bias_montecarlo", "full"), reason="no committed bias_montecarlo")
+def test_the_snapback_finding_reads_the_monte_carlo_cell(tmp_path):
+    from lib.fp import snapback
+    res = results.load("bias_montecarlo", "full")
+    cell = next(r for r in res.data["grid"] if (r["k"], r["gap"]) == snapback.SHOWCASE)
+    f = verdicts.findings()["snapback"]
+    assert f"{cell['rne_pv']:+.3f}" in f and f"{cell['rne_o_rtn']:+.3f}" in f     # the grid's own numbers
+    assert verdicts.findings(tmp_path)["snapback"] == "not measured"

@@ -513,7 +513,8 @@ def findings(root=None) -> dict:
     eager backward as released), "floor_value" (their floor on ℓ), "fix_beta" (the β their fix ran with), "floor"
     (that floor turns β = 7 into row
     dropping), "row_dropping" (at the unhealthy LR, "row_dropping_lr",
-    row dropping alone reproduces the stable fix), "ntr" (normalise-then-round's own bias on tensor cores)."""
+    row dropping alone reproduces the stable fix), "ntr" (normalise-then-round's own bias on tensor cores),
+    "snapback" (round-then-normalise keeps the tie bias that P̄V's rounding averaged out)."""
     out = {}
     pp = _load("paper_placement", root)
     if pp is not None:
@@ -558,6 +559,16 @@ def findings(root=None) -> dict:
                       f"{'toward' if rne['o_ntr'] > 0 else 'away from'} zero)")
     else:
         out["ntr"] = "not measured"
+    mc = _load("bias_montecarlo", root)
+    if mc is not None:
+        from lib.fp import snapback
+        c = snapback.grid_cells(mc.data["grid"], mc.meta["config"], [snapback.SHOWCASE])[0]
+        out["snapback"] = (f"with {c['k']} tied maxima and a remainder of {c['rho']:.2f} ULP of one V, P̄V's rounding "
+                           f"errs by {c['pv'][0]:+.3f} ULP on average, O rounded then normalised by "
+                           f"{c['o_rtn'][0]:+.3f} ± {c['o_rtn'][1]:.3f}: the second rounding returns to the tied "
+                           f"sum's rounding and drops the remainder")
+    else:
+        out["snapback"] = "not measured"
     return out
 
 

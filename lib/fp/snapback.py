@@ -22,6 +22,11 @@ from lib.fp.bf16 import ulp
 from lib.fp.rounding_bias import cluster_ci, emulate_rows, make_rows
 
 
+# The cell chapter 1 and the intro read in words: two tied maxima, gap 10 nats, where the remainder is about half an
+# ULP of one V — chosen from the derivation (σ ≈ ρ/k well inside ½ while ρ is far from 0), not from the outcome.
+SHOWCASE = (2, 10)
+
+
 def tied_power_of_two(k: int) -> bool:
     """Whether the derivation applies: at least two tied maxima (k = 1 has no tie to round) and k a power of two."""
     return k >= 2 and not k & (k - 1)
