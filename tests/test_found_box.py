@@ -40,8 +40,8 @@ def test_the_bias_numbers_are_the_results(items):
     rne, beta, _ = verdicts._bias_cells(None)
     assert f"{rne['pv']:+.3f} ± {rne['pv_ci']:.3f} ULP" in items[0].text and f"({beta['pv']:+.3f})" in items[0].text
     if HAVE["fa_deviation"]:
-        a, b = verdicts._attention_bias(None)
-        assert f"{a:+.3f} → {b:+.3f} ULP" in items[0].text
+        a, b, n = verdicts._attention_bias(None)
+        assert f"{a:+.3f} → {b:+.3f} ULP, {n:,} keys" in items[0].text
         assert ("adds its own" in items[0].text) == (abs(b) > abs(a))
 
 

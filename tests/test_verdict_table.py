@@ -132,12 +132,17 @@ def test_the_explosion_number_agrees_with_its_verdict(rows):
 def test_fix_where_says_where_the_fix_adds_a_bias(monkeypatch):
     from lib.studies.golden import reading as golden
     tied = dict(status="reproduced", evidence="tied rows: -0.25 → 0.00")
+    sweep = {"ours:paper": [(1024, -0.1), (4096, -0.26), (8192, 0.01)],
+             "ours:paper+fix": [(1024, -0.05), (4096, -2.4), (8192, -4.9)]}
+    monkeypatch.setattr(golden, "bias_by_length", lambda data, impl: sweep[impl])
     for a, b, want in ((-0.26, -2.4, "partly"), (-0.26, -0.01, "reproduced")):
         monkeypatch.setattr(golden, "key_numbers", lambda data, _a=a, _b=b: {"bias:attention:ours:paper": _a,
-                                                                           "bias:attention:ours:paper+fix": _b})
+                                                                           "bias:attention:ours:paper+fix": _b,
+                                                                           "N": 4096})
         v = claims.fix_where(tied, {})
-        assert v["status"] == want and f"{a:+.3f} to {b:+.3f} ULP" in v["evidence"]
+        assert v["status"] == want and f"at 4,096 keys goes from {a:+.3f} to {b:+.3f} ULP" in v["evidence"]
         assert ("adds a bias of its own" in v["evidence"]) == (want == "partly")
+        assert "the larger in size at 2 of 3 lengths (1,024–8,192 keys)" in v["evidence"]
 
 
 @pytest.mark.skipif(not HAVE["gpt2_regime"], reason="no committed gpt2_regime")

@@ -64,10 +64,10 @@ def bias(root=None) -> Finding:
     att = _v._attention_bias(root)
     used = [res]
     if att is not None:
-        a, b = att
+        a, b, n = att
         used.append(dev)
-        text += (f" but adds its own on sink-tied attention inputs ({a:+.3f} → {b:+.3f} ULP)" if abs(b) > abs(a)
-                 else f" and on sink-tied attention inputs ({a:+.3f} → {b:+.3f} ULP)")
+        text += (f" but adds its own on sink-tied attention inputs ({a:+.3f} → {b:+.3f} ULP, {n:,} keys)"
+                 if abs(b) > abs(a) else f" and on sink-tied attention inputs ({a:+.3f} → {b:+.3f} ULP, {n:,} keys)")
     return Finding(head, text + ".", used, ("chapters/01-bf16-rounding", "chapters/03-numeric-deviation"))
 
 

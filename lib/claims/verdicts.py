@@ -67,7 +67,7 @@ def _attention_bias(root):
     from lib.studies.golden import reading as golden
     kn = golden.key_numbers(res.data)
     a, b = kn.get("bias:attention:ours:paper"), kn.get("bias:attention:ours:paper+fix")
-    return None if a is None or b is None else (a, b)
+    return None if a is None or b is None else (a, b, kn["N"])
 
 
 def n_fix(root=None) -> str:
@@ -76,7 +76,7 @@ def n_fix(root=None) -> str:
     if b is not None and b[1] is not None:
         parts.append(f"tied rows {b[0]['pv']:+.3f} → {b[1]['pv']:+.3f} ULP")
     if att is not None:
-        parts.append(f"sink ties {att[0]:+.3f} → {att[1]:+.3f} ULP")
+        parts.append(f"sink ties {att[0]:+.3f} → {att[1]:+.3f} ULP at {att[2]:,} keys")
     return "; ".join(parts) or "—"
 
 
