@@ -536,3 +536,49 @@ def test_a_failed_gpu_suite_beside_the_only_arm_ends_the_campaign(disk, monkeypa
     begun, gpu_tests = fake_phase_1(disk, monkeypatch, tests_rc=0)
     assert campaign.main(["1", "--out", str(out), "--entry", "gpt2_arms_s0_fp32", "--wait", "0"]) == 0
     assert stopped == [["gpt2_arms_s0_fp32"]] and "FAILED" not in capsys.readouterr().out
+
+
+def test_select_arms_keeps_the_named_arms_and_marks_partial_entries(disk, capsys):
+    inj, low = entry("gpt2_inject_s1"), entry("gpt2_inject_low_s1")
+    got = campaign.select_arms([inj, low], ["inject_1x"])
+    assert [c["_entry"] for c in got] == ["gpt2_inject_s1"] and campaign._labels(got[0]) == ["inject_1x:s1"]
+    assert got[0]["_partial"] and "gpt2_inject_low_s1: none of its arms named by --arms; left out" in capsys.readouterr().out
+    both = campaign.select_arms([inj], ["inject_1x", "inject_10x"])
+    assert not both[0]["_partial"] and campaign._labels(both[0]) == ["inject_1x:s1", "inject_10x:s1"]
+    with pytest.raises(ValueError, match="inject_3x"):
+        campaign.select_arms([inj], ["inject_3x"])
+
+
+def test_an_entry_of_two_arms_trains_one_arm_a_hold_on_one_gpu(disk, monkeypatch, capsys):
+    """Hold 1 (`--arms inject_1x`): only that arm starts, phase 3 never saves the partial entry and its finished arm
+    comes back in arms_done.tar; kept here, hold 2 (no `--arms`) reuses it, starts only the other arm and saves the
+    entry."""
+    name = "gpt2_inject_s1"
+    monkeypatch.setattr(campaign.torch.cuda, "device_count", lambda: 1)
+    calls = []
+    monkeypatch.setattr(campaign, "save", lambda n, out, env=None: calls.append(n) or 0)
+    begun, _ = fake_phase_1(disk, monkeypatch)
+    out = disk / "out"
+    assert campaign.main(["1", "--out", str(out), "--entry", name, "--arms", "inject_1x", "--wait", "0",
+                          "--no-gpu-tests"]) == 0
+    assert begun == [("inject_1x:s1", 0)]
+    cfg = entry(name)
+    finished(cfg, "inject_1x:s1", steps=9)
+    assert campaign.main(["2", "--out", str(out), "--entry", name, "--arms", "inject_1x", "--skip-checks",
+                          "--wait", "0"]) == 0
+    assert calls == []                                    # phase 2 does not save a partial entry either
+    (out / campaign.TAR).unlink()
+    assert campaign.main(["3", "--out", str(out), "--entry", name, "--arms", "inject_1x", "--wait", "0"]) == 0
+    assert calls == [] and f"{name} not saved: only its arms inject_1x:s1 train here" in capsys.readouterr().out
+    kept = disk / "kept"
+    campaign.keep(out / campaign.TAR, kept)
+    assert sorted(p.name for p in (kept / name).iterdir()) == ["inject_1x_s1.json", "inject_1x_s1.log",
+                                                             "inject_1x_s1.result.gz"]
+    # hold 2, on a bare machine: the kept arm is reused, only the other one trains
+    shutil.rmtree(disk / "machine")
+    monkeypatch.setattr(campaign, "KEPT", kept)
+    begun.clear()
+    assert campaign.main(["1", "--out", str(out), "--entry", name, "--wait", "0", "--no-gpu-tests"]) == 0
+    assert begun == [("inject_10x:s1", 0)]
+    finished(cfg, "inject_10x:s1", steps=9)
+    assert campaign.main(["3", "--out", str(out), "--entry", name, "--wait", "0"]) == 0 and calls == [name]

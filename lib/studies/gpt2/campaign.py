@@ -41,6 +41,14 @@ fingerprints equal the current ones into its workdir as finished, so that neithe
 it again, and says from which commit and device; on any difference it says why, and the arm trains again. When an
 entry is saved with a reused arm, a line names it, and the arm's log (kept with it) says so in $OUT/arms.log.
 
+One arm of an entry at a time. `--arms LABEL …` trains only the named arms (their labels in the registry, without
+the seed: `inject_1x`) of each entry, so that an entry of two arms can be done on a one-GPU machine in two holds
+without the arms sharing the GPU (each at half speed): an entry left with fewer arms is *partial* — phase 3 waits for
+its arms (within `--wait`) and never saves it, and every phase returns its finished arms in $OUT/arms_done.tar, to be
+kept here (`keep`). The hold that trains the last arm names no `--arms`: phase 1 puts the kept arms into the workdir
+as finished, only the missing arm trains, and the entry is saved with the kept arms reused. An entry with none of the
+named arms is left out.
+
 Results beside the arms. `--beside NAME …` (the same names in every phase) runs registered results on the GPUs no
 training arm uses, from phase 1 on, and on an arm's GPU once every arm on it has finished (its result written, its
 process gone). Right after the smoke check, phase 1 plans them — a result runs on one GPU unless its full
@@ -117,6 +125,23 @@ def _steps(cfg, label: str) -> tuple[int, bool]:
     log = _file(cfg, label, "log")
     hits = re.findall(r"step (\d+) t \d+ s grads (finite|NOT FINITE)", log.read_text()) if log.exists() else []
     return (int(hits[-1][0]), hits[-1][1] == "finite") if hits else (0, True)
+
+
+def select_arms(cfgs, labels) -> list[dict]:
+    """`--arms`: each entry's config with only the arms labelled in `labels` (registry labels, without the seed),
+    marked `_partial` where an arm was left out; entries with none of them are left out (one line each). Raises
+    ValueError for a label no entry has."""
+    unknown = set(labels) - {arm["label"] for cfg in cfgs for arm in cfg["arms"]}
+    if unknown:
+        raise ValueError(f"--arms: no entry has arm(s) {', '.join(sorted(unknown))}")
+    out = []
+    for cfg in cfgs:
+        chosen = [arm for arm in cfg["arms"] if arm["label"] in labels]
+        if not chosen:
+            print(f"{cfg['_entry']}: none of its arms named by --arms; left out", flush=True)
+            continue
+        out.append(dict(cfg, arms=chosen, _partial=len(chosen) < len(cfg["arms"])))
+    return out
 
 
 def snapshot(out: Path, cfgs, beside=()) -> None:
@@ -205,7 +230,7 @@ def save_finished(cfgs, out: Path, saved: dict) -> list[str]:
     """Save every entry whose arms have all finished and that is not in `saved` yet (then record its exit status
     there), so that a call that ends before phase 3 — or a machine lost between calls — already returns what is
     done. The entries saved."""
-    done = [cfg for cfg in cfgs if cfg["_entry"] not in saved
+    done = [cfg for cfg in cfgs if cfg["_entry"] not in saved and not cfg.get("_partial")
             and all(_file(cfg, lab, "result").exists() for lab in _labels(cfg))]
     for cfg in done:
         os.environ["BOOK_WAIT_S"] = "0"
@@ -369,11 +394,12 @@ def differences(side: dict, now: dict) -> list[str]:
     return why
 
 
-def seed_kept(cfgs, kept: Path | str = KEPT) -> list[str]:
+def seed_kept(cfgs, kept: Path | str | None = None) -> list[str]:
     """Phase 1: put every kept arm whose record equals `record` now (configuration and code fingerprints) into its
     entry's workdir as a finished arm — its result, its log with a line saying so, and its record as
     `<arm>.kept.json` — so that neither `start_arms` nor `arms.run` trains it again; any other kept arm trains again,
-    and the line says why. The labels reused."""
+    and the line says why. `kept`: the folder `keep` unpacks into (default `KEPT`). The labels reused."""
+    kept = KEPT if kept is None else kept
     reused = []
     for cfg in cfgs:
         name, now = cfg["_entry"], None
@@ -696,6 +722,9 @@ def main(argv=None) -> int:
     ap.add_argument("phase", type=int, choices=(1, 2, 3))
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
     ap.add_argument("--entry", nargs="+", default=[ENTRY], help="registry entries whose arms train, in GPU order")
+    ap.add_argument("--arms", nargs="+", default=None, metavar="LABEL",
+                    help="train only these arms of the entries (registry labels); an entry left with fewer arms is "
+                         "not saved, its finished arms come back in arms_done.tar")
     ap.add_argument("--wait", type=float, default=540.0)
     ap.add_argument("--extra", nargs="*", default=[],
                     help="registered results to run in phase 2 on GPU 2 beside the arms, or in phase 3 after them")
@@ -714,6 +743,13 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     print(f"commit recorded with the results: {remember_commit(a.phase) or 'none given (git answers)'}", flush=True)
     cfgs = [dict(registry.resolve(name, "full"), _entry=name) for name in a.entry]
+    if a.arms:
+        try:
+            cfgs = select_arms(cfgs, a.arms)
+        except ValueError as e:
+            ap.error(str(e))
+        if not cfgs:
+            return 2
     n = torch.cuda.device_count()
     print(f"phase {a.phase} of {', '.join(a.entry)}: {n} × {torch.cuda.get_device_name(0)}, torch {torch.__version__}",
           flush=True)
@@ -803,6 +839,14 @@ def main(argv=None) -> int:
     else:
         for cfg in cfgs:
             if cfg["_entry"] in saved:
+                continue
+            if cfg.get("_partial"):
+                # Not saved here (its other arms train in a later hold): wait for its arms, which then come back
+                # in arms_done.tar.
+                while (not all(_file(cfg, lab, "result").exists() for lab in _labels(cfg))
+                       and time.time() - t0 < a.wait):
+                    time.sleep(15)
+                print(f"{cfg['_entry']} not saved: only its arms {', '.join(_labels(cfg))} train here", flush=True)
                 continue
             os.environ["BOOK_WAIT_S"] = str(max(0.0, a.wait - (time.time() - t0)))
             saved[cfg["_entry"]] = rc = save(cfg["_entry"], out)
