@@ -235,6 +235,11 @@ def test_growth_from_a_later_step_is_named_with_that_step():
     assert words.startswith("Our kernel, paper placement (512-key blocks) grows layer 2")
     assert "PyTorch flash SDPA (BF16) grows it from step 4,000 on" in words and "its loss never exploded" in words
     assert "never exploded" not in reading.focus_growth_words(v, {"paper": True, "sdpa": True})
+    # a run that failed by the rule and came back is named beside "never exploded"
+    spiked = reading.focus_growth_words(v, {"paper": True, "sdpa": False}, spiked={"sdpa": [0], "paper": []})
+    assert ("its loss never exploded (ended no run failed; it failed by the registered rule in seed 0 and came back)"
+            in spiked)
+    assert "came back" not in words
 
 
 def test_lean_seeds_counts_the_seeds_whose_probe_leans_up():

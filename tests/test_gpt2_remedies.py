@@ -760,3 +760,22 @@ def test_a_rerun_past_the_wall_is_read_in_place_of_the_run_it_cut_short():
     again = _remedy("again", "authors_compiled", "authors/tile=512", "paper", [1])
     with pytest.raises(ValueError, match="neither was cut short"):
         remedies.in_place([rerun, again])
+
+
+def test_beta_growth_words_compare_the_two_exact_rules_over_the_seeds_both_ran():
+    """β = 7 keeping a larger share of the grown pairs says GPT-2 does not support the smaller β; a seed only one
+    arm ran, or no growth to judge, is left out; no shared seed gives ""."""
+    def row(arm, seed, grown, kept):
+        return dict(arm=arm, seed=seed, grown=(grown, kept))
+    rows = [row("paper_fix_b7_exact", 1, 34, 13), row("paper_fix_b7_exact", 2, 27, 8),
+            row("paper_fix_b2_exact", 1, 34, 2), row("paper_fix_b2_exact", 2, 27, 1), row("paper_fix_b2_exact", 3, 9, 9)]
+    assert remedies.beta_growth_words(rows) == (
+        "in GPT-2 the exact-rule fix (β = 7) kept more of the layers' growth within FP32 attention's spread than the "
+        "exact-rule fix (β = 2) (21 of 61 grown (step, layer) pairs against 3 of 61, seeds 1 and 2): GPT-2 does not "
+        "support the proxy's preference for the smaller β")
+    flipped = [dict(r, grown=(r["grown"][0], r["grown"][0] - r["grown"][1])) for r in rows[:4]]
+    assert "kept no more" in remedies.beta_growth_words(flipped) and "does not support" not in \
+        remedies.beta_growth_words(flipped)
+    assert "(8 of 27 grown (step, layer) pairs against 1 of 27, seed 2)" in remedies.beta_growth_words(
+        [rows[1], rows[3], rows[4]])
+    assert remedies.beta_growth_words([rows[0], row("paper_fix_b2_exact", 2, 27, 1)]) == ""

@@ -116,7 +116,7 @@ def test_ci_kernel_table_numbers(kernel_bias_table_ci):
     assert rd.student_interval(cell) == cell
     assert n["kt_toward"] == "PyTorch SDPA, math backend; research kernel, FA2 numerics"
     assert n["kt_away"] == "research kernel, paper placement (512-key blocks)" and n["kt_unresolved"] == "none"
-    assert "user kernel, fix β = 2" in n["kt_missing"] and "stable_attention" not in n["kt_missing"]
+    assert "user kernel, guarded fix β = 2" in n["kt_missing"] and "stable_attention" not in n["kt_missing"]
     assert n["kt_shape"] == "2·4·64·16"
     assert n["kt_fa2_fix"] == ""            # the ci table has no FA2 kernel with the fix
 
@@ -228,6 +228,11 @@ def test_gpt2_read_through_the_monitors_rule(gpt2):
     lead = rd.monitor_lead_numbers(gpt2)
     assert lead["g2_lead_steps"] == v["first"]["logit"] - first == 0 and lead["g2_lead_words"] == "at the same event as"
     assert lead["g2_lead_claim"] == "It gave no earlier notice" and lead["g2_lead_any_logit"] == n["g2_first_logit"]
+    # the tenfold rise: its first firing over the layers, against the first logit warning's
+    rises = [(f["rise"], l) for (p, l), f in rd.first_warnings(gpt2).items() if p == "authors" and f["rise"] is not None]
+    assert n["g2_n_rise_layers"] == len(rises) and n["g2_first_rise"] == f"{min(rises)[0]:,}"
+    first_logit = int(n["g2_first_logit"].replace(",", ""))
+    assert (n["g2_rise_vs_logit"] == "before any logit warning") == (min(rises)[0] < first_logit)
 
 
 def test_fix_settings_come_from_the_code():

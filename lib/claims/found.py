@@ -86,8 +86,8 @@ def gpt2_preconditions(root=None) -> Finding:
     return Finding(
         "GPT-2 has its preconditions.",
         f"GPT-2 124M at the paper's LR {n['lr']:g} (seed {n['seed']}, {n['steps']:,} steps) meets them in up to "
-        f"{n['authors_max_conj']:.1%} of a head's (row, feature) pairs in the authors' placement, "
-        f"{n['pairs_ratio']:.0f}× fewer in FA2's.", [res], ch)
+        f"{n['authors_max_conj']:.1%} of a head's (row, feature) pairs in the authors' placement; FA2's has "
+        f"{n['pairs_ratio']:.0f}× fewer in all.", [res], ch)
 
 
 def proxy(root=None) -> Finding:
@@ -329,7 +329,7 @@ def markdown(items: list[Finding], chapter_cell=lambda ch: ch) -> str:
 
 
 def compiled_in_training(root=None) -> str:
-    """For the intro's placement box: what the authors' own code, compiled as their runs were, did in GPT-2 training
+    """For the intro's placement box: what the authors' own code, compiled (their code's default), did in GPT-2 training
     (chapter 2c), per seed beside our kernel's eager-placement arm (`lib.studies.gpt2.remedies`, the registered
     failure rule); "" while no such run is committed."""
     from lib.studies.gpt2 import reading as g2r
@@ -345,5 +345,5 @@ def compiled_in_training(root=None) -> str:
             + (f" (our kernel in their eager placement, from the same initialisation and batches: "
                f"{g2m.outcome_words(r['base_fail'], r['base_back'], r['base_steps'])})" if r["base_steps"] else "")
             for r in sorted(rows, key=lambda r: r["seed"])]
-    return ("In GPT-2 training (chapter 2c), the authors' code without its fix, compiled as their runs were — "
+    return ("In GPT-2 training (chapter 2c), the authors' code without its fix, compiled (their code's default) — "
             + "; ".join(runs) + ". No verdict of the table rests on the compiled placement.")

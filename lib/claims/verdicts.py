@@ -96,7 +96,7 @@ def n_preconditions(root=None) -> str:
     from lib.studies.census import reading as census
     n = census.gpt2_numbers(res)
     return (f"all three in up to {n['authors_max_conj']:.1%} of a head's pairs (authors' placement); "
-            f"{n['pairs_ratio']:.0f}× fewer in FA2's")
+            f"FA2's {n['pairs_ratio']:.0f}× fewer pairs in all")
 
 
 def n_golden(root=None) -> str:

@@ -496,10 +496,20 @@ def growth_words(verdict: dict | None, spread: dict | None, ratios: dict) -> dic
     return out
 
 
-def focus_growth_words(verdict: dict | None, failed: dict, layer: int = FOCUS_LAYER) -> str:
+def focus_growth_words(verdict: dict | None, failed: dict, layer: int = FOCUS_LAYER, spiked: dict | None = None) -> str:
     """One sentence on which arms grow layer `layer`'s largest logit beyond the reference at every growth step judged
     (`growth_verdict`), and whether that includes arms that never exploded. `failed`: {arm: True when the arm
-    exploded (failed without recovering) in some seed} (`outcomes`)."""
+    exploded (failed without recovering) in some seed} (`outcomes`). `spiked` (optional): {arm: [seeds where it
+    failed by the registered rule and came back]}, said beside "never exploded" so that the word is not read as
+    "never failed"."""
+    spiked = spiked or {}
+
+    def calm_words(arms) -> str:
+        seeds = sorted({s for a in arms for s in spiked.get(a, [])})
+        if not seeds:
+            return ""
+        return (f" (ended no run failed; {'it' if len(arms) == 1 else 'each'} failed by the registered rule in "
+                f"seed{'s' if len(seeds) > 1 else ''} {' and '.join(map(str, seeds))} and came back)")
     if not verdict:
         return "No arm can be judged yet: the rule needs two seeds of FP32 attention."
     judged = [a for a, by in verdict.items() if by]
@@ -515,12 +525,13 @@ def focus_growth_words(verdict: dict | None, failed: dict, layer: int = FOCUS_LA
         late_words += (f" {_cap(name(arms))} {'grows' if len(arms) == 1 else 'grow'} it from step {st:,} on, in every seed "
                        f"{'it' if len(arms) == 1 else 'each'} ran, though not at the steps before"
                        + (f"; {'its' if len(arms) == 1 else 'their'} loss never exploded" if calm_late == arms else
-                          f"; the loss of {name(calm_late)} never exploded" if calm_late else "") + ".")
+                          f"; the loss of {name(calm_late)} never exploded" if calm_late else "")
+                       + calm_words(calm_late) + ".")
     if not grow:
         return f"No arm grows layer {layer}'s logits beyond FP32 attention at every growth step judged." + late_words
     who = f"All {len(judged)} arms judged" if len(grow) == len(judged) > 1 else name(grow)
     calm = [a for a in grow if not failed.get(a)]
-    tail = (f", including {name(calm)}, whose loss never exploded: that growth is BF16 attention's, not only the "
+    tail = (f", including {name(calm)}, whose loss never exploded{calm_words(calm)}: that growth is BF16 attention's, not only the "
             f"exploding placement's" if calm and len(calm) < len(grow) else
             ", and none of them exploded" if calm else "")
     verb = "grows" if len(grow) == 1 else "grow"
@@ -697,6 +708,11 @@ def wall_words(res) -> str:
     return " or ".join(f"{w:,.0f} s" for w in walls) if walls else "no limit"
 
 
+# The training loss the tables and prose compare at a step: the mean over this many steps before it (one step's loss
+# moves by ≈ 0.1 nats from batch to batch).
+LOSS_MEAN_STEPS = 500
+
+
 def arms_numbers(res) -> dict:
     """Glue for the GPT-2 chain chapter from a `gpt2_arms` result: per arm (keys "<arm>_..."): steps run and whether
     the wall limit cut it, throughput, failure step, last validation loss, the 500-step mean training loss at the
@@ -722,6 +738,7 @@ def arms_numbers(res) -> dict:
     out["paper_rb"] = f"{int(rb[0]):,}" if rb else "64"
     from lib.studies.gpt2.telemetry import TARGET_SHARE
     out["telemetry_target"] = f"{100 * TARGET_SHARE:.0f} %"
+    out["loss_mean_steps"] = f"{LOSS_MEAN_STEPS:,}"
     for r in runs:
         lab = r["label"]
         arm = lab.split(":s")[0]
@@ -744,7 +761,7 @@ def arms_numbers(res) -> dict:
         out[f"{arm}_prefail_logit"] = "—" if pre is None else f"{pre['logit']:,.0f}"
         out[f"{arm}_prefail_logit_layer"] = "—" if pre is None else str(pre["logit_layer"])
         out[f"{arm}_prefail_wq"] = "—" if pre is None else f"{pre['wq']:.1f}"
-        lo = max(0, common - 500)
+        lo = max(0, common - LOSS_MEAN_STEPS)
         out[f"{arm}_loss_common"] = f"{loss[lo:common].mean():.3f}"
         ser = layer_series(arrays, lab)
         for tag, i in (("common", at_step(ser, common)), ("last", len(ser["step"]) - 1)):
@@ -773,6 +790,18 @@ def arms_numbers(res) -> dict:
             c = telemetry_cost(tel["step_times"], ev)
             out[f"{arm}_telemetry"] = f"{100 * c['share']:.0f} %"
             out[f"{arm}_probe_s"] = f"{np.median(tel['probe_s']):.2f} s" if tel.get("probe_s") else "—"
+    # Every other arm's largest logit at the paper placement's last census before its failure: logits compared at
+    # one step, not an arm's late value against the paper placement's early one.
+    if out.get("paper_prefail_step", "—") != "—":
+        st = int(out["paper_prefail_step"].replace(",", ""))
+        for r in runs:
+            arm, ser = r["label"].split(":s")[0], layer_series(arrays, r["label"])
+            hit = np.flatnonzero(ser["step"] == st)
+            if arm != "paper" and hit.size:
+                v = float(ser["logit"][int(hit[0])].max())
+                out[f"{arm}_logit_at_paper_prefail"] = f"{v:,.0f}"
+                out[f"{arm}_logit_at_paper_prefail_vs"] = ("below" if v < float(out["paper_prefail_logit"].replace(
+                    ",", "")) else "not below")
     bf16 = [out[f"{a}_logit_common_value"] for a in ("sdpa", "ours_fa2", "paper") if f"{a}_logit_common_value" in out]
     if bf16 and "fp32_logit_common_value" in out:
         out["bf16_over_fp32_lo"] = f"{min(bf16) / out['fp32_logit_common_value']:,.0f}"
@@ -869,7 +898,8 @@ def failure_reading(n: dict) -> str:
 def arms_table(res) -> str:
     """A Markdown table of `arms_numbers`: one row per arm (readable names)."""
     n = arms_numbers(res)
-    rows = ["| arm | steps | failure | loss at step " + n["common_step"] + " | largest logit (layer) | "
+    rows = [f"| arm | steps | failure | mean loss (nats), {n['loss_mean_steps']} steps before step {n['common_step']} | "
+            "largest logit (layer) | "
             "largest ‖W_Q,h‖₂ (layer) |", "|---|---:|---|---:|---:|---:|"]
     for r in res.data["runs"]:
         arm = r["label"].split(":s")[0]
@@ -1104,13 +1134,15 @@ def link_readings(res, level: float = LEAN_LEVEL) -> dict:
     sp = arms_split(res) or {}
     paper, fp32 = sp.get("paper"), sp.get("fp32")
     if paper:
-        n_seeds = len({r["label"] for r in res.data["runs"] if r["label"].startswith("paper:s")
-                       and f"{r['label']}__probe__err_tie_sum" in res.arrays})
+        seeds = sorted({int(r["label"].split(":s")[1]) for r in res.data["runs"] if r["label"].startswith("paper:s")
+                        and f"{r['label']}__probe__err_tie_sum" in res.arrays})
         both = all(paper[f"{p}_along"] > paper[f"{p}_against"] and paper[f"{p}_p"] < level for p in ("tie", "ell"))
         calm = fp32 is None or not any(fp32[f"{p}_p"] < level for p in ("tie", "ell"))
-        words = (f"GPT-2, paper placement ({n_seeds} seed{'s' if n_seeds > 1 else ''}): O's error along sign(V) on "
-                 f"tied rows {paper['total_mean']:+.2g} ULP, of which P̄V's rounding {paper['tie_mean']:+.2g} "
-                 f"(along in {paper['tie_along']:,} of {paper['tie_along'] + paper['tie_against']:,} entries)"
+        words = (f"GPT-2, paper placement (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}): O's "
+                 f"error along sign(V) on the conjunction's (row, feature) pairs of tied rows "
+                 f"{paper['total_mean']:+.2g} ULP, of which P̄V's rounding {paper['tie_mean']:+.2g} (along in "
+                 f"{paper['tie_along']:,} of {paper['tie_along'] + paper['tie_against']:,} (event, layer, head) "
+                 "entries)"
                  + (f"; FP32 attention {fp32['total_mean']:+.2g}" if fp32 else ""))
         out["o_error_v_sign"] = dict(status="partly" if both and calm else "not reproduced", words=words,
                                      evidence=words + " (read after the runs)")

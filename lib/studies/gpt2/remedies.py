@@ -25,6 +25,7 @@ from lib.studies.gpt2.reading import (CHAIN_ARMS, FOCUS_LAYER, at_step, cfg_of, 
                                       outcomes, probe_split, rerun_pair, series, share_words)
 
 __all__ = ["REMEDY_GROUPS", "CLAIM_ARMS", "SHORT", "PAPER_REMEDIES", "FIX_ARMS", "advice_words", "pending_words",
+           "beta_growth_words",
            "model_words", "census_totals", "bound_words", "bound_removes_conjunction",
            "EXACT_ARMS", "step_costs", "established", "merge_benches", "conj_error", "o_error_words", "zeroed_range",
            "zeroed", "zeroed_words", "dial_reading", "dial_lean_words", "cost_words", "fix_words", "device_words",
@@ -979,6 +980,24 @@ def fix_words(rows: list[dict], arms=FIX_ARMS) -> str:
     missing = [_change(a) for a in arms if a not in v]
     return ("In GPT-2 (chapter 2c) the " + ". The ".join(parts) + "."
             + (f" Not run yet: {', '.join(missing)}." if missing else ""))
+
+
+def beta_growth_words(rows: list[dict], big: str = EXACT_ARMS[0], small: str = EXACT_ARMS[1]) -> str:
+    """For a practitioner choosing β: which of two exact-rule fixes kept more of the grown (step, layer) pairs within
+    FP32 attention's spread, summed over the seeds both ran ("" when they share no seed with growth to judge), and
+    whether that supports the proxy's preference for the smaller β (`small`)."""
+    seeds = ({r["seed"] for r in rows if r["arm"] == big and r["grown"][0]}
+             & {r["seed"] for r in rows if r["arm"] == small and r["grown"][0]})
+    if not seeds:
+        return ""
+    kept = {a: [sum(r["grown"][i] for r in rows if r["arm"] == a and r["seed"] in seeds) for i in (1, 0)]
+            for a in (big, small)}
+    more = kept[big][0] / kept[big][1] > kept[small][0] / kept[small][1]
+    seed_words = ("seed " if len(seeds) == 1 else "seeds ") + " and ".join(map(str, sorted(seeds)))
+    return (f"in GPT-2 the {_change(big)} kept {'more' if more else 'no more'} of the layers' growth within FP32 "
+            f"attention's spread than the {_change(small)} ({kept[big][0]} of {kept[big][1]} grown (step, layer) "
+            f"pairs against {kept[small][0]} of {kept[small][1]}, {seed_words})"
+            + (": GPT-2 does not support the proxy's preference for the smaller β" if more else ""))
 
 
 def fix_choice_words(rows: list[dict], exact=EXACT_ARMS, guarded=("paper_fix_b2",)) -> str:

@@ -111,10 +111,16 @@ def _interval(cell: dict) -> str:
     return f"{_num(cell['mean'])} [{_num(cell['lo'])}, {_num(cell['hi'])}]"
 
 
+# The kernel table's fixes of our kernels run with the shift guard (`max_shift` at its default): their labels say so,
+# since the exact rule (no guard) is what GPT-2's remedies compare them with.
+GUARDED = ("stable+fix", "ours_fa2+fix", "ours_paper+fix")
+
+
 def kernel_label(name: str, labels: dict) -> str:
     """A kernel's label for prose and tables, where an identifier does not belong: `stable_attention` is "the user
-    kernel"."""
-    return labels.get(name, name).replace("stable_attention", "user kernel")
+    kernel"; a fix with the shift guard (`GUARDED`) is "guarded"."""
+    label = labels.get(name, name).replace("stable_attention", "user kernel")
+    return label.replace("fix β", "guarded fix β") if name in GUARDED else label
 
 
 def _ranges(rows) -> str:
@@ -482,6 +488,8 @@ def gpt2_monitor_numbers(res) -> dict:
         md.append(f"| {l + 1} | {cell(a['conjunction'])} | {cell(a['rise'])} | {cell(f['conjunction'])} | "
                   f"{cell(f['rise'])} | {cell(a['logit'])} |")
     logit = [(f["logit"], l) for (p, l), f in firsts.items() if p == "authors" and f["logit"] is not None]
+    # the tenfold rise of a layer's conjunction rate: its other conjunction warning, early but not specific
+    rise = [(f["rise"], l) for (p, l), f in firsts.items() if p == "authors" and f["rise"] is not None]
     conj_layers = sorted(l + 1 for (p, l), f in firsts.items() if p == "authors" and f["conjunction"] is not None)
     fa2_layers = sorted(l + 1 for (p, l), f in firsts.items()
                         if p == "fa2" and (f["conjunction"] is not None or f["rise"] is not None))
@@ -491,6 +499,12 @@ def gpt2_monitor_numbers(res) -> dict:
            "g2_every": run["config"]["census_every"], "g2_steps": f"{run['steps']:,}", "g2_label": res.label,
            "g2_n_logit_layers": len(logit), "g2_first_logit": f"{min(logit)[0]:,}" if logit else "never",
            "g2_first_logit_layer": min(logit)[1] + 1 if logit else "",
+           "g2_n_rise_layers": len(rise), "g2_first_rise": f"{min(rise)[0]:,}" if rise else "never",
+           "g2_first_rise_layer": min(rise)[1] + 1 if rise else "",
+           "g2_rise_vs_logit": ("no layer's rate rose tenfold" if not rise else
+                                "before any logit warning" if not logit or min(rise)[0] < min(logit)[0] else
+                                "at the first logit warning's event" if min(rise)[0] == min(logit)[0] else
+                                "after the first logit warning"),
            "g2_conj_layers": " and ".join(map(str, conj_layers)), "g2_n_conj_layers": len(conj_layers),
            "g2_fa2_layers": " and ".join(map(str, fa2_layers)) or "none",
            "th_conj": f"{100 * th.conjunction:g} %", "th_rise": f"{th.rise:g}", "th_floor": f"{th.floor:g}",
