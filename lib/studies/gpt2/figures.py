@@ -114,8 +114,8 @@ def chain_figure(res, words=None, arm_ls=None):
         axes[0].plot(np.arange(w, len(loss) + 1), np.convolve(loss, np.ones(w) / w, mode="valid"), **kw)
         fs = failure_step(loss, rules["failure_window"], rules["failure_rise"])
         if fs is not None:
-            for ax in axes:
-                ax.axvline(fs, color=kw["color"], lw=0.8, ls=":")
+            for ax in axes:      # in the run's own line style, so that the seed (or the remedy) can be told
+                ax.axvline(fs, color=kw["color"], lw=0.8, ls=kw["ls"], alpha=0.7)
         ser = layer_series(res.arrays, lab)
         axes[1].plot(ser["step"], ser["logit"].max(axis=1), **kw)
         axes[2].plot(ser["step"], ser["wq"].max(axis=1), **kw)

@@ -466,8 +466,9 @@ def growth_words(verdict: dict | None, spread: dict | None, ratios: dict) -> dic
     reading): per arm judged, "<arm>_grown_logit"/"_grown_wq" — the layers grown at every growth step judged
     ("layers 2, 3, 4" or "none at every step"), then those grown from a later step to the last (`grown_from`:
     "; from a later step on: layer 2 from 4,000"; "<arm>_grown_logit_every" and "_wq_every": the first part alone,
-    "none" when empty), "<arm>_grown_steps" — the steps judged, "<arm>_grown_min_ratio" — the smallest ratio to
-    FP32 attention among those layers, steps and seeds; "spread_max" — the reference's largest seed-to-seed spread over
+    "none" when empty), "<arm>_grown_steps" — the steps judged, "<arm>_grown_min_ratio" (and "_max_ratio") — the
+    smallest (largest) logit ratio to FP32 attention over the grown (step, layer) pairs (a layer grown from a later
+    step counted from that step on) and seeds; "spread_max" — the reference's largest seed-to-seed spread over
     those steps and layers; "judged_arms" — how many arms the verdict covers."""
     out = {"judged_arms": str(len(verdict or {}))}
     if not verdict:
@@ -485,8 +486,10 @@ def growth_words(verdict: dict | None, spread: dict | None, ratios: dict) -> dic
                                        + ("; from a later step on: " + ", ".join(
                                            f"layer {ly} from {st:,}" for ly, st in later.items()) if later else ""))
             if k == "logit":
-                vals = [ratios[s][arm][st][k][i - 1] for s in ratios for st in steps for i in every
-                        if arm in ratios[s] and st in ratios[s][arm]]
+                # over every grown (step, layer): the layers grown at every step, and the others from their onset on
+                onset = {i: steps[0] for i in every} | later
+                vals = [ratios[s][arm][st][k][i - 1] for s in ratios for st in steps for i, st0 in onset.items()
+                        if st >= st0 and arm in ratios[s] and st in ratios[s][arm]]
                 fmt = lambda v: f"{v:,.1f}" if v < 10 else f"{v:,.0f}"     # noqa: E731
                 out[f"{arm}_grown_min_ratio"] = fmt(min(vals)) if vals else "—"
                 out[f"{arm}_grown_max_ratio"] = fmt(max(vals)) if vals else "—"
@@ -597,6 +600,9 @@ def probe_signs(arrays: dict, label: str) -> dict:
 
 
 LEAN_LEVEL = 0.05      # a seed's chain probe "leans" when its sign test's p is below this (a reading after the runs)
+
+
+FA2_SHORT = {"sdpa": "flash SDPA", "ours_fa2": "our FA2 placement"}     # the FA2-numerics arms in a verdict's words
 
 
 def lean_seeds(res, arm: str, level: float = LEAN_LEVEL) -> dict:
@@ -1147,6 +1153,8 @@ def link_readings(res, level: float = LEAN_LEVEL) -> dict:
         out["o_error_v_sign"] = dict(status="partly" if both and calm else "not reproduced", words=words,
                                      evidence=words + " (read after the runs)")
     lean, lean32 = lean_seeds(res, "paper", level), lean_seeds(res, "fp32", level)
+    # the FA2-numerics arms beside FP32 attention: a lean there too says it is not the paper placement's alone
+    lean_fa2 = {a: lean_seeds(res, a, level) for a in FA2_SHORT}
     signs = [probe_signs(res.arrays, r["label"]) for r in res.data["runs"]
              if r["label"].startswith("paper:s") and f"{r['label']}__probe__step" in res.arrays]
     for cid, k, what in (("delta_bias", "dd", "Δδ > 0 on {} of tied rows"),
@@ -1156,7 +1164,9 @@ def link_readings(res, level: float = LEAN_LEVEL) -> dict:
             continue
         lo, hi = (f"{100 * v:.1f}" for v in (min(s[f"{k}_share"] for s in signs), max(s[f"{k}_share"] for s in signs)))
         words = (f"GPT-2, paper placement: {what.format(lo + ' %' if lo == hi else f'{lo}–{hi} %')}, p < {level:g} "
-                 f"in {up} of {n} seeds; FP32 attention in {lean32[k][0]} of {lean32[k][1]}")
+                 f"in {up} of {n} seeds; FP32 attention in {lean32[k][0]} of {lean32[k][1]}"
+                 + "".join(f", {FA2_SHORT[a]} in {v[k][0]} of {v[k][1]}" for a, v in lean_fa2.items()
+                           if v[k][1]))
         ok = up == n >= 2 and lean32[k][0] == 0
         out[cid] = dict(status="partly" if ok else "not reproduced", words=words,
                         evidence=words + " (read after the runs)")
