@@ -272,3 +272,18 @@ def test_the_snapback_finding_reads_the_monte_carlo_cell(tmp_path):
     f = verdicts.findings()["snapback"]
     assert f"{cell['rne_pv']:+.3f}" in f and f"{cell['rne_o_rtn']:+.3f}" in f     # the grid's own numbers
     assert verdicts.findings(tmp_path)["snapback"] == "not measured"
+
+
+def test_the_dose_number_shows_what_partly_rests_on():
+    """The dose row's number: the three λ* and, from the same thresholds, the bias's breaking RMS against the smallest
+    RMS at which another component stayed stable over three seeds (the potency half of the verdict)."""
+    from lib.studies.dose import reading as dr
+    dose = verdicts._group("delta_dose", None)
+    if not dose:
+        pytest.skip("no dose result committed")
+    t = dr.unstable_thresholds(dose)
+    text = verdicts.n_dose()
+    assert text.startswith("λ* = ") and f"breaks at RMS {t['bias']['rms_hi']:.2g}" in text
+    lo = min(t[c]["rms_lo"] for c in dr.COMPONENTS if c != "bias" and c in t and t[c].get("rms_lo") is not None
+             and t[c]["n_seeds_lo"] >= 3)
+    assert f"still stable at {lo:.2g}" in text and t["bias"]["rms_hi"] < lo
