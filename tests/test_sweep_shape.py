@@ -1,5 +1,7 @@
 """The LR sweep's window-or-cliff reading (`lib.studies.explosion.reading.window_lrs`, `sweep_shape`) on the
 committed sweep with planted outcomes: a window needs every paper run failed and every contrast run stable."""
+import copy
+
 import pytest
 
 from lib.book import results
@@ -89,3 +91,22 @@ def test_the_tiling_reading_over_seeds_says_whether_the_rescue_repeats():
     assert "in every seed" in tiling_words(sw, judged, [_planted(**rescue)])
     sw, judged = _planted(**none)
     assert "in no seed" in tiling_words(sw, judged, [_planted(**none)])
+
+
+@pytest.mark.skipif(not results.exists("lr_sweep_s1", "full"), reason="no committed seed-1 sweep")
+def test_later_words_name_a_fix_run_judged_stable_that_failed_later():
+    """A fix run stable over the judged steps whose recorded whole-run outcome is not stable is named, with both;
+    a sweep where none is gives ""."""
+    from lib.studies.fix.reading import later_words
+    res = results.load("lr_sweep_s1", "full")
+    h, judged = hz.judge_result(res)
+    late = [r for r in res.data["runs"] if r["arm"] in ("paper+fix", "paper+fix_split")
+            and judged[r["id"]]["outcome"] == "stable" and r["outcome"] != "stable"]
+    words = later_words([res])
+    assert len(late) == words.count(" before its ")
+    for r in late:
+        assert f"at {r['lr']:g} in seed {r['seed']} (stable over its first {h:,} steps) {r['outcome']}" in words
+    calm = copy.deepcopy(res)
+    for r in calm.data["runs"]:
+        r["outcome"] = judged[r["id"]]["outcome"]
+    assert later_words([calm]) == ""

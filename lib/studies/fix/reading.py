@@ -74,10 +74,11 @@ def stale_line(res_list) -> str:
     """The one sentence chapter 7 gives to the stale LR 8e-3 results it reads (`lib.book.catalogue.stale_line`)."""
     from lib.book import catalogue
     return catalogue.stale_line(res_list, why="the code their runs reach has changed since they ran, and re-running "
-                                              "them needs a GPU") or "Every result of this section is up to date."
+                                              "them needs a GPU") or "These results are current."
 
 
 def theory_numbers() -> dict:
+    from lib.training.zero_rows import OURS_ZERO_AT    # where the GPU's exponential leaves FP32's normal range
     """Exactness (sympy), the β window's ends, the guard, the LSE error, the rows the exact rule underflows
     (`beta.underflow_rows`), the live check on tied inputs (`checks.fix_effect`) and the β-window figure."""
     diffs = bt.shift_invariance_proof(4)
@@ -87,6 +88,7 @@ def theory_numbers() -> dict:
            "si_all_zero": "all simplify to 0" if all(x == 0 for x in diffs) else "do NOT all simplify to 0",
            "x1": f"{x1:.7f}", "x1_meas": f"{bt.x_round_to_one_measured(7):.7f}", "xu_bf16": f"{xu:.2f}",
            "xu_fp32": f"{bt.underflow_x('fp32'):.2f}", "xu_norm": f"{bt.underflow_x('bf16_normal'):.2f}",
+           "xu_gpu": f"{OURS_ZERO_AT:.2f}",
            "max_shift": f"{fix.max_shift:g}", "guard_r7": f"{fix.max_shift / (fix.beta - 1):.1f}",
            "r_ex": f"{R_EX:g}", "lse_err_7_10": f"{float(bt.lse_relative_error(fix.beta, R_EX)):.1%}",
            "lse_err_2_10": f"{float(bt.lse_relative_error(b_lo, R_EX)):.1%}"}
@@ -273,11 +275,27 @@ def _tiling_seeds(parts) -> str:
             "so what one seed suggested does not hold as a rule")
 
 
+def later_words(results) -> str:
+    """The fix runs of LR sweeps that stayed stable over the steps they were judged on (`horizon.judge_result`) but
+    whose whole run, which trained on past those steps, did not (its recorded outcome), in words; "" when none."""
+    names = {"paper+fix": "the per-tile fix", "paper+fix_split": "the split-tie fix"}
+    hits = []
+    for res in results:
+        h, judged = hz.judge_result(res)
+        for r in sorted(res.data["runs"], key=lambda r: (r["seed"], r["lr"])):
+            if (r["arm"] in names and judged[r["id"]]["outcome"] == "stable" and r.get("outcome")
+                    and r["outcome"] != "stable"):
+                hits.append(f"{names[r['arm']]} at {r['lr']:g} in seed {r['seed']} (stable over its first {h:,} "
+                            f"steps) {r['outcome']} before its {r['steps']:,} steps ended")
+    return ("Over the whole runs, which trained past the steps judged: " + "; ".join(hits) + ".") if hits else ""
+
+
 def sweep_fix_numbers(sw, more=()) -> dict:
     """The fix arms of the LR sweep (`lr_sweep`), judged as chapter 6 judges them, and the kernel tile they ran;
     `more`: the sweep at other seeds (`lr_sweep_s1`, …), for the tiling's reading."""
     if sw is None:
         return {"sw_fix": "not run", "sw_split": "not run", "sw_paper": "not run", "sw_h7": "not run", "sw_seeds7": "—",
+                "sw_later": "",
                 "sw_more7": "", "tile_n": "—", "seq_n": "—", "sw_label7": "no committed LR sweep"}
     from kernels.attention import native_config
     h, judged = hz.judge_result(sw)      # every run judged on the sweep's common horizon
@@ -287,6 +305,7 @@ def sweep_fix_numbers(sw, more=()) -> dict:
                          key=lambda r: r["lr"]) if r["arm"] == arm) or "not run"
     pc = proxy.proxy_config("full")
     return {"sw_h7": h, "sw_fix": by_lr("paper+fix"), "sw_split": by_lr("paper+fix_split"),
+            "sw_later": later_words([sw, *more]),
             "sw_tiling": tiling_words(sw, judged, [(m, hz.judge_result(m)[1]) for m in more]),
             "sw_seeds7": ", ".join(str(x) for x in sorted({r["seed"] for r in sw.data["runs"]})),
             "sw_more7": ("; the same sweep at other seeds: " + runs.labelled(list(more), False)) if more else "",
@@ -485,7 +504,8 @@ def cost_numbers(att=None, tb=None) -> dict:
         out |= {"ab_label": runs.labelled([att]), "ab_fix_med": f"{med:.1%}", "ab_fix_max": f"{mx:.1%}",
                 "ab_fix_fwd_lo": _pct(min(fwd)), "ab_fix_fwd_hi": _pct(max(fwd)), "ab_ratio_med": f"{ratio:.2f}"}
         text = (f"Attention alone ({runs.labelled([att])}; causal, BF16, head dim 64 and 128, sequence 1k–16k, "
-                f"`do_bench` medians): the fix adds {med:.1%} to forward + backward in the median shape (at most "
+                f"`do_bench` medians; our kernel in FA2 numerics with the guarded fix): the fix adds {med:.1%} to "
+                f"forward + backward in the median shape (at most "
                 f"{mx:.1%}); the "
                 f"forward alone, where the extra per-tile tie count sits, pays {_pct(min(fwd))} to {_pct(max(fwd))} "
                 f"over the {len(fwd)} shapes. Our "
