@@ -772,7 +772,8 @@ def test_beta_growth_words_compare_the_two_exact_rules_over_the_seeds_both_ran()
     assert remedies.beta_growth_words(rows) == (
         "in GPT-2 the exact-rule fix (β = 7) kept more of the layers' growth within FP32 attention's spread than the "
         "exact-rule fix (β = 2) (21 of 61 grown (step, layer) pairs against 3 of 61, seeds 1 and 2): GPT-2 does not "
-        "support the proxy's preference for the smaller β")
+        "support the proxy's preference for the smaller β (read after the runs; no rule for this comparison was fixed "
+        "before them)")
     flipped = [dict(r, grown=(r["grown"][0], r["grown"][0] - r["grown"][1])) for r in rows[:4]]
     assert "kept no more" in remedies.beta_growth_words(flipped) and "does not support" not in \
         remedies.beta_growth_words(flipped)

@@ -985,7 +985,7 @@ def fix_words(rows: list[dict], arms=FIX_ARMS) -> str:
 def beta_growth_words(rows: list[dict], big: str = EXACT_ARMS[0], small: str = EXACT_ARMS[1]) -> str:
     """For a practitioner choosing β: which of two exact-rule fixes kept more of the grown (step, layer) pairs within
     FP32 attention's spread, summed over the seeds both ran ("" when they share no seed with growth to judge), and
-    whether that supports the proxy's preference for the smaller β (`small`)."""
+    whether that supports the proxy's preference for the smaller β (`small`) — a reading made after the runs."""
     seeds = ({r["seed"] for r in rows if r["arm"] == big and r["grown"][0]}
              & {r["seed"] for r in rows if r["arm"] == small and r["grown"][0]})
     if not seeds:
@@ -997,7 +997,8 @@ def beta_growth_words(rows: list[dict], big: str = EXACT_ARMS[0], small: str = E
     return (f"in GPT-2 the {_change(big)} kept {'more' if more else 'no more'} of the layers' growth within FP32 "
             f"attention's spread than the {_change(small)} ({kept[big][0]} of {kept[big][1]} grown (step, layer) "
             f"pairs against {kept[small][0]} of {kept[small][1]}, {seed_words})"
-            + (": GPT-2 does not support the proxy's preference for the smaller β" if more else ""))
+            + (": GPT-2 does not support the proxy's preference for the smaller β" if more else "")
+            + " (read after the runs; no rule for this comparison was fixed before them)")
 
 
 def fix_choice_words(rows: list[dict], exact=EXACT_ARMS, guarded=("paper_fix_b2",)) -> str:
